@@ -1,0 +1,21 @@
+// Subcommand registry. Each cmd_*.cpp adds one function here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <vector>
+
+namespace pagellm::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command register_info(CLI::App& app);
+
+inline std::vector<Command> register_commands(CLI::App& app) {
+  return {register_info(app)};
+}
+
+}  // namespace pagellm::cli

@@ -1,0 +1,89 @@
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace pagellm {
+namespace {
+
+bool os_saves_ymm_zmm(bool zmm) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __cpuid(1, eax, ebx, ecx, edx);
+  if (!(ecx & (1u << 27))) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const unsigned need = zmm ? 0xe6u : 0x6u;  // XMM|YMM (+ opmask|ZMM_hi256|Hi16_ZMM)
+  return (lo & need) == need;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid(1, eax, ebx, ecx, edx);
+  const bool ymm = os_saves_ymm_zmm(false);
+  const bool zmm = os_saves_ymm_zmm(true);
+  f.fma = ymm && (ecx & (1u << 12));
+  f.f16c = ymm && (ecx & (1u << 29));
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  f.avx2 = ymm && (ebx & (1u << 5));
+  f.avx512f = zmm && (ebx & (1u << 16));
+  f.avx512dq = zmm && (ebx & (1u << 17));
+  f.avx512bw = zmm && (ebx & (1u << 30));
+  f.avx512vl = zmm && (ebx & (1u << 31));
+  f.avx512vnni = zmm && (ecx & (1u << 11));
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  f.avxvnni = ymm && (eax & (1u << 4));
+  f.avx512bf16 = zmm && (eax & (1u << 5));
+  return f;
+}
+
+}  // namespace
+
+Isa CpuFeatures::best() const {
+  Isa isa = Isa::Scalar;
+  if (avx2 && fma && f16c) isa = Isa::Avx2;
+  if (isa == Isa::Avx2 && avx512f && avx512bw && avx512vl && avx512dq) isa = Isa::Avx512;
+  if (const char* cap = std::getenv("PAGELLM_ISA")) {
+    Isa limit = Isa::Avx512;
+    if (std::strcmp(cap, "scalar") == 0) limit = Isa::Scalar;
+    else if (std::strcmp(cap, "avx2") == 0) limit = Isa::Avx2;
+    if (static_cast<int>(limit) < static_cast<int>(isa)) isa = limit;
+  }
+  return isa;
+}
+
+std::string CpuFeatures::describe() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avxvnni, "avxvnni");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vnni, "avx512vnni");
+  add(avx512bf16, "avx512bf16");
+  return s.empty() ? "baseline x86-64" : s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+}  // namespace pagellm

@@ -1,0 +1,75 @@
+// A fixed pool of worker threads for data-parallel kernels. The calling thread
+// is worker 0, so a pool of size 1 runs everything inline. Workers spin briefly
+// between jobs (a forward pass issues jobs back to back) and then sleep, so an
+// idle server burns no CPU.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace pagellm {
+
+// Non-owning reference to a callable: no allocation per job.
+template <typename Sig>
+class FunctionRef;
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // NOLINT: implicit by design
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, Args... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(a...); }) {}
+  R operator()(Args... a) const { return call_(obj_, a...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, Args...);
+};
+
+class ThreadPool {
+ public:
+  // n_threads <= 0 means all hardware threads.
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn(ith, nth) once on every thread; returns when all are done.
+  // Not reentrant: call from one thread at a time, never from inside a job.
+  void run(FunctionRef<void(int, int)> fn);
+
+  // Splits [0, n) into one contiguous range per thread (each a multiple of
+  // `align` except the last) and calls fn(begin, end) for the non-empty ones.
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align = 1);
+
+  // Cumulative nanoseconds spent inside run() (for the step timing breakdown).
+  static int64_t now_ns();
+
+ private:
+  void worker_loop(int ith);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  const FunctionRef<void(int, int)>* job_ = nullptr;
+};
+
+// Range of [0, n) that thread ith of nth owns, in multiples of align.
+inline void split_range(int64_t n, int ith, int nth, int64_t align, int64_t& begin, int64_t& end) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t per = units / nth, extra = units % nth;
+  const int64_t ub = ith * per + (ith < extra ? ith : extra);
+  const int64_t ue = ub + per + (ith < extra ? 1 : 0);
+  begin = ub * align < n ? ub * align : n;
+  end = ue * align < n ? ue * align : n;
+}
+
+}  // namespace pagellm

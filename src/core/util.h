@@ -1,0 +1,23 @@
+// Small helpers shared by the CLI and the server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pagellm {
+
+// "2GiB", "512MB", "1.5G", "1000000" -> bytes. Throws Error on bad input.
+int64_t parse_byte_size(std::string_view text);
+std::string format_bytes(int64_t bytes);
+
+// True when `s` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+// Length of a UTF-8 prefix of s that ends on a code point boundary: the
+// trailing bytes of an unfinished sequence are left out.
+size_t utf8_complete_prefix(std::string_view s);
+
+// Environment variable, or `fallback` when unset/empty.
+std::string env_or(const char* name, const std::string& fallback);
+
+}  // namespace pagellm

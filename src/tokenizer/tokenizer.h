@@ -1,0 +1,95 @@
+// Text <-> token ids for every vocabulary family we load: SentencePiece-style
+// (GGUF tokenizer.ggml.model = "llama"), byte-level BPE ("gpt2" with its
+// pre-tokenizer regexes), WordPiece ("bert"), from GGUF metadata or from a
+// Hugging Face tokenizer.json. The vocabulary is immutable after loading, so one
+// Tokenizer serves concurrent requests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pagellm {
+
+class GGUFFile;
+
+// GGUF tokenizer.ggml.token_type values.
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // From a GGUF file's tokenizer.* metadata (model files and vocab-only files).
+  // Throws Error naming the problem for a missing or unsupported vocabulary.
+  static std::unique_ptr<Tokenizer> from_gguf(const GGUFFile& file);
+  // From a Hugging Face folder: tokenizer.json (+ tokenizer_config.json when present).
+  static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
+
+  // text -> ids. add_special: add BOS (and EOS) as the vocabulary's flags say.
+  // parse_special: text like "<start_of_turn>" becomes its special token;
+  // otherwise it is tokenized as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
+
+  // The bytes token `id` stands for in text: SentencePiece's U+2581 becomes a
+  // space, byte tokens <0xAB> become the byte, byte-level BPE symbols map back
+  // to bytes. Control tokens render as their text unless render_special is false.
+  virtual std::string token_to_piece(int32_t id, bool render_special) const = 0;
+
+  // ids -> text (concatenated pieces; may contain invalid UTF-8 when ids end mid-character).
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
+
+  virtual int32_t vocab_size() const = 0;
+  // The raw vocabulary string of a token (e.g. "▁Hello", "Ġworld", "<0x0A>").
+  virtual const std::string& token_text(int32_t id) const = 0;
+  virtual TokenType token_type(int32_t id) const = 0;
+  virtual std::optional<int32_t> find_token(std::string_view text) const = 0;
+
+  int32_t bos_id() const { return bos_id_; }  // -1 when the vocabulary has none
+  int32_t eos_id() const { return eos_id_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  // Every end-of-generation token: EOS plus EOT-like tokens (<|eot_id|>,
+  // <|im_end|>, <end_of_turn>, <|endoftext|>, ...).
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
+  bool is_eog(int32_t id) const;
+  // Control / special tokens (skipped by skip_special_tokens).
+  bool is_special(int32_t id) const;
+  // The model's chat template (GGUF tokenizer.chat_template or
+  // tokenizer_config.json chat_template); empty when it has none.
+  const std::string& chat_template() const { return chat_template_; }
+
+ protected:
+  int32_t bos_id_ = -1, eos_id_ = -1;
+  bool add_bos_ = false, add_eos_ = false;
+  std::vector<int32_t> eog_ids_;
+  std::string chat_template_;
+};
+
+// Turns a stream of generated ids into text deltas, never emitting half a
+// UTF-8 code point (bytes are held until the character completes; flush()
+// emits what is left, replacing an unfinished character with U+FFFD).
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special);
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool skip_special_;
+  std::string pending_;  // bytes of an unfinished code point
+};
+
+}  // namespace pagellm

