@@ -1,0 +1,41 @@
+#include "kv/block_hash.h"
+
+namespace pagellm {
+namespace {
+
+constexpr uint64_t kMulA = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
+constexpr uint64_t kMulB = 0xc2b2ae3d27d4eb4fULL;
+constexpr uint64_t kMulC = 0x165667b19e3779f9ULL;
+
+// 64x64 -> 128 multiply, folded: the high half carries the mixing.
+inline uint64_t fold_mul(uint64_t a, uint64_t b) {
+  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+
+inline uint64_t finalize(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return h;
+}
+
+}  // namespace
+
+BlockHash hash_block_tokens(BlockHash parent, std::span<const TokenId> tokens) {
+  uint64_t h = fold_mul(parent ^ kMulA, kMulB ^ static_cast<uint64_t>(tokens.size()));
+  size_t i = 0;
+  for (; i + 1 < tokens.size(); i += 2) {
+    const uint64_t word = static_cast<uint32_t>(tokens[i]) |
+                          (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i + 1])) << 32);
+    h = fold_mul(h ^ word ^ kMulC, kMulB) + kMulA;
+  }
+  if (i < tokens.size()) {
+    h = fold_mul(h ^ static_cast<uint32_t>(tokens[i]) ^ kMulC, kMulA) + kMulB;
+  }
+  return finalize(h);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,128 @@
+// KVCacheManager: per-sequence block tables over one BlockPool, prefix-cache
+// lookup, copy-on-write for forked sequences, and the statistics the engine
+// reports. Pure bookkeeping: no tensors; the runner owns the memory.
+//
+// Per sequence it keeps the block table (block i holds token positions
+// [i*block_size, (i+1)*block_size)), the chain hashes of its committed full
+// blocks, and how many token slots the table was sized for.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/kv_types.h"
+
+namespace pagellm {
+
+struct KVCacheConfig {
+  int32_t num_blocks = 0;  // including the reserved null block 0
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  AllocationPolicy allocation_policy = AllocationPolicy::Any;
+};
+
+// Leading full blocks of a token sequence already present in the cache.
+struct PrefixMatch {
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;  // chain hash of each matched block
+  int32_t num_tokens = 0;         // blocks.size() * block_size
+  int32_t num_query_tokens = 0;   // tokens looked up (hit-rate denominator)
+};
+
+// A successful allocate_slots: the copies the runner does before the forward pass.
+struct SlotAllocation {
+  int32_t num_new_blocks = 0;        // fresh blocks appended to the table
+  std::vector<BlockCopy> copies;     // copy-on-write (usually none)
+};
+
+struct KVCacheStats {
+  int32_t block_size = 0;
+  int32_t total_blocks = 0;   // usable blocks (block 0 excluded)
+  int32_t used_blocks = 0;
+  int32_t cached_blocks = 0;  // free but holding reusable prefix contents
+  int32_t free_blocks = 0;
+  // Prefix cache, in tokens, counted once per admission (a new sequence or a
+  // preempted one resuming): queries = tokens looked up, hits = tokens found.
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t evictions = 0;      // cached blocks reused for new contents
+  // Token slots in used blocks that hold no token (computed or being computed
+  // this step) / all token slots in used blocks; 0 when nothing is used.
+  double fragmentation = 0.0;
+
+  double usage() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
+  double prefix_hit_rate() const {
+    return prefix_query_tokens ? double(prefix_hit_tokens) / prefix_query_tokens : 0.0;
+  }
+};
+
+class KVCacheManager {
+ public:
+  // Throws Error for a bad block size or fewer than 2 blocks.
+  explicit KVCacheManager(const KVCacheConfig& config);
+
+  // The longest run of leading full blocks of `tokens` found in the cache,
+  // always leaving at least the last token to compute (so there are logits to
+  // sample). Empty when prefix caching is off. No side effects: pass the
+  // result to allocate_slots in the same scheduling pass to take the blocks.
+  PrefixMatch match_prefix(std::span<const TokenId> tokens) const;
+
+  // Make room for tokens [num_computed_tokens, num_computed_tokens +
+  // num_new_tokens) of sequence `seq`. With `prefix` (a sequence with no blocks
+  // yet), its blocks come first and num_computed_tokens must equal
+  // prefix->num_tokens. Blocks about to be written that are shared with another
+  // sequence are replaced by fresh copies (returned as copies). Transactional:
+  // nullopt means not enough blocks, and nothing changed.
+  [[nodiscard]] std::optional<SlotAllocation> allocate_slots(SeqId seq, int32_t num_computed_tokens,
+                                                             int32_t num_new_tokens,
+                                                             const PrefixMatch* prefix = nullptr);
+
+  // Tokens up to num_computed_tokens now have their K/V in the cache: hash and
+  // register the blocks that became full. `tokens` is the sequence's token ids
+  // (at least num_computed_tokens of them).
+  void commit_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens);
+
+  // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
+  void fork(SeqId parent, SeqId child);
+
+  // Drop the sequence's blocks, tail first, so its full blocks are cached with
+  // the head most recently used (evicted last). No-op for an unknown sequence.
+  void free(SeqId seq);
+
+  bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
+  // Block ids of the sequence (empty when it has none). The span stays valid
+  // until the sequence's next allocate_slots / free.
+  std::span<const BlockId> block_table(SeqId seq) const;
+  int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
+
+  int32_t block_size() const { return pool_.block_size(); }
+  int32_t num_usable_blocks() const { return pool_.num_usable_blocks(); }
+  int32_t num_available_blocks() const { return pool_.num_available_blocks(); }
+  bool prefix_caching() const { return config_.enable_prefix_caching; }
+  const BlockPool& pool() const { return pool_; }
+  KVCacheStats stats() const;
+
+  // Pool invariants plus: every block's ref count equals the number of block
+  // tables holding it; no table holds block 0 or one block twice; tables are
+  // sized for their tokens; committed hashes agree with the pool. Throws Error.
+  void check_invariants() const;
+
+ private:
+  struct SeqBlocks {
+    std::vector<BlockId> blocks;
+    std::vector<BlockHash> hashes;  // [num committed full blocks]
+    int32_t num_tokens = 0;         // token slots the table was sized for
+  };
+
+  KVCacheConfig config_;
+  BlockPool pool_;
+  std::unordered_map<SeqId, SeqBlocks> seqs_;
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
+};
+
+}  // namespace pagellm

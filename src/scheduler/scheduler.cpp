@@ -1,0 +1,300 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagellm {
+
+void SchedulerConfig::validate() const {
+  PAGELLM_CHECK(max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", max_num_seqs);
+  PAGELLM_CHECK(max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1, got {}",
+                max_num_batched_tokens);
+  PAGELLM_CHECK(max_model_len >= 1, "max_model_len must be >= 1, got {}", max_model_len);
+  PAGELLM_CHECK(long_prefill_token_threshold >= 0,
+                "long_prefill_token_threshold must be >= 0 (0: off), got {}",
+                long_prefill_token_threshold);
+  PAGELLM_CHECK(enable_chunked_prefill || max_num_batched_tokens >= max_model_len,
+                "without chunked prefill a prompt must fit one step whole: max_num_batched_tokens "
+                "({}) must be >= max_model_len ({})",
+                max_num_batched_tokens, max_model_len);
+  PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute,
+                "swap preemption needs a backend that reports swap support; only recompute is "
+                "implemented");
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
+    : config_(config), kv_(kv_config) {
+  config_.validate();
+  const int64_t capacity = int64_t{kv_.num_usable_blocks()} * kv_.block_size();
+  PAGELLM_CHECK(config_.max_model_len <= capacity,
+                "max_model_len {} exceeds the KV cache capacity of {} tokens ({} blocks of {})",
+                config_.max_model_len, capacity, kv_.num_usable_blocks(), kv_.block_size());
+}
+
+bool Scheduler::runs_before(const Sequence* a, const Sequence* b) const {
+  if (config_.policy == SchedulingPolicy::Priority && a->priority != b->priority) {
+    return a->priority < b->priority;
+  }
+  return a->arrival < b->arrival;
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  auto at = std::upper_bound(running_.begin(), running_.end(), seq,
+                             [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); });
+  running_.insert(at, seq);
+}
+
+void Scheduler::insert_waiting(Sequence* seq, bool at_head) {
+  if (config_.policy == SchedulingPolicy::Priority) {
+    auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
+                               [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); });
+    waiting_.insert(at, seq);
+  } else if (at_head) {
+    waiting_.push_front(seq);
+  } else {
+    waiting_.push_back(seq);
+  }
+}
+
+Sequence* Scheduler::find(SeqId id) const {
+  const auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+void Scheduler::add(Sequence* seq) {
+  PAGELLM_CHECK(seq != nullptr, "Scheduler::add: null sequence");
+  PAGELLM_CHECK(!live_.count(seq->id), "Scheduler::add: sequence {} is already queued or running",
+                seq->id);
+  if (seq->token_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
+  if (seq->num_tokens() > config_.max_model_len) {
+    throw InvalidRequest(fmt::format("the prompt has {} tokens, more than the model's context of "
+                                     "{} (max_model_len)",
+                                     seq->num_tokens(), config_.max_model_len),
+                         "prompt");
+  }
+  PAGELLM_CHECK(seq->num_prompt_tokens >= 1 && seq->num_prompt_tokens <= seq->num_tokens(),
+                "sequence {}: num_prompt_tokens {} not in [1, {}]", seq->id, seq->num_prompt_tokens,
+                seq->num_tokens());
+  seq->num_computed_tokens = 0;
+  seq->status = SeqStatus::Waiting;
+  seq->arrival = next_arrival_++;
+  live_.emplace(seq->id, seq);
+  insert_waiting(seq, /*at_head=*/false);
+}
+
+void Scheduler::fork(SeqId parent_id, Sequence* child) {
+  PAGELLM_CHECK(child != nullptr, "Scheduler::fork: null child sequence");
+  Sequence* parent = find(parent_id);
+  PAGELLM_CHECK(parent && parent->status == SeqStatus::Running,
+                "Scheduler::fork: parent sequence {} is not running", parent_id);
+  PAGELLM_CHECK(!live_.count(child->id), "Scheduler::fork: sequence {} is already live", child->id);
+  const int32_t computed = parent->num_computed_tokens;
+  PAGELLM_CHECK(child->num_tokens() >= computed &&
+                    std::equal(parent->token_ids.begin(), parent->token_ids.begin() + computed,
+                               child->token_ids.begin()),
+                "Scheduler::fork: sequence {} does not start with the {} computed tokens of {}",
+                child->id, computed, parent_id);
+  PAGELLM_CHECK(child->num_tokens() <= config_.max_model_len + 1,
+                "Scheduler::fork: sequence {} has {} tokens, past max_model_len {}", child->id,
+                child->num_tokens(), config_.max_model_len);
+  PAGELLM_CHECK(child->num_prompt_tokens >= 1 && child->num_prompt_tokens <= child->num_tokens(),
+                "sequence {}: num_prompt_tokens {} not in [1, {}]", child->id,
+                child->num_prompt_tokens, child->num_tokens());
+  kv_.fork(parent_id, child->id);
+  child->parent = parent_id;
+  child->num_computed_tokens = computed;
+  child->num_cached_tokens = parent->num_cached_tokens;
+  child->status = SeqStatus::Running;
+  child->arrival = next_arrival_++;
+  live_.emplace(child->id, child);
+  insert_running(child);
+}
+
+int32_t Scheduler::tokens_to_schedule(const Sequence& seq, int32_t num_computed,
+                                      int32_t budget) const {
+  int32_t n = std::min(seq.num_tokens(), config_.max_model_len) - num_computed;
+  if (n <= 0 || budget <= 0) return 0;
+  if (!config_.enable_chunked_prefill) return n <= budget ? n : 0;
+  if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  return std::min(n, budget);
+}
+
+void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc) {
+  ScheduledSeq s;
+  s.seq = seq;
+  s.seq_id = seq->id;
+  s.start_pos = seq->num_computed_tokens;
+  s.num_new_tokens = num_new;
+  s.block_table = kv_.block_table(seq->id);
+  s.sample = s.end_pos() == seq->num_tokens();
+  plan.seqs.push_back(s);
+  plan.block_copies.insert(plan.block_copies.end(), alloc.copies.begin(), alloc.copies.end());
+  plan.num_batched_tokens += num_new;
+}
+
+void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
+  kv_.free(seq->id);
+  seq->num_computed_tokens = 0;
+  seq->status = SeqStatus::Preempted;
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  insert_waiting(seq, /*at_head=*/true);
+  plan.preempted.push_back(seq->id);
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.block_size = kv_.block_size();
+  int32_t budget = config_.max_num_batched_tokens;
+
+  // Preempt the last running sequence in policy order. When it already ran in
+  // this plan (a decode, when a prefill chunk needs its blocks), take it out
+  // again with its budget and its copies.
+  auto preempt_last = [&]() -> Sequence* {
+    Sequence* victim = running_.back();
+    running_.pop_back();
+    const auto entry = std::find_if(plan.seqs.begin(), plan.seqs.end(),
+                                    [&](const ScheduledSeq& s) { return s.seq == victim; });
+    if (entry != plan.seqs.end()) {
+      budget += entry->num_new_tokens;
+      plan.num_batched_tokens -= entry->num_new_tokens;
+      const auto table = entry->block_table;
+      std::erase_if(plan.block_copies, [&](const BlockCopy& c) {
+        return std::find(table.begin(), table.end(), c.dst) != table.end();
+      });
+      plan.seqs.erase(entry);
+    }
+    preempt(victim, plan);
+    return victim;
+  };
+
+  // Running sequences: decodes (one token behind) first, then prefill chunks
+  // (several behind: new prompts, recompute after preemption), so decodes
+  // never wait behind a long prompt.
+  for (const bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      Sequence* seq = running_[i];
+      const int32_t behind = seq->num_tokens() - seq->num_computed_tokens;
+      if (behind <= 0 || (behind == 1) != decodes) {
+        ++i;
+        continue;
+      }
+      if (seq->num_computed_tokens >= config_.max_model_len) {
+        // No position left for its next token; the engine should have
+        // finished it (reached_max_model_len).
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        kv_.free(seq->id);
+        seq->status = SeqStatus::FinishedLength;
+        live_.erase(seq->id);
+        plan.length_capped.push_back(seq->id);
+        continue;
+      }
+      const int32_t n = tokens_to_schedule(*seq, seq->num_computed_tokens, budget);
+      if (n == 0) {
+        ++i;
+        continue;
+      }
+      std::optional<SlotAllocation> alloc;
+      while (!(alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n))) {
+        if (preempt_last() == seq) break;
+      }
+      if (!alloc) break;  // it preempted itself: it was the last one
+      add_to_plan(plan, seq, n, *alloc);
+      budget -= n;
+      ++i;
+    }
+  }
+
+  // Waiting sequences, unless memory was short this step.
+  if (plan.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 &&
+           static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+      Sequence* seq = waiting_.front();
+      const PrefixMatch match = kv_.match_prefix(seq->token_ids);
+      const int32_t n = tokens_to_schedule(*seq, match.num_tokens, budget);
+      if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
+      auto alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
+      if (!alloc) break;
+      waiting_.pop_front();
+      seq->num_computed_tokens = match.num_tokens;
+      if (seq->num_cached_tokens < 0) seq->num_cached_tokens = match.num_tokens;
+      seq->status = SeqStatus::Running;
+      insert_running(seq);
+      add_to_plan(plan, seq, n, *alloc);
+      budget -= n;
+    }
+  }
+  return plan;
+}
+
+void Scheduler::on_step_done(const StepPlan& plan) {
+  for (const ScheduledSeq& s : plan.seqs) {
+    Sequence* seq = find(s.seq_id);
+    if (!seq || seq != s.seq || seq->status != SeqStatus::Running) continue;
+    PAGELLM_CHECK(seq->num_computed_tokens == s.start_pos,
+                  "on_step_done: sequence {} has {} computed tokens, the plan started it at {} "
+                  "(plan applied twice?)",
+                  seq->id, seq->num_computed_tokens, s.start_pos);
+    seq->num_computed_tokens = s.end_pos();
+    PAGELLM_CHECK(seq->num_computed_tokens <= seq->num_tokens(),
+                  "on_step_done: sequence {} lost tokens ({} computed, {} token ids)", seq->id,
+                  seq->num_computed_tokens, seq->num_tokens());
+    kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+  }
+}
+
+bool Scheduler::finish(SeqId id, SeqStatus status) {
+  PAGELLM_CHECK(is_finished(status), "Scheduler::finish: {} is not a finished status",
+                to_string(status));
+  const auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  Sequence* seq = it->second;
+  if (seq->status == SeqStatus::Running) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  }
+  kv_.free(id);
+  seq->status = status;
+  live_.erase(it);
+  return true;
+}
+
+void Scheduler::check_invariants() const {
+  kv_.check_invariants();
+  PAGELLM_CHECK(live_.size() == running_.size() + waiting_.size(),
+                "{} live sequences but {} running + {} waiting", live_.size(), running_.size(),
+                waiting_.size());
+  PAGELLM_CHECK(kv_.num_seqs() == static_cast<int32_t>(running_.size()),
+                "{} sequences hold KV blocks but {} are running", kv_.num_seqs(), running_.size());
+  const int32_t bs = kv_.block_size();
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence* s = running_[i];
+    PAGELLM_CHECK(find(s->id) == s, "running sequence {} is not live (or listed twice)", s->id);
+    PAGELLM_CHECK(s->status == SeqStatus::Running, "sequence {} is in the running list as {}",
+                  s->id, to_string(s->status));
+    PAGELLM_CHECK(int64_t(kv_.block_table(s->id).size()) * bs >= s->num_computed_tokens,
+                  "running sequence {} has {} computed tokens in {} blocks", s->id,
+                  s->num_computed_tokens, kv_.block_table(s->id).size());
+    PAGELLM_CHECK(s->num_computed_tokens <= s->num_tokens() &&
+                      s->num_computed_tokens <= config_.max_model_len,
+                  "running sequence {} has {} computed of {} tokens", s->id,
+                  s->num_computed_tokens, s->num_tokens());
+    PAGELLM_CHECK(i == 0 || !runs_before(s, running_[i - 1]),
+                  "running list is out of policy order at sequence {}", s->id);
+  }
+  for (const Sequence* s : waiting_) {
+    PAGELLM_CHECK(find(s->id) == s, "waiting sequence {} is not live", s->id);
+    PAGELLM_CHECK(s->status == SeqStatus::Waiting || s->status == SeqStatus::Preempted,
+                  "sequence {} is in the waiting queue as {}", s->id, to_string(s->status));
+    PAGELLM_CHECK(!kv_.has_seq(s->id) && s->num_computed_tokens == 0,
+                  "waiting sequence {} holds KV state", s->id);
+  }
+  for (size_t i = 1; i < waiting_.size() && config_.policy == SchedulingPolicy::Priority; ++i) {
+    PAGELLM_CHECK(!runs_before(waiting_[i], waiting_[i - 1]),
+                  "waiting queue is out of priority order at sequence {}", waiting_[i]->id);
+  }
+}
+
+}  // namespace pagellm

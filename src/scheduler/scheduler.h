@@ -1,0 +1,142 @@
+// Scheduler: iteration-level (continuous) batching over a paged KV cache.
+//
+// One rule for prefill and decode (vLLM V1): every running sequence's
+// num_computed_tokens catches up with its num_tokens under the step's token
+// budget. A decode is a sequence one token behind; a prefill (or a recompute
+// after preemption, or a prompt partly found in the prefix cache) is one many
+// tokens behind. Each step:
+//   1. running sequences, in policy order: as many of their uncomputed tokens
+//      as the budget allows (decodes take 1, prefill chunks take the rest);
+//      when KV blocks run out, preempt the last running sequence in policy
+//      order (lowest priority / newest; possibly the one being scheduled);
+//   2. if nobody was preempted: admit waiting sequences in policy order while
+//      the budget, max_num_seqs and KV blocks allow, prefix-cache hits first
+//      reducing what they compute.
+// Waiting sequences never preempt running ones.
+//
+// The engine owns the Sequence objects; the scheduler keeps pointers to the
+// live ones (waiting or running) until finish() / abort() or a length cap
+// returns them. Each engine step:
+//   StepPlan plan = scheduler.schedule();
+//   runner: do plan.block_copies, then one forward pass over plan.seqs,
+//           sample one token for each entry with sample == true;
+//   engine: append each sampled token to its seq->token_ids;
+//   scheduler.on_step_done(plan);
+//   engine: stop checks; scheduler.finish(id, status) for finished sequences
+//           (and for seqs with seq.num_tokens() >= max_model_len);
+//           report plan.length_capped as finished (FinishedLength);
+//           fork(...) the extra samples of an n > 1 request after its prompt step.
+// abort() may be called between steps (not between schedule and on_step_done).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "scheduler/sequence.h"
+#include "scheduler/step_plan.h"
+
+namespace pagellm {
+
+enum class SchedulingPolicy : uint8_t {
+  Fcfs,      // arrival order
+  Priority,  // (priority, arrival): lower priority value runs first
+};
+
+// How a preempted sequence gets its KV back. Only Recompute is implemented:
+// Swap needs a backend that reports swap support (host copies of blocks),
+// and the constructor refuses it until one does.
+enum class PreemptionMode : uint8_t { Recompute, Swap };
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;             // running sequences at once
+  int32_t max_num_batched_tokens = 2048;  // token budget of one step
+  int32_t max_model_len = 4096;           // positions a sequence may use
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::Fcfs;
+  // > 0: at most this many tokens of one prefill per step, so one long prompt
+  // cannot take the whole budget; 0: off. Applies with chunked prefill only.
+  int32_t long_prefill_token_threshold = 0;
+  PreemptionMode preemption_mode = PreemptionMode::Recompute;
+
+  // Throws Error naming the bad field.
+  void validate() const;
+};
+
+class Scheduler {
+ public:
+  // Throws Error for bad settings, including a max_model_len the KV cache
+  // cannot hold for one sequence alone.
+  Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config);
+
+  // Queue a new sequence (status Waiting). Its token_ids hold the prompt and
+  // num_prompt_tokens says how many; num_computed_tokens is reset to 0.
+  // Throws InvalidRequest ("prompt") for an empty prompt or one longer than
+  // max_model_len; Error for a null pointer or a live duplicate id.
+  void add(Sequence* seq);
+
+  // Parallel sampling: `child` continues running sequence `parent`, sharing all
+  // its KV blocks. child->token_ids must start with the parent's computed
+  // tokens (typically: the prompt plus the child's own first sampled token);
+  // its num_computed_tokens is set to the parent's. Runs from the next step;
+  // may take running above max_num_seqs.
+  void fork(SeqId parent, Sequence* child);
+
+  StepPlan schedule();
+
+  // After the forward pass and after appending sampled tokens: advance each
+  // scheduled sequence's num_computed_tokens and cache newly full blocks.
+  // Entries whose sequence is no longer running are skipped.
+  void on_step_done(const StepPlan& plan);
+
+  // The sequence is done: free its blocks now (full ones stay cached), set
+  // its status (a Finished* value) and forget it. False for an unknown id.
+  bool finish(SeqId id, SeqStatus status = SeqStatus::FinishedStopped);
+  // finish(id, FinishedAborted): a waiting sequence just leaves the queue.
+  bool abort(SeqId id) { return finish(id, SeqStatus::FinishedAborted); }
+
+  // The engine should finish a sequence once this holds (vLLM's rule): the
+  // next token would need a position past the model's context.
+  bool reached_max_model_len(const Sequence& seq) const {
+    return seq.num_tokens() >= config_.max_model_len;
+  }
+
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  const std::vector<Sequence*>& running() const { return running_; }  // policy order
+  const std::deque<Sequence*>& waiting() const { return waiting_; }   // admission order
+  Sequence* find(SeqId id) const;  // live sequence or nullptr
+
+  int64_t num_preemptions() const { return num_preemptions_; }
+  KVCacheStats kv_stats() const { return kv_.stats(); }
+  int64_t prefix_query_tokens() const { return kv_.stats().prefix_query_tokens; }
+  int64_t prefix_hit_tokens() const { return kv_.stats().prefix_hit_tokens; }
+  const SchedulerConfig& config() const { return config_; }
+  const KVCacheManager& kv() const { return kv_; }
+
+  // KV invariants plus: every live sequence is in exactly one queue with a
+  // matching status; running ones hold blocks covering their computed
+  // tokens, waiting ones hold none. Throws Error.
+  void check_invariants() const;
+
+ private:
+  bool runs_before(const Sequence* a, const Sequence* b) const;
+  void insert_running(Sequence* seq);
+  void insert_waiting(Sequence* seq, bool at_head);
+  void preempt(Sequence* seq, StepPlan& plan);
+  int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
+  void add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc);
+
+  SchedulerConfig config_;
+  KVCacheManager kv_;
+  std::vector<Sequence*> running_;  // sorted by runs_before
+  std::deque<Sequence*> waiting_;   // admission order
+  std::unordered_map<SeqId, Sequence*> live_;
+  uint64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace pagellm

@@ -1,0 +1,47 @@
+// Sequence: what the engine owns per generated sequence, and what the
+// scheduler reads and advances. A request with n > 1 has n sequences.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kv/kv_types.h"
+
+namespace pagellm {
+
+// The lifecycle, in order; every value from FinishedStopped on is final.
+enum class SeqStatus : uint8_t {
+  Waiting,          // added, never scheduled
+  Running,          // holds KV blocks, is scheduled each step it has work
+  Preempted,        // blocks taken back; waits to resume (recompute)
+  FinishedStopped,  // EOS / stop string / stop token
+  FinishedLength,   // max_tokens or max_model_len
+  FinishedAborted,  // client went away / cancelled
+  FinishedIgnored,  // refused (e.g. could never fit)
+};
+
+inline bool is_finished(SeqStatus s) { return s >= SeqStatus::FinishedStopped; }
+const char* to_string(SeqStatus s);
+
+struct Sequence {
+  SeqId id = 0;
+  uint64_t request_id = 0;
+  std::optional<SeqId> parent;  // the sequence this one was forked from (n > 1)
+  int32_t priority = 0;         // lower runs first under SchedulingPolicy::Priority
+  uint64_t arrival = 0;         // set by Scheduler::add / fork: admission order key
+
+  std::vector<TokenId> token_ids;  // prompt, then generated tokens
+  int32_t num_prompt_tokens = 0;
+  int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission; -1 before
+
+  SeqStatus status = SeqStatus::Waiting;
+  int32_t num_preemptions = 0;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool finished() const { return is_finished(status); }
+};
+
+}  // namespace pagellm

@@ -1,0 +1,23 @@
+#include "scheduler/step_plan.h"
+
+#include "core/error.h"
+
+namespace pagellm {
+
+int64_t StepPlan::slot_of(std::span<const BlockId> block_table, int32_t pos, int32_t block_size) {
+  const size_t index = static_cast<size_t>(pos / block_size);
+  PAGELLM_CHECK(pos >= 0 && index < block_table.size(),
+                "position {} is outside a block table of {} blocks of {}", pos, block_table.size(),
+                block_size);
+  return int64_t{block_table[index]} * block_size + pos % block_size;
+}
+
+void StepPlan::append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions,
+                                          std::vector<int64_t>& slots) const {
+  for (int32_t pos = s.start_pos; pos < s.end_pos(); ++pos) {
+    positions.push_back(pos);
+    slots.push_back(slot_of(s.block_table, pos, block_size));
+  }
+}
+
+}  // namespace pagellm

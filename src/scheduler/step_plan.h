@@ -1,0 +1,52 @@
+// StepPlan: what one engine step computes. The scheduler fills it; the runner
+// turns it into input ids, positions, slot mapping and block tables for ONE
+// forward pass over every scheduled token.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/kv_types.h"
+#include "scheduler/sequence.h"
+
+namespace pagellm {
+
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  SeqId seq_id = 0;
+  int32_t start_pos = 0;       // seq's num_computed_tokens before this step
+  int32_t num_new_tokens = 0;  // tokens [start_pos, start_pos + num_new_tokens) run now
+  // The sequence's whole block table after this step's allocation. Valid
+  // until the next call into the scheduler other than on_step_done().
+  std::span<const BlockId> block_table;
+  // This step reaches the end of the sequence's tokens: the runner samples
+  // one token from the logits of the last position.
+  bool sample = false;
+
+  int32_t end_pos() const { return start_pos + num_new_tokens; }
+  // Token ids fed to the model this step.
+  std::span<const TokenId> input_ids() const {
+    return std::span<const TokenId>(seq->token_ids).subspan(start_pos, num_new_tokens);
+  }
+};
+
+struct StepPlan {
+  int32_t block_size = 0;
+  std::vector<ScheduledSeq> seqs;         // in scheduling order
+  std::vector<BlockCopy> block_copies;    // copy-on-write: do these before the forward pass
+  std::vector<SeqId> preempted;           // running sequences sent back to waiting this step
+  std::vector<SeqId> length_capped;       // finished by the scheduler at max_model_len
+  int32_t num_batched_tokens = 0;         // sum of num_new_tokens
+
+  bool empty() const { return seqs.empty(); }
+
+  // The slot (flat token index into the paged cache) of position `pos`:
+  // block_table[pos / block_size] * block_size + pos % block_size.
+  static int64_t slot_of(std::span<const BlockId> block_table, int32_t pos, int32_t block_size);
+  // Appends the positions and slots of s's tokens this step.
+  void append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions,
+                                  std::vector<int64_t>& slots) const;
+};
+
+}  // namespace pagellm

@@ -1,0 +1,518 @@
+#include "scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace pagellm {
+namespace {
+
+// What one plan entry says, in a form tables can spell.
+struct Ran {
+  SeqId id;
+  int32_t start;
+  int32_t n;
+  bool sample;
+  bool operator==(const Ran&) const = default;
+};
+void PrintTo(const Ran& r, std::ostream* os) {
+  *os << "{seq " << r.id << ", start " << r.start << ", n " << r.n << (r.sample ? ", sample}" : "}");
+}
+std::vector<Ran> summary(const StepPlan& plan) {
+  std::vector<Ran> out;
+  for (const auto& s : plan.seqs) out.push_back({s.seq_id, s.start_pos, s.num_new_tokens, s.sample});
+  return out;
+}
+
+std::vector<TokenId> tokens(int32_t n, TokenId first = 100) {
+  std::vector<TokenId> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+SchedulerConfig sched_config(int32_t budget, int32_t max_seqs = 256, int32_t max_model_len = 1024) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = max_model_len;
+  return c;
+}
+
+KVCacheConfig kv_config(int32_t num_blocks, int32_t bs = 16, bool prefix = true) {
+  KVCacheConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = bs;
+  c.enable_prefix_caching = prefix;
+  return c;
+}
+
+// A fake engine: owns the sequences, appends a token for every sampled entry,
+// finishes sequences at max_tokens, checks invariants around every step.
+class FakeEngine {
+ public:
+  FakeEngine(const SchedulerConfig& sc, const KVCacheConfig& kc) : sched(sc, kc) {}
+
+  Sequence* add(SeqId id, std::vector<TokenId> prompt, int32_t max_tokens, int32_t priority = 0) {
+    auto seq = std::make_unique<Sequence>();
+    seq->id = id;
+    seq->request_id = id;
+    seq->priority = priority;
+    seq->num_prompt_tokens = static_cast<int32_t>(prompt.size());
+    seq->token_ids = std::move(prompt);
+    Sequence* p = seq.get();
+    seqs[id] = std::move(seq);
+    max_tokens_[id] = max_tokens;
+    sched.add(p);
+    sched.check_invariants();
+    return p;
+  }
+
+  static TokenId sampled_token(SeqId id, int32_t k) { return static_cast<TokenId>(50000 + id * 100 + k); }
+
+  StepPlan step(bool stop_at_max_model_len = true) {
+    StepPlan plan = sched.schedule();
+    sched.check_invariants();
+    EXPECT_LE(plan.num_batched_tokens, sched.config().max_num_batched_tokens);
+    for (const auto& s : plan.seqs) {
+      EXPECT_LE(s.end_pos(), sched.config().max_model_len);
+      if (s.sample) s.seq->token_ids.push_back(sampled_token(s.seq_id, s.seq->num_output_tokens()));
+    }
+    sched.on_step_done(plan);
+    sched.check_invariants();
+    for (const auto& s : plan.seqs) {
+      if (!s.sample || s.seq->status != SeqStatus::Running) continue;
+      if (s.seq->num_output_tokens() >= max_tokens_[s.seq_id] ||
+          (stop_at_max_model_len && sched.reached_max_model_len(*s.seq))) {
+        EXPECT_TRUE(sched.finish(s.seq_id, SeqStatus::FinishedLength));
+      }
+    }
+    sched.check_invariants();
+    return plan;
+  }
+
+  // Steps until nothing is left (bounded).
+  int run_to_completion(int max_steps = 10000) {
+    int steps = 0;
+    while (sched.has_unfinished() && steps < max_steps) {
+      step();
+      ++steps;
+    }
+    EXPECT_FALSE(sched.has_unfinished());
+    return steps;
+  }
+
+  std::vector<TokenId> expected_tokens(SeqId id) const {
+    const Sequence& s = *seqs.at(id);
+    std::vector<TokenId> t(s.token_ids.begin(), s.token_ids.begin() + s.num_prompt_tokens);
+    for (int32_t k = 0; k < max_tokens_.at(id); ++k) t.push_back(sampled_token(id, k));
+    return t;
+  }
+
+  Scheduler sched;
+  std::map<SeqId, std::unique_ptr<Sequence>> seqs;
+
+ private:
+  std::map<SeqId, int32_t> max_tokens_;
+};
+
+TEST(Scheduler, ValidatesConfig) {
+  const auto kv = kv_config(100);
+  auto bad = [&](auto mutate) {
+    SchedulerConfig c = sched_config(256);
+    mutate(c);
+    EXPECT_THROW(Scheduler(c, kv), Error);
+  };
+  bad([](SchedulerConfig& c) { c.max_num_seqs = 0; });
+  bad([](SchedulerConfig& c) { c.max_num_batched_tokens = 0; });
+  bad([](SchedulerConfig& c) { c.max_model_len = 0; });
+  bad([](SchedulerConfig& c) { c.long_prefill_token_threshold = -1; });
+  bad([](SchedulerConfig& c) { c.preemption_mode = PreemptionMode::Swap; });
+  bad([](SchedulerConfig& c) { c.enable_chunked_prefill = false; });  // budget 256 < max_model_len 1024
+  bad([](SchedulerConfig& c) { c.max_model_len = 99 * 16 + 1; });      // more than the cache holds
+  EXPECT_NO_THROW(Scheduler(sched_config(256, 8, 99 * 16), kv));
+  EXPECT_THROW(Scheduler(sched_config(256), kv_config(100, 24)), Error);
+}
+
+TEST(Scheduler, RejectsBadSequences) {
+  FakeEngine e(sched_config(256, 256, 64), kv_config(100));
+  EXPECT_THROW(e.add(1, {}, 4), InvalidRequest);
+  try {
+    e.add(2, tokens(65), 4);
+    FAIL() << "expected InvalidRequest";
+  } catch (const InvalidRequest& err) {
+    EXPECT_EQ(err.param(), "prompt");
+  }
+  e.add(3, tokens(64), 4);  // exactly max_model_len is fine
+  Sequence dup;
+  dup.id = 3;
+  dup.token_ids = tokens(5);
+  dup.num_prompt_tokens = 5;
+  EXPECT_THROW(e.sched.add(&dup), Error);  // duplicate live id
+  EXPECT_THROW(e.sched.add(nullptr), Error);
+  EXPECT_EQ(e.sched.num_waiting(), 1);
+}
+
+TEST(Scheduler, TokenBudgetIterationByIteration) {
+  FakeEngine e(sched_config(128), kv_config(100));
+  e.add(1, tokens(100), 3);
+  e.add(2, tokens(100, 1000), 3);
+  e.add(3, tokens(50, 5000), 3);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 0, 100, true}, {2, 0, 28, false}},                       // 3 waits: no budget left
+      {{1, 100, 1, true}, {2, 28, 72, true}, {3, 0, 50, true}},     // decode first, then chunk, then admit
+      {{1, 101, 1, true}, {2, 100, 1, true}, {3, 50, 1, true}},     // 1 finishes (3 tokens)
+      {{2, 101, 1, true}, {3, 51, 1, true}},
+      {},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(summary(e.step()), expected[i]);
+  }
+  EXPECT_FALSE(e.sched.has_unfinished());
+  for (SeqId id : {1, 2, 3}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+}
+
+TEST(Scheduler, MaxNumSeqsLimitsAdmission) {
+  FakeEngine e(sched_config(1000, 2), kv_config(100));
+  for (SeqId id : {1, 2, 3}) e.add(id, tokens(10, TokenId(id * 100)), 2);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 0, 10, true}, {2, 0, 10, true}},
+      {{1, 10, 1, true}, {2, 10, 1, true}},  // both finish
+      {{3, 0, 10, true}},
+      {{3, 10, 1, true}},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(summary(e.step()), expected[i]);
+    EXPECT_LE(e.sched.num_running(), 2);
+  }
+  EXPECT_FALSE(e.sched.has_unfinished());
+}
+
+TEST(Scheduler, LongPromptIsChunkedWhileOthersKeepDecoding) {
+  // Two decoders take 1 token each; the 1000-token prompt gets the other 256.
+  FakeEngine e(sched_config(258, 256, 2048), kv_config(200));
+  e.add(1, tokens(5), 100);
+  e.add(2, tokens(5, 900), 100);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 0, 5, true}, {2, 0, 5, true}}));
+  e.add(3, tokens(1000, 7000), 2);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 5, 1, true}, {2, 5, 1, true}, {3, 0, 256, false}},
+      {{1, 6, 1, true}, {2, 6, 1, true}, {3, 256, 256, false}},
+      {{1, 7, 1, true}, {2, 7, 1, true}, {3, 512, 256, false}},
+      {{1, 8, 1, true}, {2, 8, 1, true}, {3, 768, 232, true}},
+      {{1, 9, 1, true}, {2, 9, 1, true}, {3, 1000, 1, true}},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    const StepPlan plan = e.step();
+    EXPECT_EQ(summary(plan), expected[i]);
+    EXPECT_EQ(plan.num_batched_tokens, i < 3 ? 258 : (i == 3 ? 234 : 3));
+  }
+  EXPECT_EQ(e.seqs[3]->status, SeqStatus::FinishedLength);
+}
+
+TEST(Scheduler, DecodesRunBeforeAnOlderSequencesPrefillChunk) {
+  // Priority policy puts the newer, more urgent long prompt ahead of the
+  // decoding sequence in running order; decodes are still served first.
+  SchedulerConfig c = sched_config(64);
+  c.policy = SchedulingPolicy::Priority;
+  FakeEngine e(c, kv_config(100));
+  e.add(1, tokens(10), 50, /*priority=*/5);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 0, 10, true}}));
+  e.add(2, tokens(200, 3000), 1, /*priority=*/0);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 10, 1, true}, {2, 0, 63, false}},
+      {{1, 11, 1, true}, {2, 63, 63, false}},
+      {{1, 12, 1, true}, {2, 126, 63, false}},
+      {{1, 13, 1, true}, {2, 189, 11, true}},
+      {{1, 14, 1, true}},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(summary(e.step()), expected[i]);
+  }
+}
+
+TEST(Scheduler, LongPrefillThresholdCapsOnePromptPerStep) {
+  SchedulerConfig c = sched_config(1024);
+  c.long_prefill_token_threshold = 256;
+  FakeEngine e(c, kv_config(200));
+  e.add(1, tokens(600), 1);
+  e.add(2, tokens(100, 5000), 1);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 0, 256, false}, {2, 0, 100, true}}));
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 256, 256, false}}));
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 512, 88, true}}));
+}
+
+TEST(Scheduler, WithoutChunkedPrefillAPromptRunsWhole) {
+  SchedulerConfig c = sched_config(64, 256, 64);
+  c.enable_chunked_prefill = false;
+  FakeEngine e(c, kv_config(100));
+  e.add(1, tokens(50), 2);
+  e.add(2, tokens(30, 500), 2);
+  e.add(3, tokens(10, 900), 2);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 0, 50, true}},                    // 2 does not fit the 14 left; 3 waits behind it (FCFS)
+      {{1, 50, 1, true}, {2, 0, 30, true}, {3, 0, 10, true}},
+      {{2, 30, 1, true}, {3, 10, 1, true}},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(summary(e.step()), expected[i]);
+  }
+}
+
+TEST(Scheduler, PrefixHitsReduceComputedTokensAndLeaveTheLastOne) {
+  FakeEngine e(sched_config(512), kv_config(100));
+  const auto base = tokens(40);
+  e.add(1, base, 1);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 0, 40, true}}));
+  EXPECT_EQ(e.seqs[1]->num_cached_tokens, 0);
+  EXPECT_FALSE(e.sched.has_unfinished());
+  EXPECT_EQ(e.sched.kv_stats().cached_blocks, 2);
+
+  auto longer = base;
+  longer.insert(longer.end(), {7, 8, 9, 10, 11});
+  e.add(2, longer, 1);                                             // 45 tokens: 2 blocks hit
+  e.add(3, std::vector<TokenId>(base.begin(), base.begin() + 32), 1);  // 32: last block recomputed
+  e.add(4, std::vector<TokenId>(base.begin(), base.begin() + 16), 1);  // 16: no hit at all
+  EXPECT_EQ(summary(e.step()),
+            (std::vector<Ran>{{2, 32, 13, true}, {3, 16, 16, true}, {4, 0, 16, true}}));
+  EXPECT_EQ(e.seqs[2]->num_cached_tokens, 32);
+  EXPECT_EQ(e.seqs[3]->num_cached_tokens, 16);
+  EXPECT_EQ(e.seqs[4]->num_cached_tokens, 0);
+  EXPECT_EQ(e.sched.prefix_query_tokens(), 40 + 45 + 32 + 16);
+  EXPECT_EQ(e.sched.prefix_hit_tokens(), 32 + 16);
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+}
+
+TEST(Scheduler, PrefixCachingOffComputesEverything) {
+  FakeEngine e(sched_config(512), kv_config(100, 16, /*prefix=*/false));
+  e.add(1, tokens(40), 1);
+  e.step();
+  e.add(2, tokens(40), 1);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{2, 0, 40, true}}));
+  EXPECT_EQ(e.sched.prefix_hit_tokens(), 0);
+}
+
+TEST(Scheduler, PriorityPolicyOrdersWaitingFcfsIgnoresPriority) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::Fcfs, SchedulingPolicy::Priority}) {
+    SCOPED_TRACE(policy == SchedulingPolicy::Fcfs ? "fcfs" : "priority");
+    SchedulerConfig c = sched_config(100);
+    c.policy = policy;
+    FakeEngine e(c, kv_config(100));
+    e.add(1, tokens(60), 1, /*priority=*/5);
+    e.add(2, tokens(60, 1000), 1, /*priority=*/1);
+    e.add(3, tokens(60, 2000), 1, /*priority=*/3);
+    e.add(4, tokens(60, 3000), 1, /*priority=*/1);
+    const auto first = summary(e.step());
+    const auto second = summary(e.step());
+    if (policy == SchedulingPolicy::Priority) {
+      EXPECT_EQ(first, (std::vector<Ran>{{2, 0, 60, true}, {4, 0, 40, false}}));
+      EXPECT_EQ(second, (std::vector<Ran>{{4, 40, 20, true}, {3, 0, 60, true}, {1, 0, 20, false}}));
+    } else {
+      EXPECT_EQ(first, (std::vector<Ran>{{1, 0, 60, true}, {2, 0, 40, false}}));
+      EXPECT_EQ(second, (std::vector<Ran>{{2, 40, 20, true}, {3, 0, 60, true}, {4, 0, 20, false}}));
+    }
+    e.run_to_completion();
+  }
+}
+
+TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOutAndResumesIt) {
+  // 6 blocks of 8 tokens; two sequences of 16 + 20 tokens cannot both fit.
+  FakeEngine e(sched_config(256, 256, 48), kv_config(7, 8));
+  e.add(1, tokens(16), 20);
+  e.add(2, tokens(16, 500), 20);
+  int preempt_step = -1, resume_step = -1, step = 0;
+  while (e.sched.has_unfinished() && step < 200) {
+    const StepPlan plan = e.step();
+    if (!plan.preempted.empty()) {
+      EXPECT_EQ(plan.preempted, std::vector<SeqId>{2});
+      EXPECT_EQ(preempt_step, -1);
+      preempt_step = step;
+      // The victim left this step's plan; the survivor ran.
+      for (const auto& s : plan.seqs) EXPECT_NE(s.seq_id, 2u);
+      EXPECT_EQ(e.seqs[2]->status, SeqStatus::Preempted);
+      EXPECT_EQ(e.seqs[2]->num_computed_tokens, 0);
+      EXPECT_EQ(e.sched.num_waiting(), 1);
+    }
+    for (const auto& s : plan.seqs) {
+      if (s.seq_id == 2 && preempt_step >= 0 && resume_step < 0) {
+        resume_step = step;
+        // Its full blocks that survived in the cache are reused.
+        EXPECT_EQ(s.start_pos % 8, 0);
+        // Recompute catches up in one step and samples (the token is appended by now).
+        EXPECT_TRUE(s.sample);
+        EXPECT_EQ(s.end_pos() + 1, s.seq->num_tokens());
+      }
+    }
+    ++step;
+  }
+  EXPECT_GE(preempt_step, 0);
+  EXPECT_GT(resume_step, preempt_step);
+  EXPECT_EQ(e.seqs[1]->num_preemptions, 0);
+  EXPECT_EQ(e.seqs[2]->num_preemptions, 1);
+  EXPECT_EQ(e.sched.num_preemptions(), 1);
+  for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+}
+
+TEST(Scheduler, PriorityPreemptsTheLeastUrgentEvenIfOlder) {
+  SchedulerConfig c = sched_config(256, 256, 48);
+  c.policy = SchedulingPolicy::Priority;
+  FakeEngine e(c, kv_config(7, 8));
+  e.add(1, tokens(16), 20, /*priority=*/9);
+  e.add(2, tokens(16, 500), 20, /*priority=*/0);
+  e.run_to_completion();
+  EXPECT_EQ(e.seqs[1]->num_preemptions, 1);
+  EXPECT_EQ(e.seqs[2]->num_preemptions, 0);
+  for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+}
+
+TEST(Scheduler, AbortFreesBlocksInTheSameCall) {
+  FakeEngine e(sched_config(64), kv_config(100));
+  e.add(1, tokens(40), 10);
+  e.add(2, tokens(40, 900), 10);
+  e.add(3, tokens(40, 1900), 10);
+  e.step();  // 1 runs 40, 2 runs 24; 3 waits
+  EXPECT_EQ(e.sched.num_running(), 2);
+  EXPECT_EQ(e.sched.num_waiting(), 1);
+  const int32_t used = e.sched.kv_stats().used_blocks;
+  EXPECT_EQ(used, 3 + 2);
+  EXPECT_TRUE(e.sched.abort(2));
+  EXPECT_EQ(e.seqs[2]->status, SeqStatus::FinishedAborted);
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 3);
+  e.sched.check_invariants();
+  EXPECT_TRUE(e.sched.abort(3));  // waiting: just leaves the queue
+  EXPECT_EQ(e.sched.num_waiting(), 0);
+  EXPECT_EQ(e.seqs[3]->status, SeqStatus::FinishedAborted);
+  EXPECT_FALSE(e.sched.abort(3));
+  EXPECT_FALSE(e.sched.abort(42));
+  EXPECT_THROW(e.sched.finish(1, SeqStatus::Running), Error);
+  e.sched.check_invariants();
+  EXPECT_TRUE(e.sched.abort(1));
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+  EXPECT_TRUE(e.step().empty());
+}
+
+TEST(Scheduler, AbortBetweenScheduleAndStepDoneIsSkipped) {
+  FakeEngine e(sched_config(64), kv_config(100));
+  e.add(1, tokens(10), 10);
+  e.add(2, tokens(10, 900), 10);
+  StepPlan plan = e.sched.schedule();
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  EXPECT_TRUE(e.sched.abort(1));
+  e.sched.on_step_done(plan);
+  EXPECT_EQ(e.seqs[2]->num_computed_tokens, 10);
+  e.sched.check_invariants();
+  EXPECT_THROW(e.sched.on_step_done(plan), Error);  // applied twice
+}
+
+TEST(Scheduler, MaxModelLenIsNeverExceeded) {
+  // The engine here ignores reached_max_model_len: the scheduler caps the sequence.
+  FakeEngine e(sched_config(64, 256, 32), kv_config(10, 8));
+  e.add(1, tokens(30), 100);
+  const std::vector<std::vector<Ran>> expected = {
+      {{1, 0, 30, true}}, {{1, 30, 1, true}}, {{1, 31, 1, true}}, {},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    const StepPlan plan = e.step(/*stop_at_max_model_len=*/false);
+    EXPECT_EQ(summary(plan), expected[i]);
+    if (i == 3) {
+      EXPECT_EQ(plan.length_capped, std::vector<SeqId>{1});
+    }
+  }
+  EXPECT_EQ(e.seqs[1]->status, SeqStatus::FinishedLength);
+  EXPECT_EQ(e.seqs[1]->num_tokens(), 33);
+  EXPECT_FALSE(e.sched.has_unfinished());
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+
+  // A prompt of exactly max_model_len yields one token; the engine stops it.
+  e.add(2, tokens(32, 600), 100);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{2, 0, 32, true}}));
+  EXPECT_TRUE(e.sched.reached_max_model_len(*e.seqs[2]));
+  EXPECT_EQ(e.seqs[2]->status, SeqStatus::FinishedLength);
+}
+
+TEST(Scheduler, ForkSharesThePromptAndCopiesTheSharedPartialBlock) {
+  FakeEngine e(sched_config(64, 256, 256), kv_config(20));
+  Sequence* parent = e.add(1, tokens(20), 3);
+  e.step();  // prompt + first sampled token
+  ASSERT_EQ(parent->num_computed_tokens, 20);
+  auto child = std::make_unique<Sequence>();
+  child->id = 2;
+  child->request_id = 1;
+  child->num_prompt_tokens = 20;
+  child->token_ids = tokens(20);
+  child->token_ids.push_back(77);
+  e.sched.fork(1, child.get());
+  e.sched.check_invariants();
+  EXPECT_EQ(child->num_computed_tokens, 20);
+  EXPECT_EQ(child->parent, std::optional<SeqId>{1});
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 2);
+  const StepPlan plan = e.sched.schedule();
+  e.sched.check_invariants();
+  ASSERT_EQ(summary(plan), (std::vector<Ran>{{1, 20, 1, true}, {2, 20, 1, true}}));
+  ASSERT_EQ(plan.block_copies.size(), 1u);
+  const auto t1 = plan.seqs[0].block_table, t2 = plan.seqs[1].block_table;
+  EXPECT_EQ(t1[0], t2[0]);  // full prompt block still shared
+  EXPECT_NE(t1[1], t2[1]);
+  // The parent ran first, so it took the copy; the child writes in place.
+  EXPECT_EQ(plan.block_copies[0], (BlockCopy{t2[1], t1[1]}));
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 3);
+  // Bad forks.
+  auto stranger = std::make_unique<Sequence>();
+  stranger->id = 3;
+  stranger->num_prompt_tokens = 20;
+  stranger->token_ids = tokens(21, 5);
+  EXPECT_THROW(e.sched.fork(1, stranger.get()), Error);  // different tokens
+  stranger->token_ids = tokens(21);
+  EXPECT_THROW(e.sched.fork(9, stranger.get()), Error);  // unknown parent
+  EXPECT_THROW(e.sched.fork(1, child.get()), Error);     // already live
+  e.sched.check_invariants();
+  EXPECT_TRUE(e.sched.abort(1));
+  EXPECT_TRUE(e.sched.abort(2));
+  EXPECT_EQ(e.sched.kv_stats().used_blocks, 0);
+}
+
+TEST(StepPlan, SlotMappingAndPositions) {
+  const std::vector<BlockId> table = {5, 2, 9};
+  struct Case {
+    int32_t pos;
+    int64_t slot;
+  };
+  for (const Case& c : {Case{0, 80}, Case{15, 95}, Case{16, 32}, Case{17, 33}, Case{40, 152}, Case{47, 159}}) {
+    EXPECT_EQ(StepPlan::slot_of(table, c.pos, 16), c.slot) << c.pos;
+  }
+  EXPECT_THROW(StepPlan::slot_of(table, 48, 16), Error);
+  EXPECT_THROW(StepPlan::slot_of(table, -1, 16), Error);
+
+  Sequence seq;
+  seq.token_ids = tokens(20);
+  StepPlan plan;
+  plan.block_size = 16;
+  ScheduledSeq s;
+  s.seq = &seq;
+  s.start_pos = 14;
+  s.num_new_tokens = 4;
+  s.block_table = table;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+  plan.append_positions_and_slots(s, positions, slots);
+  EXPECT_EQ(positions, (std::vector<int32_t>{14, 15, 16, 17}));
+  EXPECT_EQ(slots, (std::vector<int64_t>{94, 95, 32, 33}));
+  const auto ids = s.input_ids();
+  EXPECT_EQ(std::vector<TokenId>(ids.begin(), ids.end()), (std::vector<TokenId>{114, 115, 116, 117}));
+}
+
+}  // namespace
+}  // namespace pagellm
