@@ -104,6 +104,9 @@ class KVCacheManager {
   int32_t num_available_blocks() const { return pool_.num_available_blocks(); }
   bool prefix_caching() const { return config_.enable_prefix_caching; }
   const BlockPool& pool() const { return pool_; }
+  int64_t prefix_query_tokens() const { return prefix_query_tokens_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  // O(blocks in use) for the fragmentation figure; call per step, not per token.
   KVCacheStats stats() const;
 
   // Pool invariants plus: every block's ref count equals the number of block

@@ -225,6 +225,9 @@ StepPlan Scheduler::schedule() {
       budget -= n;
     }
   }
+#ifndef NDEBUG
+  check_invariants();
+#endif
   return plan;
 }
 
@@ -242,6 +245,9 @@ void Scheduler::on_step_done(const StepPlan& plan) {
                   seq->num_computed_tokens, seq->num_tokens());
     kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
   }
+#ifndef NDEBUG
+  check_invariants();
+#endif
 }
 
 bool Scheduler::finish(SeqId id, SeqStatus status) {

@@ -25,7 +25,9 @@
 //   engine: stop checks; scheduler.finish(id, status) for finished sequences
 //           (and for seqs with seq.num_tokens() >= max_model_len);
 //           report plan.length_capped as finished (FinishedLength);
-//           fork(...) the extra samples of an n > 1 request after its prompt step.
+//           fork(...) the extra samples of an n > 1 request after its prompt
+//           step (each child carries its own first sampled token, so apply the
+//           stop checks to it too).
 // abort() may be called between steps (not between schedule and on_step_done).
 #pragma once
 
@@ -112,14 +114,15 @@ class Scheduler {
 
   int64_t num_preemptions() const { return num_preemptions_; }
   KVCacheStats kv_stats() const { return kv_.stats(); }
-  int64_t prefix_query_tokens() const { return kv_.stats().prefix_query_tokens; }
-  int64_t prefix_hit_tokens() const { return kv_.stats().prefix_hit_tokens; }
+  int64_t prefix_query_tokens() const { return kv_.prefix_query_tokens(); }
+  int64_t prefix_hit_tokens() const { return kv_.prefix_hit_tokens(); }
   const SchedulerConfig& config() const { return config_; }
   const KVCacheManager& kv() const { return kv_; }
 
   // KV invariants plus: every live sequence is in exactly one queue with a
   // matching status; running ones hold blocks covering their computed
-  // tokens, waiting ones hold none. Throws Error.
+  // tokens, waiting ones hold none. Throws Error. Debug builds (no NDEBUG)
+  // run it at the end of schedule() and on_step_done().
   void check_invariants() const;
 
  private:
