@@ -41,16 +41,19 @@ class StopChecker {
   int32_t stop_index() const { return stop_index_; }
   // The matched stop string; empty when not stopped.
   const std::string& matched_stop() const;
-  // Bytes currently held back.
-  size_t held_bytes() const { return pending_.size(); }
+  // Bytes received but not yet emitted.
+  size_t held_bytes() const { return window_.size() - emitted_; }
 
  private:
   size_t holdback_length() const;
 
   std::vector<std::string> stop_;
   bool include_stop_;
-  std::string pending_;     // received, not yet emitted
-  size_t no_match_end_ = 0;  // a match must end after this offset of pending_
+  // The tail of the text a match could still involve: window_[0, emitted_)
+  // went out already (only with include_stop_str_in_output), the rest is held.
+  std::string window_;
+  size_t emitted_ = 0;
+  size_t no_match_end_ = 0;  // a match must end after this offset of window_
   int32_t stop_index_ = -1;
 };
 

@@ -31,17 +31,13 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
-// A token that survived the filters, with its unnormalized weight
-// exp((logit - max_logit) / T), in (0, 1].
-struct TokenWeight {
-  int32_t id;
-  float weight;
-};
-
-// The candidates of one draw: ids ascending, and the sum of their weights
-// (p(token) = weight / total).
+// The tokens one draw chooses from, after every filter: ids ascending, each
+// with its unnormalized weight exp((logit - max_logit) / T) in [0, 1];
+// p(ids[i]) = weights[i] / total, total = sum_weights(weights). Zero weights
+// (filtered out or underflowed) may be listed and are never drawn.
 struct Candidates {
-  std::span<const TokenWeight> tokens;
+  std::span<const int32_t> ids;
+  std::span<const float> weights;
   double total = 0.0;
 };
 
@@ -81,23 +77,33 @@ class Sampler {
   static int32_t argmax(const float* logits, int32_t vocab);
 
   // Temperature, top-k, top-p and min-p over processed logits (temperature
-  // must be >= kGreedyTemperature). The span stays valid until the next call.
+  // must be >= kGreedyTemperature). The spans stay valid until the next call.
   Candidates filter(const float* logits, int32_t vocab, const SamplingParams& params);
 
-  // Draws one candidate with probability weight / total, using one number from rng.
+  // Draws one candidate with probability weight / total, using one number
+  // from rng: the first id whose cumulative weight (ids ascending) exceeds
+  // u * total.
   static int32_t draw(const Candidates& candidates, SamplerRng& rng);
 
  private:
   float top_k_threshold(const float* logits, int32_t vocab, int32_t k, float max_logit,
                         size_t n_finite);
   size_t keep_nucleus(size_t n, double target);
+  size_t keep_if_weight_at_least(size_t n, float min_weight);
   void save(float* logits, int32_t id) { undo_.emplace_back(id, logits[id]); }
 
+  struct Ranked {  // a candidate near the top-p cut
+    int32_t id;
+    float weight;
+  };
   std::vector<std::pair<int32_t, float>> undo_;  // (id, original logit), in write order
   std::vector<uint8_t> seen_;                    // [vocab] 0 between calls
   std::vector<int32_t> counts_;                  // [vocab] 0 between calls
-  std::vector<TokenWeight> candidates_;          // [vocab]
-  std::vector<TokenWeight> window_;              // tokens near the top-p cut
+  std::vector<float> dense_weights_;             // [vocab]
+  std::vector<int32_t> all_ids_;                 // [vocab] 0, 1, 2, ...
+  std::vector<int32_t> ids_;                     // [vocab] candidates ...
+  std::vector<float> weights_;                   // [vocab] ... and their weights
+  std::vector<Ranked> window_;                   // top-p: the candidates around the cut
   std::vector<float> values_;                    // top-k selection scratch
   std::vector<double> bucket_mass_;              // top-p histogram
 };
