@@ -162,7 +162,7 @@ float Sampler::top_k_threshold(const float* logits, int32_t vocab, int32_t k, fl
     // Min-heap of the k largest values seen so far.
     for (int32_t i = 0; i < vocab; ++i) {
       const float l = logits[i];
-      if (!std::isfinite(l)) continue;
+      if (!is_finite(l)) continue;
       if (values_.size() < static_cast<size_t>(k)) {
         values_.push_back(l);
         std::push_heap(values_.begin(), values_.end(), std::greater<>());
@@ -175,7 +175,7 @@ float Sampler::top_k_threshold(const float* logits, int32_t vocab, int32_t k, fl
     return values_.front();
   }
   for (int32_t i = 0; i < vocab; ++i)
-    if (std::isfinite(logits[i])) values_.push_back(logits[i]);
+    if (is_finite(logits[i])) values_.push_back(logits[i]);
   std::nth_element(values_.begin(), values_.begin() + (k - 1), values_.end(), std::greater<>());
   return values_[k - 1];
 }

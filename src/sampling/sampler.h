@@ -55,9 +55,12 @@ class Sampler {
   // Picks the next token from logits[vocab] (one sequence's row). `logits` is
   // used as scratch and restored before returning (also when it throws).
   // banned_ids: tokens that must not be chosen now (EOS and stop_token_ids
-  // while fewer than min_tokens have been generated). Throws Error when no
-  // token is left to choose (every logit non-finite or banned) or an id is out
-  // of range.
+  // while fewer than min_tokens have been generated). prompt_ids and
+  // output_ids are read only for the penalties. Non-finite logits (NaN, +-inf)
+  // are never chosen. Throws Error when no token is left to choose, or for a
+  // token id outside [0, vocab) in logit_bias, banned_ids or (with a penalty
+  // set) prompt_ids / output_ids. rng is used only when not greedy, one
+  // number per call.
   SampleResult sample(float* logits, int32_t vocab, const SamplingParams& params,
                       std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                       std::span<const int32_t> banned_ids, SamplerRng& rng);
