@@ -357,6 +357,14 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   return result;
 }
 
+void min_tokens_banned_ids(const SamplingParams& params, std::span<const int32_t> eos_ids,
+                           int32_t num_generated, std::vector<int32_t>& out) {
+  out.clear();
+  if (num_generated >= params.min_tokens) return;
+  out.assign(params.stop_token_ids.begin(), params.stop_token_ids.end());
+  if (!params.ignore_eos) out.insert(out.end(), eos_ids.begin(), eos_ids.end());
+}
+
 SampleResult sample(float* logits, int32_t vocab, const SamplingParams& params,
                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                     std::span<const int32_t> banned_ids, SamplerRng& rng) {

@@ -111,6 +111,12 @@ class Sampler {
   std::vector<double> bucket_mass_;              // top-p histogram
 };
 
+// The ids sample() must not choose yet: while fewer than params.min_tokens
+// tokens have been generated, every token that would end the sequence
+// (params.stop_token_ids, and eos_ids unless ignore_eos). Fills `out`.
+void min_tokens_banned_ids(const SamplingParams& params, std::span<const int32_t> eos_ids,
+                           int32_t num_generated, std::vector<int32_t>& out);
+
 // sample() on a thread_local Sampler.
 SampleResult sample(float* logits, int32_t vocab, const SamplingParams& params,
                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,

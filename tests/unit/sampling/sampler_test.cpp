@@ -516,6 +516,34 @@ TEST(Sampler, FreeFunctionAndBadInputs) {
   EXPECT_THROW(sample(nans.data(), 10, p, {}, {}, {}, rng), Error);
 }
 
+TEST(Sampler, MinTokensBansStopTokensUntilReached) {
+  SamplingParams p;
+  p.min_tokens = 3;
+  p.stop_token_ids = {7, 8};
+  const std::vector<int32_t> eos = {2};
+  std::vector<int32_t> banned = {99};
+  min_tokens_banned_ids(p, eos, 0, banned);
+  EXPECT_EQ(banned, (std::vector<int32_t>{7, 8, 2}));
+  min_tokens_banned_ids(p, eos, 2, banned);
+  EXPECT_EQ(banned.size(), 3u);
+  min_tokens_banned_ids(p, eos, 3, banned);
+  EXPECT_TRUE(banned.empty());
+  p.ignore_eos = true;
+  min_tokens_banned_ids(p, eos, 0, banned);
+  EXPECT_EQ(banned, (std::vector<int32_t>{7, 8}));
+
+  // EOS is the likeliest token, yet never drawn while banned.
+  std::vector<float> logits = {0.0f, 0.5f, 5.0f, 0.2f, 0.1f, 0.0f, 0.0f, 1.0f, 1.0f};
+  p.ignore_eos = false;
+  min_tokens_banned_ids(p, eos, 1, banned);
+  SamplerRng rng(4);
+  Sampler sampler;
+  for (int i = 0; i < 500; ++i) {
+    const int32_t t = sampler.sample(logits.data(), 9, p, {}, {}, banned, rng).token;
+    ASSERT_TRUE(t != 2 && t != 7 && t != 8) << t;
+  }
+}
+
 // Prints the time per call over a Gemma-sized vocabulary.
 TEST(SamplerPerf, LargeVocabularyIsFast) {
   const int32_t vocab = 262144;
@@ -561,7 +589,9 @@ TEST(SamplerPerf, LargeVocabularyIsFast) {
     worst_ms = std::max(worst_ms, ms);
   }
   // Generous: the build machine is shared; typical numbers are far lower.
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(worst_ms, 25.0);
+#endif
 }
 
 }  // namespace
