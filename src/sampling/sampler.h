@@ -2,6 +2,9 @@
 //   logit_bias -> banned ids (min_tokens) -> repetition penalty (prompt + output)
 //   -> presence / frequency penalties (output) -> greedy argmax when temperature
 //   is ~0, else temperature -> top-k -> top-p -> min-p -> draw.
+// (That is vLLM V0's filter order. V1 applies min-p before top-k / top-p; the
+// two differ only when top_p and min_p are both set: here top-p measures its
+// mass before min-p removes anything.)
 // Logprobs come from the raw (unprocessed) logits, like vLLM's default.
 //
 // Cost is O(vocab) per call plus a sort of a small candidate window: the
