@@ -72,6 +72,23 @@ TEST(StopChecker, Table) {
   }
 }
 
+TEST(StopChecker, HeldBytesCountsWhatIsNotOutYet) {
+  StopChecker checker({"\n\nUser:"});
+  EXPECT_EQ(checker.feed("Hi\n\nUs").text, "Hi");
+  EXPECT_EQ(checker.held_bytes(), 4u);
+  EXPECT_EQ(checker.feed("e").text, "");
+  EXPECT_EQ(checker.held_bytes(), 5u);
+  EXPECT_EQ(checker.flush(), "\n\nUse");
+  EXPECT_EQ(checker.held_bytes(), 0u);
+
+  StopChecker including({"\n\nUser:"}, true);
+  EXPECT_EQ(including.feed("Hi\n\nUs").text, "Hi\n\nUs");  // out at once, still watched
+  EXPECT_EQ(including.held_bytes(), 0u);
+  const StopCheckResult r = including.feed("er: more");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "er:");
+}
+
 TEST(StopChecker, NothingAfterTheStop) {
   StopChecker checker({"x"});
   EXPECT_TRUE(checker.feed("abxcd").stopped);
