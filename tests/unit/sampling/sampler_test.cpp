@@ -544,8 +544,10 @@ TEST(Sampler, MinTokensBansStopTokensUntilReached) {
   }
 }
 
-// Prints the time per call over a Gemma-sized vocabulary.
-TEST(SamplerPerf, LargeVocabularyIsFast) {
+// Prints the time per call over a Gemma-sized vocabulary. A measurement, not
+// a test (timings do not belong in unit tests): run it with
+// --gtest_also_run_disabled_tests --gtest_filter='*SamplerPerf*'.
+TEST(SamplerPerf, DISABLED_LargeVocabularyTiming) {
   const int32_t vocab = 262144;
   struct Case {
     const char* name;
@@ -588,10 +590,7 @@ TEST(SamplerPerf, LargeVocabularyIsFast) {
     std::printf("[ sampler ] vocab %d, %-22s median %.3f ms, best %.3f ms\n", vocab, c.name, ms, times[0]);
     worst_ms = std::max(worst_ms, ms);
   }
-  // Generous: the build machine is shared; typical numbers are far lower.
-#if !defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(worst_ms, 25.0);
-#endif
+  std::printf("[ sampler ] worst median %.3f ms\n", worst_ms);
 }
 
 }  // namespace
