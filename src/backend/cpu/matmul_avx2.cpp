@@ -21,6 +21,14 @@
 namespace pagellm::cpu::avx2 {
 namespace {
 
+// p += maddubs(u, s). The empty asm pins p in a register at this point: GCC
+// otherwise re-associates the chains into trees of all products at once and
+// spills them (halving the speed of the K-quant kernels).
+inline void add_maddubs(__m256i& p, __m256i u, __m256i s) {
+  p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u, s));
+  asm("" : "+x"(p));
+}
+
 inline __m256i bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -92,10 +100,10 @@ struct KernelQ4_0 {
         const __m256i q = load256(w[b].qs + 32 * i);
         const __m256i lo = _mm256_and_si256(q, m4);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(lo, bcast32(in.a[t][b].qs + 4 * i)));
+          add_maddubs(p[t], lo, bcast32(in.a[t][b].qs + 4 * i));
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(hi, bcast32(in.a[t][b].qs + 16 + 4 * i)));
+          add_maddubs(p[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t) {
@@ -124,10 +132,10 @@ struct KernelQ4_1 {
         const __m256i q = load256(w[b].qs + 32 * i);
         const __m256i lo = _mm256_and_si256(q, m4);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(lo, bcast32(in.a[t][b].qs + 4 * i)));
+          add_maddubs(p[t], lo, bcast32(in.a[t][b].qs + 4 * i));
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(hi, bcast32(in.a[t][b].qs + 16 + 4 * i)));
+          add_maddubs(p[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
       }
       const __m256 dw = load_halves8(w[b].d), mw = load_halves8(w[b].m);
       for (int t = 0; t < T; ++t) {
@@ -177,10 +185,10 @@ struct KernelQ5 {
           }
           const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hb_lo);
           for (int t = 0; t < T; ++t)
-            p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(lo, bcast32(in.a[t][b].qs + 4 * i)));
+            add_maddubs(p[t], lo, bcast32(in.a[t][b].qs + 4 * i));
           const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hb_hi);
           for (int t = 0; t < T; ++t)
-            p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(hi, bcast32(in.a[t][b].qs + 16 + 4 * i)));
+            add_maddubs(p[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
         }
         for (int t = 0; t < T; ++t) {
           const __m256i v = _mm256_madd_epi16(p[t], ones);
@@ -267,7 +275,7 @@ struct KernelQ45K {
         const int i = g * kPerSum + k;
         const __m256i v = levels<J>(w, i);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(v, bcast32(in.a[t][b].qs + 32 * J + 4 * i)));
+          add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 32 * J + 4 * i));
       }
       for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scale));
     }
@@ -341,8 +349,7 @@ struct KernelQ6K {
         const int i = 2 * g + k;
         const __m256i v = levels<K>(w, h, i);
         for (int t = 0; t < T; ++t)
-          p[t] = _mm256_add_epi16(p[t],
-                                  _mm256_maddubs_epi16(v, bcast32(in.a[t][b].qs + 128 * h + 32 * K + 4 * i)));
+          add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * K + 4 * i));
       }
       for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scales[g / 2]));
     }
