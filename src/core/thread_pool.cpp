@@ -11,7 +11,10 @@
 
 namespace pagellm {
 namespace {
-// About 50-100 us of spinning before a worker sleeps.
+// About 50-100 us of spinning before a thread sleeps. Jobs of one forward
+// pass come back to back, so workers usually catch the next one spinning; when
+// the machine is oversubscribed, sleeping (futex) beats spinning against the
+// very thread we wait for.
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
@@ -46,7 +49,7 @@ void ThreadPool::worker_loop(int ith) {
     seen = gen;
     if (stop_.load()) return;
     (*job_)(ith, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) pending_.notify_one();
   }
 }
 
@@ -60,13 +63,24 @@ void ThreadPool::run(FunctionRef<void(int, int)> fn) {
   generation_.fetch_add(1);  // seq_cst: pairs with sleepers_ (Dekker)
   if (sleepers_.load() > 0) generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) PAGELLM_PAUSE();
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      PAGELLM_PAUSE();
+      continue;
+    }
+    // seq_cst store/load pair with the worker's fetch_sub / caller_sleeping_ load.
+    caller_sleeping_.store(true);
+    const int left = pending_.load();
+    if (left != 0) pending_.wait(left);
+    caller_sleeping_.store(false);
+  }
   job_ = nullptr;
 }
 
-void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align,
+                              int64_t min_parallel) {
   if (n <= 0) return;
-  if (n_threads_ == 1 || n <= align) {
+  if (n_threads_ == 1 || n <= align || n < min_parallel) {
     fn(0, n);
     return;
   }

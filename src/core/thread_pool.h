@@ -45,7 +45,8 @@ class ThreadPool {
 
   // Splits [0, n) into one contiguous range per thread (each a multiple of
   // `align` except the last) and calls fn(begin, end) for the non-empty ones.
-  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align = 1);
+  // Runs inline when n < min_parallel: waking threads costs more than tiny work.
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align = 1, int64_t min_parallel = 1);
 
   // Cumulative nanoseconds spent inside run() (for the step timing breakdown).
   static int64_t now_ns();
@@ -58,6 +59,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
   const FunctionRef<void(int, int)>* job_ = nullptr;
 };

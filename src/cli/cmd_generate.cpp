@@ -1,0 +1,221 @@
+// `pagellm generate`: one prompt streamed to stdout, or a JSONL batch run
+// through the engine at once (the offline API).
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "api/request_params.h"
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "engine/engine.h"
+
+namespace pagellm::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string prompt;
+  std::string batch;
+  int max_tokens = 128;
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repetition_penalty = 1.0f;
+  int top_k = 0;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  bool parse_special = false;
+  bool no_bos = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int run_single(Engine& engine, const GenerateFlags& g) {
+  EngineRequest req;
+  req.id = "0";
+  req.prompt_ids = engine.tokenizer().encode(g.prompt, !g.no_bos, g.parse_special);
+  SamplingParams& p = req.params;
+  p.temperature = g.temperature;
+  p.top_p = g.top_p;
+  p.top_k = g.top_k;
+  p.min_p = g.min_p;
+  p.repetition_penalty = g.repetition_penalty;
+  p.max_tokens = g.max_tokens;
+  p.stop = g.stop;
+  p.ignore_eos = g.ignore_eos;
+  if (g.seed >= 0) p.seed = static_cast<uint64_t>(g.seed);
+  const size_t n_prompt = req.prompt_ids.size();
+  const auto t0 = Clock::now();
+  engine.add_request(std::move(req));
+  std::optional<Clock::time_point> t_first;
+  int n_gen = 0;
+  FinishReason reason = FinishReason::None;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step()) {
+      for (const CompletionDelta& d : out.completions) {
+        if (!d.token_ids.empty() && !t_first) t_first = Clock::now();
+        n_gen = d.num_output_tokens;
+        std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+        if (d.finish_reason != FinishReason::None) reason = d.finish_reason;
+      }
+      std::fflush(stdout);
+    }
+  }
+  const auto t_end = Clock::now();
+  std::fputc('\n', stdout);
+  const double prefill = t_first ? seconds(t0, *t_first) : seconds(t0, t_end);
+  const double decode = t_first ? seconds(*t_first, t_end) : 0.0;
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s); "
+               "finish: %s\n",
+               n_prompt, prefill, prefill > 0 ? n_prompt / prefill : 0.0, n_gen, decode,
+               (n_gen > 1 && decode > 0) ? (n_gen - 1) / decode : 0.0, to_string(reason));
+  if (engine.config().profile) std::fprintf(stderr, "profile: %s\n", engine.model().backend().profile_report().c_str());
+  return 0;
+}
+
+// One JSON object per line in, one per line out, in input order.
+int run_batch(Engine& engine, const GenerateFlags& g) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (g.batch != "-") {
+    file.open(g.batch);
+    if (!file) fail("cannot open '{}'", g.batch);
+    in = &file;
+  }
+  struct Result {
+    nlohmann::json line;
+    std::vector<std::string> texts;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::string> reasons;
+    int prompt_tokens = 0;
+    bool done = false;
+  };
+  std::vector<Result> results;
+  std::string line;
+  const auto t0 = Clock::now();
+  int64_t total_prompt = 0;
+  while (std::getline(*in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Result r;
+    const size_t index = results.size();
+    r.line = {{"index", index}};
+    try {
+      nlohmann::json body;
+      try {
+        body = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        throw InvalidRequest(fmt::format("line {} is not valid JSON: {}", index + 1, e.what()));
+      }
+      if (!body.is_object() || !body.contains("prompt"))
+        throw InvalidRequest("each line needs a \"prompt\" (a string or a list of token ids)", "prompt");
+      EngineRequest req;
+      req.id = std::to_string(index);
+      const auto& prompt = body["prompt"];
+      if (prompt.is_string()) req.prompt_ids = engine.tokenizer().encode(prompt.get<std::string>(), true, false);
+      else if (prompt.is_array()) req.prompt_ids = prompt.get<std::vector<int32_t>>();
+      else throw InvalidRequest("'prompt' must be a string or a list of token ids", "prompt");
+      ParsedParams pp = parse_request_params(body, false, engine.model_config().n_vocab, g.max_tokens);
+      req.params = pp.sampling;
+      req.priority = pp.priority;
+      r.prompt_tokens = static_cast<int>(req.prompt_ids.size());
+      r.texts.resize(req.params.n);
+      r.tokens.resize(req.params.n);
+      r.reasons.resize(req.params.n);
+      total_prompt += r.prompt_tokens;
+      engine.add_request(std::move(req));
+    } catch (const std::exception& e) {
+      r.line["error"] = e.what();
+      r.done = true;
+    }
+    results.push_back(std::move(r));
+  }
+  int64_t total_gen = 0;
+  while (engine.has_unfinished()) {
+    for (const RequestOutput& out : engine.step()) {
+      Result& r = results[std::stoul(out.request_id)];
+      for (const CompletionDelta& d : out.completions) {
+        r.texts[d.index] += d.text;
+        r.tokens[d.index].insert(r.tokens[d.index].end(), d.token_ids.begin(), d.token_ids.end());
+        total_gen += static_cast<int64_t>(d.token_ids.size());
+        if (d.finish_reason != FinishReason::None) r.reasons[d.index] = to_string(d.finish_reason);
+      }
+      r.done = out.finished;
+    }
+  }
+  for (Result& r : results) {
+    if (!r.line.contains("error")) {
+      r.line["text"] = r.texts[0];
+      r.line["token_ids"] = r.tokens[0];
+      r.line["finish_reason"] = r.reasons[0];
+      r.line["prompt_tokens"] = r.prompt_tokens;
+      size_t completion = 0;
+      for (const auto& t : r.tokens) completion += t.size();
+      r.line["completion_tokens"] = completion;
+      if (r.texts.size() > 1) {
+        nlohmann::json all = nlohmann::json::array();
+        for (size_t i = 0; i < r.texts.size(); ++i)
+          all.push_back({{"text", r.texts[i]}, {"token_ids", r.tokens[i]}, {"finish_reason", r.reasons[i]}});
+        r.line["outputs"] = all;
+      }
+    }
+    std::cout << r.line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  std::cout.flush();
+  const double s = seconds(t0, Clock::now());
+  std::fprintf(stderr, "batch: %zu requests, %lld prompt + %lld generated tokens in %.2f s (%.1f tokens/s total, %.1f "
+               "generated tokens/s)\n",
+               results.size(), static_cast<long long>(total_prompt), static_cast<long long>(total_gen), s,
+               (total_prompt + total_gen) / s, total_gen / s);
+  return 0;
+}
+
+}  // namespace
+
+Command register_generate(CLI::App& app) {
+  auto* sub = app.add_subcommand("generate", "Generate text from a prompt (or a JSONL batch of requests)");
+  auto engine = add_engine_flags(sub);
+  auto g = std::make_shared<GenerateFlags>();
+  sub->add_option("-p,--prompt", g->prompt, "Prompt text");
+  sub->add_option("--batch", g->batch,
+                  "JSONL file ('-': stdin): one request per line (prompt + OpenAI/vLLM sampling fields); writes one "
+                  "JSON line per request in input order");
+  sub->add_option("-n,--max-tokens", g->max_tokens, "Tokens to generate at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--temp,--temperature", g->temperature, "Temperature; 0 is greedy")->capture_default_str();
+  sub->add_option("--top-p", g->top_p, "Nucleus sampling mass")->capture_default_str();
+  sub->add_option("--top-k", g->top_k, "Keep the k most likely tokens (0: all)")->capture_default_str();
+  sub->add_option("--min-p", g->min_p, "Drop tokens below min-p x the top probability")->capture_default_str();
+  sub->add_option("--repetition-penalty", g->repetition_penalty, "Penalty on repeated tokens")->capture_default_str();
+  sub->add_option("--seed", g->seed, "Sampling seed (reproducible output)");
+  sub->add_option("--stop", g->stop, "Stop string (repeatable)");
+  sub->add_flag("--ignore-eos", g->ignore_eos, "Keep generating past end-of-sequence tokens");
+  sub->add_flag("--parse-special", g->parse_special, "Recognise special-token text in the prompt");
+  sub->add_flag("--no-bos", g->no_bos, "Do not add the BOS token");
+  return {sub, [sub, engine, g]() {
+            if (g->prompt.empty() == g->batch.empty()) fail("give exactly one of -p PROMPT or --batch FILE");
+            SamplingParams check;
+            check.temperature = g->temperature;
+            check.top_p = g->top_p;
+            check.top_k = g->top_k;
+            check.min_p = g->min_p;
+            check.repetition_penalty = g->repetition_penalty;
+            check.max_tokens = g->max_tokens;
+            try {
+              check.validate();
+            } catch (const InvalidRequest& e) {
+              fail("invalid --{}: {}", e.param(), e.what());
+            }
+            Engine eng(engine->to_config(), load_progress_reporter());
+            spdlog::info("{}", eng.describe());
+            return g->batch.empty() ? run_single(eng, *g) : run_batch(eng, *g);
+          }};
+}
+
+}  // namespace pagellm::cli

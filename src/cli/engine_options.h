@@ -1,0 +1,46 @@
+// Engine flags shared by serve, generate and bench, named as vLLM's.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace pagellm::cli {
+
+// Raw flag values; to_config() validates them into an EngineConfig.
+struct EngineFlags {
+  std::string model;
+  std::string tokenizer;
+  std::string load_format = "auto";
+  std::string dummy_shape = "tinyllama-1.1b";
+  std::string dummy_type = "q4_0";
+  int threads = 0;
+  int block_size = 16;
+  std::string kv_cache_memory;  // e.g. 2GiB; empty: automatic
+  std::string kv_cache_dtype = "f16";
+  int max_model_len = 0;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  std::string block_allocation = "any";
+  std::string scheduling_policy = "fcfs";
+  bool exact_matmul = false;
+  bool profile = false;
+
+  EngineConfig to_config() const;
+};
+
+// Registers the flags on `app`; the returned object is filled by parsing.
+std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app);
+
+// The default model (Gemma 3 270M Q4_K_M) as installed by tools/setup.sh;
+// throws Error with the set-up command when it is missing.
+std::string default_model_path();
+
+// Loading progress: a bar on a terminal, one log line otherwise.
+LoadProgress load_progress_reporter();
+
+}  // namespace pagellm::cli

@@ -1,0 +1,464 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <span>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "core/util.h"
+#include "engine/stop_checker.h"
+#include "kv/kv_sizing.h"
+#include "model/dummy.h"
+#include "model/gguf.h"
+#include "runner/model_runner.h"
+#include "sampling/sampler.h"
+#include "sampling/sampler_rng.h"
+
+namespace pagellm {
+
+const char* to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    default: return "";
+  }
+}
+
+struct Engine::Sample {
+  std::unique_ptr<Sequence> seq;
+  SamplerRng rng;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopChecker> stop;
+  bool in_scheduler = false;
+  bool finished = false;
+  FinishReason pending_finish = FinishReason::None;  // decided this step, applied after on_step_done
+  CompletionDelta delta;  // news since the last output
+  bool has_news = false;
+  Clock::time_point last_token_time;
+};
+
+struct Engine::Request {
+  std::string id;
+  SamplingParams params;
+  int32_t priority = 0;
+  std::vector<int32_t> prompt;
+  std::vector<Sample> samples;
+  bool forked = false;
+  int32_t num_cached_tokens = 0;
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_scheduled, first_token;
+  int32_t finished_samples = 0;
+  bool has_news = false;
+};
+
+namespace {
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return int64_t{4} << 30;
+}
+
+// A vocabulary-only GGUF with a synthetic SentencePiece vocabulary, for dummy
+// models run without --tokenizer.
+std::string synthetic_vocab_file(int n_vocab) {
+  const std::string path = fmt::format("{}/pagellm-vocab-{}-{}.gguf",
+                                       std::filesystem::temp_directory_path().string(), ::getpid(), n_vocab);
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  const char* specials[] = {"<unk>", "<s>", "</s>"};
+  for (int i = 0; i < 3; ++i) {
+    tokens.emplace_back(specials[i]);
+    scores.push_back(0);
+    types.push_back(i == 0 ? 2 : 3);
+  }
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    scores.push_back(0);
+    types.push_back(6);
+  }
+  for (int i = static_cast<int>(tokens.size()); i < n_vocab; ++i) {
+    tokens.push_back(fmt::format("\xe2\x96\x81tok{}", i));
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(1);
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.write(path);
+  return path;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return Tokenizer::from_hf_dir(path);
+  auto f = GGUFFile::open(path);
+  return Tokenizer::from_gguf(*f);
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
+
+Engine::~Engine() = default;
+
+void Engine::load(const LoadProgress& progress) {
+  CpuBackendOptions backend_options;
+  backend_options.threads = config_.threads;
+  backend_options.exact_matmul = config_.exact_matmul;
+  backend_ = make_cpu_backend(backend_options);
+  backend_->set_profiling(config_.profile);
+  if (config_.load_format == "dummy") {
+    if (!config_.tokenizer.empty()) tokenizer_ = load_tokenizer(config_.tokenizer);
+    const int n_vocab = tokenizer_ ? tokenizer_->vocab_size() : dummy_vocab_size(config_.dummy_shape, nullptr);
+    if (!tokenizer_) {
+      const std::string vocab = synthetic_vocab_file(n_vocab);
+      tokenizer_ = load_tokenizer(vocab);
+      std::filesystem::remove(vocab);
+    }
+    const ModelConfig cfg = dummy_config(config_.dummy_shape, n_vocab);
+    ThreadPool pool(config_.threads);
+    DummySpec spec{config_.dummy_shape, config_.dummy_type, 0};
+    dummy_source_ = make_dummy_source(cfg, spec, pool);
+    model_ = Model::from_source(cfg, *dummy_source_, *backend_, progress);
+  } else if (config_.load_format == "auto") {
+    PAGELLM_CHECK(!config_.model.empty(), "no model given");
+    model_ = Model::load(config_.model, *backend_, progress);
+    if (!config_.tokenizer.empty()) tokenizer_ = load_tokenizer(config_.tokenizer);
+    else if (model_->gguf()) tokenizer_ = Tokenizer::from_gguf(*model_->gguf());
+    else tokenizer_ = Tokenizer::from_hf_dir(config_.model);
+  } else {
+    fail("unknown load format '{}' (auto or dummy)", config_.load_format);
+  }
+  const ModelConfig& mc = model_->config();
+  PAGELLM_CHECK(tokenizer_->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
+                tokenizer_->vocab_size(), mc.n_vocab);
+
+  sched_config_ = config_.scheduler;
+  if (sched_config_.max_model_len <= 0) sched_config_.max_model_len = mc.n_ctx_train;
+  PAGELLM_CHECK(sched_config_.max_model_len <= mc.n_ctx_train || mc.n_ctx_train <= 0,
+                "--max-model-len {} exceeds the model's context length {}", sched_config_.max_model_len,
+                mc.n_ctx_train);
+
+  // KV budget: as asked, or by default a quarter of the available memory, at
+  // most what max_num_seqs full-length sequences could use, and at least one.
+  const KVCacheLayout layout{mc.n_layer, mc.n_head_kv, mc.head_dim, config_.block_size,
+                             config_.kv_cache_dtype == DType::F16 ? 2 : 4};
+  const int64_t per_block = kv_bytes_per_block(layout);
+  const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
+  int64_t budget = config_.kv_cache_memory;
+  if (budget <= 0) {
+    const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, sched_config_.max_num_seqs);
+    budget = std::min(available_memory_bytes() / 4, all_seqs);
+    budget = std::max(budget, per_block * (blocks_per_seq + 1));
+  }
+  kv_config_.num_blocks = kv_num_blocks_for_budget(layout, budget);
+  kv_config_.block_size = config_.block_size;
+  kv_config_.enable_prefix_caching = config_.enable_prefix_caching;
+  kv_config_.allocation_policy = config_.block_allocation;
+  backend_->allocate_kv_cache(model_->kv_cache_spec(config_.block_size, kv_config_.num_blocks, config_.kv_cache_dtype));
+  scheduler_ = std::make_unique<Scheduler>(sched_config_, kv_config_);
+  runner_ = std::make_unique<ModelRunner>(*model_);
+  sampler_ = std::make_unique<Sampler>();
+  update_gauges();
+}
+
+std::string Engine::describe() const {
+  const int64_t per_block = kv_bytes_per_block(KVCacheLayout{model_config().n_layer, model_config().n_head_kv,
+                                                             model_config().head_dim, config_.block_size,
+                                                             config_.kv_cache_dtype == DType::F16 ? 2 : 4});
+  return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}, {} tokens); max_model_len {}; {}",
+                     model_config().describe(), format_bytes(static_cast<int64_t>(model_->weight_bytes())),
+                     kv_config_.num_blocks - 1, kv_config_.block_size,
+                     format_bytes(per_block * kv_config_.num_blocks), dtype_name(config_.kv_cache_dtype),
+                     static_cast<int64_t>(kv_config_.num_blocks - 1) * kv_config_.block_size,
+                     sched_config_.max_model_len, backend_->describe());
+}
+
+void Engine::validate(const EngineRequest& req) const {
+  if (req.id.empty()) throw InvalidRequest("request id must not be empty");
+  if (requests_.count(req.id)) throw InvalidRequest(fmt::format("duplicate request id '{}'", req.id));
+  const int32_t vocab = model_->config().n_vocab;
+  req.params.validate(vocab);
+  if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
+  for (int32_t t : req.prompt_ids)
+    if (t < 0 || t >= vocab) throw InvalidRequest(fmt::format("token id {} is outside the vocabulary (0..{})", t, vocab - 1), "prompt");
+  const int64_t prompt = static_cast<int64_t>(req.prompt_ids.size());
+  if (prompt >= sched_config_.max_model_len)
+    throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
+                                     prompt, sched_config_.max_model_len), "prompt");
+  if (prompt + req.params.max_tokens > sched_config_.max_model_len)
+    throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
+                                     "max_tokens is {} ({} in total); reduce the prompt or max_tokens",
+                                     sched_config_.max_model_len, prompt, req.params.max_tokens,
+                                     prompt + req.params.max_tokens), "max_tokens");
+}
+
+void Engine::add_request(EngineRequest req) {
+  validate(req);
+  auto r = std::make_unique<Request>();
+  r->id = req.id;
+  r->params = req.params;
+  r->priority = req.priority;
+  r->prompt = std::move(req.prompt_ids);
+  r->arrival = Clock::now();
+  r->samples.resize(static_cast<size_t>(r->params.n));
+  for (int32_t i = 0; i < r->params.n; ++i) {
+    Sample& s = r->samples[i];
+    s.rng = SamplerRng::for_request(r->params, static_cast<uint64_t>(i));
+    s.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, r->params.skip_special_tokens);
+    s.stop = std::make_unique<StopChecker>(r->params.stop, r->params.include_stop_str_in_output);
+    s.delta.index = i;
+  }
+  // Only the first sample runs the prompt; the others fork from it once the
+  // prompt is computed and share its KV blocks.
+  Sample& first = r->samples[0];
+  first.seq = std::make_unique<Sequence>();
+  first.seq->id = next_seq_id_++;
+  first.seq->request_id = next_request_num_++;
+  first.seq->priority = r->priority;
+  first.seq->token_ids = r->prompt;
+  first.seq->num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
+  scheduler_->add(first.seq.get());
+  first.in_scheduler = true;
+  seq_owner_[first.seq->id] = {r.get(), 0};
+  metrics_.prompt_tokens += static_cast<int64_t>(r->prompt.size());
+  requests_[r->id] = std::move(r);
+}
+
+void Engine::append_token(Request& r, Sample& s, int32_t token, const SampleResult& res) {
+  const auto now = Clock::now();
+  const SamplingParams& p = r.params;
+  s.seq->token_ids.push_back(token);
+  const int32_t n_out = s.seq->num_output_tokens();
+  metrics_.generation_tokens++;
+  if (!r.first_token) {
+    r.first_token = now;
+    metrics_.time_to_first_token.observe(std::chrono::duration<double>(now - r.arrival).count());
+  } else if (n_out > 1) {
+    metrics_.inter_token_latency.observe(std::chrono::duration<double>(now - s.last_token_time).count());
+  }
+  s.last_token_time = now;
+  s.has_news = r.has_news = true;
+  s.delta.token_ids.push_back(token);
+  s.delta.num_output_tokens = n_out;
+  if (p.logprobs >= 0) s.delta.logprobs.push_back({token, res.logprob, res.top_logprobs});
+
+  const bool may_stop = n_out >= p.min_tokens;
+  const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  if (may_stop && stop_token) {
+    s.delta.stop_token = token;
+    s.pending_finish = FinishReason::Stop;
+    return;
+  }
+  if (may_stop && !p.ignore_eos && tokenizer_->is_eog(token)) {
+    s.pending_finish = FinishReason::Stop;
+    return;
+  }
+  const StopCheckResult sc = s.stop->feed(s.detok->push(token), may_stop);
+  s.delta.text += sc.text;
+  if (sc.stopped) {
+    s.delta.stop_string = s.stop->matched_stop();
+    s.pending_finish = FinishReason::Stop;
+    return;
+  }
+  if (n_out >= p.max_tokens || scheduler_->reached_max_model_len(*s.seq)) s.pending_finish = FinishReason::Length;
+}
+
+void Engine::finish_sample(Request& r, Sample& s, FinishReason reason) {
+  if (s.finished) return;
+  // Text held back for a possible stop string (or an unfinished character) is
+  // final now, unless a stop string ended the sample.
+  if (s.delta.stop_string.empty()) {
+    std::string rest = s.detok->flush();
+    s.delta.text += s.stop->feed(rest, false).text + s.stop->flush();
+  }
+  s.finished = true;
+  s.delta.finish_reason = reason;
+  s.has_news = r.has_news = true;
+  r.finished_samples++;
+}
+
+void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* logits_row,
+                          std::vector<Request*>& touched) {
+  Sequence* seq = plan.seqs[plan_index].seq;
+  auto& [req, index] = seq_owner_.at(seq->id);
+  Request& r = *req;
+  Sample& s = r.samples[index];
+  const int32_t vocab = model_->config().n_vocab;
+  // The sampler restores the row after use, so one row serves every sample.
+  float* row = const_cast<float*>(logits_row);
+  std::vector<int32_t> banned;
+  const std::span<const int32_t> eog(tokenizer_->eog_ids());
+  auto draw = [&](Sample& target) {
+    banned.clear();
+    min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
+    const std::span<const int32_t> all(target.seq->token_ids);
+    return sampler_->sample(row, vocab, r.params, all.first(target.seq->num_prompt_tokens),
+                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng);
+  };
+  if (!r.forked && r.params.n > 1 && seq->num_output_tokens() == 0) {
+    // Parallel sampling: n first tokens from the prompt's logits.
+    for (int32_t k = 1; k < r.params.n; ++k) {
+      Sample& child = r.samples[k];
+      child.seq = std::make_unique<Sequence>();
+      child.seq->id = next_seq_id_++;
+      child.seq->request_id = seq->request_id;
+      child.seq->priority = r.priority;
+      child.seq->token_ids = r.prompt;
+      child.seq->num_prompt_tokens = seq->num_prompt_tokens;
+      seq_owner_[child.seq->id] = {&r, k};
+      const SampleResult res = draw(child);
+      append_token(r, child, res.token, res);
+    }
+  }
+  const SampleResult res = draw(s);
+  append_token(r, s, res.token, res);
+  touched.push_back(&r);
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  StepPlan plan = scheduler_->schedule();
+  std::vector<Request*> touched;
+  const auto now = Clock::now();
+  for (const auto& e : plan.seqs) {
+    Request& r = *seq_owner_.at(e.seq_id).first;
+    if (!r.first_scheduled) {
+      r.first_scheduled = now;
+      metrics_.request_queue_time.observe(std::chrono::duration<double>(now - r.arrival).count());
+      r.num_cached_tokens = std::max(0, e.seq->num_cached_tokens);
+    }
+  }
+  if (!plan.empty()) {
+    metrics_.num_steps++;
+    metrics_.iteration_tokens.observe(plan.num_batched_tokens);
+    ModelRunner::Output out;
+    runner_->execute(plan, out);
+    const int32_t vocab = model_->config().n_vocab;
+    for (size_t i = 0; i < out.entries.size(); ++i) sample_entry(plan, out.entries[i], out.row(i, vocab), touched);
+  }
+  scheduler_->on_step_done(plan);
+
+  // Children of n > 1 requests join now, sharing the prompt's blocks.
+  for (Request* r : touched) {
+    if (r->forked || r->params.n <= 1 || !r->samples[1].seq) continue;
+    r->forked = true;
+    for (int32_t k = 1; k < r->params.n; ++k) {
+      scheduler_->fork(r->samples[0].seq->id, r->samples[k].seq.get());
+      r->samples[k].in_scheduler = true;
+    }
+  }
+  // Stop decisions take effect: blocks go back to the pool.
+  for (Request* r : touched)
+    for (Sample& s : r->samples)
+      if (s.pending_finish != FinishReason::None && !s.finished) {
+        scheduler_->finish(s.seq->id, s.pending_finish == FinishReason::Stop ? SeqStatus::FinishedStopped
+                                                                             : SeqStatus::FinishedLength);
+        finish_sample(*r, s, s.pending_finish);
+      }
+  for (SeqId id : plan.length_capped) {
+    auto it = seq_owner_.find(id);
+    if (it == seq_owner_.end()) continue;
+    Request& r = *it->second.first;
+    finish_sample(r, r.samples[it->second.second], FinishReason::Length);
+    touched.push_back(&r);
+  }
+
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (Request* r : touched)
+    if (r->has_news) outputs.push_back(collect(*r));
+  update_gauges();
+  return outputs;
+}
+
+RequestOutput Engine::collect(Request& r) {
+  RequestOutput out;
+  out.request_id = r.id;
+  out.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  out.num_cached_tokens = r.num_cached_tokens;
+  for (Sample& s : r.samples) {
+    if (!s.has_news) continue;
+    out.completions.push_back(std::move(s.delta));
+    s.delta = CompletionDelta{};
+    s.delta.index = out.completions.back().index;
+    s.delta.num_output_tokens = out.completions.back().num_output_tokens;
+    s.has_news = false;
+  }
+  r.has_news = false;
+  const auto now = Clock::now();
+  out.finished = r.finished_samples == r.params.n;
+  if (r.first_scheduled) out.queue_seconds = std::chrono::duration<double>(*r.first_scheduled - r.arrival).count();
+  if (r.first_token) out.ttft_seconds = std::chrono::duration<double>(*r.first_token - r.arrival).count();
+  out.e2e_seconds = std::chrono::duration<double>(now - r.arrival).count();
+  if (out.finished) {
+    metrics_.e2e_request_latency.observe(out.e2e_seconds);
+    FinishReason reason = FinishReason::Stop;
+    for (const auto& c : out.completions)
+      if (c.finish_reason != FinishReason::None) reason = c.finish_reason;
+    metrics_.request_success[to_string(reason)]++;
+    for (Sample& s : r.samples)
+      if (s.seq) seq_owner_.erase(s.seq->id);
+    requests_.erase(r.id);  // destroys r
+  }
+  return out;
+}
+
+std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return std::nullopt;
+  Request& r = *it->second;
+  for (Sample& s : r.samples) {
+    if (s.finished) continue;
+    if (s.in_scheduler) scheduler_->abort(s.seq->id);
+    s.finished = true;
+    s.delta.finish_reason = FinishReason::Abort;
+    s.has_news = true;
+    r.finished_samples++;
+  }
+  r.has_news = true;
+  RequestOutput out = collect(r);
+  update_gauges();
+  return out;
+}
+
+void Engine::update_gauges() {
+  const KVCacheStats kv = scheduler_->kv_stats();
+  metrics_.num_requests_running = scheduler_->num_running();
+  metrics_.num_requests_waiting = scheduler_->num_waiting();
+  metrics_.kv_blocks_total = kv.total_blocks;
+  metrics_.kv_blocks_used = kv.used_blocks;
+  metrics_.kv_blocks_cached = kv.cached_blocks;
+  metrics_.kv_blocks_free = kv.free_blocks;
+  metrics_.kv_cache_usage = kv.usage();
+  metrics_.kv_fragmentation = kv.fragmentation;
+  metrics_.prefix_cache_queries = scheduler_->prefix_query_tokens();
+  metrics_.prefix_cache_hits = scheduler_->prefix_hit_tokens();
+  metrics_.num_preemptions = scheduler_->num_preemptions();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.metrics = metrics_;
+  s.kv = scheduler_->kv_stats();
+  s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
+  return s;
+}
+
+}  // namespace pagellm

@@ -1,0 +1,150 @@
+// Engine: many requests share one model and one pool of KV blocks; every
+// step() runs ONE forward pass over all tokens the scheduler picked, samples,
+// detokenizes and applies stop conditions. Synchronous and single-threaded;
+// AsyncEngine runs it on its own thread.
+//
+//   add_request -> Scheduler::schedule -> ModelRunner::execute -> Sampler
+//               -> append, on_step_done, fork (n > 1), stop checks -> outputs
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/metrics.h"
+#include "kv/kv_cache_manager.h"
+#include "model/model.h"
+#include "model/tensor_source.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm {
+
+struct EngineConfig {
+  std::string model;               // GGUF file or Hugging Face folder
+  std::string load_format = "auto";  // auto | dummy
+  std::string dummy_shape = "tinyllama-1.1b";
+  DType dummy_type = DType::Q4_0;
+  std::string tokenizer;           // override: a GGUF (vocab) file or HF folder
+  int threads = 0;                 // 0: all cores
+  int block_size = 16;
+  int64_t kv_cache_memory = 0;     // bytes; 0: auto (see engine.cpp)
+  DType kv_cache_dtype = DType::F16;
+  bool enable_prefix_caching = true;
+  AllocationPolicy block_allocation = AllocationPolicy::Any;
+  SchedulerConfig scheduler;       // max_model_len 0: the model's context length
+  bool exact_matmul = false;       // float activations in matmuls (see CpuBackendOptions)
+  bool profile = false;            // per-op timing breakdown
+};
+
+enum class FinishReason { None, Stop, Length, Abort };
+const char* to_string(FinishReason r);
+
+struct EngineRequest {
+  std::string id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  int32_t priority = 0;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely tokens, descending
+};
+
+// What one sample of a request produced since the last output.
+struct CompletionDelta {
+  int32_t index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
+  FinishReason finish_reason = FinishReason::None;
+  std::string stop_string;       // the stop string that matched, if any
+  int32_t stop_token = -1;       // the stop token id that ended it, if any
+  int32_t num_output_tokens = 0;  // total so far
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<CompletionDelta> completions;
+  bool finished = false;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache
+  double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
+};
+
+struct EngineStats {
+  EngineMetrics metrics;
+  KVCacheStats kv;
+  int64_t num_unfinished_requests = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& config, const LoadProgress& progress = {});
+  ~Engine();
+
+  // Throws InvalidRequest for bad parameters, an empty or too long prompt, a
+  // duplicate id. Nothing is queued when it throws.
+  void validate(const EngineRequest& req) const;
+  void add_request(EngineRequest req);
+  // Aborts a request: its blocks return to the pool now. Returns the final
+  // output (finish reason abort), or nothing for an unknown id.
+  std::optional<RequestOutput> abort(const std::string& request_id);
+
+  // One iteration. Returns an output for every request that has news.
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return !requests_.empty(); }
+  size_t num_unfinished() const { return requests_.size(); }
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& model_config() const { return model_->config(); }
+  const EngineConfig& config() const { return config_; }
+  int32_t max_model_len() const { return sched_config_.max_model_len; }
+  Model& model() { return *model_; }
+  const EngineMetrics& metrics() const { return metrics_; }
+  EngineStats stats() const;
+  std::string describe() const;
+  const KVCacheConfig& kv_config() const { return kv_config_; }
+  // Debug/test hook: checks scheduler and KV invariants (throws Error).
+  void check_invariants() const { scheduler_->check_invariants(); }
+
+ private:
+  struct Request;
+  struct Sample;
+  using Clock = std::chrono::steady_clock;
+
+  void load(const LoadProgress& progress);
+  void sample_entry(const StepPlan& plan, size_t plan_index, const float* logits, std::vector<Request*>& touched);
+  void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
+  void finish_sample(Request& r, Sample& s, FinishReason reason);
+  RequestOutput collect(Request& r);
+  void update_gauges();
+
+  EngineConfig config_;
+  SchedulerConfig sched_config_;
+  KVCacheConfig kv_config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<TensorSource> dummy_source_;  // owns dummy weights (the model borrows them)
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<class ModelRunner> runner_;
+  std::unique_ptr<Sampler> sampler_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::unordered_map<SeqId, std::pair<Request*, int32_t>> seq_owner_;  // seq -> (request, sample index)
+  SeqId next_seq_id_ = 1;
+  uint64_t next_request_num_ = 1;
+  EngineMetrics metrics_;
+};
+
+}  // namespace pagellm

@@ -1,0 +1,54 @@
+// Engine counters and latency histograms, kept by the engine and rendered by
+// the server as Prometheus text. Names follow vLLM's metrics.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pagellm {
+
+// A cumulative histogram with fixed upper bounds (Prometheus semantics).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds = {});
+  void observe(double v);
+  const std::vector<double>& bounds() const { return bounds_; }
+  const std::vector<uint64_t>& counts() const { return counts_; }  // per bucket, last = +Inf
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+  // Value below which a fraction q of the observations fall (bucket interpolation).
+  double quantile(double q) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct EngineMetrics {
+  // Gauges (set every step).
+  int64_t num_requests_running = 0;
+  int64_t num_requests_waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
+  double kv_cache_usage = 0;  // used / total
+  double kv_fragmentation = 0;
+  // Counters.
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  std::map<std::string, int64_t> request_success;  // finish reason -> count
+  // Histograms (seconds, tokens).
+  Histogram time_to_first_token;
+  Histogram inter_token_latency;
+  Histogram e2e_request_latency;
+  Histogram request_queue_time;
+  Histogram iteration_tokens;
+
+  EngineMetrics();
+};
+
+}  // namespace pagellm

@@ -1,0 +1,266 @@
+#include "model/dummy.h"
+
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+#include "backend/cpu/quants.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/gguf.h"
+
+namespace pagellm {
+namespace {
+
+struct Shape {
+  Arch arch;
+  int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+  float rope_base, norm_eps;
+  bool tied;
+  int sliding_window;
+};
+
+// Real shapes (for benchmarks) and tiny ones (for tests; sized so K-quants fit:
+// every matrix has a multiple of 256 inputs).
+const std::map<std::string, Shape>& shapes() {
+  static const std::map<std::string, Shape> s = {
+      {"tinyllama-1.1b", {Arch::Llama, 32000, 2048, 22, 32, 4, 64, 5632, 2048, 10000.f, 1e-5f, false, 0}},
+      {"llama-3.2-1b", {Arch::Llama, 128256, 2048, 16, 32, 8, 64, 8192, 8192, 500000.f, 1e-5f, true, 0}},
+      {"qwen2.5-0.5b", {Arch::Qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1000000.f, 1e-6f, true, 0}},
+      {"gemma3-270m", {Arch::Gemma3, 262144, 640, 18, 4, 1, 256, 2048, 32768, 1000000.f, 1e-6f, true, 512}},
+      {"tiny-llama", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
+      {"tiny-qwen2", {Arch::Qwen2, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
+      {"tiny-qwen3", {Arch::Qwen3, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
+      {"tiny-gemma3", {Arch::Gemma3, 512, 256, 6, 2, 1, 128, 512, 512, 1000000.f, 1e-6f, true, 32}},
+  };
+  return s;
+}
+
+const Shape& find_shape(const std::string& name) {
+  auto it = shapes().find(name);
+  if (it == shapes().end()) {
+    std::string known;
+    for (const auto& [k, v] : shapes()) known += (known.empty() ? "" : ", ") + k;
+    fail("unknown dummy model shape '{}' (known: {})", name, known);
+  }
+  return it->second;
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Approximately normal(0, 1): the sum of four uniform(-1, 1) has variance 4/3.
+// Integer draws and exact float ops only, so results are identical everywhere.
+void fill_normal(float* out, int64_t n, uint64_t seed, float stddev) {
+  uint64_t state = seed;
+  const float k = stddev * 0.8660254f / 2147483648.0f;  // sqrt(3/4) / 2^31
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t sum = 0;
+    for (int r = 0; r < 2; ++r) {
+      const uint64_t x = splitmix64(state);
+      sum += static_cast<int32_t>(x & 0xffffffffu);
+      sum += static_cast<int32_t>(x >> 32);
+    }
+    out[i] = static_cast<float>(sum) * k;
+  }
+}
+
+class DummySource : public TensorSource {
+ public:
+  DummySource(const ModelConfig& cfg, const DummySpec& spec, ThreadPool& pool) {
+    const int64_t hd = cfg.head_dim, E = cfg.n_embd;
+    auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+      add(name, dummy_tensor_type(spec.wtype, cols), {cols, rows}, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
+          spec.seed, pool);
+    };
+    auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
+      add(name, DType::F32, {n}, stddev, mean, spec.seed, pool);
+    };
+    // Embeddings: unit variance for models that do not scale them up.
+    add("token_embd.weight", dummy_tensor_type(spec.wtype, E), {E, cfg.n_vocab},
+        cfg.arch == Arch::Gemma3 ? 0.05f : 1.0f, 0.0f, spec.seed, pool);
+    vec("output_norm.weight", E, 0.1f, 1.0f);
+    if (!find_shape(spec.shape).tied) matrix("output.weight", E, cfg.n_vocab);
+    for (int il = 0; il < cfg.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      vec(p + "attn_norm.weight", E, 0.1f, 1.0f);
+      matrix(p + "attn_q.weight", E, cfg.n_head * hd);
+      matrix(p + "attn_k.weight", E, cfg.n_head_kv * hd);
+      matrix(p + "attn_v.weight", E, cfg.n_head_kv * hd);
+      matrix(p + "attn_output.weight", cfg.n_head * hd, E);
+      if (cfg.qkv_bias) {
+        vec(p + "attn_q.bias", cfg.n_head * hd, 0.1f, 0.0f);
+        vec(p + "attn_k.bias", cfg.n_head_kv * hd, 0.1f, 0.0f);
+        vec(p + "attn_v.bias", cfg.n_head_kv * hd, 0.1f, 0.0f);
+      }
+      if (cfg.qk_norm) {
+        vec(p + "attn_q_norm.weight", hd, 0.1f, 1.0f);
+        vec(p + "attn_k_norm.weight", hd, 0.1f, 1.0f);
+      }
+      if (cfg.post_norms) {
+        vec(p + "post_attention_norm.weight", E, 0.1f, 1.0f);
+        vec(p + "post_ffw_norm.weight", E, 0.1f, 1.0f);
+      }
+      vec(p + "ffn_norm.weight", E, 0.1f, 1.0f);
+      matrix(p + "ffn_gate.weight", E, cfg.n_ff);
+      matrix(p + "ffn_up.weight", E, cfg.n_ff);
+      matrix(p + "ffn_down.weight", cfg.n_ff, E);
+    }
+  }
+
+  const TensorData* find(const std::string& name) const override {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second].info;
+  }
+  size_t count() const override { return tensors_.size(); }
+
+  struct Owned {
+    TensorData info;
+    std::vector<uint8_t> bytes;
+  };
+  const std::vector<Owned>& tensors() const { return tensors_; }
+
+ private:
+  void add(const std::string& name, DType type, std::vector<int64_t> shape, float stddev, float mean, uint64_t seed,
+           ThreadPool& pool) {
+    const int64_t cols = shape[0];
+    const int64_t rows = shape.size() > 1 ? shape[1] : 1;
+    const size_t row_bytes = dtype_row_bytes(type, cols);
+    Owned t;
+    t.bytes.resize(row_bytes * static_cast<size_t>(rows));
+    const uint64_t base = fnv1a(name) ^ (seed * 0x9e3779b97f4a7c15ull);
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = r0; r < r1; ++r) {
+        fill_normal(row.data(), cols, base + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull, stddev);
+        for (auto& v : row) v += mean;
+        cpu::quantize_row_ref(type, row.data(), t.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+      }
+    });
+    t.info = TensorData{name, type, std::move(shape), nullptr};
+    index_[name] = tensors_.size();
+    tensors_.push_back(std::move(t));
+    // Pointers are fixed once all tensors exist (the vector may move them).
+    for (auto& o : tensors_) o.info.data = o.bytes.data();
+  }
+
+  std::vector<Owned> tensors_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+void add_synthetic_vocab(GGUFWriter& w, int n_vocab) {
+  PAGELLM_CHECK(n_vocab >= 259 + 1, "a synthetic vocabulary needs at least 260 tokens");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  auto push = [&](std::string t, float score, int32_t type) {
+    tokens.push_back(std::move(t));
+    scores.push_back(score);
+    types.push_back(type);
+  };
+  push("<unk>", 0, 2);
+  push("<s>", 0, 3);
+  push("</s>", 0, 3);
+  for (int b = 0; b < 256; ++b) push(fmt::format("<0x{:02X}>", b), 0, 6);
+  for (int i = static_cast<int>(tokens.size()); i < n_vocab; ++i) push(fmt::format("\xe2\x96\x81tok{}", i), -static_cast<float>(i), 1);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+}
+
+}  // namespace
+
+std::vector<std::string> dummy_shape_names() {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : shapes()) names.push_back(k);
+  return names;
+}
+
+DType dummy_tensor_type(DType wanted, int64_t cols) {
+  if (cols % 256 == 0) return wanted;
+  switch (wanted) {
+    case DType::Q4_K: return DType::Q5_0;
+    case DType::Q5_K: return DType::Q5_1;
+    case DType::Q6_K: return DType::Q8_0;
+    default: return wanted;
+  }
+}
+
+int dummy_vocab_size(const std::string& shape, const GGUFFile* vocab) {
+  const Shape& s = find_shape(shape);
+  if (vocab) return static_cast<int>(vocab->get_string_array("tokenizer.ggml.tokens").size());
+  return s.n_vocab;
+}
+
+ModelConfig dummy_config(const std::string& shape, int n_vocab) {
+  const Shape& s = find_shape(shape);
+  ModelConfig c;
+  c.arch = s.arch;
+  c.name = "dummy " + shape;
+  c.n_vocab = n_vocab;
+  c.n_embd = s.n_embd;
+  c.n_layer = s.n_layer;
+  c.n_head = s.n_head;
+  c.n_head_kv = s.n_head_kv;
+  c.head_dim = s.head_dim;
+  c.n_ff = s.n_ff;
+  c.n_ctx_train = s.n_ctx;
+  c.norm_eps = s.norm_eps;
+  c.rope.freq_base = s.rope_base;
+  c.sliding_window = s.sliding_window;
+  finalize_config(c, true);  // the weights are laid out as a GGUF file's
+  return c;
+}
+
+std::unique_ptr<TensorSource> make_dummy_source(const ModelConfig& cfg, const DummySpec& spec, ThreadPool& pool) {
+  return std::make_unique<DummySource>(cfg, spec, pool);
+}
+
+void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUFFile* vocab, ThreadPool& pool) {
+  const Shape& s = find_shape(spec.shape);
+  const int n_vocab = dummy_vocab_size(spec.shape, vocab);
+  const ModelConfig cfg = dummy_config(spec.shape, n_vocab);
+  DummySource src(cfg, spec, pool);
+  GGUFWriter w;
+  const std::string a = arch_name(s.arch);
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", fmt::format("dummy {} {} seed {}", spec.shape, dtype_name(spec.wtype), spec.seed));
+  w.set_u32("general.alignment", 32);
+  w.set_u32(a + ".vocab_size", static_cast<uint32_t>(n_vocab));
+  w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
+  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_dim));
+  w.set_f32(a + ".rope.freq_base", s.rope_base);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
+  if (s.sliding_window) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (vocab) {
+    for (const auto& [k, v] : vocab->metadata())
+      if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);
+  } else {
+    add_synthetic_vocab(w, n_vocab);
+  }
+  for (const auto& t : src.tensors()) w.add_tensor(t.info.name, t.info.type, t.info.shape, t.bytes);
+  w.write(path);
+}
+
+}  // namespace pagellm

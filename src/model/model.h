@@ -1,0 +1,91 @@
+// A loaded decoder-only transformer: its config, its weights on a backend, and
+// one forward pass over a batch of sequences that reads and writes the paged KV
+// cache. Families (llama, qwen2, qwen3, gemma3) differ only by config flags.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace pagellm {
+
+class GGUFFile;
+class TensorSource;
+
+struct LayerWeights {
+  std::unique_ptr<Weight> attn_norm;                        // [n_embd]
+  std::unique_ptr<Weight> wq, wk, wv, wo;                   // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
+  std::unique_ptr<Weight> bq, bk, bv;                       // optional biases
+  std::unique_ptr<Weight> q_norm, k_norm;                   // [head_dim], optional
+  std::unique_ptr<Weight> post_attn_norm;                   // [n_embd], optional
+  std::unique_ptr<Weight> ffn_norm;                         // [n_embd]
+  std::unique_ptr<Weight> ffn_gate, ffn_up, ffn_down;       // [n_ff, n_embd] x2, [n_embd, n_ff]
+  std::unique_ptr<Weight> post_ffn_norm;                    // [n_embd], optional
+};
+
+// Reports loading progress: (tensors done, tensors total).
+using LoadProgress = std::function<void(size_t, size_t)>;
+
+class Model {
+ public:
+  // `path`: a GGUF file or a Hugging Face folder (config.json + safetensors).
+  static std::unique_ptr<Model> load(const std::string& path, Backend& backend, const LoadProgress& progress = {});
+  // From an already-open source (used by the dummy loader and tests).
+  static std::unique_ptr<Model> from_source(const ModelConfig& cfg, const TensorSource& src, Backend& backend,
+                                            const LoadProgress& progress = {});
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return backend_; }
+  // Bytes of weights as stored (what one decode step streams from memory).
+  size_t weight_bytes() const { return weight_bytes_; }
+  // Shape of the paged KV cache this model needs.
+  KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype) const;
+  // The GGUF file the model came from (its tokenizer metadata), or null.
+  const GGUFFile* gguf() const { return gguf_.get(); }
+
+  // One forward pass. The KV cache must be allocated on the backend. Writes
+  // the logits of the batch rows listed in logits_rows to `logits`
+  // ([logits_rows.size(), n_vocab], host memory).
+  void forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits);
+
+ private:
+  Model(const ModelConfig& cfg, Backend& backend);
+  void load_weights(const TensorSource& src, const LoadProgress& progress);
+  void ensure_buffers(int64_t n_tokens, int64_t n_logits);
+  void layer(int il, int64_t n);
+
+  ModelConfig cfg_;
+  Backend& backend_;
+  std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
+  std::unique_ptr<TensorSource> source_;
+  size_t weight_bytes_ = 0;
+
+  std::unique_ptr<Weight> tok_embd_;     // [n_vocab, n_embd]
+  std::unique_ptr<Weight> output_norm_;  // [n_embd]
+  std::unique_ptr<Weight> output_;       // [n_vocab, n_embd]; null when tied to tok_embd_
+  std::unique_ptr<Weight> rope_freqs_;   // [n_rot / 2], optional
+  std::vector<LayerWeights> layers_;
+
+  // Activation buffers in backend memory, grown on demand.
+  struct Buffers {
+    int64_t cap_tokens = 0, cap_logits = 0;
+    float* x = nullptr;       // [n, n_embd] residual stream
+    float* h = nullptr;       // [n, n_embd] normed input
+    float* q = nullptr;       // [n, n_head * hd]
+    float* k = nullptr;       // [n, n_head_kv * hd]
+    float* v = nullptr;       // [n, n_head_kv * hd]
+    float* attn = nullptr;    // [n, n_head * hd]
+    float* o = nullptr;       // [n, n_embd]
+    float* gate = nullptr;    // [n, n_ff]
+    float* up = nullptr;      // [n, n_ff]
+    float* sel = nullptr;     // [m, n_embd] rows that produce logits
+    float* logits = nullptr;  // [m, n_vocab]
+  } buf_;
+};
+
+}  // namespace pagellm

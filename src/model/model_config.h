@@ -1,0 +1,64 @@
+// Hyperparameters of a decoder-only transformer, read from GGUF metadata or a
+// Hugging Face config.json. One struct covers every architecture we run; the
+// flags say which parts a family uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace pagellm {
+
+class GGUFFile;
+
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+const char* arch_name(Arch a);
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string name;       // general.name or the folder name
+  int n_vocab = 0;
+  int n_embd = 0;         // hidden size
+  int n_layer = 0;
+  int n_head = 0, n_head_kv = 0;
+  int head_dim = 0;       // per head (key_length)
+  int n_ff = 0;           // feed-forward hidden size
+  int n_ctx_train = 0;    // context length the model was trained for
+  float norm_eps = 1e-5f;
+
+  // RoPE. Global layers use rope; sliding-window layers (Gemma 3) use rope_swa.
+  RopeConfig rope;
+  RopeConfig rope_swa;
+  float rope_swa_base = 0;      // RoPE base of sliding-window layers (0: family default)
+
+  // Attention.
+  float attn_scale = 0;         // 1/sqrt(head_dim) unless the family says otherwise
+  int sliding_window = 0;       // tokens, for layers with is_swa[il]
+  std::vector<bool> is_swa;     // [n_layer]
+  float attn_softcap = 0;
+
+  // Family features.
+  bool qkv_bias = false;        // q/k/v projections have biases (Qwen 2)
+  bool qk_norm = false;         // per-head RMSNorm of q and k (Qwen 3, Gemma 3)
+  bool post_norms = false;      // norms after attention and FFN outputs (Gemma 3)
+  float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
+  Activation act = Activation::Silu;
+  float final_softcap = 0;
+
+  std::string describe() const;
+  void validate() const;  // throws Error for inconsistent values
+};
+
+// Fills the family's fixed features (flags, activation, RoPE style, SWA rope)
+// and derived defaults, then validates. gguf_layout: Q/K stored as GGUF's
+// llama converter permutes them (adjacent-pair RoPE for llama).
+void finalize_config(ModelConfig& c, bool gguf_layout);
+
+// Reads the architecture's GGUF keys. Throws Error for unknown architectures.
+ModelConfig config_from_gguf(const GGUFFile& f);
+// Reads a Hugging Face config.json (architectures[0] picks the family).
+ModelConfig config_from_hf_json(const std::string& config_json_path);
+
+}  // namespace pagellm

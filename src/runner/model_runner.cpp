@@ -1,0 +1,44 @@
+#include "runner/model_runner.h"
+
+#include <utility>
+
+namespace pagellm {
+
+void ModelRunner::execute(const StepPlan& plan, Output& out) {
+  out.entries.clear();
+  if (plan.empty()) return;
+  Backend& be = model_.backend();
+  if (!plan.block_copies.empty()) {
+    std::vector<std::pair<int32_t, int32_t>> copies;
+    for (const auto& c : plan.block_copies) copies.emplace_back(c.src, c.dst);
+    be.copy_blocks(copies);
+  }
+
+  batch_.token_ids.clear();
+  batch_.positions.clear();
+  batch_.slot_mapping.clear();
+  batch_.seqs.resize(plan.seqs.size());
+  logits_rows_.clear();
+  int32_t row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = plan.seqs[i];
+    const auto ids = s.input_ids();
+    batch_.token_ids.insert(batch_.token_ids.end(), ids.begin(), ids.end());
+    plan.append_positions_and_slots(s, batch_.positions, batch_.slot_mapping);
+    SeqInfo& info = batch_.seqs[i];
+    info.q_start = row;
+    info.q_len = s.num_new_tokens;
+    info.ctx_len = s.end_pos();
+    info.block_table.assign(s.block_table.begin(), s.block_table.end());
+    row += s.num_new_tokens;
+    if (s.sample) {
+      out.entries.push_back(static_cast<int32_t>(i));
+      logits_rows_.push_back(row - 1);
+    }
+  }
+  const size_t vocab = static_cast<size_t>(model_.config().n_vocab);
+  out.logits.resize(logits_rows_.size() * vocab);
+  model_.forward(batch_, logits_rows_, out.logits.data());
+}
+
+}  // namespace pagellm

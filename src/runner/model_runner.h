@@ -1,0 +1,34 @@
+// ModelRunner: turns a StepPlan into ONE forward pass over every scheduled
+// token (prefill chunks and decodes mixed) and returns the logits of the
+// sequences that sample this step. It never looks at requests or text.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "scheduler/step_plan.h"
+
+namespace pagellm {
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(Model& model) : model_(model) {}
+
+  struct Output {
+    std::vector<int32_t> entries;  // indices into plan.seqs that sample (sample == true)
+    std::vector<float> logits;     // [entries.size(), n_vocab]
+    const float* row(size_t i, int n_vocab) const { return logits.data() + i * static_cast<size_t>(n_vocab); }
+  };
+
+  // Performs the plan's copy-on-write block copies, then the forward pass.
+  void execute(const StepPlan& plan, Output& out);
+
+ private:
+  Model& model_;
+  BatchInfo batch_;               // reused across steps
+  std::vector<int32_t> logits_rows_;
+};
+
+}  // namespace pagellm

