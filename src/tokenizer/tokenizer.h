@@ -34,15 +34,20 @@ class Tokenizer {
   // From a GGUF file's tokenizer.* metadata (model files and vocab-only files).
   // Throws Error naming the problem for a missing or unsupported vocabulary.
   static std::unique_ptr<Tokenizer> from_gguf(const GGUFFile& file);
-  // From a Hugging Face folder: tokenizer.json (+ tokenizer_config.json when present).
+  // From a Hugging Face folder: tokenizer.json (+ tokenizer_config.json and
+  // generation_config.json when present). `dir` may also name tokenizer.json itself.
   static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
+  // Either of the above, chosen by what `path` is: a GGUF file (model or
+  // vocab-only), a folder holding tokenizer.json, or a tokenizer.json file.
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
 
   // text -> ids. add_special: add BOS (and EOS) as the vocabulary's flags say.
   // parse_special: text like "<start_of_turn>" becomes its special token;
   // otherwise it is tokenized as plain text.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
 
-  // The bytes token `id` stands for in text: SentencePiece's U+2581 becomes a
+  // The bytes token `id` stands for in text (throws InvalidRequest for an id
+  // outside [0, vocab_size())): SentencePiece's U+2581 becomes a
   // space, byte tokens <0xAB> become the byte, byte-level BPE symbols map back
   // to bytes. Control tokens render as their text unless render_special is false.
   virtual std::string token_to_piece(int32_t id, bool render_special) const = 0;
@@ -58,6 +63,7 @@ class Tokenizer {
 
   int32_t bos_id() const { return bos_id_; }  // -1 when the vocabulary has none
   int32_t eos_id() const { return eos_id_; }
+  int32_t unk_id() const { return unk_id_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
   // Every end-of-generation token: EOS plus EOT-like tokens (<|eot_id|>,
@@ -69,9 +75,11 @@ class Tokenizer {
   // The model's chat template (GGUF tokenizer.chat_template or
   // tokenizer_config.json chat_template); empty when it has none.
   const std::string& chat_template() const { return chat_template_; }
+  // One line for logs: vocabulary kind, size, pre-tokenizer.
+  virtual std::string describe() const = 0;
 
  protected:
-  int32_t bos_id_ = -1, eos_id_ = -1;
+  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   std::vector<int32_t> eog_ids_;
   std::string chat_template_;
@@ -79,7 +87,9 @@ class Tokenizer {
 
 // Turns a stream of generated ids into text deltas, never emitting half a
 // UTF-8 code point (bytes are held until the character completes; flush()
-// emits what is left, replacing an unfinished character with U+FFFD).
+// emits what is left, replacing an unfinished character with U+FFFD). Bytes
+// that can never start or continue a character become U+FFFD at once, so
+// every delta is valid UTF-8. One instance per sequence (not thread-safe).
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special);
