@@ -13,9 +13,10 @@ struct Command {
 };
 
 Command register_info(CLI::App& app);
+Command register_tokenize(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
-  return {register_info(app)};
+  return {register_info(app), register_tokenize(app)};
 }
 
 }  // namespace pagellm::cli

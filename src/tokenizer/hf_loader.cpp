@@ -38,6 +38,158 @@ json read_json(const std::filesystem::path& p) {
   }
 }
 
+// tokenizer.json parsed by SAX: the large model.vocab object and model.merges
+// array stream into vectors (a DOM of them costs ~1 s for a 128k vocabulary);
+// everything else becomes an ordinary json DOM.
+struct TokenizerJson {
+  json root;
+  std::vector<std::pair<std::string, int64_t>> vocab;  // model.vocab when it is an object
+  bool has_vocab = false;
+  std::vector<std::pair<std::string, std::string>> merges;  // model.merges, either format
+  bool has_merges = false;
+};
+
+class TokenizerJsonSax final : public nlohmann::json_sax<json> {
+ public:
+  explicit TokenizerJsonSax(TokenizerJson& out) : out_(out) {}
+
+  bool null() override { return value(json()); }
+  bool boolean(bool v) override { return value(v); }
+  bool number_integer(number_integer_t v) override {
+    if (mode_ == Mode::Vocab) {
+      out_.vocab.emplace_back(std::move(key_), v);
+      return true;
+    }
+    return value(v);
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (mode_ == Mode::Vocab) {
+      out_.vocab.emplace_back(std::move(key_), static_cast<int64_t>(v));
+      return true;
+    }
+    return value(v);
+  }
+  bool number_float(number_float_t v, const string_t&) override { return value(v); }
+  bool binary(binary_t&) override { return value(json()); }
+  bool string(string_t& v) override {
+    if (mode_ == Mode::Merges) {
+      if (merge_depth_ == 1) {  // "a b"
+        const size_t sp = v.find(' ', 1);
+        if (sp == std::string::npos)
+          out_.merges.emplace_back();
+        else
+          out_.merges.emplace_back(v.substr(0, sp), v.substr(sp + 1));
+      } else {  // ["a", "b"]
+        if (merge_part_ == 0) out_.merges.emplace_back(std::move(v), std::string());
+        else if (merge_part_ == 1) out_.merges.back().second = std::move(v);
+        ++merge_part_;
+      }
+      return true;
+    }
+    return value(std::move(v));
+  }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    if (mode_ != Mode::Dom) return false;  // objects inside vocab / merges: not a format we know
+    if (path_is_model() && key_ == "vocab") {
+      mode_ = Mode::Vocab;
+      out_.has_vocab = true;
+      return true;
+    }
+    return open(json::object());
+  }
+  bool end_object() override {
+    if (mode_ == Mode::Vocab) {
+      mode_ = Mode::Dom;
+      return true;
+    }
+    return close();
+  }
+  bool start_array(std::size_t) override {
+    if (mode_ == Mode::Merges) {
+      ++merge_depth_;
+      merge_part_ = 0;
+      return merge_depth_ <= 2;
+    }
+    if (mode_ == Mode::Vocab) return false;
+    if (path_is_model() && key_ == "merges") {
+      mode_ = Mode::Merges;
+      merge_depth_ = 1;
+      out_.has_merges = true;
+      return true;
+    }
+    return open(json::array());
+  }
+  bool end_array() override {
+    if (mode_ == Mode::Merges) {
+      if (--merge_depth_ == 0) mode_ = Mode::Dom;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
+    error_ = fmt::format("at byte {}: {}", pos, e.what());
+    return false;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  enum class Mode { Dom, Vocab, Merges };
+
+  bool path_is_model() const { return stack_.size() == 2 && names_.size() == 2 && names_[1] == "model"; }
+  // Adds v to the current container (or makes it the root); returns the stored value.
+  json* insert(json&& v) {
+    if (stack_.empty()) {
+      out_.root = std::move(v);
+      return &out_.root;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool value(json&& v) {
+    if (mode_ != Mode::Dom) return false;
+    insert(std::move(v));
+    return true;
+  }
+  bool open(json&& container) {
+    const std::string name = stack_.empty() || !stack_.back()->is_object() ? std::string() : key_;
+    stack_.push_back(insert(std::move(container)));
+    names_.push_back(name);
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    names_.pop_back();
+    return true;
+  }
+
+  TokenizerJson& out_;
+  Mode mode_ = Mode::Dom;
+  std::vector<json*> stack_;
+  std::vector<std::string> names_;  // the key each open container was stored under
+  std::string key_;
+  int merge_depth_ = 0, merge_part_ = 0;
+  std::string error_;
+};
+
+TokenizerJson read_tokenizer_json(const std::filesystem::path& p) {
+  const std::string text = read_text_file(p);
+  TokenizerJson out;
+  TokenizerJsonSax sax(out);
+  if (!json::sax_parse(text, &sax) || !out.root.is_object())
+    fail("'{}' is not a valid tokenizer.json: {}", p.string(), sax.error().empty() ? "unexpected structure" : sax.error());
+  return out;
+}
+
 // A token given as "text" or {"content": "text"} (tokenizer_config.json style).
 std::string token_content(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -222,26 +374,24 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
   }
 }
 
-void load_vocab(const json& model, const json& added, PipelineTokenizer& t) {
-  const json& v = model["vocab"];
-  if (!v.is_object()) fail("tokenizer.json: model.vocab must be an object of token -> id");
+void load_vocab(const TokenizerJson& tj, const json& added, PipelineTokenizer& t) {
+  if (!tj.has_vocab) fail("model.vocab must be an object of token -> id");
   int64_t max_id = -1;
-  for (auto it = v.begin(); it != v.end(); ++it) max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+  for (const auto& [text, id] : tj.vocab) max_id = std::max(max_id, id);
   for (const auto& a : added) max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
-  if (max_id < 0 || max_id >= (int64_t(1) << 30)) fail("tokenizer.json: bad vocabulary size {}", max_id + 1);
+  if (max_id < 0 || max_id >= (int64_t(1) << 30)) fail("bad vocabulary size {}", max_id + 1);
   const size_t n = static_cast<size_t>(max_id + 1);
   t.vocab.text.assign(n, std::string());
   t.vocab.type.assign(n, TokenType::Unused);
   t.vocab.score.assign(n, 0.0f);
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0) fail("tokenizer.json: negative token id {}", id);
-    t.vocab.text[id] = it.key();
+  for (const auto& [text, id] : tj.vocab) {
+    if (id < 0) fail("negative token id {}", id);
+    t.vocab.text[id] = text;
     t.vocab.type[id] = TokenType::Normal;
   }
   for (const auto& a : added) {
     const auto id = a["id"].get<int64_t>();
-    if (id < 0) fail("tokenizer.json: negative added token id {}", id);
+    if (id < 0) fail("negative added token id {}", id);
     t.vocab.text[id] = a["content"].get<std::string>();
     t.vocab.type[id] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
   }
@@ -259,7 +409,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     dir = dir.parent_path();
   }
   if (!fs::exists(file)) fail("'{}' has no tokenizer.json", where);
-  const json j = read_json(file);
+  const TokenizerJson tj = read_tokenizer_json(file);
+  const json& j = tj.root;
   json config = json::object();
   if (fs::exists(dir / "tokenizer_config.json")) config = read_json(dir / "tokenizer_config.json");
 
@@ -267,7 +418,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     auto t = std::make_unique<PipelineTokenizer>();
     const json& model = j.at("model");
     std::string model_type = model.value("type", "");
-    if (model_type.empty() && model.contains("merges")) model_type = "BPE";
+    if (model_type.empty() && tj.has_merges) model_type = "BPE";
 
     // Added tokens: tokenizer.json first, then any extra from tokenizer_config.json.
     json added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : json::array();
@@ -284,7 +435,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     }
     if (model_type != "BPE" && model_type != "WordPiece")
       fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece)", model_type);
-    load_vocab(model, added, *t);
+    load_vocab(tj, added, *t);
 
     const std::string unk_text = model.contains("unk_token") && model["unk_token"].is_string()
                                      ? model["unk_token"].get<std::string>()
@@ -314,24 +465,15 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       opt.fuse_unk = model.value("fuse_unk", false);
       opt.ignore_merges = model.value("ignore_merges", false);
       auto bpe = std::make_unique<tok::BpeModel>(t->vocab, opt);
-      uint32_t rank = 0;
-      std::string a, b;
-      for (const auto& m : model.at("merges")) {
-        const uint32_t r = rank++;
-        if (m.is_string()) {
-          const std::string& s = m.get_ref<const std::string&>();
-          const size_t sp = s.find(' ', 1);
-          if (sp == std::string::npos) continue;
-          a = s.substr(0, sp);
-          b = s.substr(sp + 1);
-        } else if (m.is_array() && m.size() == 2) {
-          a = m[0].get<std::string>();
-          b = m[1].get<std::string>();
-        } else {
-          fail("merge #{} is neither \"a b\" nor [a, b]", r);
-        }
-        const int32_t ia = t->vocab.find(a), ib = t->vocab.find(b), im = t->vocab.find(a + b);
-        if (ia >= 0 && ib >= 0 && im >= 0) bpe->add_merge(ia, ib, im, r);
+      if (!tj.has_merges) fail("BPE model without merges");
+      std::string joined;
+      for (size_t r = 0; r < tj.merges.size(); ++r) {
+        const auto& [a, b] = tj.merges[r];
+        if (a.empty() || b.empty()) continue;
+        joined.assign(a);
+        joined += b;
+        const int32_t ia = t->vocab.find(a), ib = t->vocab.find(b), im = t->vocab.find(joined);
+        if (ia >= 0 && ib >= 0 && im >= 0) bpe->add_merge(ia, ib, im, static_cast<uint32_t>(r));
       }
       t->description = fmt::format("Hugging Face BPE{}, {} tokens, {} merges", pre.byte_level ? " (byte-level)" : "",
                                    t->vocab.size(), bpe->merge_count());

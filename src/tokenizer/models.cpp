@@ -108,8 +108,7 @@ BpeModel::BpeModel(const Vocabulary& vocab, Options options)
 void BpeModel::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
   if (merges_.empty()) merge_index_.reserve(1024);
   const uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
-  if (merge_index_.find(key)) return;  // the first (lowest) rank wins
-  merge_index_.insert(key, static_cast<uint32_t>(merges_.size()));
+  if (!merge_index_.insert(key, static_cast<uint32_t>(merges_.size()))) return;  // the first (lowest) rank wins
   merges_.push_back({rank, merged});
   ++n_merges_;
 }

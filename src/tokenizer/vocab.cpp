@@ -42,15 +42,17 @@ uint64_t hash_bytes(std::string_view s) {
 
 void TokenIndex::build(const std::vector<std::string>& texts) {
   texts_ = &texts;
-  slots_.assign(capacity_for(texts.size()), -1);
+  slots_.assign(capacity_for(texts.size()), Slot{});
   mask_ = slots_.size() - 1;
   for (size_t id = 0; id < texts.size(); ++id) {
     const std::string& t = texts[id];
     if (t.empty()) continue;
-    for (uint64_t slot = hash_bytes(t) & mask_;; slot = (slot + 1) & mask_) {
-      int32_t& s = slots_[slot];
-      if (s < 0 || texts[s] == t) {
-        s = static_cast<int32_t>(id);
+    const uint64_t h = hash_bytes(t);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t slot = h & mask_;; slot = (slot + 1) & mask_) {
+      Slot& s = slots_[slot];
+      if (s.id < 0 || (s.tag == tag && texts[s.id] == t)) {
+        s = {static_cast<int32_t>(id), tag};
         break;
       }
     }
@@ -59,10 +61,12 @@ void TokenIndex::build(const std::vector<std::string>& texts) {
 
 int32_t TokenIndex::find(std::string_view text) const {
   if (slots_.empty() || text.empty()) return -1;
-  for (uint64_t slot = hash_bytes(text) & mask_;; slot = (slot + 1) & mask_) {
-    const int32_t s = slots_[slot];
-    if (s < 0) return -1;
-    if ((*texts_)[s] == text) return s;
+  const uint64_t h = hash_bytes(text);
+  const auto tag = static_cast<uint32_t>(h >> 32);
+  for (uint64_t slot = h & mask_;; slot = (slot + 1) & mask_) {
+    const Slot s = slots_[slot];
+    if (s.id < 0) return -1;
+    if (s.tag == tag && (*texts_)[s.id] == text) return s.id;
   }
 }
 
@@ -79,16 +83,16 @@ void FlatMap64::reserve(size_t n) {
 
 void FlatMap64::grow() { reserve(std::max<size_t>(16, slots_.size())); }
 
-void FlatMap64::insert(uint64_t key, uint32_t value) {
+bool FlatMap64::insert(uint64_t key, uint32_t value) {
   if ((size_ + 1) * 2 > slots_.size()) grow();
   for (uint64_t slot = mix64(key) & mask_;; slot = (slot + 1) & mask_) {
     Slot& s = slots_[slot];
     if (!s.used) {
       s = Slot{key, value, true};
       ++size_;
-      return;
+      return true;
     }
-    if (s.key == key) return;
+    if (s.key == key) return false;
   }
 }
 

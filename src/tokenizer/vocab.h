@@ -21,8 +21,12 @@ class TokenIndex {
   int32_t find(std::string_view text) const;  // -1 when absent
 
  private:
+  struct Slot {
+    int32_t id = -1;   // -1: empty
+    uint32_t tag = 0;  // high hash bits: most mismatches never touch the text
+  };
   const std::vector<std::string>* texts_ = nullptr;
-  std::vector<int32_t> slots_;  // [capacity], -1 = empty
+  std::vector<Slot> slots_;  // [capacity]
   uint64_t mask_ = 0;
 };
 
@@ -30,7 +34,7 @@ class TokenIndex {
 class FlatMap64 {
  public:
   void reserve(size_t n);
-  void insert(uint64_t key, uint32_t value);  // keeps the first value of a key
+  bool insert(uint64_t key, uint32_t value);  // keeps the first value of a key; false if present
   const uint32_t* find(uint64_t key) const;
 
  private:
