@@ -70,10 +70,59 @@ std::vector<int32_t> find_byte_tokens(const Vocabulary& vocab) {
 
 // ---------------------------------------------------------------- SentencePiece
 
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581
+
+// Sorted code points that come right before U+2581 inside some token.
+std::vector<uint32_t> chars_before_space(const Vocabulary& vocab) {
+  std::vector<uint32_t> out;
+  for (const std::string& t : vocab.text) {
+    for (size_t at = t.find(kSpaceMarker, 1); at != std::string::npos; at = t.find(kSpaceMarker, at + 1)) {
+      size_t start = at - 1;  // back to the start of the preceding character
+      while (start > 0 && (static_cast<uint8_t>(t[start]) & 0xC0) == 0x80) --start;
+      size_t len = 0;
+      out.push_back(unicode::decode_char(t, start, &len));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Calls fn on the chunks of piece between safe cuts: before a U+2581 whose
+// preceding character is not in before_space. Since every merged symbol is a
+// vocabulary token, no merge can span such a cut.
+template <typename Fn>
+void for_each_chunk(std::string_view piece, const std::vector<uint32_t>& before_space, Fn fn) {
+  size_t chunk = 0;
+  size_t prev_char = 0;  // start of the character before pos
+  for (size_t pos = 0, len = 0; pos < piece.size(); pos += len) {
+    len = unicode::valid_char_len(piece, pos);
+    if (len == 0) len = 1;
+    if (pos > chunk && piece.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+      size_t n = 0;
+      const uint32_t before = unicode::decode_char(piece, prev_char, &n);
+      if (!std::binary_search(before_space.begin(), before_space.end(), before)) {
+        fn(piece.substr(chunk, pos - chunk));
+        chunk = pos;
+      }
+    }
+    prev_char = pos;
+  }
+  if (piece.size() > chunk) fn(piece.substr(chunk));
+}
+
+}  // namespace
+
 SentencePieceModel::SentencePieceModel(const Vocabulary& vocab, int32_t unk_id)
-    : vocab_(vocab), byte_tokens_(find_byte_tokens(vocab)), unk_id_(unk_id) {}
+    : vocab_(vocab), before_space_(chars_before_space(vocab)), byte_tokens_(find_byte_tokens(vocab)), unk_id_(unk_id) {}
 
 void SentencePieceModel::encode(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const {
+  for_each_chunk(piece, before_space_, [&](std::string_view chunk) { encode_chunk(chunk, ws, out); });
+}
+
+void SentencePieceModel::encode_chunk(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const {
   auto& symbols = ws.symbols;
   split_chars(piece, symbols);
   merge_symbols(symbols, ws.heap, [&](int32_t l, int32_t r) {
@@ -103,7 +152,7 @@ void SentencePieceModel::encode(std::string_view piece, Workspace& ws, std::vect
 // ---------------------------------------------------------------- BPE
 
 BpeModel::BpeModel(const Vocabulary& vocab, Options options)
-    : vocab_(vocab), opt_(options), byte_tokens_(find_byte_tokens(vocab)) {}
+    : vocab_(vocab), opt_(options), byte_tokens_(find_byte_tokens(vocab)), before_space_(chars_before_space(vocab)) {}
 
 void BpeModel::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
   if (merges_.empty()) merge_index_.reserve(1024);
@@ -122,6 +171,10 @@ void BpeModel::encode(std::string_view piece, Workspace& ws, std::vector<int32_t
       return;
     }
   }
+  for_each_chunk(piece, before_space_, [&](std::string_view chunk) { encode_chunk(chunk, ws, out); });
+}
+
+void BpeModel::encode_chunk(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const {
   // One symbol per character; characters outside the vocabulary become byte
   // tokens (byte_fallback), else unk (consecutive ones fused), else stay -1.
   auto& symbols = ws.symbols;

@@ -54,18 +54,26 @@ std::vector<int32_t> find_byte_tokens(const Vocabulary& vocab);
 // the adjacent pair whose concatenation is the highest-scoring vocabulary
 // token (ties: leftmost), until none is left; characters that are not tokens
 // become byte tokens <0xNN> (or unk).
+//
+// A long piece is cut before each U+2581 whose preceding character never
+// precedes U+2581 inside any token: no merge can span such a cut (every merged
+// symbol is a token), so the chunks merge independently with the same result
+// and the queue stays small.
 class SentencePieceModel final : public Model {
  public:
   SentencePieceModel(const Vocabulary& vocab, int32_t unk_id);
   void encode(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const override;
 
  private:
+  void encode_chunk(std::string_view chunk, Workspace& ws, std::vector<int32_t>& out) const;
   const Vocabulary& vocab_;
+  std::vector<uint32_t> before_space_;  // code points seen right before U+2581 inside a token
   std::vector<int32_t> byte_tokens_;  // [256]
   int32_t unk_id_;
 };
 
-// Rank-based BPE (GPT-2 byte-level and Hugging Face BPE models).
+// Rank-based BPE (GPT-2 byte-level and Hugging Face BPE models). Long pieces
+// are cut like SentencePieceModel's.
 class BpeModel final : public Model {
  public:
   struct Options {
@@ -85,12 +93,14 @@ class BpeModel final : public Model {
     uint32_t rank;
     int32_t merged;
   };
+  void encode_chunk(std::string_view chunk, Workspace& ws, std::vector<int32_t>& out) const;
   const Vocabulary& vocab_;
   Options opt_;
   FlatMap64 merge_index_;         // (left << 32 | right) -> index into merges_
   std::vector<MergeInfo> merges_;
   size_t n_merges_ = 0;
   std::vector<int32_t> byte_tokens_;
+  std::vector<uint32_t> before_space_;
 };
 
 // WordPiece, greedy longest-match-first within a word. GGUF vocabularies mark
