@@ -137,7 +137,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& f) {
 
   // EOT-like tokens end generation and are control tokens, whatever the file says (as llama.cpp).
   std::vector<int32_t> eog;
-  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", "tokenizer.ggml.fim_pad_token_id",
+                          "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"})
     if (int32_t id = token_id_key(f, key, -1, n); id >= 0) eog.push_back(id);
   for (int32_t id = 0; id < n; ++id)
     if (tok::is_eot_like_text(t->vocab.text[id])) t->vocab.type[id] = TokenType::Control;
