@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/regex_split.h"
 #include "tokenizer/vocab.h"
 
 namespace pagellm::tok {
@@ -35,10 +36,14 @@ struct BigramOrder {
 
 // Scratch buffers reused across the pieces of one encode() call.
 struct Workspace {
+  // models
   std::vector<Symbol> symbols;
   std::vector<Bigram> heap;
   std::string buffer;
   std::vector<uint32_t> cps;
+  // pipeline
+  std::string normalized, mapped;
+  std::vector<Span> pieces, scratch;
 };
 
 class Model {

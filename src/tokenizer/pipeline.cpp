@@ -41,7 +41,7 @@ void PipelineTokenizer::build_special_matcher_from_types() {
 
 void PipelineTokenizer::encode_segment(std::string_view segment, bool is_first, Workspace& ws,
                                        std::vector<int32_t>& out) const {
-  std::string normalized;
+  std::string& normalized = ws.normalized;
   std::string_view text = segment;
   if (!normalizers.empty()) {
     normalized.assign(segment);
@@ -49,12 +49,13 @@ void PipelineTokenizer::encode_segment(std::string_view segment, bool is_first, 
     text = normalized;
   }
   if (text.empty()) return;
-  std::vector<Span> pieces, scratch;
+  auto& pieces = ws.pieces;
+  pieces.clear();
   if (pre_tokenizers.empty())
     pieces.push_back({0, text.size()});
   else
-    apply_pre_tokenizers(pre_tokenizers, text, pieces, scratch);
-  std::string mapped;
+    apply_pre_tokenizers(pre_tokenizers, text, pieces, ws.scratch);
+  std::string& mapped = ws.mapped;
   for (const Span p : pieces) {
     if (p.end <= p.begin) continue;
     const std::string_view piece = text.substr(p.begin, p.end - p.begin);

@@ -63,20 +63,21 @@ void Regex::find_all(std::string_view text, Span span, std::vector<Span>& matche
   }
 }
 
-void split_pieces(std::string_view text, const std::vector<SplitRule>& rules, std::vector<Span>& pieces,
+void split_pieces(std::string_view text, std::span<const SplitRule> rules, std::vector<Span>& pieces,
                   std::vector<Span>& scratch) {
-  std::vector<Span> matches;
+  // Alternate gaps and matches; "delimiter" is what the behavior acts on.
+  struct Part {
+    Span span;
+    bool delim;
+  };
+  thread_local std::vector<Span> matches;
+  thread_local std::vector<Part> parts;
   for (const SplitRule& rule : rules) {
     scratch.clear();
     for (const Span piece : pieces) {
       matches.clear();
+      parts.clear();
       rule.regex->find_all(text, piece, matches);
-      // Alternate gaps and matches; "delimiter" is what the behavior acts on.
-      struct Part {
-        Span span;
-        bool delim;
-      };
-      std::vector<Part> parts;
       size_t at = piece.begin;
       for (const Span m : matches) {
         if (m.begin > at) parts.push_back({{at, m.begin}, rule.invert});

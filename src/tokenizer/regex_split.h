@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +44,7 @@ struct SplitRule {
 
 // Applies each rule in turn to every piece the previous rules produced.
 // pieces holds spans of text; scratch is reused between calls.
-void split_pieces(std::string_view text, const std::vector<SplitRule>& rules, std::vector<Span>& pieces,
+void split_pieces(std::string_view text, std::span<const SplitRule> rules, std::vector<Span>& pieces,
                   std::vector<Span>& scratch);
 
 // The regex list llama.cpp associates with a GGUF tokenizer.ggml.pre value

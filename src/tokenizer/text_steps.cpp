@@ -160,15 +160,13 @@ void apply_pre_tokenizers(const std::vector<PreTokenizerStep>& steps, std::strin
   pieces.clear();
   if (text.empty()) return;
   pieces.push_back({0, text.size()});
-  std::vector<SplitRule> one(1);
   for (const PreTokenizerStep& step : steps) {
     if (step.kind == PreTokenizerStep::Kind::Bert) {
       scratch.clear();
       bert_split(text, pieces, scratch);
       pieces.swap(scratch);
     } else {
-      one[0] = step.rule;
-      split_pieces(text, one, pieces, scratch);
+      split_pieces(text, std::span<const SplitRule>(&step.rule, 1), pieces, scratch);
     }
   }
 }
