@@ -87,7 +87,7 @@ TEST(TokenizerGemma, EncodesLikeLlamaCpp) {
   EXPECT_EQ(tok->eos_id(), 1);
   EXPECT_TRUE(tok->add_bos());
   EXPECT_TRUE(tok->is_eog(1));
-  EXPECT_TRUE(tok->is_eog(*tok->find_token("<end_of_turn>")));
+  EXPECT_TRUE(tok->is_eog(tok->find_token("<end_of_turn>").value()));
   EXPECT_EQ(check_cases(*tok, fixture, "gemma3"), 0);
 }
 

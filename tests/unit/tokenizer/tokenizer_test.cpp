@@ -98,7 +98,7 @@ TEST(TokenizerDetokenizer, HoldsSplitCharactersByteLevel) {
 TEST(TokenizerDetokenizer, FlushAndInvalidBytes) {
   REQUIRE_VOCAB("llama-spm");
   auto tok = gguf_vocab("llama-spm");
-  const int32_t f0 = *tok->find_token("<0xF0>"), x9f = *tok->find_token("<0x9F>"), ff = *tok->find_token("<0xFF>");
+  const int32_t f0 = tok->find_token("<0xF0>").value(), x9f = tok->find_token("<0x9F>").value(), ff = tok->find_token("<0xFF>").value();
   {
     IncrementalDetokenizer d(*tok, true);
     EXPECT_EQ(d.push(f0), "");
@@ -110,7 +110,7 @@ TEST(TokenizerDetokenizer, FlushAndInvalidBytes) {
     IncrementalDetokenizer d(*tok, true);
     EXPECT_EQ(d.push(ff), "\xEF\xBF\xBD");  // can never start a character
     EXPECT_EQ(d.push(f0), "");
-    EXPECT_EQ(d.push(*tok->find_token("▁a")), "\xEF\xBF\xBD a");  // interrupted character
+    EXPECT_EQ(d.push(tok->find_token("▁a").value()), "\xEF\xBF\xBD a");  // interrupted character
   }
   {
     IncrementalDetokenizer skip(*tok, true), keep(*tok, false);
@@ -189,11 +189,11 @@ TEST(TokenizerSpecial, PhiChatTemplateAndEog) {
   REQUIRE_VOCAB("phi-3");
   auto tok = gguf_vocab("phi-3");
   EXPECT_FALSE(tok->chat_template().empty());
-  const int32_t end = *tok->find_token("<|end|>");
+  const int32_t end = tok->find_token("<|end|>").value();
   EXPECT_TRUE(tok->is_eog(end));
   EXPECT_TRUE(tok->is_eog(tok->eos_id()));
   const auto ids = tok->encode("<|user|>\nHi<|end|>", false, true);
-  EXPECT_EQ(ids.front(), *tok->find_token("<|user|>"));
+  EXPECT_EQ(ids.front(), tok->find_token("<|user|>").value());
   EXPECT_EQ(ids.back(), end);
 }
 
@@ -216,14 +216,18 @@ TEST(TokenizerSpecial, HfSpecialTokenFacts) {
   EXPECT_EQ(llama3->bos_id(), 128000);
   EXPECT_EQ(llama3->eos_id(), 128001);
   EXPECT_FALSE(llama3->add_bos());  // this tokenizer.json's post-processor adds nothing
-  for (const char* eot : {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}) EXPECT_TRUE(llama3->is_eog(*llama3->find_token(eot)));
+  for (const char* eot : {"<|eot_id|>", "<|end_of_text|>"}) {  // Llama 3.0: no <|eom_id|>
+    ASSERT_TRUE(llama3->find_token(eot).has_value()) << eot;
+    EXPECT_TRUE(llama3->is_eog(*llama3->find_token(eot))) << eot;
+  }
+  EXPECT_EQ(llama3->eog_ids(), (std::vector<int32_t>{128001, 128009}));
   EXPECT_FALSE(llama3->chat_template().empty());
 
   auto llama2 = Tokenizer::from_hf_dir(dir + "llama2");
   EXPECT_TRUE(llama2->add_bos());
   EXPECT_EQ(llama2->bos_id(), 1);
   EXPECT_EQ(llama2->encode("Hello", true, false).front(), 1);
-  EXPECT_EQ(llama2->token_to_piece(*llama2->find_token("<0x0A>"), true), "\n");
+  EXPECT_EQ(llama2->token_to_piece(llama2->find_token("<0x0A>").value(), true), "\n");
 }
 
 TEST(TokenizerSpecial, MatcherIsLeftmostLongest) {
@@ -238,8 +242,15 @@ TEST(TokenizerSpecial, MatcherIsLeftmostLongest) {
     std::vector<tok::SpecialTokenMatcher::Segment> segs;
     m.split(text, parse, segs);
     std::string out;
-    for (const auto& s : segs)
-      out += s.token >= 0 ? "[" + std::to_string(s.token) + "]" : "'" + std::string(text.substr(s.begin, s.end - s.begin)) + "'";
+    for (const auto& s : segs) {
+      if (s.token >= 0) {
+        out += fmt::format("[{}]", s.token);
+      } else {
+        out += '\'';
+        out += text.substr(s.begin, s.end - s.begin);
+        out += '\'';
+      }
+    }
     return out;
   };
   EXPECT_EQ(run("xabcdx", false), "'x'[2]'dx'");
