@@ -9,6 +9,7 @@
 // out as offset * (activation sum), in integers.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -27,6 +28,16 @@ namespace {
 inline void add_maddubs(__m256i& p, __m256i u, __m256i s) {
   p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u, s));
   asm("" : "+x"(p));
+}
+
+// Same for int32 sums and float accumulators.
+inline void add_epi32(__m256i& acc, __m256i x) {
+  acc = _mm256_add_epi32(acc, x);
+  asm("" : "+x"(acc));
+}
+inline void fmadd(__m256& acc, __m256 a, __m256 b) {
+  acc = _mm256_fmadd_ps(a, b, acc);
+  asm("" : "+x"(acc));
 }
 
 inline __m256i bcast32(const void* p) {
@@ -108,7 +119,7 @@ struct KernelQ4_0 {
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t) {
         const __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(p[t], ones), _mm256_set1_epi32(in.s[t][b].c));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
       }
     }
     store_tile<T>(acc, y, ldy, nrows);
@@ -140,8 +151,8 @@ struct KernelQ4_1 {
       const __m256 dw = load_halves8(w[b].d), mw = load_halves8(w[b].m);
       for (int t = 0; t < T; ++t) {
         const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p[t], ones));
-        acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
-        acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(in.s[t][b].s), acc[t]);
+        fmadd(acc[t], f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
+        fmadd(acc[t], mw, _mm256_set1_ps(in.s[t][b].s));
       }
     }
     store_tile<T>(acc, y, ldy, nrows);
@@ -199,11 +210,11 @@ struct KernelQ5 {
       for (int t = 0; t < T; ++t) {
         if constexpr (HasMin) {
           const __m256 f = _mm256_cvtepi32_ps(isum[t]);
-          acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
-          acc[t] = _mm256_fmadd_ps(load_halves8(w[b].m), _mm256_set1_ps(in.s[t][b].s), acc[t]);
+          fmadd(acc[t], f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
+          fmadd(acc[t], load_halves8(w[b].m), _mm256_set1_ps(in.s[t][b].s));
         } else {
           const __m256i i32 = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(in.s[t][b].c));
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+          fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
         }
       }
     }
@@ -230,12 +241,12 @@ struct KernelQ8_0 {
         const __m256i aq = _mm256_sign_epi8(q, q);
         for (int t = 0; t < T; ++t) {
           const __m256i sa = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 4 * i), q);
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sa), ones));
+          add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sa), ones));
         }
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
     }
     store_tile<T>(acc, y, ldy, nrows);
   }
@@ -277,7 +288,7 @@ struct KernelQ45K {
         for (int t = 0; t < T; ++t)
           add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 32 * J + 4 * i));
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scale));
+      for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm256_madd_epi16(p[t], scale));
     }
   }
 
@@ -309,7 +320,7 @@ struct KernelQ45K {
       const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
       for (int t = 0; t < T; ++t) {
         const __m256 da = _mm256_set1_ps(in.a[t][b].d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da));
         __m256i imin = _mm256_setzero_si256();
         for (int c = 0; c < 4; ++c) {
           const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].mins + 16 * c)));
@@ -351,7 +362,7 @@ struct KernelQ6K {
         for (int t = 0; t < T; ++t)
           add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * K + 4 * i));
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scales[g / 2]));
+      for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm256_madd_epi16(p[t], scales[g / 2]));
     }
     for (int t = 0; t < T; ++t) {
       const __m256i corr = _mm256_madd_epi16(s, bcast32(in.a[t][b].bsums + 2 * pair));
@@ -376,7 +387,7 @@ struct KernelQ6K {
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)));
     }
     store_tile<T>(acc, y, ldy, nrows);
   }
@@ -425,6 +436,7 @@ struct FloatRow<DType::BF16> {
 };
 
 // R rows x T tokens of FMAs per 8 columns; horizontal sums at the end.
+// 2 x 4 leaves registers for the loads (3 x 4 spilled).
 template <DType Type, int R, int T>
 void float_tile(const typename FloatRow<Type>::T* w, int64_t cols, const float* x, float* y, int64_t ldy) {
   using F = FloatRow<Type>;
@@ -466,8 +478,9 @@ template <DType Type>
 void gemm_float_typed(const void* wp, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t n, float* y,
                       int64_t ldy) {
   const auto* w = static_cast<const typename FloatRow<Type>::T*>(wp);
+  // Every row pair passes over all tokens: the weights stream once.
   int64_t r = r0;
-  for (; r + 3 <= r1; r += 3) float_rows<Type, 3>(w + r * cols, cols, x, n, y + r, ldy);
+  for (; r + 2 <= r1; r += 2) float_rows<Type, 2>(w + r * cols, cols, x, n, y + r, ldy);
   for (; r < r1; ++r) float_rows<Type, 1>(w + r * cols, cols, x, n, y + r, ldy);
 }
 
