@@ -96,8 +96,9 @@ inline void store_tile(const __m256 (&acc)[T], float* y, int64_t ldy, int nrows)
 
 // ---- Q4_0 x Q8_0 ----------------------------------------------------------------
 struct KernelQ4_0 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ4_0x8*>(wp);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -128,8 +129,9 @@ struct KernelQ4_0 {
 
 // ---- Q4_1 x Q8_1 ----------------------------------------------------------------
 struct KernelQ4_1 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ4_1x8*>(wp);
     const TileActs<T, BlockQ8_1, ActSideQ8_1> in(rows, t0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -163,13 +165,14 @@ struct KernelQ4_1 {
 // Levels < 32: four maddubs fit in int16 before the madd.
 template <bool HasMin>
 struct KernelQ5 {
+  static constexpr int kTile = kTileTokens;
   template <int J>
   static __m256i fifth_bit(__m256i qh) {
     return _mm256_and_si256(move_bits<J, 4>(qh), _mm256_set1_epi8(0x10));
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     using WBlock = std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>;
     using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
     using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
@@ -225,8 +228,9 @@ struct KernelQ5 {
 // ---- Q8_0 x Q8_0 ----------------------------------------------------------------
 // Signed x signed: |w| feeds maddubs, the activation takes w's sign.
 struct KernelQ8_0 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ8_0x8*>(wp);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -258,6 +262,7 @@ struct KernelQ8_0 {
 // sums of 32 in one madd per pair of sub-blocks.
 template <bool HighBits>
 struct KernelQ45K {
+  static constexpr int kTile = kTileTokens;
   using WBlock = std::conditional_t<HighBits, BlockQ5_Kx8, BlockQ4_Kx8>;
 
   // Sub-block j = 2c + e: levels of quad i (low nibbles for e = 0).
@@ -293,7 +298,7 @@ struct KernelQ45K {
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const WBlock*>(wp);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     __m256 acc[T];
@@ -337,6 +342,7 @@ struct KernelQ45K {
 // Levels < 64: two maddubs per int16 sum. The -32 offset comes out against
 // the activation sums of 16 (Q8_K bsums) with the same scales.
 struct KernelQ6K {
+  static constexpr int kTile = kTileTokens;
   // Part k (0..3) of half h: quad i's levels.
   template <int K>
   static __m256i levels(const BlockQ6_Kx8& w, int h, int i) {
@@ -371,7 +377,7 @@ struct KernelQ6K {
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ6_Kx8*>(wp);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     __m256 acc[T];
@@ -393,18 +399,20 @@ struct KernelQ6K {
   }
 };
 
+template <typename Kernel, int T>
+void run_tiles_of(const void* w, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y, int64_t ldy,
+                  int nrows) {
+  int64_t t = 0;
+  for (; t + T <= nt; t += T) Kernel::template run<T>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows);
+  if constexpr (T > 1) {
+    if (t < nt) run_tiles_of<Kernel, T - 1>(w, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows);
+  }
+}
+
 template <typename Kernel>
 void run_tiles(const void* w, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y, int64_t ldy,
                int nrows) {
-  int64_t t = 0;
-  for (; t + kTileTokens <= nt; t += kTileTokens)
-    Kernel::template run<kTileTokens>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows);
-  switch (nt - t) {
-    case 3: Kernel::template run<3>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    case 2: Kernel::template run<2>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    case 1: Kernel::template run<1>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    default: break;
-  }
+  run_tiles_of<Kernel, Kernel::kTile>(w, nb, a, t0, nt, y, ldy, nrows);
 }
 
 // ---- float weights ---------------------------------------------------------------
