@@ -94,6 +94,10 @@ inline void store_tile(const __m256 (&acc)[T], float* y, int64_t ldy, int nrows)
   }
 }
 
+// Each kernel: run<T>() computes one 8-row group x T tokens over all blocks.
+// noinline keeps one compact function per tile size (and lets llvm-mca look
+// at each loop on its own).
+
 // ---- Q4_0 x Q8_0 ----------------------------------------------------------------
 struct KernelQ4_0 {
   static constexpr int kTile = kTileTokens;
