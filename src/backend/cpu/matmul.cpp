@@ -1,10 +1,11 @@
-// matmul(): quantize the activations once, then split the weight's row groups
-// over the pool's threads; each thread streams its rows once per chunk of
-// tokens (one chunk for decode), reusing every loaded weight block for a
-// register tile of tokens.
+// matmul(): quantize the activations once, then hand out runs of 8-row
+// groups to the pool's threads; the weights stream once per chunk of tokens
+// (one chunk for decode), every loaded weight block serving a register tile
+// of tokens.
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
@@ -96,6 +97,8 @@ size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
 // Activations of a token chunk should stay in L2 while every row group of
 // the thread passes over them.
 constexpr size_t kChunkBytes = 256 * 1024;
+// Weight bytes per work item: long enough runs for the hardware prefetcher.
+constexpr size_t kRunBytes = 64 * 1024;
 // Below this many activation values, quantizing on one thread is cheaper
 // than waking the others.
 constexpr int64_t kParallelQuantizeMin = 64 * 1024;
@@ -180,15 +183,24 @@ void matmul(ThreadPool& pool, const MatmulWeight& weight, const float* x, int64_
     return;
   }
 
+  // Work items: (token chunk, run of row groups), handed out in order from a
+  // shared counter, so a thread that the OS preempts does not hold up the
+  // others (this machine is shared), and threads working at the same time
+  // share the token chunk's activations in L3.
   const int64_t groups = w.groups();
   const int64_t nb = cols / dtype_block_size(type);
   int64_t chunk = static_cast<int64_t>(kChunkBytes / (block_stride + side_stride));
   chunk = std::max<int64_t>(avx2::kTileTokens, chunk / avx2::kTileTokens * avx2::kTileTokens);
-  pool.run([&](int ith, int nth) {
-    int64_t g0, g1;
-    split_range(groups, ith, nth, 1, g0, g1);
-    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-      const int64_t nt = std::min(chunk, n - t0);
+  const int64_t token_chunks = (n + chunk - 1) / chunk;
+  int64_t run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / w.group_bytes()));
+  run = std::min(run, std::max<int64_t>(1, groups / (4 * pool.size())));  // enough items to balance
+  const int64_t runs = (groups + run - 1) / run;
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < token_chunks * runs;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t t0 = (item / runs) * chunk, nt = std::min(chunk, n - t0);
+      const int64_t g0 = (item % runs) * run, g1 = std::min(groups, g0 + run);
       for (int64_t g = g0; g < g1; ++g) {
         const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
         avx2::gemm_x8(type, w.packed() + g * w.group_bytes(), nb, a, t0, nt, y + t0 * rows + g * kGroupRows, rows,

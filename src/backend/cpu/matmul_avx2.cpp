@@ -9,6 +9,7 @@
 // out as offset * (activation sum), in integers.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -27,6 +28,16 @@ namespace {
 inline void add_maddubs(__m256i& p, __m256i u, __m256i s) {
   p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u, s));
   asm("" : "+x"(p));
+}
+
+// Same for int32 sums and float accumulators.
+inline void add_epi32(__m256i& acc, __m256i x) {
+  acc = _mm256_add_epi32(acc, x);
+  asm("" : "+x"(acc));
+}
+inline void fmadd(__m256& acc, __m256 a, __m256 b) {
+  acc = _mm256_fmadd_ps(a, b, acc);
+  asm("" : "+x"(acc));
 }
 
 inline __m256i bcast32(const void* p) {
@@ -57,6 +68,22 @@ inline __m256i move_bits(__m256i v) {
   else return v;
 }
 
+// Decode (one token) is bound by memory: fetch the weight block a few blocks
+// ahead, so the loads overlap the arithmetic (the hardware prefetcher alone
+// lags behind on the longer K-quant blocks). Larger tiles reuse each block
+// enough that it does not matter.
+constexpr int64_t kPrefetchBytes = 2048;
+template <int T, typename Block>
+inline void prefetch_ahead(const Block* w, int64_t b, int64_t nb) {
+  if constexpr (T == 1) {
+    constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
+    if (b + ahead < nb) {
+      const char* p = reinterpret_cast<const char*>(w + b + ahead);
+      for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    }
+  }
+}
+
 // The per-token pointers of one tile.
 template <int T, typename ABlock, typename Side>
 struct TileActs {
@@ -83,16 +110,22 @@ inline void store_tile(const __m256 (&acc)[T], float* y, int64_t ldy, int nrows)
   }
 }
 
+// Each kernel: run<T>() computes one 8-row group x T tokens over all blocks.
+// noinline keeps one compact function per tile size (and lets llvm-mca look
+// at each loop on its own).
+
 // ---- Q4_0 x Q8_0 ----------------------------------------------------------------
 struct KernelQ4_0 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ4_0x8*>(wp);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       __m256i p[T];
       for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -108,7 +141,7 @@ struct KernelQ4_0 {
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t) {
         const __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(p[t], ones), _mm256_set1_epi32(in.s[t][b].c));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
       }
     }
     store_tile<T>(acc, y, ldy, nrows);
@@ -117,14 +150,16 @@ struct KernelQ4_0 {
 
 // ---- Q4_1 x Q8_1 ----------------------------------------------------------------
 struct KernelQ4_1 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ4_1x8*>(wp);
     const TileActs<T, BlockQ8_1, ActSideQ8_1> in(rows, t0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       __m256i p[T];
       for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -140,8 +175,8 @@ struct KernelQ4_1 {
       const __m256 dw = load_halves8(w[b].d), mw = load_halves8(w[b].m);
       for (int t = 0; t < T; ++t) {
         const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p[t], ones));
-        acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
-        acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(in.s[t][b].s), acc[t]);
+        fmadd(acc[t], f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
+        fmadd(acc[t], mw, _mm256_set1_ps(in.s[t][b].s));
       }
     }
     store_tile<T>(acc, y, ldy, nrows);
@@ -152,13 +187,14 @@ struct KernelQ4_1 {
 // Levels < 32: four maddubs fit in int16 before the madd.
 template <bool HasMin>
 struct KernelQ5 {
+  static constexpr int kTile = kTileTokens;
   template <int J>
   static __m256i fifth_bit(__m256i qh) {
     return _mm256_and_si256(move_bits<J, 4>(qh), _mm256_set1_epi8(0x10));
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     using WBlock = std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>;
     using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
     using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
@@ -168,6 +204,7 @@ struct KernelQ5 {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       const __m256i qh = load256(w[b].qh);
       __m256i isum[T];
       for (int half = 0; half < 2; ++half) {  // quads 0-1, then 2-3: 4 maddubs per int16 sum
@@ -199,11 +236,11 @@ struct KernelQ5 {
       for (int t = 0; t < T; ++t) {
         if constexpr (HasMin) {
           const __m256 f = _mm256_cvtepi32_ps(isum[t]);
-          acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
-          acc[t] = _mm256_fmadd_ps(load_halves8(w[b].m), _mm256_set1_ps(in.s[t][b].s), acc[t]);
+          fmadd(acc[t], f, _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
+          fmadd(acc[t], load_halves8(w[b].m), _mm256_set1_ps(in.s[t][b].s));
         } else {
           const __m256i i32 = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(in.s[t][b].c));
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+          fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
         }
       }
     }
@@ -214,14 +251,16 @@ struct KernelQ5 {
 // ---- Q8_0 x Q8_0 ----------------------------------------------------------------
 // Signed x signed: |w| feeds maddubs, the activation takes w's sign.
 struct KernelQ8_0 {
+  static constexpr int kTile = kTileTokens;
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ8_0x8*>(wp);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -230,12 +269,12 @@ struct KernelQ8_0 {
         const __m256i aq = _mm256_sign_epi8(q, q);
         for (int t = 0; t < T; ++t) {
           const __m256i sa = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 4 * i), q);
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sa), ones));
+          add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sa), ones));
         }
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
     }
     store_tile<T>(acc, y, ldy, nrows);
   }
@@ -247,6 +286,7 @@ struct KernelQ8_0 {
 // sums of 32 in one madd per pair of sub-blocks.
 template <bool HighBits>
 struct KernelQ45K {
+  static constexpr int kTile = kTileTokens;
   using WBlock = std::conditional_t<HighBits, BlockQ5_Kx8, BlockQ4_Kx8>;
 
   // Sub-block j = 2c + e: levels of quad i (low nibbles for e = 0).
@@ -277,17 +317,18 @@ struct KernelQ45K {
         for (int t = 0; t < T; ++t)
           add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 32 * J + 4 * i));
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scale));
+      for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm256_madd_epi16(p[t], scale));
     }
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const WBlock*>(wp);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       const auto pair_scales = [&](int c) {
@@ -309,7 +350,7 @@ struct KernelQ45K {
       const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
       for (int t = 0; t < T; ++t) {
         const __m256 da = _mm256_set1_ps(in.a[t][b].d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da));
         __m256i imin = _mm256_setzero_si256();
         for (int c = 0; c < 4; ++c) {
           const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].mins + 16 * c)));
@@ -326,6 +367,7 @@ struct KernelQ45K {
 // Levels < 64: two maddubs per int16 sum. The -32 offset comes out against
 // the activation sums of 16 (Q8_K bsums) with the same scales.
 struct KernelQ6K {
+  static constexpr int kTile = kTileTokens;
   // Part k (0..3) of half h: quad i's levels.
   template <int K>
   static __m256i levels(const BlockQ6_Kx8& w, int h, int i) {
@@ -351,7 +393,7 @@ struct KernelQ6K {
         for (int t = 0; t < T; ++t)
           add_maddubs(p[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * K + 4 * i));
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], scales[g / 2]));
+      for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm256_madd_epi16(p[t], scales[g / 2]));
     }
     for (int t = 0; t < T; ++t) {
       const __m256i corr = _mm256_madd_epi16(s, bcast32(in.a[t][b].bsums + 2 * pair));
@@ -360,12 +402,13 @@ struct KernelQ6K {
   }
 
   template <int T>
-  static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ6_Kx8*>(wp);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b, nb);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
@@ -376,24 +419,26 @@ struct KernelQ6K {
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)), acc[t]);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)));
     }
     store_tile<T>(acc, y, ldy, nrows);
   }
 };
 
+template <typename Kernel, int T>
+void run_tiles_of(const void* w, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y, int64_t ldy,
+                  int nrows) {
+  int64_t t = 0;
+  for (; t + T <= nt; t += T) Kernel::template run<T>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows);
+  if constexpr (T > 1) {
+    if (t < nt) run_tiles_of<Kernel, T - 1>(w, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows);
+  }
+}
+
 template <typename Kernel>
 void run_tiles(const void* w, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y, int64_t ldy,
                int nrows) {
-  int64_t t = 0;
-  for (; t + kTileTokens <= nt; t += kTileTokens)
-    Kernel::template run<kTileTokens>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows);
-  switch (nt - t) {
-    case 3: Kernel::template run<3>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    case 2: Kernel::template run<2>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    case 1: Kernel::template run<1>(w, nb, a, t0 + t, y + t * ldy, ldy, nrows); break;
-    default: break;
-  }
+  run_tiles_of<Kernel, Kernel::kTile>(w, nb, a, t0, nt, y, ldy, nrows);
 }
 
 // ---- float weights ---------------------------------------------------------------
@@ -425,6 +470,7 @@ struct FloatRow<DType::BF16> {
 };
 
 // R rows x T tokens of FMAs per 8 columns; horizontal sums at the end.
+// 2 x 4 leaves registers for the loads (3 x 4 spilled).
 template <DType Type, int R, int T>
 void float_tile(const typename FloatRow<Type>::T* w, int64_t cols, const float* x, float* y, int64_t ldy) {
   using F = FloatRow<Type>;
@@ -466,8 +512,9 @@ template <DType Type>
 void gemm_float_typed(const void* wp, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t n, float* y,
                       int64_t ldy) {
   const auto* w = static_cast<const typename FloatRow<Type>::T*>(wp);
+  // Every row pair passes over all tokens: the weights stream once.
   int64_t r = r0;
-  for (; r + 3 <= r1; r += 3) float_rows<Type, 3>(w + r * cols, cols, x, n, y + r, ldy);
+  for (; r + 2 <= r1; r += 2) float_rows<Type, 2>(w + r * cols, cols, x, n, y + r, ldy);
   for (; r < r1; ++r) float_rows<Type, 1>(w + r * cols, cols, x, n, y + r, ldy);
 }
 

@@ -2,6 +2,7 @@
 //   ./build/pagellm_tests --gtest_also_run_disabled_tests --gtest_filter='*MatmulBench*'
 // Optional: PAGELLM_BENCH_TYPES=q4_0,q8_0,q4_k  PAGELLM_BENCH_NS=1,128,512
 //           PAGELLM_BENCH_COPIES=1 (weights stay in L3: kernel speed alone)
+//           PAGELLM_BENCH_THREADS=1,2  PAGELLM_BENCH_SECONDS=0.5 (per configuration)
 //
 // n = 1 reports GB/s of weight bytes streamed. The weights of one matrix fit
 // in this machine's 32 MiB L3, so decode rotates over enough copies (> 96 MiB)
@@ -79,6 +80,8 @@ TEST(MatmulBench, DISABLED_TinyLlamaShapes) {
   const auto ns = env_list<int64_t>("PAGELLM_BENCH_NS", {1, 128, 512},
                                     [](const std::string& s) { return static_cast<int64_t>(std::stoll(s)); });
   const int64_t shapes[2][2] = {{5632, 2048}, {2048, 5632}};  // rows (out) x cols (in)
+  const double seconds = std::stod(env_or("PAGELLM_BENCH_SECONDS", "0.5"));
+  const auto thread_counts = env_list<int>("PAGELLM_BENCH_THREADS", {1, 2}, [](const std::string& s) { return std::stoi(s); });
   std::printf("isa %s\n%-5s %-10s %-7s %5s %9s %9s %14s %14s %14s\n", isa_name(kernel_isa()), "type",
               "rows x cols", "threads", "n", "best ms", "median ms", "best rate", "median rate", "cpu rate (1t)");
   for (DType type : types) {
@@ -93,14 +96,13 @@ TEST(MatmulBench, DISABLED_TinyLlamaShapes) {
         data.push_back(random_blocks(type, rows, cols, static_cast<uint32_t>(c)));
         w.push_back(prepare_matmul_weight(type, rows, cols, data.back().data()));
       }
-      data.clear();  // the prepared (repacked) weights are what the kernels read
       const int64_t max_n = *std::max_element(ns.begin(), ns.end());
       std::vector<float> x(static_cast<size_t>(max_n * cols));
       std::mt19937 rng(1);
       std::normal_distribution<float> dist;
       for (float& v : x) v = dist(rng);
       std::vector<float> y(static_cast<size_t>(max_n * rows));
-      for (int threads : {1, 2}) {
+      for (int threads : thread_counts) {
         ThreadPool pool(threads);
         for (int64_t n : ns) {
           // Warm-up, then enough calls for ~0.5 s, each timed: the best call
@@ -108,7 +110,7 @@ TEST(MatmulBench, DISABLED_TinyLlamaShapes) {
           matmul(pool, *w[0], x.data(), n, y.data());
           std::vector<double> times, cpu_times;
           const auto t0 = std::chrono::steady_clock::now();
-          while (seconds_since(t0) < 0.5 || times.size() < 5) {
+          while (seconds_since(t0) < seconds || times.size() < 5) {
             const double cpu0 = thread_cpu_seconds();
             const auto c0 = std::chrono::steady_clock::now();
             matmul(pool, *w[times.size() % copies], x.data(), n, y.data());
