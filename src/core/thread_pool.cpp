@@ -16,6 +16,8 @@ namespace {
 // the machine is oversubscribed, sleeping (futex) beats spinning against the
 // very thread we wait for.
 constexpr int kSpinIterations = 20000;
+// parallel_for: chunks per thread, so that a slow thread's share is picked up.
+constexpr int64_t kChunksPerThread = 4;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -48,9 +50,41 @@ void ThreadPool::worker_loop(int ith) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(ith, n_threads_);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) pending_.notify_one();
+    if (dynamic_.load()) {
+      // Join only while this very job is open; seq_cst pairs with the
+      // caller's close-then-check in run_dynamic().
+      active_.fetch_add(1);
+      if (open_generation_.load() == gen) (*job_)(ith, n_threads_);
+      if (active_.fetch_sub(1) == 1 && caller_sleeping_.load()) active_.notify_one();
+    } else {
+      (*job_)(ith, n_threads_);
+      if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) pending_.notify_one();
+    }
   }
+}
+
+void ThreadPool::wait_for_zero(std::atomic<int>& counter) {
+  for (int spin = 0; counter.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      PAGELLM_PAUSE();
+      continue;
+    }
+    // seq_cst store/load pair with the worker's decrement / caller_sleeping_ load.
+    caller_sleeping_.store(true);
+    const int left = counter.load();
+    if (left != 0) counter.wait(left);
+    caller_sleeping_.store(false);
+  }
+}
+
+void ThreadPool::start(const FunctionRef<void(int, int)>* job, bool dynamic) {
+  job_ = job;
+  dynamic_.store(dynamic);
+  const uint64_t gen = generation_.load() + 1;
+  if (dynamic) open_generation_.store(gen);
+  else pending_.store(n_threads_ - 1);
+  generation_.store(gen);  // seq_cst: pairs with sleepers_ (Dekker)
+  if (sleepers_.load() > 0) generation_.notify_all();
 }
 
 void ThreadPool::run(FunctionRef<void(int, int)> fn) {
@@ -58,22 +92,23 @@ void ThreadPool::run(FunctionRef<void(int, int)> fn) {
     fn(0, 1);
     return;
   }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: pairs with sleepers_ (Dekker)
-  if (sleepers_.load() > 0) generation_.notify_all();
+  start(&fn, false);
   fn(0, n_threads_);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) {
-      PAGELLM_PAUSE();
-      continue;
-    }
-    // seq_cst store/load pair with the worker's fetch_sub / caller_sleeping_ load.
-    caller_sleeping_.store(true);
-    const int left = pending_.load();
-    if (left != 0) pending_.wait(left);
-    caller_sleeping_.store(false);
+  wait_for_zero(pending_);
+  job_ = nullptr;
+}
+
+void ThreadPool::run_dynamic(FunctionRef<void(int, int)> fn) {
+  if (n_threads_ == 1) {
+    fn(0, 1);
+    return;
   }
+  start(&fn, true);
+  fn(0, n_threads_);
+  // Every chunk is taken: close the job to late joiners, then wait only for
+  // the workers already inside it.
+  open_generation_.store(0);
+  wait_for_zero(active_);
   job_ = nullptr;
 }
 
@@ -84,10 +119,16 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn,
     fn(0, n);
     return;
   }
-  run([&](int ith, int nth) {
-    int64_t b, e;
-    split_range(n, ith, nth, align, b, e);
-    if (b < e) fn(b, e);
+  const int64_t units = (n + align - 1) / align;
+  const int64_t chunks = std::min<int64_t>(units, n_threads_ * kChunksPerThread);
+  std::atomic<int64_t> next{0};
+  run_dynamic([&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      int64_t b, e;
+      split_range(n, static_cast<int>(c), static_cast<int>(chunks), align, b, e);
+      if (b < e) fn(b, e);
+    }
   });
 }
 

@@ -2,6 +2,12 @@
 // is worker 0, so a pool of size 1 runs everything inline. Workers spin briefly
 // between jobs (a forward pass issues jobs back to back) and then sleep, so an
 // idle server burns no CPU.
+//
+// Work is best split dynamically (run_dynamic / parallel_for): participants
+// take chunks from a shared counter and the job ends when every chunk is
+// done, without waiting for a worker the OS has not scheduled yet. On a busy
+// machine that is the difference between microseconds and a scheduler tick
+// per op.
 #pragma once
 
 #include <atomic>
@@ -43,21 +49,31 @@ class ThreadPool {
   // Not reentrant: call from one thread at a time, never from inside a job.
   void run(FunctionRef<void(int, int)> fn);
 
-  // Splits [0, n) into one contiguous range per thread (each a multiple of
-  // `align` except the last) and calls fn(begin, end) for the non-empty ones.
+  // Runs fn(ith, nth) on the caller and on every worker that joins before the
+  // caller's own call returns; a worker arriving later skips the job. So fn
+  // must take its work from a shared counter until none is left. ith is
+  // unique among the participants (per-thread scratch stays safe).
+  void run_dynamic(FunctionRef<void(int, int)> fn);
+
+  // Calls fn(begin, end) over chunks covering [0, n) (each a multiple of
+  // `align` except the last), taken dynamically by the participating threads.
   // Runs inline when n < min_parallel: waking threads costs more than tiny work.
   void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t align = 1, int64_t min_parallel = 1);
 
-  // Cumulative nanoseconds spent inside run() (for the step timing breakdown).
   static int64_t now_ns();
 
  private:
   void worker_loop(int ith);
+  void wait_for_zero(std::atomic<int>& counter);
+  void start(const FunctionRef<void(int, int)>* job, bool dynamic);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> open_generation_{0};  // the dynamic job accepting joiners, 0: none
+  std::atomic<bool> dynamic_{false};
+  std::atomic<int> pending_{0};  // run(): workers yet to finish
+  std::atomic<int> active_{0};   // run_dynamic(): workers inside the job
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};

@@ -253,13 +253,15 @@ class CpuBackend : public Backend {
     const auto* data = static_cast<const uint8_t*>(w.data());
     const size_t row_bytes = w.row_bytes();
     if (static_cast<int64_t>(exact_rows_.size()) < pool_.size() * cols) exact_rows_.resize(pool_.size() * cols);
-    pool_.run([&](int ith, int nth) {
-      int64_t b, e;
-      split_range(rows, ith, nth, 1, b, e);
+    const int64_t chunk = 64;
+    std::atomic<int64_t> next{0};
+    pool_.run_dynamic([&](int ith, int) {
       float* row = exact_rows_.data() + ith * cols;
-      for (int64_t r = b; r < e; ++r) {
-        cpu::dequantize_row(w.type(), data + r * row_bytes, row, cols);
-        for (int64_t t = 0; t < n; ++t) y[t * rows + r] = ops_->dot(x + t * cols, row, cols);
+      for (int64_t b = next.fetch_add(chunk); b < rows; b = next.fetch_add(chunk)) {
+        for (int64_t r = b; r < std::min(rows, b + chunk); ++r) {
+          cpu::dequantize_row(w.type(), data + r * row_bytes, row, cols);
+          for (int64_t t = 0; t < n; ++t) y[t * rows + r] = ops_->dot(x + t * cols, row, cols);
+        }
       }
     });
   }
@@ -363,7 +365,7 @@ void CpuBackend::attention(int layer, const float* q, float* out, const Attentio
   const bool f16 = kv_cfg_.dtype == DType::F16;
   std::atomic<int64_t> next{0};
   const int64_t n_units = static_cast<int64_t>(units_.size());
-  pool_.run([&](int, int) {
+  pool_.run_dynamic([&](int, int) {
     for (;;) {
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;

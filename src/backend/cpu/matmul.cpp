@@ -196,7 +196,7 @@ void matmul(ThreadPool& pool, const MatmulWeight& weight, const float* x, int64_
   run = std::min(run, std::max<int64_t>(1, groups / (4 * pool.size())));  // enough items to balance
   const int64_t runs = (groups + run - 1) / run;
   std::atomic<int64_t> next{0};
-  pool.run([&](int, int) {
+  pool.run_dynamic([&](int, int) {
     for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < token_chunks * runs;
          item = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t t0 = (item / runs) * chunk, nt = std::min(chunk, n - t0);

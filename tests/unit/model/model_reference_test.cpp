@@ -108,8 +108,13 @@ struct GreedyCheck {
   // Tokens that must be identical to the reference's.
   int min_identical = 32;
   // Allowed |ours - reference| on the reference's top-5 logits while the
-  // continuations agree, relative to max(1, |reference|).
+  // continuations agree, relative to the step's largest |logit| (as the
+  // random-model comparison measures it).
   double logit_tol = 1e-3;
+  // When > 0: instead of bounding every logit, bound the RMS of the
+  // differences (over all prompts and steps) by this, relative to the largest
+  // |logit|, and every single one by logit_tol.
+  double logit_rms_tol = 0;
   // After min_identical tokens, the paths may part where both choices are in
   // the other's top 5 (vLLM's check_logprobs_close): near-ties flip under the
   // 8-bit activation noise of the fast path.
@@ -124,6 +129,8 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
   auto backend = make_cpu_backend(opts);
   auto model = Model::load(model_path, *backend);
   const int V = model->config().n_vocab;
+  double sum_sq = 0;
+  int64_t count = 0;
   for (const auto& c : fx["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = c["output_ids"].get<std::vector<int32_t>>();
@@ -133,10 +140,16 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
     int same = 0;
     while (same < static_cast<int>(want.size()) && got[same] == want[same]) ++same;
     const std::string label = "prompt: " + c["prompt"].get<std::string>();
-    RecordProperty("identical_" + std::to_string(&c - &fx["cases"][0]), same);
-    for (int i = 0; i < same; ++i)
-      for (const auto& [tok, ref] : c["top5"][i].get<std::vector<std::pair<int, double>>>())
-        EXPECT_NEAR(steps[i][tok], ref, check.logit_tol * std::max(1.0, std::fabs(ref))) << label << " step " << i;
+    ::testing::Test::RecordProperty("identical_" + c["prompt"].get<std::string>().substr(0, 12), same);
+    for (int i = 0; i < same; ++i) {
+      const auto top = c["top5"][i].get<std::vector<std::pair<int, double>>>();
+      const double scale = std::max(1.0, std::fabs(top[0].second));
+      for (const auto& [tok, ref] : top) {
+        EXPECT_NEAR(steps[i][tok], ref, check.logit_tol * scale) << label << " step " << i;
+        sum_sq += std::pow((steps[i][tok] - ref) / scale, 2);
+        ++count;
+      }
+    }
     if (same == static_cast<int>(want.size())) continue;
     if (!check.allow_close_divergence) {
       EXPECT_GE(same, check.min_identical) << label << "\n first difference at " << same;
@@ -153,15 +166,22 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
     EXPECT_NE(std::find(theirs.begin(), theirs.end(), got[same]), theirs.end()) << label << " step " << same;
     EXPECT_NE(std::find(ours.begin(), ours.end(), want[same]), ours.end()) << label << " step " << same;
   }
+  const double rms = count ? std::sqrt(sum_sq / static_cast<double>(count)) : 0.0;
+  std::printf("[ greedy ] %s: relative RMS logit difference %.2e over %lld logits\n", fixture_name.c_str(), rms,
+              static_cast<long long>(count));
+  if (check.logit_rms_tol > 0) EXPECT_LE(rms, check.logit_rms_tol);
 }
 
 TEST(TrainedModelVsLlamaCpp, Stories260KGreedy) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);
   // F32 weights: no activation quantization anywhere, so llama.cpp and we
-  // compute the same function up to float rounding.
+  // compute the same function up to rounding. With an F16 KV cache llama.cpp
+  // also rounds q and the softmax weights to fp16 (we keep them in fp32):
+  // measured differences reach ~1.3e-3 of the largest logit.
   GreedyCheck check;
   check.min_identical = 40;
+  check.logit_tol = 4e-3;
   check_greedy(path, "stories260K-greedy.json", check);
 }
 
@@ -187,7 +207,11 @@ TEST(TrainedModelVsLlamaCpp, Gemma3_270M_FastPathGreedy) {
   if (path.empty()) GTEST_SKIP() << "default model not installed (run tools/setup.sh)";
   GreedyCheck check;
   check.min_identical = 1;
-  check.logit_tol = 0.06;  // ~1.2 logits at |logit| ~ 20: 5 sigma of the measured noise
+  // Measured on this model: both engines sit ~0.22-0.25 logits (RMS) from
+  // the exact result, i.e. ~1.2% of the top logit, and apart from each other
+  // by ~1.5%; single logits have heavier tails.
+  check.logit_rms_tol = 0.03;
+  check.logit_tol = 0.12;
   check.allow_close_divergence = true;
   check_greedy(path, "gemma3-270m-greedy.json", check);
 }
