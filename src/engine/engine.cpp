@@ -191,8 +191,12 @@ std::string Engine::describe() const {
 }
 
 void Engine::validate(const EngineRequest& req) const {
-  if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   if (requests_.count(req.id)) throw InvalidRequest(fmt::format("duplicate request id '{}'", req.id));
+  validate_params(req);
+}
+
+void Engine::validate_params(const EngineRequest& req) const {
+  if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
   req.params.validate(vocab);
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");

@@ -74,6 +74,7 @@ struct CompletionDelta {
 
 struct RequestOutput {
   std::string request_id;
+  std::string error;  // non-empty: the request failed (finished is true)
   std::vector<CompletionDelta> completions;
   bool finished = false;
   int32_t num_prompt_tokens = 0;
@@ -95,6 +96,9 @@ class Engine {
   // Throws InvalidRequest for bad parameters, an empty or too long prompt, a
   // duplicate id. Nothing is queued when it throws.
   void validate(const EngineRequest& req) const;
+  // The checks of validate() that do not look at the request table: safe to
+  // call from any thread while another runs step().
+  void validate_params(const EngineRequest& req) const;
   void add_request(EngineRequest req);
   // Aborts a request: its blocks return to the pool now. Returns the final
   // output (finish reason abort), or nothing for an unknown id.

@@ -1,0 +1,177 @@
+#include "engine/async_engine.h"
+
+#include <spdlog/spdlog.h>
+
+namespace pagellm {
+
+std::optional<RequestOutput> RequestStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || (done_ && queue_.empty()); })) return std::nullopt;
+  if (queue_.empty()) return std::nullopt;  // finished and drained
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finished) delivered_ = true;
+  return out;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return delivered_;
+}
+
+void RequestStream::push(RequestOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    done_ = out.finished;
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+}
+
+AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions options)
+    : engine_(std::move(engine)), options_(options), description_(engine_->describe()) {
+  stats_ = engine_->stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() { shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest req) {
+  engine_->validate_params(req);  // const, thread-safe
+  std::shared_ptr<RequestStream> stream(new RequestStream(req.id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) throw ShuttingDown("the server is shutting down");
+    if (incoming_.size() + static_cast<size_t>(scheduler_waiting_) >= options_.max_waiting_requests)
+      throw QueueFull(fmt::format("too many requests waiting ({}); try again later", options_.max_waiting_requests));
+    if (streams_.count(req.id)) throw InvalidRequest(fmt::format("duplicate request id '{}'", req.id));
+    streams_[req.id] = stream;
+    incoming_.push_back(std::move(req));
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void AsyncEngine::abort(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+bool AsyncEngine::accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_;
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+size_t AsyncEngine::num_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_.size();
+}
+
+void AsyncEngine::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;
+    if (!drain_deadline_ || std::chrono::steady_clock::now() + grace < *drain_deadline_)
+      drain_deadline_ = std::chrono::steady_clock::now() + grace;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// Ends every request with an error output (the engine failed a step).
+void AsyncEngine::fail_all(const std::string& message) {
+  std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.swap(streams_);
+  }
+  for (auto& [id, stream] : streams) {
+    engine_->abort(id);
+    RequestOutput out;
+    out.request_id = id;
+    out.finished = true;
+    out.error = message;
+    stream->push(std::move(out));
+  }
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    std::deque<EngineRequest> incoming;
+    std::vector<std::string> aborts;
+    bool drain_expired = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return !incoming_.empty() || !aborts_.empty() || engine_->has_unfinished() || drain_deadline_.has_value();
+      });
+      incoming.swap(incoming_);
+      aborts.swap(aborts_);
+      if (drain_deadline_) {
+        drain_expired = std::chrono::steady_clock::now() >= *drain_deadline_;
+        if (!engine_->has_unfinished() && incoming.empty()) stop_ = true;
+      }
+    }
+    auto deliver = [&](RequestOutput out) {
+      std::shared_ptr<RequestStream> stream;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = streams_.find(out.request_id);
+        if (it == streams_.end()) return;
+        stream = it->second;
+        if (out.finished) streams_.erase(it);
+      }
+      stream->push(std::move(out));
+    };
+    for (auto& req : incoming) {
+      const std::string id = req.id;
+      try {
+        engine_->add_request(std::move(req));
+      } catch (const std::exception& e) {
+        RequestOutput out;
+        out.request_id = id;
+        out.finished = true;
+        out.error = e.what();
+        deliver(std::move(out));
+      }
+    }
+    for (const auto& id : aborts)
+      if (auto out = engine_->abort(id)) deliver(std::move(*out));
+    if (drain_expired) {
+      // Grace period over: whatever is still running is aborted.
+      std::vector<std::string> ids;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& [id, s] : streams_) ids.push_back(id);
+      }
+      for (const auto& id : ids)
+        if (auto out = engine_->abort(id)) deliver(std::move(*out));
+    }
+    if (engine_->has_unfinished()) {
+      try {
+        for (RequestOutput& out : engine_->step()) deliver(std::move(out));
+      } catch (const std::exception& e) {
+        spdlog::error("engine step failed: {}", e.what());
+        fail_all(std::string("internal error: ") + e.what());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = engine_->stats();
+      scheduler_waiting_ = stats_.metrics.num_requests_waiting;
+      if (stop_) return;
+      if (drain_deadline_ && !engine_->has_unfinished() && incoming_.empty()) return;
+    }
+  }
+}
+
+}  // namespace pagellm
