@@ -30,6 +30,7 @@ import datetime
 import hashlib
 import json
 import os
+import random
 import re
 import sys
 
@@ -339,7 +340,90 @@ def language_cases():
     add("real_slice_json_tail", "{% set out = d|tojson %}{{ out[:-1] }}, \"id\": \"x\"}", d={"name": "n", "arguments": {"a": 1}})
     add("real_loop_prev_next", "{% for m in msgs %}{% if loop.previtem and loop.previtem.role != m.role %}|{% endif %}{{ m.role }}{% if not loop.last and loop.nextitem.role == 'tool' %}+{% endif %}{% endfor %}",
         msgs=[{"role": "user"}, {"role": "tool"}, {"role": "tool"}, {"role": "assistant"}])
+    # --- assorted semantics -------------------------------------------------------
+    add("misc_scope_macro_params", "{% set a = 'outer' %}{% macro m(a) %}{% set b = 1 %}{{ a }}{% endmacro %}{{ m('param') }}{{ a }}[{{ b }}]")
+    add("misc_loop_not_in_macro", "{% macro m() %}[{{ loop }}]{% endmacro %}{% for i in [1] %}{{ m() }}{% endfor %}")
+    add("misc_dict_key_equality", "{{ {1: 'a', true: 'b', 1.0: 'c'} }}|{{ {'a': 1, 'b': 2}['a'] }}")
+    add("misc_sameas", "{{ 1 is sameas 1 }}{{ 1000 is sameas 1000 }}{{ true is sameas true }}{{ [] is sameas [] }}{{ none is sameas false }}")
+    add("misc_repeat", "[{{ 'ab' * -1 }}][{{ [1] * 0 }}][{{ 'ab' * 0 }}]")
+    add("misc_none_str", "{{ none|string }}|{{ none ~ '' }}|{{ [none] }}|{{ none|tojson }}|{{ none|default('x', true) }}")
+    add("misc_float_repr_in_list", "{{ [1.0, 1e20, 1e-7, 0.5, 100.0, -2.5e-10, 123456789012345678.0] }}")
+    add("misc_int_div", "{{ 4 / 2 }} {{ 1 / 4 }} {{ -1 / 3 }} {{ 10 // 3 * 3 + 10 % 3 }}")
+    add("misc_undefined_kinds", "{{ x is iterable }}{{ x is sequence }}{{ x|list }}{{ x|items|list }}{{ x|length }}{{ x is mapping }}")
+    add("misc_chain_in", "{{ 1 in [1] in [[1]] }}{{ 1 < 2 == 2 }}{{ 2 > 1 in [true] }}")
+    add("misc_generator_loop", "{% for x in [1, 2, 3]|select('odd') %}{{ loop.index }}/{{ loop.length }}:{{ x }} {% endfor %}{{ [1, 2]|select|first }}")
+    add("misc_dict_dup_iter", "{% for k in {'b': 1, 'a': 2, 'b': 3} %}{{ k }}{% endfor %}")
+    add("misc_percent_float", "{{ '%.3f'|format(1 / 3) }}|{{ '%5.1f|%-6.2f|%e' % (3.14159, 2.5, 12345.678) }}|{{ '%d%%' % 50 }}|{{ '%i' % 3.9 }}|{{ '%s and %r' % ('x', 'y') }}")
+    add("misc_kwargs_filters", "{{ 'a\nb'|indent(width=2, first=true) }}|{{ [1, 2]|join(d='+') }}|{{ x|default(default_value='dv') }}|{{ 2.567|round(precision=1) }}|{{ 'hello world'|truncate(length=9, leeway=0) }}|{{ [1, 2, 3]|batch(linecount=2)|list }}|{{ 'aXa'|replace(old='a', new='b') }}")
+    add("misc_attr_paths", "{{ items|sum(attribute='a.b') }}|{{ pairs|join(',', attribute=0) }}|{{ items|selectattr('a.b', 'gt', 1)|list|length }}|{{ items|map(attribute='a.missing', default='-')|list }}",
+        items=[{"a": {"b": 1}}, {"a": {"b": 2}}], pairs=[["x", 1], ["y", 2]])
+    add("misc_minmax_str", "{{ 'abc'|max }}{{ 'abc'|min }}{{ ['b', 'a', 'C']|sort|first }}{{ range(3)|reverse|list }}{{ (1, 2)|reverse|list }}")
+    add("misc_namespace_attr_errors", "{% set ns = namespace(a=1) %}{{ ns.b }}|{{ ns.b is defined }}|{{ ns is mapping }}|{{ ns is defined }}")
+    add("misc_namespace_chain_error", "{% set ns = namespace(a=1) %}{{ ns.b.c }}")
+    add("misc_for_tuple_iter", "{% for x in 1, 2, 3 %}{{ x }}{% endfor %}{% if 0, %}T{% endif %}")
+    add("misc_set_cond", "{% set x = 'a' if y is defined else 'b' %}{{ x }}{% set z = none or 'zz' %}{{ z }}")
+    add("misc_string_escapes", r"""{{ '\\n' }}|{{ "it's" }}|{{ ["it's", 'say "hi"', 'both \' "'] }}|{{ 'a\
+b' }}""")
+    add("misc_dictsort_loop", "{% for k, v in d|dictsort(reverse=true) %}{{ k }}{{ v }}{% endfor %}|{{ d.items()|sort }}|{{ d.items()|length }}", d={"b": 2, "a": 1, "c": 0})
+    add("misc_divisibleby_zero", "{{ 3 is divisibleby 0 }}")
+    add("misc_truncate_assert", "{{ 'abcdef'|truncate(2) }}")
+    add("misc_last_generator", "{{ [1, 2]|select|last }}")
+    add("misc_markup_ops", "{{ ('<'|safe).format('<', 1) }}|{{ ('%s'|safe) % '<' }}|{{ ('a<'|safe).replace('a', '<') }}|{{ ', '|safe }}|{{ (', '|safe).join(['<', '>']) }}|{{ ('<'|safe)|tojson }}|{{ ('<'|safe) ~ '<' }}|{{ ('<'|safe) == '<' }}|{{ ['<'|safe] }}")
+    add("misc_markup_strip_split", "{{ (' <a> '|safe).strip() + '<' }}|{{ ('a,b'|safe).split(',') }}|{{ ('A<'|safe)|lower + '>' }}|{{ ('<x>'|safe)|trim + '&' }}|{{ ('<x>'|safe)|center(7) + '&' }}|{{ ('ab'|safe)|reverse + '&' }}")
+    add("misc_escape_nonstring", "{{ 5|e }}|{{ none|e }}|{{ [1, '<']|e }}|{{ {'a': '&'}|e }}")
+    add("misc_unicode_case", "{{ 'ÀÉÎõü'|lower }}|{{ 'àéîõü ÿ ß'|upper }}|{{ 'İ'|lower|length }}|{{ 'ΑΒΓ δεζ'|title }}|{{ 'éCOLE'|capitalize }}|{{ 'привет мир'|title }}|{{ 'ＡＢＣ'|lower }}")
+    add("misc_wordcount_unicode", "{{ 'héllo wörld, 日本語 — ok_1'|wordcount }}")
+    add("misc_str_methods_unicode", "{{ 'héllo'.upper() }}|{{ 'Ünïcödé'.lower() }}|{{ 'naïve café'.title() }}|{{ 'ß'.upper() }}|{{ '  ünï  '.strip() }}|{{ 'a\u00a0b'.split() }}|{{ 'x\u2028y'.splitlines() }}")
+    add("misc_slices", "{{ 'abcdef'[1:5:2] }}{{ 'abcdef'[-2:] }}{{ 'abcdef'[:-10] }}{{ [1, 2, 3, 4][::-2] }}{{ [1, 2, 3][1:1] }}{{ 'héllo'[1:3] }}{{ (1, 2, 3)[::2] }}{{ range(10)[::3]|list }}")
+    add("misc_bool_arith_print", "{{ true }}{{ true + true }}{{ [true, false] }}{{ true|string }}{{ true|tojson }}{{ true|int }}{{ 1 == true }}")
+    add("misc_loop_changed_multi", "{% for a in [1, 1, 2] %}{{ loop.changed(a, 'x') }}{% endfor %}")
+    add("misc_cycler_joiner", "{% set c = cycler('odd', 'even') %}{% for i in range(3) %}{{ c.next() }}{% endfor %}{{ c.current }}|{% set j = joiner(' | ') %}{% for i in range(3) %}{{ j() }}{{ i }}{% endfor %}")
+    add("misc_dict_global", "{{ dict(a=1, b=2) }}{{ dict([('x', 1)]) }}{{ dict({'k': 'v'}, z=0) }}")
+    add("misc_macro_defaults_ref_outer", "{% set g = 'G' %}{% macro m(a=g) %}{{ a }}{% endmacro %}{{ m() }}{{ m('x') }}")
+    add("misc_call_kwargs_unpack", "{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{{ m(*[1, 2]) }}|{{ m(**{'a': 3, 'b': 4}) }}|{{ m(1, **{'b': 5}) }}")
+    add("misc_none_comparisons", "{{ none == 0 }}{{ none != none }}{{ none in [none] }}{{ [] == [] }}{{ {} == {} }}{{ '' == none }}")
+    add("misc_tojson_nested_unicode", "{{ {'emoji': '😀', 'ctrl': '\x07\x1f', 'del': '\x7f', 'sep': '\u2028', 'quote': '\"', 'bs': '\\\\'}|tojson }}|{{ {'emoji': '😀', 'del': '\x7f'}|tojson(ensure_ascii=true) }}")
+    add("misc_tojson_float_values", "{{ [0.1, 1e16, 1e-5, 3.0, -0.0, 2.5e-308]|tojson }}")
+    add("misc_list_methods", "{{ [1, 2, 1].index(1, 1) }}|{{ (1, 2, 2).count(2) }}|{{ [3].copy() }}")
+    add("misc_if_expression_tests", "{% if messages and messages[0].role == 'system' %}S{% endif %}{% if not messages %}E{% endif %}", messages=[])
+    add("misc_filter_on_literal_call", "{{ 'abc'.upper()|lower }}{{ ('a' ~ 'b')|upper }}{{ -1|abs }}{{ (-1)|abs }}")
+    cases.extend(whitespace_fuzz_cases(250))
     return cases
+
+
+def whitespace_fuzz_cases(count):
+    """Seeded random mixes of text, tags and whitespace-control signs, to
+    compare the lexer's trim_blocks / lstrip_blocks / -/+ handling with jinja2's."""
+    rng = random.Random(20240726)
+    texts = ["a", " ", "  ", "\n", "\t", " \n ", "\n\n", "x y", "  \t\n", "\n  ", "\u3000", "b\n", "\r\n", "\r"]
+    signs = ["", "-", "+"]
+
+    def sign():
+        return rng.choice(signs)
+
+    def seq(depth):
+        parts = []
+        for _ in range(rng.randint(1, 5)):
+            k = rng.random()
+            if k < 0.35 or depth > 2:
+                parts.append(rng.choice(texts))
+            elif k < 0.5:
+                parts.append("{{" + rng.choice(["", "-", "+"]) + " 'v' " + rng.choice(["", "-"]) + "}}")
+            elif k < 0.6:
+                parts.append("{#" + sign() + " c " + sign() + "#}")
+            elif k < 0.7:
+                parts.append("{%" + sign() + " set q = 1 " + sign() + "%}")
+            elif k < 0.85:
+                parts.append("{%" + sign() + " if true " + sign() + "%}" + seq(depth + 1) + "{%" + sign() + " endif " + sign() + "%}")
+            elif k < 0.95:
+                parts.append("{%" + sign() + " for i in [1, 2] " + sign() + "%}" + seq(depth + 1) + "{{ i }}{%" + sign() +
+                             " endfor " + sign() + "%}")
+            else:
+                parts.append("{%" + rng.choice(["", "-"]) + " raw " + rng.choice(["", "-"]) + "%}" + rng.choice(texts) +
+                             "{{ r }}" + rng.choice(texts) + "{%" + sign() + " endraw " + sign() + "%}")
+        return "".join(parts)
+
+    return [(f"ws_fuzz_{i}", seq(0), {}) for i in range(count)]
 
 
 # ---------------------------------------------------------------------------

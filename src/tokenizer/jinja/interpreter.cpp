@@ -219,7 +219,7 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
     case BinOp::Mod:
       if (ints) {
         const int64_t x = a.as_int(), y = b.as_int();
-        if (y == 0) raise("ZeroDivisionError", "integer division or modulo by zero");
+        if (y == 0) raise("ZeroDivisionError", "integer modulo by zero");
         if (y == -1) return Value::integer(0);
         int64_t m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
@@ -925,11 +925,10 @@ Value Interpreter::eval(const Expr& e, Frame& f) {
       std::string out;
       for (const auto& x : static_cast<const ConcatExpr&>(e).items) {
         const Value v = eval(*x, f);
-        if (v.is_string())
-          out += v.str();
-        else
-          out += to_str(v);
-        check_string(out.size());
+        const std::string piece = v.is_string() ? std::string() : to_str(v);
+        const std::string& p = v.is_string() ? v.str() : piece;
+        check_string(out.size() + p.size());
+        out += p;
       }
       return Value::string(std::move(out));
     }

@@ -41,9 +41,6 @@ class Lexer {
       }
     }
     if (!src_.empty() && src_.back() == '\n') src_.pop_back();
-    line_starts_.push_back(0);
-    for (size_t i = 0; i < src_.size(); ++i)
-      if (src_[i] == '\n') line_starts_.push_back(i + 1);
   }
 
   std::vector<Token> run() {
@@ -83,7 +80,8 @@ class Lexer {
 
  private:
   std::string src_;
-  std::vector<size_t> line_starts_;
+  mutable size_t cursor_pos_ = 0;
+  mutable int cursor_line_ = 1, cursor_col_ = 1;
   std::vector<Token> out_;
   std::vector<char> balance_;
   bool line_starting_ = true;
@@ -93,12 +91,24 @@ class Lexer {
     throw SyntaxError(msg, line, col);
   }
 
+  // Line and column (in code points) of pos. Tokens arrive in source order,
+  // so a cursor that only moves forward makes this linear overall.
   std::pair<int, int> line_col(size_t pos) const {
-    auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), pos);
-    const size_t line = static_cast<size_t>(it - line_starts_.begin());
-    const size_t start = line_starts_[line - 1];
-    const int col = static_cast<int>(text::length(std::string_view(src_).substr(start, pos - start))) + 1;
-    return {static_cast<int>(line), col};
+    if (pos < cursor_pos_) {
+      cursor_pos_ = 0;
+      cursor_line_ = 1;
+      cursor_col_ = 1;
+    }
+    while (cursor_pos_ < pos && cursor_pos_ < src_.size()) {
+      if (src_[cursor_pos_] == '\n') {
+        ++cursor_line_;
+        cursor_col_ = 1;
+      } else if ((static_cast<unsigned char>(src_[cursor_pos_]) & 0xC0) != 0x80) {
+        ++cursor_col_;
+      }
+      ++cursor_pos_;
+    }
+    return {cursor_line_, cursor_col_};
   }
 
   Token& push(Tok type, size_t pos, std::string text) {
