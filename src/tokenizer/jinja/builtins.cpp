@@ -64,6 +64,27 @@ const std::string& need_str(const Value& v, const char* fn) {
 
 Value generator(std::vector<Value> items) { return Value::list(std::move(items), SeqKind::Generator); }
 
+// str.replace with the result size checked before it is built.
+std::string checked_replace(Interpreter& in, const std::string& s, const std::string& old_s, const std::string& new_s,
+                            int64_t count) {
+  size_t n = 0;
+  if (old_s.empty()) {
+    n = text::length(s) + 1;
+  } else {
+    for (size_t p = s.find(old_s); p != std::string::npos; p = s.find(old_s, p + old_s.size())) ++n;
+  }
+  if (count >= 0) n = std::min(n, static_cast<size_t>(count));
+  if (new_s.size() > old_s.size()) in.check_string(s.size() + n * (new_s.size() - old_s.size()));
+  in.step(s.size() / 256);
+  return text::replace(s, old_s, new_s, count);
+}
+
+// A width / count argument that will size a string or list.
+int64_t checked_size_arg(Interpreter& in, int64_t n) {
+  if (n > 0) in.check_string(static_cast<size_t>(n));
+  return n;
+}
+
 // jinja2's make_attrgetter: "a.b.0" looks up each part with sandboxed getitem.
 std::vector<Value> attribute_parts(const Value& attribute) {
   std::vector<Value> parts;
@@ -74,7 +95,8 @@ std::vector<Value> attribute_parts(const Value& attribute) {
   while (true) {
     const size_t dot = s.find('.', start);
     std::string part = s.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits = !part.empty() && part.size() <= 18 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     parts.push_back(digits ? Value::integer(std::stoll(part)) : Value::string(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
@@ -377,9 +399,7 @@ Value str_method(Interpreter& in, const Value& self, std::string_view name, Call
     ArgBinder b(name, args, {"old", "new", "count"}, 2);
     std::string old_s = need_str(*b.get(0), "replace"), new_s = need_str(*b.get(1), "replace");
     if (safe) old_s = esc(*b.get(0)), new_s = esc(*b.get(1));  // Markup.replace escapes its arguments
-    std::string r = text::replace(s, old_s, new_s, b.get_int(2, -1));
-    in.check_string(r.size());
-    return out(std::move(r));
+    return out(checked_replace(in, s, old_s, new_s, b.get_int(2, -1)));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     ArgBinder b(name, args, {"sub", "start", "end"}, 1);
@@ -694,11 +714,12 @@ std::string percent_format(Interpreter& in, std::string_view fmt, const Value& a
         ++i;
         const Value w = take();
         if (!w.is_integral()) raise("TypeError", "* wants int");
-        return static_cast<int>(w.as_int());
+        return static_cast<int>(std::clamp<int64_t>(checked_size_arg(in, w.as_int()), INT32_MIN + 1, INT32_MAX));
       }
-      int n = 0;
-      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') n = n * 10 + (fmt[i++] - '0');
-      return n;
+      int64_t n = 0;
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') n = std::min<int64_t>(n * 10 + (fmt[i++] - '0'), INT32_MAX);
+      checked_size_arg(in, n);
+      return static_cast<int>(n);
     };
     const int width = number();
     int precision = -1;
@@ -789,15 +810,17 @@ std::string apply_format_spec(const Value& v, std::string_view spec) {
     if (!align) fill = '0', align = '=';
     ++i;
   }
-  int width = 0;
-  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') width = width * 10 + (spec[i++] - '0');
+  int64_t width = 0;
+  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') width = std::min<int64_t>(width * 10 + (spec[i++] - '0'), INT32_MAX);
+  if (static_cast<size_t>(width) > active_limits().max_bytes)
+    raise_size_limit("a formatted field of bytes", static_cast<size_t>(width), active_limits().max_bytes);
   bool comma = false;
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_')) comma = true, ++i;
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     precision = 0;
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') precision = precision * 10 + (spec[i++] - '0');
+    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') precision = std::min(precision * 10 + (spec[i++] - '0'), 1000);
   }
   char type = i < spec.size() ? spec[i++] : 0;
   if (i != spec.size() || comma || alt) raise("ValueError", "unsupported format specifier '" + std::string(spec) + "'");
@@ -908,7 +931,7 @@ std::string brace_format(Interpreter& in, std::string_view fmt, const CallArgs& 
       if (auto_index >= args.args.size())
         raise("IndexError", "Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
       v = args.args[auto_index++];
-    } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    } else if (head.size() <= 9 && std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       if (used_auto) raise("ValueError", "cannot switch from automatic field numbering to manual field specification");
       used_manual = true;
       const size_t idx = std::stoul(std::string(head));
@@ -931,7 +954,8 @@ std::string brace_format(Interpreter& in, std::string_view fmt, const CallArgs& 
         const size_t e = field.find(']', end);
         if (e == std::string_view::npos) raise("ValueError", "Missing ']' in format string");
         std::string_view key = field.substr(end + 1, e - end - 1);
-        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        const bool digits = !key.empty() && key.size() <= 18 &&
+                            std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
         v = in.getitem(v, digits ? Value::integer(std::stoll(std::string(key))) : Value::string(std::string(key)));
         end = e + 1;
       }
@@ -991,6 +1015,7 @@ Value f_batch(Interpreter& in, const Value& v, CallArgs& a) {
   ArgBinder b("batch", a, {"linecount", "fill_with"}, 1);
   const int64_t n = b.get_int(0, 1);
   if (n <= 0) raise("ValueError", "batch size must be positive");
+  if (b.has(1) && !b.get(1)->is_none()) in.check_items(static_cast<size_t>(n));
   std::vector<Value> out, cur;
   for (const Value& item : iter_for_filter(v)) {
     if (static_cast<int64_t>(cur.size()) == n) {
@@ -1112,7 +1137,7 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
     indention = width.str();
   } else {
     if (!width.is_integral()) raise("TypeError", "can't multiply sequence by non-int of type '" + type_name(width) + "'");
-    indention.assign(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
+    indention.assign(static_cast<size_t>(std::max<int64_t>(0, checked_size_arg(in, width.as_int()))), ' ');
   }
   const std::string s = soft_str(v) + "\n";
   const std::vector<std::string> lines = text::splitlines(s, false);
@@ -1296,9 +1321,7 @@ Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select
 
 Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
   ArgBinder b("replace", a, {"old", "new", "count"}, 2);
-  std::string r = text::replace(to_str(v), to_str(*b.get(0)), to_str(*b.get(1)), b.get_int(2, -1));
-  in.check_string(r.size());
-  return Value::string(std::move(r));
+  return Value::string(checked_replace(in, to_str(v), to_str(*b.get(0)), to_str(*b.get(1)), b.get_int(2, -1)));
 }
 
 Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
@@ -1334,10 +1357,11 @@ Value f_safe(Interpreter&, const Value& v, CallArgs& a) {
   return Value::string(soft_str(v), true);
 }
 
-Value f_slice(Interpreter&, const Value& v, CallArgs& a) {
+Value f_slice(Interpreter& in, const Value& v, CallArgs& a) {
   ArgBinder b("slice", a, {"slices", "fill_with"}, 1);
   const int64_t slices = b.get_int(0, 1);
   if (slices <= 0) raise("ZeroDivisionError", "integer division or modulo by zero");
+  in.check_items(static_cast<size_t>(slices));
   const std::vector<Value> seq = iter_for_filter(v);
   const int64_t len = static_cast<int64_t>(seq.size());
   const int64_t per = len / slices, extra = len % slices;
@@ -1443,7 +1467,8 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
   if (b.has(1) && !b.get(1)->is_none()) {
     const Value& ind = *b.get(1);
     if (ind.is_string()) opts.indent = ind.str();
-    else if (ind.is_integral()) opts.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, ind.as_int())), ' ');
+    else if (ind.is_integral())
+      opts.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, checked_size_arg(in, ind.as_int()))), ' ');
     else raise("TypeError", "can't multiply sequence by non-int of type '" + type_name(ind) + "'");
     opts.item_separator = ",";
   }

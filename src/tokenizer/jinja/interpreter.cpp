@@ -360,6 +360,7 @@ void Interpreter::write(std::string_view s) {
 }
 
 std::string Interpreter::render(const Body& body, const Value& context) {
+  LimitScope limits(opts_.limits.max_string_bytes, opts_.limits.max_items);
   auto root = std::make_shared<Frame>(globals_frame());
   if (context.is_dict()) {
     for (const auto& [k, v] : context.dict().items)

@@ -10,6 +10,26 @@
 
 namespace pagellm::jinja {
 
+// ---- limits -----------------------------------------------------------------
+
+namespace {
+thread_local ActiveLimits g_limits;
+}
+
+const ActiveLimits& active_limits() { return g_limits; }
+
+LimitScope::LimitScope(size_t max_bytes, size_t max_items) : saved_(g_limits) {
+  g_limits.max_bytes = max_bytes;
+  g_limits.max_items = max_items;
+}
+
+LimitScope::~LimitScope() { g_limits = saved_; }
+
+void raise_size_limit(const char* what, size_t size, size_t limit) {
+  raise("ResourceLimitError", std::string("template built ") + what + " of " + std::to_string(size) + " (limit " +
+                                  std::to_string(limit) + ")");
+}
+
 // ---- construction -----------------------------------------------------------
 
 Value Value::string(std::string s, bool safe) {
@@ -33,6 +53,7 @@ Value Value::list(std::vector<Value> items, SeqKind kind) {
 }
 
 Value Value::list(std::shared_ptr<const ListData> data) {
+  if (data->items.size() > g_limits.max_items) raise_size_limit("a list", data->items.size(), g_limits.max_items);
   uint32_t depth = 1;
   for (const Value& item : data->items) depth = std::max(depth, item.depth() + 1);
   if (depth > kMaxDepth) raise("RecursionError", "maximum nesting depth of values exceeded");
@@ -249,12 +270,17 @@ namespace {
 
 void repr_into(std::string& out, const Value& v);
 
+void check_text(const std::string& out) {
+  if (out.size() > g_limits.max_bytes) raise_size_limit("a string of bytes", out.size(), g_limits.max_bytes);
+}
+
 void repr_seq(std::string& out, const std::vector<Value>& items, const char* open, const char* close,
               bool tuple) {
   out += open;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) out += ", ";
     repr_into(out, items[i]);
+    check_text(out);
   }
   if (tuple && items.size() == 1) out += ",";
   out += close;
@@ -297,6 +323,7 @@ void repr_into(std::string& out, const Value& v) {
         repr_into(out, k);
         out += ": ";
         repr_into(out, val);
+        check_text(out);
       }
       out += "}";
       return;
@@ -386,7 +413,9 @@ int compare(const Value& a, const Value& b, std::string_view op) {
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
-  raise("TypeError", "'" + std::string(op) + "' not supported between instances of '" + type_name(a) + "' and '" +
+  std::string msg(1, '\'');
+  msg += op;
+  raise("TypeError", msg + "' not supported between instances of '" + type_name(a) + "' and '" +
                          type_name(b) + "'");
 }
 
@@ -420,6 +449,10 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Type::String: {
       std::vector<Value> out;
       const std::string& s = v.str();
+      if (s.size() > g_limits.max_items) {
+        const size_t n = text::length(s);
+        if (n > g_limits.max_items) raise_size_limit("a list of characters", n, g_limits.max_items);
+      }
       for (size_t i = 0; i < s.size();) {
         const size_t b = i;
         text::next_cp(s, i);
@@ -434,7 +467,7 @@ std::vector<Value> iterate(const Value& v) {
       for (const auto& kv : v.dict().items) out.push_back(kv.first);
       return out;
     }
-    default: raise("TypeError", "'" + type_name(v) + "' object is not iterable");
+    default: raise("TypeError", std::string(1, '\'') + type_name(v) + "' object is not iterable");
   }
 }
 
@@ -515,6 +548,7 @@ struct JsonWriter {
   void newline(int level) {
     out.push_back('\n');
     for (int i = 0; i < level; ++i) out += *opts.indent;
+    check_text(out);
   }
 
   void write(const Value& v, int level) {
@@ -523,7 +557,10 @@ struct JsonWriter {
       case Value::Type::Bool: out += v.as_bool() ? "true" : "false"; return;
       case Value::Type::Int: out += std::to_string(v.as_int()); return;
       case Value::Type::Float: out += json_float(v.as_float()); return;
-      case Value::Type::String: json_string(out, v.str(), opts.ensure_ascii); return;
+      case Value::Type::String:
+        json_string(out, v.str(), opts.ensure_ascii);
+        check_text(out);
+        return;
       case Value::Type::List:
         if (v.seq_kind() == SeqKind::List || v.seq_kind() == SeqKind::Tuple) {
           write_list(v.items(), level);

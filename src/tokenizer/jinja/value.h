@@ -155,6 +155,26 @@ class Value {
 // comparing and destroying them cannot exhaust the stack.
 inline constexpr uint32_t kMaxDepth = 500;
 
+// Size bounds for text and lists built while a render runs on this thread
+// (str()/repr()/JSON of huge shared values, lists, iterated strings). A
+// render installs its Limits with LimitScope; outside one they are unbounded.
+struct ActiveLimits {
+  size_t max_bytes = SIZE_MAX;
+  size_t max_items = SIZE_MAX;
+};
+const ActiveLimits& active_limits();
+class LimitScope {
+ public:
+  LimitScope(size_t max_bytes, size_t max_items);
+  ~LimitScope();
+  LimitScope(const LimitScope&) = delete;
+  LimitScope& operator=(const LimitScope&) = delete;
+
+ private:
+  ActiveLimits saved_;
+};
+[[noreturn]] void raise_size_limit(const char* what, size_t size, size_t limit);
+
 // A Python exception raised while rendering (TypeError, UndefinedError, ...).
 class RenderError : public Error {
  public:

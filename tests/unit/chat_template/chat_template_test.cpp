@@ -164,6 +164,24 @@ TEST(ChatTemplateLimits, OutputAndStringSizeAreBounded) {
                       "ResourceLimitError");
 }
 
+TEST(ChatTemplateLimits, HugeWidthsAndGrowthAreRefusedBeforeAllocating) {
+  for (const char* src : {"{{ 'a'|indent(10000000000) }}", "{{ [1]|tojson(indent=100000000000) }}",
+                          "{{ 'a'|center(100000000000) }}", "{{ '%100000000000s' % 'a' }}", "{{ '{:>99999999999}'.format('a') }}",
+                          "{{ ('a' * 1000000).replace('a', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') }}",
+                          "{{ [1]|batch(100000000000, 0)|list }}", "{{ [1]|slice(100000000000)|list }}"}) {
+    SCOPED_TRACE(src);
+    expect_render_error([&] { render(src); }, "ResourceLimitError");
+  }
+  // One big string referenced a million times: printing it must stop at the limit.
+  ChatRenderOptions o;
+  o.limits.max_string_bytes = 1 << 20;
+  expect_render_error([&] { render("{% set s = 'x' * 100000 %}{{ [s] * 100000 }}", json::object(), o); }, "ResourceLimitError");
+  expect_render_error([&] { render("{% set s = 'x' * 100000 %}{{ ([s] * 100000)|tojson }}", json::object(), o); },
+                      "ResourceLimitError");
+  o.limits.max_items = 1000;
+  expect_render_error([&] { render("{% for c in 'x' * 5000 %}{% endfor %}", json::object(), o); }, "ResourceLimitError");
+}
+
 TEST(ChatTemplateLimits, ListGrowthIsBounded) {
   expect_render_error(
       [] { render("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"); },
