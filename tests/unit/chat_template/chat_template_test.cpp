@@ -138,7 +138,7 @@ TEST(ChatTemplateLimits, HugeNestedLoopStopsQuickly) {
   const std::string msg = expect_render_error(
       [] { render("{% for i in range(100000) %}{% for j in range(100000) %}{{ j }}{% endfor %}{% endfor %}"); },
       "ResourceLimitError");
-  EXPECT_LT(seconds_since(t0), 3.0);
+  EXPECT_LT(seconds_since(t0), 10.0);  // generous: sanitizer builds are ~10x slower
   EXPECT_NE(msg.find("work limit"), std::string::npos) << msg;
 }
 
@@ -150,7 +150,7 @@ TEST(ChatTemplateLimits, DeepRecursionStopsQuickly) {
   const auto t0 = Clock::now();
   expect_render_error([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }, "RecursionError");
   expect_render_error([] { render("{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}"); }, "RecursionError");
-  EXPECT_LT(seconds_since(t0), 3.0);
+  EXPECT_LT(seconds_since(t0), 10.0);  // generous: sanitizer builds are ~10x slower
 }
 
 TEST(ChatTemplateLimits, OutputAndStringSizeAreBounded) {
