@@ -17,7 +17,8 @@ Writes two fixtures to tests/fixtures/chat_templates/:
   language.json  small templates exercising the language (whitespace control,
                  loops, scoping, macros, filters, tests, errors)
   models.json    every template in ../shared/data/chat-templates, the Llama 3 and
-                 Qwen 3 templates of ../shared/data/hf-tokenizers and Gemma 3's
+                 Qwen 3 templates of ../shared/data/hf-tokenizers, the newer
+                 templates in tests/fixtures/chat_templates/extra and Gemma 3's
                  built-in template, over a set of conversations
 
 Each case holds the expected output, or the error: {"type": <Python exception
@@ -515,6 +516,10 @@ TEMPLATE_TOKENS = {  # bos, eos of each model family
     "meta-llama-Llama-3.3-70B-Instruct": LLAMA3,
     "microsoft-Phi-3.5-mini-instruct": ("<s>", "<|endoftext|>"),
     "mistralai-Mistral-Nemo-Instruct-2407": ("<s>", "</s>"),
+    "mistralai-Mistral-Small-3.1-24B-Instruct-2503": ("<s>", "</s>"),
+    "deepseek-ai-DeepSeek-V3.1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "moonshotai-Kimi-K2": ("", "<|im_end|>"),
+    "GLM-4.6": ("", "<|endoftext|>"),
     "hf-llama3": ("<|begin_of_text|>", "<|end_of_text|>"),
     "hf-qwen3": ("", "<|im_end|>"),
     "gemma3": ("<bos>", "<eos>"),
@@ -540,6 +545,11 @@ def model_templates():
         if fn.endswith(".jinja"):
             with open(os.path.join(folder, fn), encoding="utf-8", newline="") as f:
                 out.append((fn[:-6], "chat-templates/" + fn, f.read()))
+    extra = os.path.join(OUT_DIR, "extra")
+    for fn in sorted(os.listdir(extra)):
+        if fn.endswith(".jinja"):
+            with open(os.path.join(extra, fn), encoding="utf-8", newline="") as f:
+                out.append((fn[:-6], "fixtures:extra/" + fn, f.read()))
     for fam in ["llama3", "qwen3"]:
         with open(os.path.join(SHARED, "hf-tokenizers", fam, "tokenizer_config.json"), encoding="utf-8") as f:
             out.append(("hf-" + fam, f"hf-tokenizers/{fam}/tokenizer_config.json", json.load(f)["chat_template"]))
