@@ -55,7 +55,8 @@ std::string apply_chat_template(const ChatTemplate& t, const nlohmann::json& mes
                                 const ChatRenderOptions& options = {});
 std::string apply_chat_template(const ChatTemplate& t, const nlohmann::ordered_json& messages,
                                 bool add_generation_prompt, const std::string& bos_token,
-                                const std::string& eos_token, const nlohmann::ordered_json& extra,
+                                const std::string& eos_token,
+                                const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
                                 const ChatRenderOptions& options = {});
 
 // Built-in templates for architectures whose GGUF files ship none (Gemma 3's

@@ -20,7 +20,7 @@ struct Limits {
   uint64_t max_steps = 5'000'000;        // statements, expressions, loop iterations, bytes/256 produced
   size_t max_string_bytes = 64u << 20;   // any string, including the output
   size_t max_items = 1'000'000;          // any list the template builds
-  int max_call_depth = 64;               // nested macro calls
+  int max_call_depth = 100;              // nested macro calls (a few KB of stack each)
 };
 
 struct RenderOptions {

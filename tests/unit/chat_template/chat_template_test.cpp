@@ -66,6 +66,13 @@ TEST(ChatTemplate, OrderedJsonKeepsKeyOrder) {
   EXPECT_EQ(t.render(json::parse(R"({"d": {"zeta": 1, "alpha": 2}})")), R"({"alpha": 2, "zeta": 1})");
 }
 
+TEST(ChatTemplate, OrderedMessagesKeepOrderThroughApply) {
+  const ChatTemplate t("{{ messages[0].tool_calls[0].function.arguments|tojson }}");
+  const auto messages = ordered_json::parse(
+      R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"z": 1, "a": 2}}}]}])");
+  EXPECT_EQ(apply_chat_template(t, messages, false, "", ""), R"({"z": 1, "a": 2})");
+}
+
 TEST(ChatTemplate, ContextMustBeAnObject) {
   const ChatTemplate t("x");
   EXPECT_THROW(t.render(json::array()), Error);
