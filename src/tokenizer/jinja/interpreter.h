@@ -1,0 +1,97 @@
+// Executes a parsed template for one render. Scoping follows jinja2: `for`
+// bodies, macros, `with`, call/filter/set blocks get their own frame (a new
+// one per loop iteration); `if` does not; macros see the frame they were
+// defined in (lexical scope), not their caller's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/template.h"
+
+namespace pagellm::jinja {
+
+class Frame {
+ public:
+  explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
+  const Value* lookup(std::string_view name) const;
+  void set(std::string_view name, Value v);
+  void clear() { vars_.clear(); }
+
+ private:
+  std::shared_ptr<Frame> parent_;
+  std::vector<std::pair<std::string, Value>> vars_;
+};
+using FramePtr = std::shared_ptr<Frame>;
+
+class Interpreter {
+ public:
+  explicit Interpreter(const RenderOptions& options);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  std::string render(const Body& body, const Value& context);
+
+  // ---- services for builtins -------------------------------------------------
+  const RenderOptions& options() const { return opts_; }
+  // Counts work against Limits::max_steps.
+  void step(uint64_t n = 1) {
+    steps_ += n;
+    if (steps_ > opts_.limits.max_steps) step_limit_exceeded();
+  }
+  void check_string(size_t bytes) const;  // a string about to be built
+  void check_items(size_t count) const;   // a list about to be built
+  Value call(const Value& callee, CallArgs& args);
+  Value getattr(const Value& obj, std::string_view name);
+  Value getitem(const Value& obj, const Value& key);
+  Value filter(std::string_view name, const Value& input, CallArgs& args) {
+    return apply_filter(*this, name, input, args);
+  }
+  bool test(std::string_view name, const Value& input, CallArgs& args) {
+    return apply_test(*this, name, input, args);
+  }
+  // Objects (namespaces, loops) that may form reference cycles; cleared when the render ends.
+  void track(std::shared_ptr<Object> obj) { objects_.push_back(std::move(obj)); }
+
+ private:
+  enum class Flow { Normal, Break, Continue };
+  friend class LoopObject;
+
+  RenderOptions opts_;
+  uint64_t steps_ = 0;
+  int call_depth_ = 0;
+  std::string* out_ = nullptr;
+  std::vector<std::shared_ptr<Object>> objects_;
+  std::vector<FramePtr> closure_frames_;  // frames macros captured (cycles to break)
+
+  [[noreturn]] void step_limit_exceeded() const;
+  void write(std::string_view s);
+
+  Flow exec_body(const Body& body, const FramePtr& f);
+  Flow exec(const Stmt& s, const FramePtr& f);
+  Flow exec_for(const ForStmt& s, const FramePtr& f, const Value& iterable, int depth);
+  std::string render_to_string(const Body& body, const FramePtr& f);
+  void assign(const Expr& target, const Value& v, Frame& f);
+  Value make_macro(const MacroStmt& m, const FramePtr& closure);
+  Value call_macro(const MacroStmt& m, const FramePtr& closure, CallArgs& args);
+  Value apply_filter_chain(const Expr& filter, const Value& input, Frame& f);
+  std::string render_for_loop(const ForStmt& s, const FramePtr& f, const Value& iterable, int depth);
+
+  Value eval(const Expr& e, Frame& f);
+  Value eval_call(const CallExpr& c, Frame& f);
+  CallArgs eval_args(const CallArgsExpr& a, Frame& f);
+  Value eval_compare(const CompareExpr& c, Frame& f);
+  Value eval_slice(const Value& obj, const SliceExpr& s, Frame& f);
+};
+
+// Python binary operators with jinja2's Markup rules (a Markup operand
+// escapes the other string).
+Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b);
+
+}  // namespace pagellm::jinja
