@@ -22,8 +22,16 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line naming the problem (CLI11 would add a second, generic one).
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return e.get_exit_code() ? e.get_exit_code() : 2;
   }
   try {
     for (auto& c : commands)

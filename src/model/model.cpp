@@ -59,18 +59,19 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         return nullptr;
       }
       if (pass == 0) {
+        // Checked before anything is uploaded, so a bad file fails fast.
+        if (t->shape != shape) {
+          std::string want, got;
+          for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+          for (auto d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+          fail("tensor '{}' has shape [{}], expected [{}]", name, got, want);
+        }
+        if (t->shape.size() > 1 && !backend_.supports(t->type))
+          fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),
+               backend_.name());
         ++total;
         return nullptr;
       }
-      if (t->shape != shape) {
-        std::string want, got;
-        for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-        for (auto d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-        fail("tensor '{}' has shape [{}], expected [{}]", name, got, want);
-      }
-      if (t->shape.size() > 1 && !backend_.supports(t->type))
-        fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),
-             backend_.name());
       weight_bytes_ += dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
       auto w = backend_.upload(*t);
       if (progress) progress(++done, total);
