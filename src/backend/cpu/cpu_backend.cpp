@@ -314,14 +314,15 @@ class CpuBackend : public Backend {
 
   // Attention work units, reused across calls.
   struct AttnUnit {
-    int32_t row;       // query token row in the batch
+    int32_t row;       // first query token row of the tile in the batch
+    int32_t n_tokens;  // tokens in the tile
     int32_t seq;       // index into batch seqs
     int32_t g;         // KV head
-    int32_t part;      // index of this range among the row's parts
     int64_t j0, j1;    // key range
+    int64_t pos0;      // position of the tile's first token
   };
   std::vector<AttnUnit> units_;
-  std::vector<float> partials_;  // [units, group * (2 + head_dim)]
+  std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
   bool exact_matmul_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
 };
@@ -331,38 +332,46 @@ void CpuBackend::attention(int layer, const float* q, float* out, const Attentio
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
                 "attention shape does not match the KV cache");
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
+  PAGELLM_CHECK(D % 8 == 0 && D <= 256 && kv_cfg_.block_size <= 64 && G <= 64,
+                "attention kernel limits: head_dim {} (multiple of 8, <= 256), block size {} (<= 64)", D,
+                kv_cfg_.block_size);
   const int nth = pool_.size();
+  // Tiles of consecutive query tokens of one sequence (about 32 query rows
+  // with their heads), so each key block loaded serves many rows.
+  const int tile_tokens = std::max(1, 32 / G);
 
-  // Work units: (query token, KV head, key range). Long ranges are split when
-  // there are too few units to keep every thread busy (decode of few
-  // sequences), and merged afterwards (flash-decoding).
-  int64_t n_rows = 0;
-  for (const auto& s : batch_->seqs) n_rows += s.q_len;
-  const int64_t base_units = n_rows * cfg.n_head_kv;
+  // Work units: (sequence, KV head, token tile, key range). Decode tiles (one
+  // token) over long contexts are split into key ranges when there are too
+  // few units to keep every thread busy, and merged afterwards (flash-decoding).
+  int64_t base_units = 0;
+  for (const auto& s : batch_->seqs) base_units += ((s.q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
   const int64_t want_units = static_cast<int64_t>(nth) * 4;
   units_.clear();
   for (int32_t si = 0; si < static_cast<int32_t>(batch_->seqs.size()); ++si) {
     const auto& s = batch_->seqs[si];
-    for (int32_t i = 0; i < s.q_len; ++i) {
-      const int64_t pos = s.ctx_len - s.q_len + i;
-      const int64_t j1 = pos + 1;
-      const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
+    for (int32_t t0 = 0; t0 < s.q_len; t0 += tile_tokens) {
+      const int32_t nt = std::min(tile_tokens, s.q_len - t0);
+      const int64_t pos0 = s.ctx_len - s.q_len + t0;
+      const int64_t j1 = pos0 + nt;
+      const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos0 - cfg.sliding_window + 1) : 0;
       int64_t parts = 1;
-      if (base_units < want_units) {
-        parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (j1 - j0 + 127) / 128);
+      if (nt == 1 && base_units < want_units) {
+        parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (j1 - j0 + 255) / 256);
         parts = std::max<int64_t>(parts, 1);
       }
       for (int32_t g = 0; g < cfg.n_head_kv; ++g)
         for (int64_t p = 0; p < parts; ++p) {
           const int64_t a = j0 + (j1 - j0) * p / parts, b = j0 + (j1 - j0) * (p + 1) / parts;
-          units_.push_back({s.q_start + i, si, g, static_cast<int32_t>(p), a, b});
+          units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
         }
     }
   }
-  const size_t unit_floats = static_cast<size_t>(G) * (2 + D);
+  const size_t rows_max = static_cast<size_t>(tile_tokens) * G;
+  const size_t unit_floats = rows_max * (2 + D);
   if (partials_.size() < units_.size() * unit_floats) partials_.resize(units_.size() * unit_floats);
 
   const bool f16 = kv_cfg_.dtype == DType::F16;
+  const int64_t q_stride = static_cast<int64_t>(cfg.n_head) * D;
   std::atomic<int64_t> next{0};
   const int64_t n_units = static_cast<int64_t>(units_.size());
   pool_.run_dynamic([&](int, int) {
@@ -372,31 +381,34 @@ void CpuBackend::attention(int layer, const float* q, float* out, const Attentio
       const AttnUnit& w = units_[u];
       cpu::AttnKV kv{k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
                      kv_cfg_.block_size, D, batch_->seqs[w.seq].block_table.data()};
+      cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
+                         q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};
       float* p = partials_.data() + u * unit_floats;
-      cpu::AttnPartial part{p, p + G, p + 2 * G};
-      ops_->attend(q + (static_cast<int64_t>(w.row) * cfg.n_head + w.g * G) * D, G, kv, w.g, w.j0, w.j1, cfg.scale,
-                   cfg.softcap, part);
+      const size_t rows = static_cast<size_t>(w.n_tokens) * G;
+      ops_->attend(tile, kv, w.g, cpu::AttnPartial{p, p + rows, p + 2 * rows});
     }
   });
 
-  // Merge the parts of each (row, KV head): units of one row and head are adjacent.
+  // Merge: the parts of one tile and KV head are adjacent units.
   for (int64_t u = 0; u < n_units;) {
     int64_t e = u + 1;
     while (e < n_units && units_[e].row == units_[u].row && units_[e].g == units_[u].g) ++e;
-    for (int h = 0; h < G; ++h) {
+    const int rows = units_[u].n_tokens * G;
+    for (int r = 0; r < rows; ++r) {
       float m = -INFINITY;
-      for (int64_t k = u; k < e; ++k) m = std::max(m, partials_[k * unit_floats + h]);
-      float l = 0;
-      float* o = out + (static_cast<int64_t>(units_[u].row) * cfg.n_head + units_[u].g * G + h) * D;
+      for (int64_t k = u; k < e; ++k) m = std::max(m, partials_[k * unit_floats + r]);
+      float* o = out + static_cast<int64_t>(units_[u].row + r / G) * q_stride + (units_[u].g * G + r % G) * D;
       for (int d = 0; d < D; ++d) o[d] = 0;
+      float l = 0;
       for (int64_t k = u; k < e; ++k) {
         const float* p = partials_.data() + k * unit_floats;
-        const float w = std::exp(p[h] - m);
-        l += p[G + h] * w;
-        const float* acc = p + 2 * G + h * D;
+        if (p[r] == -INFINITY) continue;  // this part saw no key of this row
+        const float w = std::exp(p[r] - m);
+        l += p[rows + r] * w;
+        const float* acc = p + 2 * rows + static_cast<int64_t>(r) * D;
         for (int d = 0; d < D; ++d) o[d] += acc[d] * w;
       }
-      const float inv = 1.0f / l;
+      const float inv = l > 0 ? 1.0f / l : 0.0f;
       for (int d = 0; d < D; ++d) o[d] *= inv;
     }
     u = e;

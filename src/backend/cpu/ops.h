@@ -19,6 +19,19 @@ struct AttnPartial {
   float* acc;  // [group, head_dim]
 };
 
+// A tile of query rows of one sequence that share KV head g: n_tokens
+// consecutive tokens (positions pos0, pos0 + 1, ...) x `group` heads. Row
+// r = t * group + h reads q + t * q_stride + h * head_dim.
+struct AttnTile {
+  const float* q;
+  int64_t q_stride;     // floats between consecutive tokens' q
+  int n_tokens, group;
+  int64_t pos0;
+  int64_t j0, j1;       // key positions to visit; each row still masks j > its position
+  int window;           // > 0: row at position p only sees keys j > p - window
+  float scale, softcap;
+};
+
 // What one attention call needs to find a sequence's keys and values.
 struct AttnKV {
   const void* k;               // this layer's K cache, [num_blocks][n_kv_heads][block_size][head_dim]
@@ -36,10 +49,10 @@ struct OpsTable {
   void (*add)(float* y, const float* x, int64_t n);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*add_rows)(float* y, const float* b, int64_t n_rows, int64_t dim);  // y[r] += b
-  // Attention of `group` query heads (q[group, head_dim]) sharing KV head g over
-  // key positions [j0, j1); query position q_pos (keys > q_pos are never in range).
-  void (*attend)(const float* q, int group, const AttnKV& kv, int g, int64_t j0, int64_t j1, float scale,
-                 float softcap, AttnPartial out);
+  // Online-softmax attention of a tile's rows over keys [j0, j1) of KV head g,
+  // causal (and windowed) per row; writes the partial (m, l, acc) of each row.
+  // Rows that see no key in the range get m = -inf, l = 0, acc = 0.
+  void (*attend)(const AttnTile& tile, const AttnKV& kv, int g, AttnPartial out);
   // Writes one token's rows of K and V (n_kv_heads * head_dim each) at `slot`.
   void (*store_kv)(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
                    int64_t slot, const float* k, const float* v);

@@ -16,6 +16,8 @@ namespace pagellm::cpu::OPS_NS {
 
 using half_t = _Float16;
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 static void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * dim;
@@ -144,64 +146,179 @@ static float dot(const float* a, const float* b, int64_t n) {
   return s + dot_q(a + i, b + i, static_cast<int>(n - i));
 }
 
-// Online softmax over the key range, one cache block at a time: scores of a
-// block first, then one rescale of the accumulators per block, not per key.
+// Whether key j is visible to a query at position p.
+static inline bool key_visible(int64_t j, int64_t p, int window) { return j <= p && (window <= 0 || j > p - window); }
+
+static inline float cap_score(float s, float softcap) { return softcap > 0.0f ? softcap * std::tanh(s / softcap) : s; }
+
+#if defined(OPS_AVX2)
+// exp(x) for a vector: range reduction to r in [-ln2/2, ln2/2], a degree-6
+// polynomial, then scaling by 2^n through the exponent bits. Relative error
+// about 2e-7; -inf gives 0, inputs below -87 flush to 0.
+static inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 is_tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), lo);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(is_tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+constexpr int kMaxHeadDim = 256, kMaxBlock = 64, kMaxRows = 64;
+
+// One cache block of keys at a time: K is transposed into kt[d][key] so that
+// 4 rows x 8 keys of scores build up in registers; V is converted to float
+// once and reused by every row; each row's output accumulates in registers
+// over the block, 64 dimensions at a time.
 template <typename T>
-static void attend_t(const float* q, int group, const AttnKV& kv, int g, int64_t j0, int64_t j1, float scale,
-                     float softcap, AttnPartial out) {
-  const int D = kv.head_dim, B = kv.block_size;
+static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
+  const int D = kv.head_dim, B = kv.block_size, G = a.group, R = a.n_tokens * a.group;
+  alignas(32) float qs[kMaxRows * kMaxHeadDim];  // [R][D] scaled queries
+  alignas(32) float kt[kMaxHeadDim * kMaxBlock];  // [D][B_pad] this block's keys, transposed
+  alignas(32) float vb[kMaxBlock * kMaxHeadDim];  // [B][D] this block's values
+  alignas(32) float sc[kMaxRows * kMaxBlock];     // [R][B_pad] scores, then weights
+  for (int r = 0; r < R; ++r) {
+    const float* q = a.q + (r / G) * a.q_stride + (r % G) * D;
+    const __m256 vs = _mm256_set1_ps(a.scale);
+    for (int d = 0; d < D; d += 8) _mm256_store_ps(qs + r * D + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), vs));
+    out.m[r] = -INFINITY;
+    out.l[r] = 0.0f;
+    for (int d = 0; d < D; ++d) out.acc[r * D + d] = 0.0f;
+  }
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
-  for (int h = 0; h < group; ++h) {
-    out.m[h] = -INFINITY;
-    out.l[h] = 0.0f;
-    for (int i = 0; i < D; ++i) out.acc[h * D + i] = 0.0f;
-  }
-  float scores[64 * 8];  // [group <= 8 per pass][block_size <= 64]
-  int64_t j = j0;
-  while (j < j1) {
+  for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
-    const int cnt = static_cast<int>((j1 - j) < (B - off0) ? (j1 - j) : (B - off0));
-    const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B;
-    const T* kb = kc + (base + off0) * D;
-    const T* vb = vc + (base + off0) * D;
-    for (int h0 = 0; h0 < group; h0 += 8) {
-      const int hn = (group - h0) < 8 ? (group - h0) : 8;
-      for (int t = 0; t < cnt; ++t) {
-        for (int h = 0; h < hn; ++h) {
-          float s = dot_q(q + (h0 + h) * D, kb + static_cast<int64_t>(t) * D, D) * scale;
-          if (softcap > 0.0f) s = softcap * std::tanh(s / softcap);
-          scores[h * 64 + t] = s;
+    const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
+    const int cnt8 = (cnt + 7) & ~7;
+    const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
+    for (int k = 0; k < cnt8; ++k) {
+      if (k < cnt) {
+        const T* kr = kc + (base + k) * D;
+        const T* vr = vc + (base + k) * D;
+        for (int d = 0; d < D; d += 8) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, load8(kr + d));
+          for (int i = 0; i < 8; ++i) kt[(d + i) * cnt8 + k] = tmp[i];
+          _mm256_store_ps(vb + k * D + d, load8(vr + d));
         }
+      } else {
+        for (int d = 0; d < D; ++d) kt[d * cnt8 + k] = 0.0f;
       }
-      for (int h = 0; h < hn; ++h) {
-        const int hh = h0 + h;
-        float mx = out.m[hh];
-        for (int t = 0; t < cnt; ++t) mx = scores[h * 64 + t] > mx ? scores[h * 64 + t] : mx;
-        const float corr = std::exp(out.m[hh] - mx);  // exp(-inf) = 0 on the first block
-        float* acc = out.acc + hh * D;
-        float l = out.l[hh] * corr;
-        for (int t = 0; t < cnt; ++t) {
-          const float p = std::exp(scores[h * 64 + t] - mx);
-          l += p;
-          scale_add(acc, t == 0 ? corr : 1.0f, p, vb + static_cast<int64_t>(t) * D, D);
+    }
+    // Scores: 4 rows x 8 keys per register tile.
+    for (int r0 = 0; r0 < R; r0 += 4) {
+      const int rn = static_cast<int>(min64(4, R - r0));
+      for (int k0 = 0; k0 < cnt8; k0 += 8) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        const float* q0 = qs + r0 * D;
+        for (int d = 0; d < D; ++d) {
+          const __m256 kk = _mm256_load_ps(kt + d * cnt8 + k0);
+          s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), kk, s0);
+          if (rn > 1) s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + D + d), kk, s1);
+          if (rn > 2) s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 2 * D + d), kk, s2);
+          if (rn > 3) s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 3 * D + d), kk, s3);
         }
-        out.l[hh] = l;
-        out.m[hh] = mx;
+        _mm256_store_ps(sc + r0 * kMaxBlock + k0, s0);
+        if (rn > 1) _mm256_store_ps(sc + (r0 + 1) * kMaxBlock + k0, s1);
+        if (rn > 2) _mm256_store_ps(sc + (r0 + 2) * kMaxBlock + k0, s2);
+        if (rn > 3) _mm256_store_ps(sc + (r0 + 3) * kMaxBlock + k0, s3);
+      }
+    }
+    // Per row: mask, online softmax update, then acc += weights x V.
+    for (int r = 0; r < R; ++r) {
+      float* s = sc + r * kMaxBlock;
+      const int64_t p = a.pos0 + r / G;
+      float mx = out.m[r];
+      for (int k = 0; k < cnt8; ++k) {
+        if (k >= cnt || !key_visible(j + k, p, a.window)) {
+          s[k] = -INFINITY;
+          continue;
+        }
+        s[k] = cap_score(s[k], a.softcap);
+        mx = s[k] > mx ? s[k] : mx;
+      }
+      if (mx == -INFINITY) continue;  // nothing visible yet for this row
+      const float corr = std::exp(out.m[r] - mx);
+      const __m256 vmx = _mm256_set1_ps(mx);
+      __m256 lsum = _mm256_setzero_ps();
+      for (int k = 0; k < cnt8; k += 8) {
+        const __m256 w = exp8(_mm256_sub_ps(_mm256_load_ps(s + k), vmx));
+        _mm256_store_ps(s + k, w);
+        lsum = _mm256_add_ps(lsum, w);
+      }
+      out.l[r] = out.l[r] * corr + hsum8(lsum);
+      out.m[r] = mx;
+      const __m256 vcorr = _mm256_set1_ps(corr);
+      for (int d0 = 0; d0 < D; d0 += 64) {
+        const int dn = static_cast<int>(min64(64, D - d0));
+        float* acc = out.acc + r * D + d0;
+        __m256 a8[8];
+        for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), vcorr);
+        for (int k = 0; k < cnt; ++k) {
+          const __m256 w = _mm256_set1_ps(s[k]);
+          const float* v = vb + k * D + d0;
+          for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_fmadd_ps(w, _mm256_load_ps(v + 8 * i), a8[i]);
+        }
+        for (int i = 0; i < dn / 8; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
       }
     }
     j += cnt;
   }
 }
 
-static void attend(const float* q, int group, const AttnKV& kv, int g, int64_t j0, int64_t j1, float scale,
-                   float softcap, AttnPartial out) {
+static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
   if (kv.f16)
-    attend_t<half_t>(q, group, kv, g, j0, j1, scale, softcap, out);
+    attend_tile_t<half_t>(a, kv, g, out);
   else
-    attend_t<float>(q, group, kv, g, j0, j1, scale, softcap, out);
+    attend_tile_t<float>(a, kv, g, out);
 }
+#else
+// Portable reference: each row on its own, key by key.
+template <typename T>
+static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
+  const int D = kv.head_dim, B = kv.block_size, G = a.group, R = a.n_tokens * a.group;
+  const T* kc = static_cast<const T*>(kv.k);
+  const T* vc = static_cast<const T*>(kv.v);
+  for (int r = 0; r < R; ++r) {
+    const float* q = a.q + (r / G) * a.q_stride + (r % G) * D;
+    const int64_t p = a.pos0 + r / G;
+    float m = -INFINITY, l = 0.0f;
+    float* acc = out.acc + r * D;
+    for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+    for (int64_t j = a.j0; j < a.j1; ++j) {
+      if (!key_visible(j, p, a.window)) continue;
+      const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.n_kv_heads + g) * B + j % B;
+      const float s = cap_score(dot_q(q, kc + slot * D, D) * a.scale, a.softcap);
+      const float mx = s > m ? s : m;
+      const float corr = std::exp(m - mx), w = std::exp(s - mx);
+      l = l * corr + w;
+      scale_add(acc, corr, w, vc + slot * D, D);
+      m = mx;
+    }
+    out.m[r] = m;
+    out.l[r] = l;
+  }
+}
+
+static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
+  if (kv.f16)
+    attend_rows_t<half_t>(a, kv, g, out);
+  else
+    attend_rows_t<float>(a, kv, g, out);
+}
+#endif
 
 static void store_kv(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
                      int64_t slot, const float* k, const float* v) {

@@ -194,6 +194,11 @@ TEST(TrainedModelVsTransformers, Gemma3_270M_ExactGreedy) {
   check.exact_matmul = true;
   check.kv = DType::F32;
   check.min_identical = 40;
+  // Two float32 implementations (different reduction orders, exp and tanh)
+  // drift apart by ~1e-4 of the top logit on average over 18 layers and 40+
+  // positions, with single logits up to ~1.5e-3.
+  check.logit_rms_tol = 5e-4;
+  check.logit_tol = 3e-3;
   check_greedy(path, "gemma3-270m-exact-greedy.json", check);
 }
 
