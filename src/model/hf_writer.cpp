@@ -265,10 +265,12 @@ void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const Tenso
                      const HFWriteOptions& opts) {
   hf_dtype_name(opts.dtype);  // validates the type
   std::vector<Entry> entries = plan_tensors(cfg, src);
-  const bool tied = std::none_of(entries.begin(), entries.end(), [](const Entry& e) { return e.hf_name == "lm_head.weight"; });
+  const bool tied =
+      std::none_of(entries.begin(), entries.end(), [](const Entry& e) { return e.hf_name == "lm_head.weight"; });
   const auto config = hf_config_json(cfg, tied, opts.dtype);
   std::vector<size_t> bytes;
-  for (const Entry& e : entries) bytes.push_back(dtype_row_bytes(opts.dtype, e.src->cols()) * static_cast<size_t>(e.src->rows()));
+  for (const Entry& e : entries)
+    bytes.push_back(dtype_row_bytes(opts.dtype, e.src->cols()) * static_cast<size_t>(e.src->rows()));
   assign_shards(entries, opts.shards, bytes);
 
   const fs::path root(dir);

@@ -107,7 +107,8 @@ class SafetensorsSource : public TensorSource {
         for (const auto& [name, file] : map.items()) {
           const std::string f = file.get<std::string>();
           // Shards sit beside the index; a path elsewhere is a broken (or hostile) index.
-          PAGELLM_CHECK(!f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos && f != ".." && f != ".",
+          const bool plain = !f.empty() && f != "." && f != ".." && f.find_first_of("/\\") == std::string::npos;
+          PAGELLM_CHECK(plain,
                         "'{}': weight file name '{}' is not a plain file name", index.string(), f);
           if (!listed.contains(f)) files.push_back(f);
           listed[f].push_back(name);

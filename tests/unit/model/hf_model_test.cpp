@@ -68,10 +68,24 @@ std::vector<float> run_tokens(Model& model, const std::vector<int32_t>& tokens, 
   return runner.feed(tokens, chunk, true);
 }
 
-// A fresh folder under the test's scratch directory.
+// Model folders are megabytes each: they live under one root that is
+// removed when the tests end.
+fs::path scratch_root() { return fs::path(test::temp_dir()) / "hf_model_test"; }
+
+class RemoveScratch : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(scratch_root(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
+
+// A fresh folder under the scratch root.
 std::string scratch(const std::string& name) {
-  const fs::path p = fs::path(test::temp_dir()) / name;
+  const fs::path p = scratch_root() / name;
   fs::remove_all(p);
+  fs::create_directories(p.parent_path());
   return p.string();
 }
 
@@ -184,6 +198,7 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
     RecordProperty(c.name() + "_chunk" + std::to_string(chunk), std::to_string(gap));
     std::printf("[ hf ] %s chunk %d: max relative gap to transformers %.2e\n", c.name().c_str(), chunk, gap);
   }
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, HFModelVsTransformers, ::testing::ValuesIn(hf_cases()), [](const auto& info) {
