@@ -46,6 +46,9 @@ struct ModelConfig {
   float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
   Activation act = Activation::Silu;
   float final_softcap = 0;
+  // HF configs: the output matrix is the token embedding (lm_head.weight, if
+  // stored, is ignored as transformers ignores it). GGUF files tie by omitting output.weight.
+  bool tie_word_embeddings = false;
 
   std::string describe() const;
   void validate() const;  // throws Error for inconsistent values

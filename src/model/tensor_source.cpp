@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <cstring>
 #include <unordered_map>
 
@@ -92,28 +93,47 @@ class SafetensorsSource : public TensorSource {
  public:
   SafetensorsSource(const std::string& dir, const ModelConfig& cfg) {
     namespace fs = std::filesystem;
-    std::vector<std::string> files;
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    // file -> tensors the index places there (checked after reading)
+    std::map<std::string, std::vector<std::string>> listed;
+    std::vector<std::string> files;
     if (fs::exists(index)) {
       std::ifstream in(index);
-      nlohmann::json j;
+      PAGELLM_CHECK(in.good(), "cannot open '{}'", index.string());
       try {
-        j = nlohmann::json::parse(in);
-      } catch (const std::exception& e) {
-        fail("'{}' is not valid JSON: {}", index.string(), e.what());
-      }
-      std::map<std::string, bool> seen;
-      for (auto& [name, file] : j.at("weight_map").items())
-        if (!seen[file.get<std::string>()]) {
-          seen[file.get<std::string>()] = true;
-          files.push_back((fs::path(dir) / file.get<std::string>()).string());
+        const nlohmann::json j = nlohmann::json::parse(in);
+        const auto& map = j.at("weight_map");
+        PAGELLM_CHECK(map.is_object() && !map.empty(), "'{}': weight_map is empty or not an object", index.string());
+        for (const auto& [name, file] : map.items()) {
+          const std::string f = file.get<std::string>();
+          // Shards sit beside the index; a path elsewhere is a broken (or hostile) index.
+          const bool plain = !f.empty() && f != "." && f != ".." && f.find_first_of("/\\") == std::string::npos;
+          PAGELLM_CHECK(plain,
+                        "'{}': weight file name '{}' is not a plain file name", index.string(), f);
+          if (!listed.contains(f)) files.push_back(f);
+          listed[f].push_back(name);
         }
+      } catch (const nlohmann::json::exception& e) {
+        fail("'{}' is not a valid safetensors index: {}", index.string(), e.what());
+      }
     } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
-      files.push_back((fs::path(dir) / "model.safetensors").string());
+      files.push_back("model.safetensors");
     } else {
       fail("'{}' has neither model.safetensors nor model.safetensors.index.json", dir);
     }
-    for (const auto& f : files) read_file(f, cfg);
+    for (const auto& f : files) {
+      const std::string path = (fs::path(dir) / f).string();
+      PAGELLM_CHECK(fs::exists(path), "'{}' lists weight file '{}', which does not exist", index.string(), f);
+      const auto names = read_file(path, cfg);
+      for (const auto& want : listed[f])
+        PAGELLM_CHECK(names.contains(want), "'{}' lists tensor '{}' in '{}', which does not contain it",
+                      index.string(), want, f);
+    }
+    // transformers ties lm_head to the embedding when the config says so; an
+    // untied model without lm_head would get a random output matrix there.
+    if (cfg.tie_word_embeddings) tensors_.erase("output.weight");
+    else PAGELLM_CHECK(tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight"),
+                       "'{}': config.json says tie_word_embeddings is false, but there is no lm_head.weight", dir);
   }
   const TensorData* find(const std::string& name) const override {
     auto it = tensors_.find(name);
@@ -122,27 +142,32 @@ class SafetensorsSource : public TensorSource {
   size_t count() const override { return tensors_.size(); }
 
  private:
-  void read_file(const std::string& path, const ModelConfig& cfg) {
+  // Maps one safetensors file; returns the HF names it holds.
+  std::set<std::string> read_file(const std::string& path, const ModelConfig& cfg) {
     auto file = std::make_unique<MappedFile>(path);
     const uint8_t* base = file->data();
     const size_t size = file->size();
     PAGELLM_CHECK(size >= 8, "'{}' is truncated (no safetensors header)", path);
     uint64_t header_len = 0;
     std::memcpy(&header_len, base, 8);
-    PAGELLM_CHECK(header_len <= size - 8 && header_len < (uint64_t{1} << 30), "'{}': safetensors header length {} exceeds the file",
-                  path, header_len);
+    PAGELLM_CHECK(header_len <= size - 8 && header_len < (uint64_t{1} << 30),
+                  "'{}': safetensors header length {} exceeds the file ({} bytes)", path, header_len, size);
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(base + 8, base + 8 + header_len);
     } catch (const std::exception& e) {
       fail("'{}': safetensors header is not valid JSON: {}", path, e.what());
     }
+    PAGELLM_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
     const uint8_t* data = base + 8 + header_len;
     const size_t data_size = size - 8 - header_len;
+    std::set<std::string> names;
     for (auto& [hf_name, info] : header.items()) {
       if (hf_name == "__metadata__") continue;
+      names.insert(hf_name);
       const std::string name = gguf_name(hf_name, cfg.arch);
       if (name.empty()) continue;
+      PAGELLM_CHECK(!tensors_.contains(name), "'{}': tensor {} appears twice in the model's files", path, hf_name);
       try {
         TensorData t;
         t.name = name;
@@ -152,19 +177,21 @@ class SafetensorsSource : public TensorSource {
         t.shape.assign(shape.rbegin(), shape.rend());  // row-major [out, in] -> ne [in, out]
         const auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
         PAGELLM_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size,
-                      "'{}': tensor {} data offsets exceed the file", path, hf_name);
-        int64_t n = 1;
+                      "'{}': tensor {} data offsets exceed the file (truncated?)", path, hf_name);
+        uint64_t n = 1;
         for (int64_t d : shape) {
-          PAGELLM_CHECK(d > 0, "'{}': tensor {} has a zero dimension", path, hf_name);
-          n *= d;
+          PAGELLM_CHECK(d > 0 && static_cast<uint64_t>(d) <= data_size, "'{}': tensor {} has an invalid dimension {}",
+                        path, hf_name, d);
+          n *= static_cast<uint64_t>(d);
+          PAGELLM_CHECK(n <= data_size, "'{}': tensor {} is larger than the file", path, hf_name);
         }
-        PAGELLM_CHECK(offs[1] - offs[0] == dtype_row_bytes(t.type, n), "'{}': tensor {} size does not match its shape",
-                      path, hf_name);
+        PAGELLM_CHECK(offs[1] - offs[0] == dtype_row_bytes(t.type, static_cast<int64_t>(n)),
+                      "'{}': tensor {} size does not match its shape", path, hf_name);
         t.data = data + offs[0];
         // Gemma's RMSNorm multiplies by (1 + w); GGUF conversion stores w + 1.
         if (cfg.arch == Arch::Gemma3 && name.size() > 11 && name.ends_with("norm.weight")) {
           auto& owned = owned_.emplace_back(static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i) + 1.0f;
+          for (uint64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, static_cast<int64_t>(i)) + 1.0f;
           t.type = DType::F32;
           t.data = owned.data();
         }
@@ -174,6 +201,7 @@ class SafetensorsSource : public TensorSource {
       }
     }
     files_.push_back(std::move(file));
+    return names;
   }
 
   std::vector<std::unique_ptr<MappedFile>> files_;

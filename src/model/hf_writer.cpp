@@ -1,0 +1,309 @@
+#include "model/hf_writer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "backend/cpu/quants.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One tensor to write: where it comes from, its HF name, and how it is transformed.
+struct Entry {
+  const TensorData* src;
+  std::string hf_name;
+  bool gemma_norm = false;  // write w - 1
+  int permute_heads = 0;    // > 0: un-permute GGUF llama Q/K rows over this many heads
+  int shard = 0;
+};
+
+// A float as the shortest decimal that reads back to it ("1e-06", not
+// 9.999999974752427e-07), so config.json says what a person would write.
+double decimal(float f) { return std::stod(fmt::format("{}", f)); }
+
+const char* hf_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    default: fail("a Hugging Face folder stores F32, F16 or BF16 tensors, not {}", dtype_name(t));
+  }
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    default: fail("a Hugging Face folder stores F32, F16 or BF16 tensors, not {}", dtype_name(t));
+  }
+}
+
+// The tensors the model uses, in file order, with their HF names.
+std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
+  std::vector<Entry> out;
+  const bool gemma = c.arch == Arch::Gemma3;
+  auto add = [&](const std::string& gguf, const std::string& hf, bool required, int permute_heads = 0) {
+    const TensorData* t = src.find(gguf);
+    if (!t) {
+      PAGELLM_CHECK(!required, "cannot write a Hugging Face folder: the model has no tensor '{}'", gguf);
+      return;
+    }
+    const bool norm = gemma && gguf.ends_with("norm.weight");
+    out.push_back({t, hf, norm, permute_heads});
+  };
+  PAGELLM_CHECK(!src.find("rope_freqs.weight"),
+                "cannot write a Hugging Face folder: RoPE frequency factors (rope_freqs.weight) have no config.json "
+                "equivalent here");
+  // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
+  const bool unpermute = c.arch == Arch::Llama && !c.rope.neox;
+  add("token_embd.weight", "model.embed_tokens.weight", true);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string g = fmt::format("blk.{}.", il), h = fmt::format("model.layers.{}.", il);
+    add(g + "attn_norm.weight", h + "input_layernorm.weight", true);
+    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", true, unpermute ? c.n_head : 0);
+    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", true, unpermute ? c.n_head_kv : 0);
+    add(g + "attn_v.weight", h + "self_attn.v_proj.weight", true);
+    add(g + "attn_output.weight", h + "self_attn.o_proj.weight", true);
+    if (c.qkv_bias) {
+      add(g + "attn_q.bias", h + "self_attn.q_proj.bias", true);
+      add(g + "attn_k.bias", h + "self_attn.k_proj.bias", true);
+      add(g + "attn_v.bias", h + "self_attn.v_proj.bias", true);
+    }
+    if (c.qk_norm) {
+      add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", true);
+      add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", true);
+    }
+    if (c.post_norms) add(g + "post_attention_norm.weight", h + "post_attention_layernorm.weight", true);
+    // Llama-style models call the FFN norm post_attention_layernorm; Gemma has
+    // both a post-attention norm and a pre-FFN norm.
+    add(g + "ffn_norm.weight", h + (gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+        true);
+    if (c.post_norms) add(g + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", true);
+    add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", true);
+    add(g + "ffn_up.weight", h + "mlp.up_proj.weight", true);
+    add(g + "ffn_down.weight", h + "mlp.down_proj.weight", true);
+  }
+  add("output_norm.weight", "model.norm.weight", true);
+  add("output.weight", "lm_head.weight", false);
+  return out;
+}
+
+// Splits the tensors, in order, into `shards` contiguous non-empty groups of
+// about equal bytes.
+void assign_shards(std::vector<Entry>& entries, int shards, const std::vector<size_t>& bytes) {
+  const int n = static_cast<int>(entries.size());
+  PAGELLM_CHECK(shards >= 1 && shards <= n, "cannot split {} tensors into {} shards", n, shards);
+  size_t total = 0;
+  for (size_t b : bytes) total += b;
+  size_t before = 0;
+  int prev = 0;
+  for (int i = 0; i < n; ++i) {
+    const double mid = (static_cast<double>(before) + bytes[i] / 2.0) / static_cast<double>(total);
+    int k = std::min(shards - 1, static_cast<int>(mid * shards));
+    k = std::clamp(k, prev, prev + (i > 0 ? 1 : 0));
+    k = std::max(k, shards - (n - i));  // leave one tensor for every later shard
+    entries[i].shard = k;
+    prev = k;
+    before += bytes[i];
+  }
+}
+
+std::string shard_file_name(int k, int shards) {
+  return shards == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards);
+}
+
+// Converts one tensor to `dtype` in HF row order and appends it to `out`.
+void write_tensor(std::ofstream& out, const Entry& e, DType dtype) {
+  const TensorData& t = *e.src;
+  const int64_t cols = t.cols(), rows = t.rows();
+  const size_t src_row_bytes = dtype_row_bytes(t.type, cols);
+  const size_t dst_row_bytes = dtype_row_bytes(dtype, cols);
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> bytes(dst_row_bytes);
+  const int64_t hd = e.permute_heads ? rows / e.permute_heads : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t from = r;
+    if (e.permute_heads) {
+      // HF row h*hd + j*hd/2 + i holds GGUF row h*hd + 2*i + j (llama.cpp's
+      // converter interleaves the two halves of each head).
+      const int64_t h = r / hd, within = r % hd, j = within / (hd / 2), i = within % (hd / 2);
+      from = h * hd + 2 * i + j;
+    }
+    cpu::dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(from) * src_row_bytes,
+                            row.data(), cols);
+    if (e.gemma_norm)
+      for (float& v : row) v -= 1.0f;
+    cpu::quantize_row_ref(dtype, row.data(), bytes.data(), cols);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+void write_shard(const fs::path& path, const std::vector<const Entry*>& entries, DType dtype) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const Entry* e : entries) {
+    const TensorData& t = *e->src;
+    const uint64_t size = dtype_row_bytes(dtype, t.cols()) * static_cast<uint64_t>(t.rows());
+    header[e->hf_name] = {{"dtype", hf_dtype_name(dtype)},
+                          {"shape", std::vector<int64_t>(t.shape.rbegin(), t.shape.rend())},
+                          {"data_offsets", {offset, offset + size}}};
+    offset += size;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  PAGELLM_CHECK(out.good(), "cannot create '{}'", path.string());
+  const uint64_t len = text.size();
+  char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((len >> (8 * i)) & 0xff);  // little-endian
+  out.write(len_bytes, 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const Entry* e : entries) write_tensor(out, *e, dtype);
+  out.close();
+  PAGELLM_CHECK(!out.fail(), "error writing '{}'", path.string());
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  PAGELLM_CHECK(out.good(), "cannot create '{}'", path.string());
+  out << text << "\n";
+  out.close();
+  PAGELLM_CHECK(!out.fail(), "error writing '{}'", path.string());
+}
+
+// Removes weights an earlier write left, so the folder holds one model.
+void remove_old_weights(const fs::path& dir) {
+  for (const auto& f : fs::directory_iterator(dir)) {
+    const std::string n = f.path().filename().string();
+    const bool shard = n.starts_with("model-") && n.ends_with(".safetensors") && n.find("-of-") != std::string::npos;
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" || shard) fs::remove(f.path());
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dtype) {
+  PAGELLM_CHECK(c.rope.n_rot == c.head_dim, "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot,
+                c.head_dim);
+  PAGELLM_CHECK(c.qkv_bias == (c.arch == Arch::Qwen2),
+                "cannot write config.json: q/k/v biases are only expressible for qwen2 here");
+  const bool any_swa = std::any_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; });
+  PAGELLM_CHECK(c.arch == Arch::Gemma3 || !any_swa,
+                "cannot write config.json: sliding-window layers are only written for gemma3");
+  nlohmann::ordered_json j;
+  const char* cls = "";
+  const char* type = "";
+  switch (c.arch) {
+    case Arch::Llama: cls = "LlamaForCausalLM", type = "llama"; break;
+    case Arch::Qwen2: cls = "Qwen2ForCausalLM", type = "qwen2"; break;
+    case Arch::Qwen3: cls = "Qwen3ForCausalLM", type = "qwen3"; break;
+    case Arch::Gemma3: cls = "Gemma3ForCausalLM", type = "gemma3_text"; break;
+  }
+  j["architectures"] = nlohmann::ordered_json::array({cls});
+  j["model_type"] = type;
+  j["vocab_size"] = c.n_vocab;
+  j["hidden_size"] = c.n_embd;
+  j["intermediate_size"] = c.n_ff;
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.n_head_kv;
+  j["head_dim"] = c.head_dim;
+  j["max_position_embeddings"] = c.n_ctx_train;
+  j["rms_norm_eps"] = decimal(c.norm_eps);
+  j["rope_theta"] = decimal(c.rope.freq_base);
+  if (c.rope.freq_scale != 1.0f)
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", decimal(1.0f / c.rope.freq_scale)}};
+  j["tie_word_embeddings"] = tied;
+  j["dtype"] = torch_dtype_name(dtype);
+  j["bos_token_id"] = 1;  // the synthetic vocabulary's <s> and </s>
+  j["eos_token_id"] = 2;
+  switch (c.arch) {
+    case Arch::Llama:
+      j["hidden_act"] = "silu";
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+      break;
+    case Arch::Qwen2:  // q/k/v always have biases in Qwen 2
+    case Arch::Qwen3:
+      j["hidden_act"] = "silu";
+      if (c.arch == Arch::Qwen3) j["attention_bias"] = false;
+      j["use_sliding_window"] = false;
+      break;
+    case Arch::Gemma3: {
+      j["hidden_activation"] = "gelu_pytorch_tanh";
+      // Attention scale is query_pre_attn_scalar^-0.5 (an integer in configs).
+      const long scalar = std::lround(1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale));
+      PAGELLM_CHECK(scalar > 0 && 1.0f / std::sqrt(static_cast<float>(scalar)) == c.attn_scale,
+                    "cannot write config.json: attention scale {} is not 1/sqrt(integer)", c.attn_scale);
+      j["query_pre_attn_scalar"] = scalar;
+      j["sliding_window"] = c.sliding_window;
+      std::vector<std::string> types;
+      for (int il = 0; il < c.n_layer; ++il) types.push_back(c.is_swa[il] ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      j["rope_local_base_freq"] = decimal(c.rope_swa.freq_base);
+      j["final_logit_softcapping"] = c.final_softcap > 0 ? nlohmann::ordered_json(decimal(c.final_softcap)) : nullptr;
+      j["attn_logit_softcapping"] = c.attn_softcap > 0 ? nlohmann::ordered_json(decimal(c.attn_softcap)) : nullptr;
+      break;
+    }
+  }
+  return j;
+}
+
+void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const TensorSource& src,
+                     const HFWriteOptions& opts) {
+  hf_dtype_name(opts.dtype);  // validates the type
+  std::vector<Entry> entries = plan_tensors(cfg, src);
+  const bool tied =
+      std::none_of(entries.begin(), entries.end(), [](const Entry& e) { return e.hf_name == "lm_head.weight"; });
+  const auto config = hf_config_json(cfg, tied, opts.dtype);
+  std::vector<size_t> bytes;
+  for (const Entry& e : entries)
+    bytes.push_back(dtype_row_bytes(opts.dtype, e.src->cols()) * static_cast<size_t>(e.src->rows()));
+  assign_shards(entries, opts.shards, bytes);
+
+  const fs::path root(dir);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  PAGELLM_CHECK(fs::is_directory(root), "cannot create folder '{}'", dir);
+  remove_old_weights(root);
+  write_text(root / "config.json", config.dump(2));
+  nlohmann::ordered_json weight_map;
+  size_t total = 0;
+  for (int k = 0; k < opts.shards; ++k) {
+    std::vector<const Entry*> mine;
+    for (const Entry& e : entries)
+      if (e.shard == k) {
+        mine.push_back(&e);
+        weight_map[e.hf_name] = shard_file_name(k, opts.shards);
+      }
+    write_shard(root / shard_file_name(k, opts.shards), mine, opts.dtype);
+  }
+  for (size_t b : bytes) total += b;
+  if (opts.shards > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    write_text(root / "model.safetensors.index.json", index.dump(2));
+  }
+}
+
+void write_dummy_hf(const std::string& dir, const DummySpec& spec, int shards, ThreadPool& pool) {
+  hf_dtype_name(spec.wtype);
+  const ModelConfig cfg = dummy_config(spec.shape, dummy_vocab_size(spec.shape, nullptr));
+  auto src = make_dummy_source(cfg, spec, pool);
+  write_hf_folder(dir, cfg, *src, HFWriteOptions{spec.wtype, shards});
+}
+
+}  // namespace pagellm
