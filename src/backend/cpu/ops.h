@@ -58,11 +58,6 @@ struct OpsTable {
                    int64_t slot, const float* k, const float* v);
 };
 
-// GELU (tanh form) of every fp16 input, as fp16: the activation goes through
-// this table (as llama.cpp does): faster than tanh and numerically the same
-// function as the reference engine's.
-const uint16_t* gelu_table();
-
 const OpsTable& ops_table(Isa isa);
 const OpsTable& ops_scalar();
 const OpsTable& ops_avx2();

@@ -2,7 +2,6 @@
 // ISA inside a distinct namespace (OPS_NS), so no symbol is shared between the
 // two compilations. Plain loops with `omp simd` reductions: the compiler
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -61,24 +60,7 @@ static void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, int n_ro
   }
 }
 
-static void glu(const float* gate, const float* up, int64_t n, int act, float* out) {
-  if (act == 0) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  } else {
-    const uint16_t* table = gelu_table();
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      float a;
-      if (g <= -10.0f) a = 0.0f;
-      else if (g >= 10.0f) a = g;
-      else a = static_cast<float>(std::bit_cast<half_t>(table[std::bit_cast<uint16_t>(static_cast<half_t>(g))]));
-      out[i] = a * up[i];
-    }
-  }
-}
+static void glu(const float* gate, const float* up, int64_t n, int act, float* out);
 
 static void add(float* y, const float* x, int64_t n) {
 #pragma omp simd
@@ -319,6 +301,35 @@ static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) 
     attend_rows_t<float>(a, kv, g, out);
 }
 #endif
+
+// out = act(gate) * up. GELU is the tanh form, evaluated exactly (the AVX2
+// path gets tanh from the vector exp: tanh(u) = 1 - 2 / (exp(2u) + 1)).
+static void glu(const float* gate, const float* up, int64_t n, int act, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  int64_t i = 0;
+#if defined(OPS_AVX2)
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 a;
+    if (act == 0) {
+      a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    } else {
+      const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+      const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+      const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(exp8(_mm256_add_ps(u, u)), one)));
+      a = _mm256_mul_ps(_mm256_mul_ps(half, g), _mm256_add_ps(one, t));
+    }
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float a = act == 0 ? g / (1.0f + std::exp(-g))
+                             : 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    out[i] = a * up[i];
+  }
+}
 
 static void store_kv(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
                      int64_t slot, const float* k, const float* v) {

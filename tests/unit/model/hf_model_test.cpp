@@ -179,18 +179,9 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
   // float FMAs, no activation rounding), so the differences are float
   // summation order only: measured <1e-6 of the largest logit. The bar is
   // 1e-4, a hundred times that.
-  // Gemma's GELU is the exception: we (like llama.cpp) read it from a table
-  // over fp16 inputs holding fp16 outputs (up to 2^-11 relative per
-  // activation). Swapping transformers' GELU for that table moves its logits
-  // by 5.2e-4 (gelu_f16_table_gap in the fixture), and we measure 4.9e-4
-  // (F32) and 5.4e-4 (BF16); the bar there is 1e-3. (The table is not smooth,
-  // so a tight comparison with a table-GELU reference fails on rounding
-  // flips; at position 0, where attention is trivial, a float64 reference
-  // with the table agrees with us to 3e-7.) Slips in what the HF path
-  // configures move these logits far more: a wrong local RoPE base by 0.7, a
-  // sliding window off by one by >0.1.
-  const bool table_gelu = model->config().act == Activation::GeluTanh;
-  const double tol = table_gelu ? 1e-3 : 1e-4;
+  // Slips in what the HF path configures move these logits far more: a
+  // wrong local RoPE base by 0.7, a sliding window off by one by >0.1.
+  const double tol = 1e-4;
   for (int chunk : {static_cast<int>(tokens.size()), 7}) {
     const auto logits = run_tokens(*model, tokens, chunk);
     const double gap = max_rel_gap(logits, ref, n_vocab);

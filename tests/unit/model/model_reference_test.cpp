@@ -111,10 +111,12 @@ struct GreedyCheck {
   // continuations agree, relative to the step's largest |logit| (as the
   // random-model comparison measures it).
   double logit_tol = 1e-3;
-  // When > 0: instead of bounding every logit, bound the RMS of the
-  // differences (over all prompts and steps) by this, relative to the largest
-  // |logit|, and every single one by logit_tol.
+  // When > 0: also bound the RMS of the differences over all prompts and
+  // steps by this.
   double logit_rms_tol = 0;
+  // Tolerances in logits instead of relative to the step's top logit (for
+  // noise that does not scale with the logits).
+  bool absolute = false;
   // After min_identical tokens, the paths may part where both choices are in
   // the other's top 5 (vLLM's check_logprobs_close): near-ties flip under the
   // 8-bit activation noise of the fast path.
@@ -143,7 +145,7 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
     ::testing::Test::RecordProperty("identical_" + c["prompt"].get<std::string>().substr(0, 12), same);
     for (int i = 0; i < same; ++i) {
       const auto top = c["top5"][i].get<std::vector<std::pair<int, double>>>();
-      const double scale = std::max(1.0, std::fabs(top[0].second));
+      const double scale = check.absolute ? 1.0 : std::max(1.0, std::fabs(top[0].second));
       for (const auto& [tok, ref] : top) {
         EXPECT_NEAR(steps[i][tok], ref, check.logit_tol * scale) << label << " step " << i;
         sum_sq += std::pow((steps[i][tok] - ref) / scale, 2);
@@ -167,8 +169,8 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
     EXPECT_NE(std::find(ours.begin(), ours.end(), want[same]), ours.end()) << label << " step " << same;
   }
   const double rms = count ? std::sqrt(sum_sq / static_cast<double>(count)) : 0.0;
-  std::printf("[ greedy ] %s: relative RMS logit difference %.2e over %lld logits\n", fixture_name.c_str(), rms,
-              static_cast<long long>(count));
+  std::printf("[ greedy ] %s: %s RMS logit difference %.2e over %lld logits\n", fixture_name.c_str(),
+              check.absolute ? "absolute" : "relative", rms, static_cast<long long>(count));
   if (check.logit_rms_tol > 0) EXPECT_LE(rms, check.logit_rms_tol);
 }
 
@@ -194,11 +196,10 @@ TEST(TrainedModelVsTransformers, Gemma3_270M_ExactGreedy) {
   check.exact_matmul = true;
   check.kv = DType::F32;
   check.min_identical = 40;
-  // Two float32 implementations (different reduction orders, exp and tanh)
-  // drift apart by ~1e-4 of the top logit on average over 18 layers and 40+
-  // positions, with single logits up to ~1.5e-3.
-  check.logit_rms_tol = 5e-4;
-  check.logit_tol = 3e-3;
+  // Two float32 implementations (different reduction orders, exp and tanh):
+  // measured 5e-7 of the top logit (RMS) over 18 layers and 40+ positions.
+  check.logit_rms_tol = 1e-5;
+  check.logit_tol = 1e-4;
   check_greedy(path, "gemma3-270m-exact-greedy.json", check);
 }
 
@@ -213,10 +214,11 @@ TEST(TrainedModelVsLlamaCpp, Gemma3_270M_FastPathGreedy) {
   GreedyCheck check;
   check.min_identical = 1;
   // Measured on this model: both engines sit ~0.22-0.25 logits (RMS) from
-  // the exact result, i.e. ~1.2% of the top logit, and apart from each other
-  // by ~1.5%; single logits have heavier tails.
-  check.logit_rms_tol = 0.03;
-  check.logit_tol = 0.12;
+  // the exact result, whatever the logits' size, and ~0.3-0.35 apart from
+  // each other on the top logits; single logits have heavier tails.
+  check.absolute = true;
+  check.logit_rms_tol = 0.6;
+  check.logit_tol = 2.5;
   check.allow_close_divergence = true;
   check_greedy(path, "gemma3-270m-greedy.json", check);
 }
