@@ -75,7 +75,7 @@ int run_single(Engine& engine, const GenerateFlags& g) {
                "finish: %s\n",
                n_prompt, prefill, prefill > 0 ? n_prompt / prefill : 0.0, n_gen, decode,
                (n_gen > 1 && decode > 0) ? (n_gen - 1) / decode : 0.0, to_string(reason));
-  if (engine.config().profile) std::fprintf(stderr, "profile: %s\n", engine.model().backend().profile_report().c_str());
+  if (engine.config().profile) std::fprintf(stderr, "profile: %s\n", engine.profile_report().c_str());
   return 0;
 }
 
@@ -168,6 +168,7 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
   }
   std::cout.flush();
   const double s = seconds(t0, Clock::now());
+  if (engine.config().profile) std::fprintf(stderr, "profile: %s\n", engine.profile_report().c_str());
   std::fprintf(stderr, "batch: %zu requests, %lld prompt + %lld generated tokens in %.2f s (%.1f tokens/s total, %.1f "
                "generated tokens/s)\n",
                results.size(), static_cast<long long>(total_prompt), static_cast<long long>(total_gen), s,
@@ -212,6 +213,7 @@ Command register_generate(CLI::App& app) {
             } catch (const InvalidRequest& e) {
               fail("invalid --{}: {}", e.param(), e.what());
             }
+            TraceSession trace(engine->trace);
             Engine eng(engine->to_config(), load_progress_reporter());
             spdlog::info("{}", eng.describe());
             return g->batch.empty() ? run_single(eng, *g) : run_batch(eng, *g);

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "core/util.h"
 
 namespace pagellm::cli {
@@ -54,7 +55,8 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
       ->capture_default_str();
   app->add_flag("--exact-matmul", f->exact_matmul,
                 "Float activations in matrix products (slower; no 8-bit activation rounding)");
-  app->add_flag("--profile", f->profile, "Print a per-op time breakdown");
+  app->add_flag("--profile", f->profile, "Print a time breakdown per step phase and per op kind");
+  app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
   return f;
 }
 
@@ -95,6 +97,21 @@ std::string default_model_path() {
     if (fs::exists(cached)) return cached;
   }
   fail("no model given and the default model is not installed: run `make setup` (or tools/setup.sh), or pass -m MODEL");
+}
+
+TraceSession::TraceSession(std::string path) : path_(std::move(path)) {
+  if (!path_.empty()) trace::enable(true);
+}
+
+TraceSession::~TraceSession() {
+  if (path_.empty()) return;
+  trace::enable(false);
+  try {
+    trace::write(path_);
+    spdlog::info("trace written to {}", path_);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
 }
 
 LoadProgress load_progress_reporter() {

@@ -29,6 +29,7 @@ struct EngineFlags {
   std::string scheduling_policy = "fcfs";
   bool exact_matmul = false;
   bool profile = false;
+  std::string trace;  // Chrome-trace JSON written at exit
 
   EngineConfig to_config() const;
 };
@@ -39,6 +40,16 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app);
 // The default model (Gemma 3 270M Q4_K_M) as installed by tools/setup.sh;
 // throws Error with the set-up command when it is missing.
 std::string default_model_path();
+
+// Starts the --trace timeline when asked; writes it when destroyed.
+class TraceSession {
+ public:
+  explicit TraceSession(std::string path);
+  ~TraceSession();
+
+ private:
+  std::string path_;
+};
 
 // Loading progress: a bar on a terminal, one log line otherwise.
 LoadProgress load_progress_reporter();

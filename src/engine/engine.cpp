@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/trace.h"
 #include "core/util.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_sizing.h"
@@ -337,8 +338,15 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
 }
 
 std::vector<RequestOutput> Engine::step() {
+  trace::Scope step_scope("engine.step", "engine");
   std::vector<RequestOutput> outputs;
-  StepPlan plan = scheduler_->schedule();
+  const int64_t t_start = ThreadPool::now_ns();
+  StepPlan plan = [&] {
+    trace::Scope s("schedule", "engine");
+    return scheduler_->schedule();
+  }();
+  const int64_t t_scheduled = ThreadPool::now_ns();
+  int64_t t_forward = t_scheduled;
   std::vector<Request*> touched;
   const auto now = Clock::now();
   for (const auto& e : plan.seqs) {
@@ -352,10 +360,15 @@ std::vector<RequestOutput> Engine::step() {
   if (!plan.empty()) {
     metrics_.num_steps++;
     metrics_.iteration_tokens.observe(plan.num_batched_tokens);
-    ModelRunner::Output out;
-    runner_->execute(plan, out);
+    {
+      trace::Scope s("forward", "engine");
+      runner_->execute(plan, runner_output_);
+    }
+    t_forward = ThreadPool::now_ns();
+    trace::Scope s("sample", "engine");
     const int32_t vocab = model_->config().n_vocab;
-    for (size_t i = 0; i < out.entries.size(); ++i) sample_entry(plan, out.entries[i], out.row(i, vocab), touched);
+    for (size_t i = 0; i < runner_output_.entries.size(); ++i)
+      sample_entry(plan, runner_output_.entries[i], runner_output_.row(i, vocab), touched);
   }
   scheduler_->on_step_done(plan);
 
@@ -389,7 +402,20 @@ std::vector<RequestOutput> Engine::step() {
   for (Request* r : touched)
     if (r->has_news) outputs.push_back(collect(*r));
   update_gauges();
+  const int64_t t_end = ThreadPool::now_ns();
+  phase_ns_[0] += t_scheduled - t_start;
+  phase_ns_[1] += t_forward - t_scheduled;
+  phase_ns_[2] += t_end - t_forward;
   return outputs;
+}
+
+std::string Engine::profile_report() const {
+  const double total = static_cast<double>(phase_ns_[0] + phase_ns_[1] + phase_ns_[2]);
+  if (total <= 0) return "no steps run";
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  return fmt::format("{} steps: schedule {:.1f} ms, forward {:.1f} ms [{}], sample+stop+detokenize {:.1f} ms",
+                     metrics_.num_steps, ms(phase_ns_[0]), ms(phase_ns_[1]), backend_->profile_report(),
+                     ms(phase_ns_[2]));
 }
 
 RequestOutput Engine::collect(Request& r) {

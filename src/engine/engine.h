@@ -20,6 +20,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
+#include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "scheduler/scheduler.h"
@@ -117,6 +118,9 @@ class Engine {
   const EngineMetrics& metrics() const { return metrics_; }
   EngineStats stats() const;
   std::string describe() const;
+  // Time per step phase (schedule / forward with the backend's op breakdown /
+  // sampling and output), when EngineConfig::profile is on.
+  std::string profile_report() const;
   const KVCacheConfig& kv_config() const { return kv_config_; }
   // Debug/test hook: checks scheduler and KV invariants (throws Error).
   void check_invariants() const { scheduler_->check_invariants(); }
@@ -141,8 +145,10 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<class ModelRunner> runner_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
+  ModelRunner::Output runner_output_;  // reused across steps
+  int64_t phase_ns_[3] = {};           // schedule, forward, sample + postprocess
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<SeqId, std::pair<Request*, int32_t>> seq_owner_;  // seq -> (request, sample index)

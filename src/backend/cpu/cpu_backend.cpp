@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
+#include "core/trace.h"
 #include "core/util.h"
 #include "kv/kv_sizing.h"
 
@@ -120,7 +121,7 @@ class CpuBackend : public Backend {
 
   void set_batch(const BatchInfo& batch) override {
     batch_ = &batch;
-    rope_tables_.clear();
+    rope_tables_used_ = 0;
     const int64_t n = batch.n_tokens();
     PAGELLM_CHECK(static_cast<int64_t>(batch.positions.size()) == n &&
                       static_cast<int64_t>(batch.slot_mapping.size()) == n,
@@ -139,7 +140,7 @@ class CpuBackend : public Backend {
   }
 
   void embed(const Weight& table, float scale, float* out) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "embed");
     const auto& w = as_cpu(table);
     const int64_t cols = w.cols;
     const auto* data = static_cast<const uint8_t*>(w.matrix->data());
@@ -157,18 +158,18 @@ class CpuBackend : public Backend {
   }
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
-    Timer t(this, kMatmul);
+    Timer t(this, kMatmul, w.name.c_str());
     if (exact_matmul_) return matmul_exact(*as_cpu(w).matrix, x, n, y);
     cpu::matmul(pool_, *as_cpu(w).matrix, x, n, y);
   }
 
   void add_bias(float* y, const Weight& bias, int64_t n) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "add_bias");
     ops_->add_rows(y, as_cpu(bias).vec.data(), n, bias.cols);
   }
 
   void rms_norm(const float* x, const Weight* w, int64_t n_rows, int64_t dim, float eps, float* y) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "rms_norm");
     const float* wv = w ? as_cpu(*w).vec.data() : nullptr;
     if (w) PAGELLM_CHECK(w->cols == dim, "norm weight '{}' has {} values, rows have {}", w->name, w->cols, dim);
     pool_.parallel_for(
@@ -177,7 +178,7 @@ class CpuBackend : public Backend {
   }
 
   void rope(float* x, int n_heads, int head_dim, const RopeConfig& cfg) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "rope");
     const float* cs = rope_table(cfg);
     const int half = cfg.n_rot / 2;
     pool_.parallel_for(
@@ -189,7 +190,7 @@ class CpuBackend : public Backend {
   }
 
   void store_kv(int layer, const float* k, const float* v) override {
-    Timer t(this, kAttention);
+    Timer t(this, kAttention, "store_kv");
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     const bool f16 = kv_cfg_.dtype == DType::F16;
     const auto& slots = batch_->slot_mapping;
@@ -206,14 +207,14 @@ class CpuBackend : public Backend {
   void attention(int layer, const float* q, float* out, const AttentionConfig& cfg) override;
 
   void glu(const float* gate, const float* up, int64_t n, Activation act, float* out) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "glu");
     const int a = act == Activation::Silu ? 0 : 1;
     pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->glu(gate + b, up + b, e - b, a, out + b); }, 64,
                        kMinParallelElements);
   }
 
   void add(float* y, const float* x, int64_t n) override {
-    Timer t(this, kOther);
+    Timer t(this, kOther, "add");
     pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->add(y + b, x + b, e - b); }, 64, kMinParallelElements);
   }
 
@@ -236,14 +237,17 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // Times an op into its profile category and, with --trace, the timeline.
   struct Timer {
-    Timer(CpuBackend* b, Category c) : b_(b), c_(c), t0_(b->profiling_ ? ThreadPool::now_ns() : 0) {}
+    Timer(CpuBackend* b, Category c, const char* name)
+        : b_(b), c_(c), t0_(b->profiling_ ? ThreadPool::now_ns() : 0), scope_(name, "op") {}
     ~Timer() {
       if (b_->profiling_) b_->category_ns_[c_] += ThreadPool::now_ns() - t0_;
     }
     CpuBackend* b_;
     Category c_;
     int64_t t0_;
+    trace::Scope scope_;
   };
 
   // y[n, rows] = x[n, cols] * dequant(W)^T in float: rows dequantized once
@@ -281,11 +285,15 @@ class CpuBackend : public Backend {
   // per step (in double, then rounded) and shared by all layers using it.
   const float* rope_table(const RopeConfig& cfg) {
     const auto key = std::make_tuple(cfg.freq_base, cfg.freq_scale, cfg.n_rot, cfg.freq_factors);
-    for (auto& [k, table] : rope_tables_)
-      if (k == key) return table.data();
+    for (size_t i = 0; i < rope_tables_used_; ++i)
+      if (rope_tables_[i].first == key) return rope_tables_[i].second.data();
     const int half = cfg.n_rot / 2;
     const int64_t n = batch_->n_tokens();
-    std::vector<float> table(static_cast<size_t>(n * half * 2));
+    // Buffers are kept across steps: no allocation once they have grown.
+    if (rope_tables_used_ == rope_tables_.size()) rope_tables_.emplace_back();
+    auto& [slot_key, table] = rope_tables_[rope_tables_used_++];
+    slot_key = key;
+    table.resize(static_cast<size_t>(n * half * 2));
     const float* factors = cfg.freq_factors ? as_cpu(*cfg.freq_factors).vec.data() : nullptr;
     for (int i = 0; i < half; ++i) {
       double inv_freq = std::pow(static_cast<double>(cfg.freq_base), -2.0 * i / cfg.n_rot);
@@ -296,8 +304,7 @@ class CpuBackend : public Backend {
         table[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
       }
     }
-    rope_tables_.emplace_back(key, std::move(table));
-    return rope_tables_.back().second.data();
+    return table.data();
   }
 
   ThreadPool pool_;
@@ -309,6 +316,7 @@ class CpuBackend : public Backend {
   std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
   const BatchInfo* batch_ = nullptr;
   std::vector<std::pair<std::tuple<float, float, int, const Weight*>, std::vector<float>>> rope_tables_;
+  size_t rope_tables_used_ = 0;  // tables valid for the current batch
   bool profiling_ = false;
   int64_t category_ns_[kNumCategories] = {};
 
@@ -328,7 +336,7 @@ class CpuBackend : public Backend {
 };
 
 void CpuBackend::attention(int layer, const float* q, float* out, const AttentionConfig& cfg) {
-  Timer timer(this, kAttention);
+  Timer timer(this, kAttention, "attention");
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
                 "attention shape does not match the KV cache");
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
