@@ -118,8 +118,10 @@ class Backend {
   virtual void rms_norm(const float* x, const Weight* w, int64_t n_rows, int64_t dim, float eps, float* y) = 0;
   // In place on x[n_tokens, n_heads * head_dim] at the batch positions.
   virtual void rope(float* x, int n_heads, int head_dim, const RopeConfig& cfg) = 0;
-  // Writes k, v [n_tokens, n_kv_heads * head_dim] into the cache at the batch slots.
-  virtual void store_kv(int layer, const float* k, const float* v) = 0;
+  // Writes k, v [n_tokens, n_kv_heads * head_dim] into the cache at the batch
+  // slots. With k_rope, k is rotated (in place) at the batch positions as it
+  // is written: one pass instead of a rope op followed by a copy.
+  virtual void store_kv(int layer, float* k, const float* v, const RopeConfig* k_rope = nullptr) = 0;
   // Causal paged attention of q [n_tokens, n_head * head_dim] over each
   // sequence's cache -> out [n_tokens, n_head * head_dim].
   virtual void attention(int layer, const float* q, float* out, const AttentionConfig& cfg) = 0;

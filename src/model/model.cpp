@@ -167,8 +167,7 @@ void Model::layer(int il, int64_t n) {
   }
   const RopeConfig& rope = swa ? c.rope_swa : c.rope;
   be.rope(buf_.q, c.n_head, hd, rope);
-  be.rope(buf_.k, c.n_head_kv, hd, rope);
-  be.store_kv(il, buf_.k, buf_.v);
+  be.store_kv(il, buf_.k, buf_.v, &rope);  // k rotated as it is written
   AttentionConfig ac;
   ac.n_head = c.n_head;
   ac.n_head_kv = c.n_head_kv;

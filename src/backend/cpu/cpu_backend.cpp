@@ -189,17 +189,23 @@ class CpuBackend : public Backend {
         1, min_rows(static_cast<int64_t>(n_heads) * head_dim));
   }
 
-  void store_kv(int layer, const float* k, const float* v) override {
+  void store_kv(int layer, float* k, const float* v, const RopeConfig* k_rope) override {
     Timer t(this, kAttention, "store_kv");
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     const bool f16 = kv_cfg_.dtype == DType::F16;
     const auto& slots = batch_->slot_mapping;
+    const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
+    const int half = k_rope ? k_rope->n_rot / 2 : 0;
     pool_.parallel_for(
         static_cast<int64_t>(slots.size()),
         [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i)
+          for (int64_t i = b; i < e; ++i) {
+            if (cs)
+              ops_->rope(k + i * row, 1, kv_cfg_.n_kv_heads, kv_cfg_.head_dim, k_rope->n_rot, k_rope->neox,
+                         cs + i * half * 2);
             ops_->store_kv(k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
                            kv_cfg_.block_size, kv_cfg_.head_dim, slots[i], k + i * row, v + i * row);
+          }
         },
         1, min_rows(2 * row));
   }
