@@ -64,3 +64,24 @@ def test_metrics_count_requests(stories_server):
     assert prom.value(after, "pagellm:kv_blocks_used") == 0
     http = {(l["route"], l["status"]): v for n, l, v in after["pagellm:http_requests_total"]["samples"]}
     assert http[("/v1/completions", "200")] >= 2
+
+
+def test_grafana_dashboard_uses_served_metrics(stories_server):
+    import json
+    import re
+
+    from conftest import REPO
+
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert exprs
+    served = scrape(stories_server)
+    used = set()
+    for e in exprs:
+        for name in re.findall(r"pagellm:[a-zA-Z0-9_:]+", e):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            if base not in served or (name != base and served[base]["type"] != "histogram"):
+                base = name
+            used.add(base)
+            assert base in served, f"the dashboard uses {name}, which /metrics does not export"
+    assert len(used) >= 15
