@@ -150,9 +150,9 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
                http_options.threads, f.api_key.empty() ? "" : ", API key required");
 
   const int sig = signals.wait();
+  api.begin_draining();
   spdlog::info("{}: shutting down; in-flight requests get up to {} s to finish", sig ? strsignal(sig) : "stop",
                f.shutdown_timeout);
-  api.begin_draining();
   async.shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
   if (!api.wait_idle(std::chrono::seconds(10))) spdlog::warn("some responses are still being written; closing");
   http.stop();
@@ -175,7 +175,7 @@ Command register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   sub->add_option("--api-key", f->api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (env PAGELLM_API_KEY)")
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");

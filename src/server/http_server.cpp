@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "core/error.h"
 #include "server/connection_watch.h"
@@ -12,6 +14,10 @@
 #include "server/openai_response.h"
 
 namespace pagellm::server {
+
+namespace {
+thread_local bool t_counted_request = false;  // this thread's request is in in_flight_
+}  // namespace
 
 // httplib::Server with a longer listen backlog: 0.11 hard-codes 5, too few
 // for a burst of concurrent clients (the kernel drops SYNs past it).
@@ -61,8 +67,20 @@ HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
     return httplib::Server::HandlerResponse::Handled;
   }));
 
+  // Requests between routing and the end of their response (written or
+  // failed), so that stop() lets them finish. Both hooks run on the
+  // connection's thread.
+  impl_->set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    in_flight_++;
+    t_counted_request = true;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   impl_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     if (counters_) counters_->add(route_label(req.path), res.status);
+    if (t_counted_request) {
+      t_counted_request = false;
+      in_flight_--;
+    }
   });
 }
 
@@ -114,9 +132,13 @@ void HttpServer::run() { impl_->listen_after_bind(); }
 
 void HttpServer::stop() {
   if (!impl_ || !impl_->is_running()) return;
-  impl_->stop();
-  // Idle keep-alive connections would hold their workers for the keep-alive
-  // timeout; end them now.
+  impl_->stop();  // no new connections
+  // Responses being written finish (bounded); then idle keep-alive
+  // connections, which would hold their workers for the keep-alive timeout,
+  // are ended at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (port_ > 0) shutdown_connections_on_port(port_);
 }
 

@@ -5,6 +5,8 @@
 // exception a handler throws into an error reply: handlers never throw out.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +47,8 @@ class HttpServer {
   void bind();
   // Serves until stop(). Call bind() first.
   void run();
+  // Stops accepting, lets responses being written finish (up to 5 s), then
+  // closes idle keep-alive connections. run() returns soon after.
   void stop();
   int port() const { return port_; }
   const HttpServerOptions& options() const { return options_; }
@@ -59,6 +63,7 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
   std::map<std::string, std::set<std::string>> methods_by_path_;  // for 405 and metric labels
   int port_ = 0;
+  std::atomic<int64_t> in_flight_{0};  // requests routed and not yet answered
 };
 
 // Writes an error reply (status, JSON body).

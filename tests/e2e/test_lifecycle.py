@@ -175,6 +175,11 @@ def test_graceful_shutdown(grace, expect_finish):
         first = next(events)
         assert json.loads(first)["choices"]
         s.signal(signal.SIGTERM)
+        # Signals are asynchronous: wait until the server says it took it.
+        deadline = time.time() + 10
+        while "shutting down" not in s.output():
+            assert time.time() < deadline, s.output()
+            time.sleep(0.01)
         status = after_sigterm_request(s)
         assert status in (503, "refused"), status
         finish = None
