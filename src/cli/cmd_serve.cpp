@@ -157,6 +157,10 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   if (!api.wait_idle(std::chrono::seconds(10))) spdlog::warn("some responses are still being written; closing");
   http.stop();
   listener.join();
+  if (sig == 0) {
+    spdlog::error("the HTTP listener stopped unexpectedly");
+    return 1;
+  }
   spdlog::info("shutdown complete");
   return 0;
 }
@@ -174,8 +178,7 @@ Command register_serve(CLI::App& app) {
   sub->add_option("--port", f->port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  sub->add_option("--api-key", f->api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+  sub->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");

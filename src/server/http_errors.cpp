@@ -5,15 +5,11 @@
 
 namespace pagellm::server {
 
-const char* error_type_for_status(int status) {
-  return status >= 500 ? "server_error" : "invalid_request_error";
-}
+const char* error_type_for_status(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
 
 nlohmann::json error_body(int status, const std::string& message, const std::string& param, const std::string& code) {
-  nlohmann::json e = {{"message", message},
-                      {"type", error_type_for_status(status)},
-                      {"param", nullptr},
-                      {"code", nullptr}};
+  nlohmann::json e = {
+      {"message", message}, {"type", error_type_for_status(status)}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
   return {{"error", e}};

@@ -41,7 +41,7 @@ HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
   // httplib calls this for every response with status >= 400, ours included:
   // only bodies it left empty (its own 400/404/413) are filled here.
   impl_->set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                          httplib::Response& res) {
+                                                                       httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 404) {
       auto it = methods_by_path_.find(req.path);
@@ -49,20 +49,24 @@ HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
         std::string allow;
         for (const auto& m : it->second) allow += (allow.empty() ? "" : ", ") + m;
         res.set_header("Allow", allow);
-        set_error_reply(res, {405, error_body(405, fmt::format("method {} is not allowed on {} (allowed: {})",
-                                                                  req.method, req.path, allow),
-                                              "", "method_not_allowed")});
+        set_error_reply(
+            res,
+            {405,
+             error_body(405, fmt::format("method {} is not allowed on {} (allowed: {})", req.method, req.path, allow),
+                        "", "method_not_allowed")});
       } else {
-        set_error_reply(res, {404, error_body(404, fmt::format("no route {} {}", req.method, req.path), "",
-                                              "not_found")});
+        set_error_reply(res,
+                        {404, error_body(404, fmt::format("no route {} {}", req.method, req.path), "", "not_found")});
       }
     } else if (res.status == 413) {
-      set_error_reply(res, {413, error_body(413, fmt::format("the request body exceeds the limit of {} bytes",
-                                                            options_.max_request_bytes),
-                                            "", "request_too_large")});
+      set_error_reply(
+          res, {413, error_body(
+                         413, fmt::format("the request body exceeds the limit of {} bytes", options_.max_request_bytes),
+                         "", "request_too_large")});
     } else {
-      set_error_reply(res, {res.status, error_body(res.status, res.status == 400 ? "malformed HTTP request"
-                                                                                 : fmt::format("HTTP error {}", res.status))});
+      set_error_reply(
+          res, {res.status, error_body(res.status, res.status == 400 ? "malformed HTTP request"
+                                                                     : fmt::format("HTTP error {}", res.status))});
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
@@ -103,14 +107,19 @@ void HttpServer::add(const std::string& method, const std::string& path, Handler
     } catch (...) {
       const ErrorReply reply = error_reply_for_current_exception();
       const std::string& message = reply.body["error"]["message"].get_ref<const std::string&>();
-      if (reply.status >= 500) spdlog::error("{} {} -> {}: {}", req.method, req.path, reply.status, message);
-      else spdlog::info("{} {} -> {}: {}", req.method, req.path, reply.status, message);
+      if (reply.status >= 500)
+        spdlog::error("{} {} -> {}: {}", req.method, req.path, reply.status, message);
+      else
+        spdlog::info("{} {} -> {}: {}", req.method, req.path, reply.status, message);
       set_error_reply(res, reply);
     }
   };
-  if (method == "GET") impl_->Get(path, wrapped);
-  else if (method == "POST") impl_->Post(path, wrapped);
-  else fail("unsupported method {}", method);
+  if (method == "GET")
+    impl_->Get(path, wrapped);
+  else if (method == "POST")
+    impl_->Post(path, wrapped);
+  else
+    fail("unsupported method {}", method);
 }
 
 void HttpServer::get(const std::string& path, Handler handler) { add("GET", path, std::move(handler)); }

@@ -26,9 +26,9 @@ class HttpCounters;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                          // 0: any free port
-  size_t max_request_bytes = 16u << 20;     // larger bodies get 413
-  int threads = 128;                        // connections served at once
+  int port = 8000;                       // 0: any free port
+  size_t max_request_bytes = 16u << 20;  // larger bodies get 413
+  int threads = 128;                     // connections served at once
   int listen_backlog = 1024;
 };
 

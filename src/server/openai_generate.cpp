@@ -43,9 +43,10 @@ struct RequestLog {
     for (const auto& c : choices) reasons.insert(c.finish == FinishReason::None ? "none" : to_string(c.finish));
     std::string finish;
     for (const auto& r : reasons) finish += (finish.empty() ? "" : ",") + r;
-    spdlog::info("{} {}: prompt {} tokens ({} cached), completion {} tokens, finish {}, {:.3f} s (first token {:.3f} s)",
-                 id, outcome, u.prompt_tokens, u.cached_tokens, u.completion_tokens, finish, seconds_since(start),
-                 first_token.value_or(0.0));
+    spdlog::info(
+        "{} {}: prompt {} tokens ({} cached), completion {} tokens, finish {}, {:.3f} s (first token {:.3f} s)", id,
+        outcome, u.prompt_tokens, u.cached_tokens, u.completion_tokens, finish, seconds_since(start),
+        first_token.value_or(0.0));
   }
 };
 
@@ -123,14 +124,13 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
   if (g.stream) {
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
                             std::move(piece));
-    auto state = std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch),
-                                                  std::move(log));
+    auto state =
+        std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch), std::move(log));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     const auto poll = options_.poll_interval;
-    res.set_chunked_content_provider("text/event-stream", [state, poll](size_t, httplib::DataSink& sink) {
-      return run_stream(*state, sink, poll);
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream", [state, poll](size_t, httplib::DataSink& sink) { return run_stream(*state, sink, poll); });
     return;
   }
 

@@ -71,13 +71,12 @@ std::string flatten_content(const json& content, size_t index) {
   bool first = true;
   for (const json& part : content) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      throw InvalidRequest(fmt::format("messages[{}].content parts must be objects with a 'type'", index),
-                           "messages");
+      throw InvalidRequest(fmt::format("messages[{}].content parts must be objects with a 'type'", index), "messages");
     const std::string type = part["type"].get<std::string>();
     if (type != "text")
-      throw InvalidRequest(fmt::format("messages[{}]: content parts of type '{}' are not supported (text only)",
-                                       index, type),
-                           "messages");
+      throw InvalidRequest(
+          fmt::format("messages[{}]: content parts of type '{}' are not supported (text only)", index, type),
+          "messages");
     if (!part.contains("text") || !part["text"].is_string())
       throw InvalidRequest(fmt::format("messages[{}]: a text part needs a string 'text'", index), "messages");
     const std::string& text = part["text"].get_ref<const std::string&>();
@@ -105,8 +104,8 @@ void check_model_field(const json& body, const ServedModel& m) {
   if (!v.is_string()) throw InvalidRequest("'model' must be a string", "model");
   const std::string& model = v.get_ref<const std::string&>();
   if (!m.answers_to(model))
-    throw HttpError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model),
-                                     m.name),
+    throw HttpError(404,
+                    fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name),
                     "model_not_found", "model");
 }
 
@@ -123,8 +122,7 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
     PromptInput p;
     p.ids.reserve(v.size());
     for (const json& t : v) {
-      if (!t.is_number_integer())
-        throw InvalidRequest("'prompt' token lists must hold integers", "prompt");
+      if (!t.is_number_integer()) throw InvalidRequest("'prompt' token lists must hold integers", "prompt");
       const int64_t id = t.get<int64_t>();
       if (id < 0 || id >= vocab_size)
         throw InvalidRequest(fmt::format("prompt token id {} is outside the vocabulary (0..{})", id, vocab_size - 1),
@@ -146,9 +144,12 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
   if (first.is_number()) return {from_ids(prompt)};
   std::vector<PromptInput> out;
   for (const json& item : prompt) {
-    if (item.is_string() && first.is_string()) out.push_back(from_text(item));
-    else if (item.is_array() && first.is_array()) out.push_back(from_ids(item));
-    else throw InvalidRequest(shape, "prompt");
+    if (item.is_string() && first.is_string())
+      out.push_back(from_text(item));
+    else if (item.is_array() && first.is_array())
+      out.push_back(from_ids(item));
+    else
+      throw InvalidRequest(shape, "prompt");
   }
   return out;
 }
@@ -217,8 +218,7 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   g.max_tokens_given = present(body, "max_tokens");
   read_stream_options(body, g);
   g.echo = get_bool(body, "echo", false);
-  if (g.echo && g.logprobs())
-    unsupported("echo", "'echo' together with 'logprobs' (prompt log probabilities)");
+  if (g.echo && g.logprobs()) unsupported("echo", "'echo' together with 'logprobs' (prompt log probabilities)");
   if (present(body, "suffix")) {
     if (!body["suffix"].is_string()) throw InvalidRequest("'suffix' must be a string", "suffix");
     if (!body["suffix"].get_ref<const std::string&>().empty()) unsupported("suffix", "'suffix' (insertion)");
@@ -230,8 +230,8 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
       unsupported("best_of", fmt::format("'best_of' different from n ({})", g.params.n));
   }
   if (!body.contains("prompt")) throw InvalidRequest("'prompt' is required", "prompt");
-  g.prompts = parse_prompt_field(body["prompt"], *m.tokenizer, get_bool(body, "add_special_tokens", true),
-                                 m.vocab_size);
+  g.prompts =
+      parse_prompt_field(body["prompt"], *m.tokenizer, get_bool(body, "add_special_tokens", true), m.vocab_size);
   return g;
 }
 
@@ -248,7 +248,8 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   }
   if (present(body, "tool_choice")) {
     const json& tc = body["tool_choice"];
-    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) unsupported("tool_choice", "'tool_choice' other than none");
+    if (!(tc.is_string() && (tc == "none" || tc == "auto")))
+      unsupported("tool_choice", "'tool_choice' other than none");
   }
   // Chat's default max_tokens depends on the prompt; see to_engine_requests.
   ParsedParams pp = parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len));

@@ -24,13 +24,13 @@ namespace pagellm::server {
 // The model this server serves, as requests see it. Borrowed pointers live as
 // long as the engine.
 struct ServedModel {
-  std::string name;                      // what `model` must say (--served-model-name)
-  std::vector<std::string> aliases;      // also accepted, e.g. the --model path
+  std::string name;                  // what `model` must say (--served-model-name)
+  std::vector<std::string> aliases;  // also accepted, e.g. the --model path
   const Tokenizer* tokenizer = nullptr;
   std::shared_ptr<const ChatTemplate> chat_template;  // null: chat requests get a 400
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
-  int32_t default_max_tokens = 16;       // completions that name none (OpenAI's default)
+  int32_t default_max_tokens = 16;  // completions that name none (OpenAI's default)
 
   bool answers_to(const std::string& model) const;
 };
@@ -50,10 +50,10 @@ struct GenerationRequest {
   std::vector<PromptInput> prompts;  // chat: exactly one
   SamplingParams params;
   int32_t priority = 0;
-  bool max_tokens_given = false;     // else each prompt gets the default (see to_engine_requests)
+  bool max_tokens_given = false;  // else each prompt gets the default (see to_engine_requests)
   bool stream = false;
-  bool include_usage = false;        // stream_options.include_usage
-  bool echo = false;                 // completions: the prompt text before the output
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt text before the output
   bool logprobs() const { return params.logprobs >= 0; }
 };
 
@@ -77,8 +77,7 @@ GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedMod
 // One EngineRequest per prompt, with ids "<id>-<prompt index>" (just <id> for
 // one prompt). Without an explicit max_tokens, completions get
 // min(default_max_tokens, room left in the context) and chat all the room left.
-std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id,
-                                              const ServedModel& m);
+std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id, const ServedModel& m);
 
 // Counts and limits.
 constexpr size_t kMaxPrompts = 1024;

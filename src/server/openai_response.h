@@ -21,7 +21,7 @@ namespace pagellm::server {
 using TokenPiece = std::function<std::string(int32_t)>;
 
 struct ResponseMeta {
-  std::string id;     // cmpl-... / chatcmpl-...
+  std::string id;       // cmpl-... / chatcmpl-...
   int64_t created = 0;  // Unix seconds
   std::string model;
   bool chat = false;

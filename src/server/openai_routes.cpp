@@ -33,8 +33,7 @@ json parse_json_body(const std::string& body) {
 }
 
 std::string make_request_id(const char* prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                   std::hash<std::thread::id>{}(std::this_thread::get_id())};
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ std::hash<std::thread::id>{}(std::this_thread::get_id())};
   return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
 }
 

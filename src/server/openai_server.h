@@ -26,8 +26,8 @@ namespace pagellm::server {
 class HttpServer;
 
 struct OpenAIServerOptions {
-  std::string api_key;         // empty: no authentication
-  bool log_requests = true;    // one info line per generation request
+  std::string api_key;                           // empty: no authentication
+  bool log_requests = true;                      // one info line per generation request
   std::chrono::milliseconds poll_interval{100};  // how often waiting handlers look for a vanished client
 };
 

@@ -40,8 +40,10 @@ class ServerRequestTest : public testing::Test {
   // The InvalidRequest param of parsing `body` (fails when it parses).
   std::string error_param(const json& body, bool chat = false) {
     try {
-      if (chat) parse_chat_request(body, m_);
-      else parse_completion_request(body, m_);
+      if (chat)
+        parse_chat_request(body, m_);
+      else
+        parse_completion_request(body, m_);
     } catch (const InvalidRequest& e) {
       return e.param().empty() ? "<none>" : e.param();
     }
@@ -75,17 +77,29 @@ TEST_F(ServerRequestTest, PromptShapes) {
   ASSERT_EQ(id_batch.size(), 2u);
   EXPECT_EQ(id_batch[1].ids, (std::vector<int32_t>{5, 6}));
 
-  for (const json& bad : {json(5), json::array(), json::array({json::array({1}), "x"}), json::array({1, "x"}),
-                          json::array({512}), json::array({-1}), json::array({1.5}), json::object(), json(nullptr),
-                          json("caf\xc3")})
+  for (const json& bad :
+       {json(5), json::array(), json::array({json::array({1}), "x"}), json::array({1, "x"}), json::array({512}),
+        json::array({-1}), json::array({1.5}), json::object(), json(nullptr), json("caf\xc3")})
     EXPECT_THROW(parse_prompt_field(bad, *tok_, true, m_.vocab_size), InvalidRequest) << bad;
 }
 
 TEST_F(ServerRequestTest, CompletionRequest) {
-  const json body = {{"model", "stories"}, {"prompt", "Once upon a time"}, {"max_tokens", 7}, {"temperature", 0.5},
-                     {"top_p", 0.9}, {"n", 3}, {"stop", {"."}}, {"seed", 42}, {"logprobs", 2}, {"stream", true},
-                     {"stream_options", {{"include_usage", true}}}, {"top_k", 5}, {"priority", -1},
-                     {"ignore_eos", true}, {"user", "u"}, {"some_unknown_field", {1, 2}}};
+  const json body = {{"model", "stories"},
+                     {"prompt", "Once upon a time"},
+                     {"max_tokens", 7},
+                     {"temperature", 0.5},
+                     {"top_p", 0.9},
+                     {"n", 3},
+                     {"stop", {"."}},
+                     {"seed", 42},
+                     {"logprobs", 2},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}},
+                     {"top_k", 5},
+                     {"priority", -1},
+                     {"ignore_eos", true},
+                     {"user", "u"},
+                     {"some_unknown_field", {1, 2}}};
   const GenerationRequest g = parse_completion_request(body, m_);
   EXPECT_FALSE(g.chat);
   ASSERT_EQ(g.prompts.size(), 1u);
@@ -194,9 +208,9 @@ TEST_F(ServerRequestTest, ChatRendering) {
   no_gen["chat_template_kwargs"] = {{"shout", true}};
   EXPECT_EQ(render_chat_prompt(no_gen, m_), "<s><system>Be brief.</system><user>Hello\nthere</user>!");
 
-  const json cont = {{"messages",
-                      {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Once upon"}}}},
-                     {"continue_final_message", true}};
+  const json cont = {
+      {"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Once upon"}}}},
+      {"continue_final_message", true}};
   EXPECT_EQ(render_chat_prompt(cont, m_), "<s><user>Hi</user><assistant>Once upon");
 
   const GenerationRequest g = parse_chat_request(body, m_);

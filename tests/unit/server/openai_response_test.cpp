@@ -56,8 +56,8 @@ TEST(ServerResponse, CompletionCollectorShape) {
   ResponseCollector c({"cmpl-1", 1700000000, "m", false}, 2, 2, false, {"P0", ""});
   c.add(0, output({delta(0, "a", {10}), delta(1, "b", {11})}, false, 5, 2));
   c.add(1, output({delta(0, "c", {12}, FinishReason::Length), delta(1, "", {13}, FinishReason::Stop)}, true, 3));
-  RequestOutput last = output({delta(0, "x", {14}, FinishReason::Stop), delta(1, "y", {15}, FinishReason::Stop)},
-                              true, 5, 2);
+  RequestOutput last =
+      output({delta(0, "x", {14}, FinishReason::Stop), delta(1, "y", {15}, FinishReason::Stop)}, true, 5, 2);
   last.completions[0].stop_string = "STOP";
   last.completions[1].stop_token = 42;
   c.add(0, last);
@@ -68,8 +68,10 @@ TEST(ServerResponse, CompletionCollectorShape) {
   EXPECT_EQ(j["model"], "m");
   ASSERT_EQ(j["choices"].size(), 4u);
   const json& ch = j["choices"];
-  EXPECT_EQ(ch[0], json({{"index", 0}, {"text", "P0ax"}, {"logprobs", nullptr}, {"finish_reason", "stop"},
-                         {"stop_reason", "STOP"}}));
+  EXPECT_EQ(
+      ch[0],
+      json(
+          {{"index", 0}, {"text", "P0ax"}, {"logprobs", nullptr}, {"finish_reason", "stop"}, {"stop_reason", "STOP"}}));
   EXPECT_EQ(ch[1]["text"], "P0by");
   EXPECT_EQ(ch[1]["stop_reason"], 42);
   EXPECT_EQ(ch[2]["index"], 2);
@@ -78,7 +80,9 @@ TEST(ServerResponse, CompletionCollectorShape) {
   EXPECT_EQ(ch[2]["stop_reason"], nullptr);
   EXPECT_EQ(ch[3]["finish_reason"], "stop");
   // Prompt tokens count each prompt once; completion tokens count every token.
-  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 8}, {"completion_tokens", 6}, {"total_tokens", 14},
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 8},
+                              {"completion_tokens", 6},
+                              {"total_tokens", 14},
                               {"prompt_tokens_details", {{"cached_tokens", 2}}}}));
 }
 
@@ -134,8 +138,8 @@ TEST(ServerResponse, ChatStream) {
   auto mid = events(s.add(0, output({delta(0, "Hel", {12})}, false)));
   ASSERT_EQ(mid.size(), 1u);
   EXPECT_EQ(mid[0]["choices"][0]["delta"], json({{"content", "Hel"}}));
-  auto fin = events(s.add(0, output({delta(0, "lo", {13}, FinishReason::Length), delta(1, "", {}, FinishReason::Stop)},
-                                    true)));
+  auto fin = events(
+      s.add(0, output({delta(0, "lo", {13}, FinishReason::Length), delta(1, "", {}, FinishReason::Stop)}, true)));
   ASSERT_EQ(fin.size(), 2u);
   EXPECT_EQ(fin[0]["choices"][0]["delta"], json({{"content", "lo"}}));
   EXPECT_EQ(fin[0]["choices"][0]["finish_reason"], "length");

@@ -20,7 +20,7 @@ TEST(ServerUtf8, FindsTheFirstInvalidByte) {
       {"", std::nullopt},
       {"plain ascii", std::nullopt},
       {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", std::nullopt},  // é € 😀
-      {"\xf4\x8f\xbf\xbf", std::nullopt},                          // U+10FFFF
+      {"\xf4\x8f\xbf\xbf", std::nullopt},                           // U+10FFFF
       {"ab\xff", 2},                                                // never valid
       {"a\x80", 1},                                                 // stray continuation
       {"\xc0\xaf", 0},                                              // overlong '/'
@@ -60,8 +60,9 @@ TEST(ServerUtf8, SanitizeAndLength) {
 // sanitizing always gives valid UTF-8 that keeps valid input unchanged.
 TEST(ServerUtf8, RandomBytes) {
   std::mt19937 rng(1234);
-  const std::string alphabet[] = {"a", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\x80", "\xbf",
-                                  "\xc0", "\xe0", "\xed", "\xf4", "\xf5", "\xff", "\xc3", "\xe2\x82"};
+  const std::string alphabet[] = {"a",    " ",    "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                  "\x80", "\xbf", "\xc0",     "\xe0",         "\xed",
+                                  "\xf4", "\xf5", "\xff",     "\xc3",         "\xe2\x82"};
   std::uniform_int_distribution<size_t> pick(0, std::size(alphabet) - 1), len(0, 12);
   for (int i = 0; i < 5000; ++i) {
     std::string s;
