@@ -1,0 +1,61 @@
+#include "server/generation_job.h"
+
+#include <algorithm>
+
+namespace pagellm::server {
+
+GenerationJob::GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests) : engine_(engine) {
+  streams_.reserve(requests.size());
+  try {
+    for (EngineRequest& r : requests) streams_.push_back(engine_.submit(std::move(r)));
+  } catch (...) {
+    for (const auto& s : streams_) engine_.abort(s->id());
+    throw;
+  }
+  finished_.assign(streams_.size(), false);
+  remaining_ = streams_.size();
+}
+
+GenerationJob::~GenerationJob() { abort(); }
+
+void GenerationJob::abort() {
+  for (size_t i = 0; i < streams_.size(); ++i)
+    if (!finished_[i]) engine_.abort(streams_[i]->id());
+}
+
+std::optional<GenerationJob::Item> GenerationJob::next(std::chrono::milliseconds timeout) {
+  using namespace std::chrono;
+  if (remaining_ == 0) return std::nullopt;
+  auto take = [&](size_t i, RequestOutput out) {
+    if (out.finished) {
+      finished_[i] = true;
+      remaining_--;
+    }
+    return Item{i, std::move(out)};
+  };
+  if (streams_.size() == 1) {
+    if (auto out = streams_[0]->next(timeout)) return take(0, std::move(*out));
+    return std::nullopt;
+  }
+  // Several prompts: poll each, then wait a little on one of them.
+  const auto deadline = steady_clock::now() + timeout;
+  constexpr milliseconds kSlice{5};
+  for (;;) {
+    for (size_t k = 0; k < streams_.size(); ++k) {
+      const size_t i = (cursor_ + k) % streams_.size();
+      if (finished_[i]) continue;
+      if (auto out = streams_[i]->next(milliseconds(0))) {
+        cursor_ = (i + 1) % streams_.size();
+        return take(i, std::move(*out));
+      }
+    }
+    const auto now = steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    size_t wait_on = 0;
+    while (finished_[wait_on]) ++wait_on;
+    const auto left = duration_cast<milliseconds>(deadline - now);
+    if (auto out = streams_[wait_on]->next(std::min(left, kSlice))) return take(wait_on, std::move(*out));
+  }
+}
+
+}  // namespace pagellm::server

@@ -1,0 +1,44 @@
+// One generation request in flight: its prompts submitted to the AsyncEngine,
+// their output streams read as one, and an abort of whatever is unfinished
+// when the client goes away or the job is dropped (destructor).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/async_engine.h"
+
+namespace pagellm::server {
+
+class GenerationJob {
+ public:
+  // Submits every request; when one is refused (InvalidRequest, QueueFull,
+  // ShuttingDown) the ones already submitted are aborted and the error rethrown.
+  GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests);
+  ~GenerationJob();
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  struct Item {
+    size_t prompt_index;
+    RequestOutput output;
+  };
+  // The next output of any prompt, or nothing after `timeout`.
+  std::optional<Item> next(std::chrono::milliseconds timeout);
+  // Every prompt delivered its final output.
+  bool done() const { return remaining_ == 0; }
+  // Aborts the unfinished prompts (their KV blocks return within one step).
+  void abort();
+  size_t num_prompts() const { return streams_.size(); }
+
+ private:
+  AsyncEngine& engine_;
+  std::vector<std::shared_ptr<RequestStream>> streams_;
+  std::vector<bool> finished_;
+  size_t remaining_ = 0;
+  size_t cursor_ = 0;  // round-robin start, so no prompt starves the others
+};
+
+}  // namespace pagellm::server

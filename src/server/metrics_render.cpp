@@ -1,0 +1,135 @@
+#include "server/metrics_render.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace pagellm::server {
+
+void HttpCounters::add(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_[{route, status}]++;
+}
+
+std::map<std::pair<std::string, int>, int64_t> HttpCounters::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+std::string escape_label_value(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string format_metric_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.1f}", v);
+  return fmt::format("{}", v);  // shortest round-trip form
+}
+
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(const std::string& model) : labels_("model_name=\"" + escape_label_value(model) + "\"") {}
+
+  void header(const std::string& name, const char* type, const char* help) {
+    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(const std::string& name, double v, const std::string& extra_labels = "") {
+    out_ += fmt::format("{}{{{}{}}} {}\n", name, labels_, extra_labels.empty() ? "" : "," + extra_labels,
+                        format_metric_value(v));
+  }
+  void gauge(const std::string& name, double v, const char* help) {
+    header(name, "gauge", help);
+    sample(name, v);
+  }
+  void counter(const std::string& name, double v, const char* help) {
+    header(name, "counter", help);
+    sample(name, v);
+  }
+  void histogram(const std::string& name, const Histogram& h, const char* help) {
+    header(name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.counts().size(); ++i) {
+      cumulative += h.counts()[i];
+      const std::string le = i < h.bounds().size() ? format_metric_value(h.bounds()[i]) : "+Inf";
+      sample(name + "_bucket", static_cast<double>(cumulative), "le=\"" + le + "\"");
+    }
+    sample(name + "_sum", h.sum());
+    sample(name + "_count", static_cast<double>(h.count()));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string labels_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string render_metrics(const EngineStats& stats, const std::string& model_name,
+                           const std::map<std::pair<std::string, int>, int64_t>& http) {
+  const EngineMetrics& m = stats.metrics;
+  Writer w(model_name);
+  w.gauge("pagellm:num_requests_running", static_cast<double>(m.num_requests_running),
+          "Number of requests in model execution batches.");
+  w.gauge("pagellm:num_requests_waiting", static_cast<double>(m.num_requests_waiting),
+          "Number of requests waiting to be processed.");
+  w.gauge("pagellm:kv_cache_usage_perc", m.kv_cache_usage, "KV-cache usage. 1 means 100 percent usage.");
+  w.gauge("pagellm:kv_blocks_total", static_cast<double>(m.kv_blocks_total), "KV-cache blocks in the pool.");
+  w.gauge("pagellm:kv_blocks_used", static_cast<double>(m.kv_blocks_used),
+          "KV-cache blocks held by running or waiting requests.");
+  w.gauge("pagellm:kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
+          "Free KV-cache blocks that still hold a cached prefix.");
+  w.gauge("pagellm:kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");
+  w.counter("pagellm:prefix_cache_queries_total", static_cast<double>(m.prefix_cache_queries),
+            "Prefix cache queries, in terms of number of queried tokens.");
+  w.counter("pagellm:prefix_cache_hits_total", static_cast<double>(m.prefix_cache_hits),
+            "Prefix cache hits, in terms of number of cached tokens.");
+  w.counter("pagellm:num_preemptions_total", static_cast<double>(m.num_preemptions),
+            "Cumulative number of preemptions from the engine.");
+  w.counter("pagellm:prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
+  w.counter("pagellm:generation_tokens_total", static_cast<double>(m.generation_tokens),
+            "Number of generation tokens processed.");
+  w.counter("pagellm:engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
+
+  w.header("pagellm:request_success_total", "counter", "Count of successfully processed requests.");
+  std::map<std::string, int64_t> success = m.request_success;
+  for (const char* reason : {"stop", "length", "abort"}) success.emplace(reason, 0);
+  for (const auto& [reason, count] : success)
+    w.sample("pagellm:request_success_total", static_cast<double>(count),
+             "finished_reason=\"" + escape_label_value(reason) + "\"");
+
+  w.histogram("pagellm:time_to_first_token_seconds", m.time_to_first_token,
+              "Histogram of time to first token in seconds.");
+  w.histogram("pagellm:inter_token_latency_seconds", m.inter_token_latency,
+              "Histogram of inter-token latency in seconds.");
+  w.histogram("pagellm:e2e_request_latency_seconds", m.e2e_request_latency,
+              "Histogram of end to end request latency in seconds.");
+  w.histogram("pagellm:request_queue_time_seconds", m.request_queue_time,
+              "Histogram of time spent in WAITING phase for request.");
+  w.histogram("pagellm:iteration_tokens_total", m.iteration_tokens, "Histogram of number of tokens per engine_step.");
+
+  if (!http.empty()) {
+    w.header("pagellm:http_requests_total", "counter", "HTTP responses by route and status code.");
+    for (const auto& [key, count] : http)
+      w.sample("pagellm:http_requests_total", static_cast<double>(count),
+               fmt::format("route=\"{}\",status=\"{}\"", escape_label_value(key.first), key.second));
+  }
+  return w.take();
+}
+
+}  // namespace pagellm::server

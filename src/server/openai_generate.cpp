@@ -1,0 +1,168 @@
+// POST /v1/completions and /v1/chat/completions: parse, submit, then either
+// collect every output into one JSON reply or stream SSE chunks as outputs
+// arrive. A client that goes away (failed write, or its socket hung up while
+// we wait) gets its request aborted, so its KV blocks return to the pool.
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <set>
+
+#include "server/connection_watch.h"
+#include "server/generation_job.h"
+#include "server/http_errors.h"
+#include "server/openai_response.h"
+#include "server/openai_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// What the one log line per request says.
+struct RequestLog {
+  bool enabled = true;
+  std::string id;
+  Clock::time_point start = Clock::now();
+  std::optional<double> first_token;
+
+  void saw(const RequestOutput& out) {
+    if (first_token) return;
+    for (const auto& c : out.completions)
+      if (!c.token_ids.empty()) {
+        first_token = seconds_since(start);
+        return;
+      }
+  }
+  void write(const char* outcome, const Usage& u, const std::vector<ChoiceState>& choices) const {
+    if (!enabled) return;
+    std::set<std::string> reasons;
+    for (const auto& c : choices) reasons.insert(c.finish == FinishReason::None ? "none" : to_string(c.finish));
+    std::string finish;
+    for (const auto& r : reasons) finish += (finish.empty() ? "" : ",") + r;
+    spdlog::info(
+        "{} {}: prompt {} tokens ({} cached), completion {} tokens, finish {}, {:.3f} s (first token {:.3f} s)", id,
+        outcome, u.prompt_tokens, u.cached_tokens, u.completion_tokens, finish, seconds_since(start),
+        first_token.value_or(0.0));
+  }
+};
+
+// Everything a streaming reply needs after the handler returned: httplib calls
+// the content provider later, on the same connection thread.
+struct StreamingReply {
+  StreamingReply(const OpenAIServer& server, std::unique_ptr<GenerationJob> j, StreamRenderer r, ConnectionWatch w,
+                 RequestLog l)
+      : active(server), job(std::move(j)), renderer(std::move(r)), watch(std::move(w)), log(std::move(l)) {}
+
+  ActiveRequest active;
+  std::unique_ptr<GenerationJob> job;
+  StreamRenderer renderer;
+  ConnectionWatch watch;
+  RequestLog log;
+};
+
+bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::milliseconds poll) {
+  auto write = [&](const std::string& data) { return data.empty() || sink.write(data.data(), data.size()); };
+  auto client_gone = [&] {
+    s.job->abort();
+    s.log.write("aborted (client disconnected)", s.renderer.usage(), s.renderer.choices());
+    return false;  // httplib closes the connection
+  };
+  if (!write(s.renderer.begin())) return client_gone();
+  auto last_check = Clock::now();
+  while (!s.job->done()) {
+    auto item = s.job->next(poll);
+    // Failed writes show most disconnects; this also catches them while
+    // nothing is written (queued, long prefill, text held back).
+    if (Clock::now() - last_check >= poll) {
+      last_check = Clock::now();
+      if (s.watch.peer_closed()) return client_gone();
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      s.job->abort();
+      write(s.renderer.error(error_body(500, item->output.error, "", "internal_error")));
+      write(kSseDone);
+      sink.done();
+      s.log.write("failed", s.renderer.usage(), s.renderer.choices());
+      return true;
+    }
+    s.log.saw(item->output);
+    if (!write(s.renderer.add(item->prompt_index, item->output))) return client_gone();
+  }
+  if (!write(s.renderer.end())) return client_gone();
+  sink.done();
+  s.log.write("streamed", s.renderer.usage(), s.renderer.choices());
+  return true;
+}
+
+}  // namespace
+
+void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  require_accepting();
+  const nlohmann::json body = parse_json_body(req.body);
+  check_model_field(body, model_);
+  GenerationRequest g = chat ? parse_chat_request(body, model_) : parse_completion_request(body, model_);
+
+  ResponseMeta meta{make_request_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
+                    model_.name, chat};
+  std::vector<std::string> echo;
+  if (g.echo)
+    for (const PromptInput& p : g.prompts) echo.push_back(p.text);
+  RequestLog log;
+  log.enabled = options_.log_requests;
+  log.id = meta.id;
+  auto job = std::make_unique<GenerationJob>(engine_, to_engine_requests(g, meta.id, model_));
+  const Tokenizer* tok = model_.tokenizer;
+  TokenPiece piece = [tok](int32_t id) { return tok->token_to_piece(id, true); };
+  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  res.set_header("X-Request-Id", meta.id);
+
+  if (g.stream) {
+    StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
+                            std::move(piece));
+    auto state =
+        std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch), std::move(log));
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    const auto poll = options_.poll_interval;
+    res.set_chunked_content_provider(
+        "text/event-stream", [state, poll](size_t, httplib::DataSink& sink) { return run_stream(*state, sink, poll); });
+    return;
+  }
+
+  ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo));
+  auto last_check = Clock::now();
+  while (!job->done()) {
+    auto item = job->next(options_.poll_interval);
+    // Look for a vanished client once per poll interval, busy or not.
+    if (Clock::now() - last_check >= options_.poll_interval) {
+      last_check = Clock::now();
+      if (watch.peer_closed()) {
+        job->abort();
+        log.write("aborted (client disconnected)", collector.usage(), collector.choices());
+        res.status = 499;  // nginx's "client closed request": nobody reads it
+        return;
+      }
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      job->abort();
+      throw HttpError(500, item->output.error, "internal_error");
+    }
+    log.saw(item->output);
+    collector.add(item->prompt_index, item->output);
+  }
+  for (const ChoiceState& c : collector.choices())
+    if (c.finish == FinishReason::Abort) {
+      log.write("aborted (shutdown)", collector.usage(), collector.choices());
+      throw HttpError(503, "the request was aborted: the server is shutting down", "shutting_down");
+    }
+  log.write("done", collector.usage(), collector.choices());
+  res.set_content(dump_json(collector.render(piece)), "application/json");
+}
+
+}  // namespace pagellm::server

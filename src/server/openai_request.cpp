@@ -1,0 +1,288 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "api/request_params.h"
+#include "core/error.h"
+#include "server/http_errors.h"
+#include "server/utf8_check.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+namespace {
+
+using nlohmann::json;
+
+bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
+bool get_bool(const json& body, const char* key, bool fallback) {
+  if (!present(body, key)) return fallback;
+  if (!body[key].is_boolean()) throw InvalidRequest(fmt::format("'{}' must be a boolean", key), key);
+  return body[key].get<bool>();
+}
+
+void require_type(const json& body, const char* key, bool ok, const char* what) {
+  if (present(body, key) && !ok) throw InvalidRequest(fmt::format("'{}' must be {}", key, what), key);
+}
+
+[[noreturn]] void unsupported(const char* param, const std::string& what) {
+  throw InvalidRequest(fmt::format("{} is not supported by this server", what), param);
+}
+
+// Fields both endpoints share: types of the plain flags, features we lack.
+void check_common(const json& body) {
+  if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
+  require_type(body, "user", present(body, "user") && body["user"].is_string(), "a string");
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    if (present(body, key)) unsupported(key, fmt::format("structured output ('{}')", key));
+  if (present(body, "response_format")) {
+    const json& rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      throw InvalidRequest("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = rf["type"].get<std::string>();
+    if (type != "text") unsupported("response_format", fmt::format("response_format type '{}'", type));
+  }
+}
+
+void read_stream_options(const json& body, GenerationRequest& g) {
+  g.stream = get_bool(body, "stream", false);
+  if (!present(body, "stream_options")) return;
+  const json& so = body["stream_options"];
+  if (!so.is_object()) throw InvalidRequest("'stream_options' must be an object", "stream_options");
+  if (!g.stream) throw InvalidRequest("'stream_options' is only allowed when 'stream' is true", "stream_options");
+  g.include_usage = get_bool(so, "include_usage", false);
+}
+
+std::string flatten_content(const json& content, size_t index) {
+  if (content.is_null()) return "";
+  if (content.is_string()) {
+    const std::string& s = content.get_ref<const std::string&>();
+    require_valid_utf8(s, "messages");
+    return s;
+  }
+  if (!content.is_array())
+    throw InvalidRequest(fmt::format("messages[{}].content must be a string or a list of content parts", index),
+                         "messages");
+  std::string out;
+  bool first = true;
+  for (const json& part : content) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      throw InvalidRequest(fmt::format("messages[{}].content parts must be objects with a 'type'", index), "messages");
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text")
+      throw InvalidRequest(
+          fmt::format("messages[{}]: content parts of type '{}' are not supported (text only)", index, type),
+          "messages");
+    if (!part.contains("text") || !part["text"].is_string())
+      throw InvalidRequest(fmt::format("messages[{}]: a text part needs a string 'text'", index), "messages");
+    const std::string& text = part["text"].get_ref<const std::string&>();
+    require_valid_utf8(text, "messages");
+    if (!first) out += '\n';
+    out += text;
+    first = false;
+  }
+  return out;
+}
+
+std::string token_text_or_empty(const Tokenizer& tok, int32_t id) {
+  return id >= 0 && id < tok.vocab_size() ? tok.token_text(id) : std::string();
+}
+
+}  // namespace
+
+bool ServedModel::answers_to(const std::string& model) const {
+  return model == name || std::find(aliases.begin(), aliases.end(), model) != aliases.end();
+}
+
+void check_model_field(const json& body, const ServedModel& m) {
+  if (!body.is_object() || !present(body, "model")) return;
+  const json& v = body["model"];
+  if (!v.is_string()) throw InvalidRequest("'model' must be a string", "model");
+  const std::string& model = v.get_ref<const std::string&>();
+  if (!m.answers_to(model))
+    throw HttpError(404,
+                    fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name),
+                    "model_not_found", "model");
+}
+
+std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer& tok, bool add_special,
+                                            int32_t vocab_size) {
+  auto from_text = [&](const json& v) {
+    PromptInput p;
+    p.text = v.get<std::string>();
+    require_valid_utf8(p.text, "prompt");
+    p.ids = tok.encode(p.text, add_special, true);
+    return p;
+  };
+  auto from_ids = [&](const json& v) {
+    PromptInput p;
+    p.ids.reserve(v.size());
+    for (const json& t : v) {
+      if (!t.is_number_integer()) throw InvalidRequest("'prompt' token lists must hold integers", "prompt");
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= vocab_size)
+        throw InvalidRequest(fmt::format("prompt token id {} is outside the vocabulary (0..{})", id, vocab_size - 1),
+                             "prompt");
+      p.ids.push_back(static_cast<int32_t>(id));
+    }
+    p.text = tok.decode(p.ids, false);
+    return p;
+  };
+  const char* shape = "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists";
+  if (prompt.is_null()) throw InvalidRequest("'prompt' is required", "prompt");
+  if (prompt.is_string()) return {from_text(prompt)};
+  if (!prompt.is_array()) throw InvalidRequest(shape, "prompt");
+  if (prompt.empty()) throw InvalidRequest("'prompt' must not be empty", "prompt");
+  if (prompt.size() > kMaxPrompts)
+    throw InvalidRequest(fmt::format("'prompt' holds {} prompts; at most {} are allowed", prompt.size(), kMaxPrompts),
+                         "prompt");
+  const json& first = prompt.front();
+  if (first.is_number()) return {from_ids(prompt)};
+  std::vector<PromptInput> out;
+  for (const json& item : prompt) {
+    if (item.is_string() && first.is_string())
+      out.push_back(from_text(item));
+    else if (item.is_array() && first.is_array())
+      out.push_back(from_ids(item));
+    else
+      throw InvalidRequest(shape, "prompt");
+  }
+  return out;
+}
+
+std::string render_chat_prompt(const json& body, const ServedModel& m) {
+  if (!m.chat_template)
+    throw InvalidRequest("this model has no chat template; start the server with --chat-template FILE", "messages");
+  if (!present(body, "messages")) throw InvalidRequest("'messages' is required", "messages");
+  const json& messages = body["messages"];
+  if (!messages.is_array()) throw InvalidRequest("'messages' must be a list of messages", "messages");
+  if (messages.empty()) throw InvalidRequest("'messages' must not be empty", "messages");
+
+  json normalized = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& msg = messages[i];
+    if (!msg.is_object()) throw InvalidRequest(fmt::format("messages[{}] must be an object", i), "messages");
+    if (!msg.contains("role") || !msg["role"].is_string() || msg["role"].get_ref<const std::string&>().empty())
+      throw InvalidRequest(fmt::format("messages[{}] needs a 'role' string", i), "messages");
+    require_valid_utf8(msg["role"].get_ref<const std::string&>(), "messages");
+    json copy = msg;
+    copy["content"] = flatten_content(msg.contains("content") ? msg["content"] : json(), i);
+    normalized.push_back(std::move(copy));
+  }
+
+  const bool continue_final = get_bool(body, "continue_final_message", false);
+  if (continue_final && get_bool(body, "add_generation_prompt", false))
+    throw InvalidRequest("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                         "continue_final_message");
+  const bool add_generation_prompt = continue_final ? false : get_bool(body, "add_generation_prompt", true);
+  json extra = json::object();
+  if (present(body, "chat_template_kwargs")) {
+    if (!body["chat_template_kwargs"].is_object())
+      throw InvalidRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    extra = body["chat_template_kwargs"];
+  }
+
+  const Tokenizer& tok = *m.tokenizer;
+  std::string text;
+  try {
+    text = apply_chat_template(*m.chat_template, normalized, add_generation_prompt,
+                               token_text_or_empty(tok, tok.bos_id()), token_text_or_empty(tok, tok.eos_id()), extra);
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InvalidRequest(fmt::format("the chat template failed on these messages: {}", e.what()), "messages");
+  }
+  if (continue_final) {
+    // The prompt ends inside the final message: cut what the template put after it.
+    const std::string& last = normalized.back()["content"].get_ref<const std::string&>();
+    const size_t at = last.empty() ? std::string::npos : text.rfind(last);
+    if (at == std::string::npos)
+      throw InvalidRequest("continue_final_message: the final message is empty or not found in the rendered prompt",
+                           "continue_final_message");
+    text.resize(at + last.size());
+  }
+  return text;
+}
+
+GenerationRequest parse_completion_request(const json& body, const ServedModel& m) {
+  check_common(body);
+  GenerationRequest g;
+  g.chat = false;
+  ParsedParams pp = parse_request_params(body, false, m.vocab_size, m.default_max_tokens);
+  g.params = pp.sampling;
+  g.priority = pp.priority;
+  g.max_tokens_given = present(body, "max_tokens");
+  read_stream_options(body, g);
+  g.echo = get_bool(body, "echo", false);
+  if (g.echo && g.logprobs()) unsupported("echo", "'echo' together with 'logprobs' (prompt log probabilities)");
+  if (present(body, "suffix")) {
+    if (!body["suffix"].is_string()) throw InvalidRequest("'suffix' must be a string", "suffix");
+    if (!body["suffix"].get_ref<const std::string&>().empty()) unsupported("suffix", "'suffix' (insertion)");
+  }
+  if (present(body, "best_of")) {
+    const json& b = body["best_of"];
+    if (!b.is_number_integer()) throw InvalidRequest("'best_of' must be an integer", "best_of");
+    if (b.get<int64_t>() != g.params.n)
+      unsupported("best_of", fmt::format("'best_of' different from n ({})", g.params.n));
+  }
+  if (!body.contains("prompt")) throw InvalidRequest("'prompt' is required", "prompt");
+  g.prompts =
+      parse_prompt_field(body["prompt"], *m.tokenizer, get_bool(body, "add_special_tokens", true), m.vocab_size);
+  return g;
+}
+
+GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
+  check_common(body);
+  GenerationRequest g;
+  g.chat = true;
+  for (const char* key : {"functions", "function_call"})
+    if (present(body, key)) unsupported(key, fmt::format("'{}' (function calling)", key));
+  if (present(body, "tools")) {
+    const json& tools = body["tools"];
+    if (!tools.is_array()) throw InvalidRequest("'tools' must be a list", "tools");
+    if (!tools.empty()) unsupported("tools", "tool calling ('tools')");
+  }
+  if (present(body, "tool_choice")) {
+    const json& tc = body["tool_choice"];
+    if (!(tc.is_string() && (tc == "none" || tc == "auto")))
+      unsupported("tool_choice", "'tool_choice' other than none");
+  }
+  // Chat's default max_tokens depends on the prompt; see to_engine_requests.
+  ParsedParams pp = parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len));
+  g.params = pp.sampling;
+  g.priority = pp.priority;
+  g.max_tokens_given = present(body, "max_tokens") || present(body, "max_completion_tokens");
+  read_stream_options(body, g);
+
+  PromptInput p;
+  p.text = render_chat_prompt(body, m);
+  p.ids = m.tokenizer->encode(p.text, get_bool(body, "add_special_tokens", false), true);
+  g.prompts.push_back(std::move(p));
+  return g;
+}
+
+std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id, const ServedModel& m) {
+  std::vector<EngineRequest> out;
+  out.reserve(g.prompts.size());
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    EngineRequest r;
+    r.id = g.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
+    r.prompt_ids = g.prompts[i].ids;
+    r.params = g.params;
+    r.priority = g.priority;
+    if (!g.max_tokens_given) {
+      const int64_t room = static_cast<int64_t>(m.max_model_len) - static_cast<int64_t>(r.prompt_ids.size());
+      const int64_t want = g.chat ? room : std::min<int64_t>(m.default_max_tokens, room);
+      // A prompt with no room left keeps 1 so that the engine reports the prompt length.
+      r.params.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, want));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace pagellm::server

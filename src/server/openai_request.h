@@ -1,0 +1,85 @@
+// OpenAI request bodies -> checked generation requests -> EngineRequests.
+// Sampling fields are read by api/request_params.h; this file adds what is
+// specific to the two endpoints: prompts (strings, token ids, batches), chat
+// messages through the chat template, streaming options, echo, and a clear
+// 400 for features the server does not have (tools, structured outputs, ...).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sampling/sampling_params.h"
+
+namespace pagellm {
+class ChatTemplate;
+class Tokenizer;
+}  // namespace pagellm
+
+namespace pagellm::server {
+
+// The model this server serves, as requests see it. Borrowed pointers live as
+// long as the engine.
+struct ServedModel {
+  std::string name;                  // what `model` must say (--served-model-name)
+  std::vector<std::string> aliases;  // also accepted, e.g. the --model path
+  const Tokenizer* tokenizer = nullptr;
+  std::shared_ptr<const ChatTemplate> chat_template;  // null: chat requests get a 400
+  int32_t vocab_size = 0;
+  int32_t max_model_len = 0;
+  int32_t default_max_tokens = 16;  // completions that name none (OpenAI's default)
+
+  bool answers_to(const std::string& model) const;
+};
+
+// A missing or null `model` means the served one; another name is a 404
+// (HttpError, code model_not_found); a non-string a 400.
+void check_model_field(const nlohmann::json& body, const ServedModel& m);
+
+struct PromptInput {
+  std::vector<int32_t> ids;
+  std::string text;  // the prompt as text (echo)
+};
+
+// One /v1/completions or /v1/chat/completions request, checked.
+struct GenerationRequest {
+  bool chat = false;
+  std::vector<PromptInput> prompts;  // chat: exactly one
+  SamplingParams params;
+  int32_t priority = 0;
+  bool max_tokens_given = false;  // else each prompt gets the default (see to_engine_requests)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt text before the output
+  bool logprobs() const { return params.logprobs >= 0; }
+};
+
+// `prompt`: a string, a list of strings, a list of token ids, or a list of
+// token-id lists. Strings are tokenized (add_special: BOS as the vocabulary
+// says; special-token text is recognised); ids are checked against the
+// vocabulary. Throws InvalidRequest naming `prompt`.
+std::vector<PromptInput> parse_prompt_field(const nlohmann::json& prompt, const Tokenizer& tok, bool add_special,
+                                            int32_t vocab_size);
+
+// `messages` (+ add_generation_prompt, continue_final_message,
+// chat_template_kwargs) rendered by the model's chat template. Content is a
+// string or a list of text parts (joined with newlines). Throws
+// InvalidRequest for malformed messages and template failures, TemplateError
+// for the template's own raise_exception.
+std::string render_chat_prompt(const nlohmann::json& body, const ServedModel& m);
+
+GenerationRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
+
+// One EngineRequest per prompt, with ids "<id>-<prompt index>" (just <id> for
+// one prompt). Without an explicit max_tokens, completions get
+// min(default_max_tokens, room left in the context) and chat all the room left.
+std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id, const ServedModel& m);
+
+// Counts and limits.
+constexpr size_t kMaxPrompts = 1024;
+
+}  // namespace pagellm::server

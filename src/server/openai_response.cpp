@@ -1,0 +1,244 @@
+#include "server/openai_response.h"
+
+#include "server/utf8_check.h"
+
+namespace pagellm::server {
+
+using nlohmann::json;
+
+namespace {
+
+json bytes_json(const std::string& raw) {
+  json b = json::array();
+  for (unsigned char c : raw) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Adds an output's token counts to `usage` and its deltas to the choices.
+void accumulate(std::vector<ChoiceState>& choices, std::vector<bool>& prompt_seen, Usage& usage, int32_t n,
+                size_t prompt_index, const RequestOutput& out) {
+  if (!prompt_seen[prompt_index] && (out.num_prompt_tokens > 0 || out.finished)) {
+    prompt_seen[prompt_index] = true;
+    usage.prompt_tokens += out.num_prompt_tokens;
+    usage.cached_tokens += out.num_cached_tokens;
+  }
+  for (const CompletionDelta& d : out.completions) {
+    if (d.index < 0 || d.index >= n) continue;
+    ChoiceState& c = choices[prompt_index * static_cast<size_t>(n) + static_cast<size_t>(d.index)];
+    c.text += d.text;
+    c.num_tokens += static_cast<int64_t>(d.token_ids.size());
+    usage.completion_tokens += static_cast<int64_t>(d.token_ids.size());
+    c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    if (d.finish_reason != FinishReason::None) {
+      c.finish = d.finish_reason;
+      c.stop_string = d.stop_string;
+      c.stop_token = d.stop_token;
+    }
+  }
+}
+
+}  // namespace
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json finish_reason_json(FinishReason r) {
+  if (r == FinishReason::None) return nullptr;
+  return to_string(r);
+}
+
+json stop_reason_json(const std::string& stop_string, int32_t stop_token) {
+  if (!stop_string.empty()) return stop_string;
+  if (stop_token >= 0) return stop_token;
+  return nullptr;
+}
+
+json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece, size_t first_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t offset = first_offset;
+  for (const TokenLogprob& lp : lps) {
+    const std::string text = sanitize_utf8(piece(lp.token));
+    tokens.push_back(text);
+    token_logprobs.push_back(lp.logprob);
+    offsets.push_back(offset);
+    offset += utf8_length(text);
+    json alternatives = json::object();
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string alt = sanitize_utf8(piece(id));
+      if (!alternatives.contains(alt)) alternatives[alt] = logprob;
+    }
+    if (!alternatives.contains(text)) alternatives[text] = lp.logprob;
+    top.push_back(std::move(alternatives));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece) {
+  json content = json::array();
+  for (const TokenLogprob& lp : lps) {
+    const std::string raw = piece(lp.token);
+    json top = json::array();
+    for (const auto& [id, logprob] : lp.top) {
+      const std::string alt = piece(id);
+      top.push_back({{"token", sanitize_utf8(alt)}, {"logprob", logprob}, {"bytes", bytes_json(alt)}});
+    }
+    content.push_back(
+        {{"token", sanitize_utf8(raw)}, {"logprob", lp.logprob}, {"bytes", bytes_json(raw)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+// ---- non-streaming ----
+
+ResponseCollector::ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
+                                     std::vector<std::string> echo_prefixes)
+    : meta_(std::move(meta)),
+      n_(n),
+      logprobs_(logprobs),
+      echo_(std::move(echo_prefixes)),
+      choices_(num_prompts * static_cast<size_t>(n)),
+      prompt_seen_(num_prompts, false) {
+  echo_.resize(num_prompts);
+}
+
+void ResponseCollector::add(size_t prompt_index, const RequestOutput& out) {
+  if (prompt_index >= prompt_seen_.size()) return;
+  accumulate(choices_, prompt_seen_, usage_, n_, prompt_index, out);
+}
+
+json ResponseCollector::render(const TokenPiece& piece) const {
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const ChoiceState& c = choices_[i];
+    const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
+    json choice = {{"index", i}};
+    if (meta_.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      choice["logprobs"] = logprobs_ ? chat_logprobs_json(c.logprobs, piece) : json(nullptr);
+    } else {
+      choice["text"] = prefix + c.text;
+      choice["logprobs"] = logprobs_ ? completion_logprobs_json(c.logprobs, piece, utf8_length(prefix)) : json(nullptr);
+    }
+    choice["finish_reason"] = finish_reason_json(c.finish);
+    choice["stop_reason"] = stop_reason_json(c.stop_string, c.stop_token);
+    choices.push_back(std::move(choice));
+  }
+  return {{"id", meta_.id},
+          {"object", meta_.chat ? "chat.completion" : "text_completion"},
+          {"created", meta_.created},
+          {"model", meta_.model},
+          {"choices", std::move(choices)},
+          {"usage", usage_json(usage_)}};
+}
+
+// ---- streaming ----
+
+StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
+                               std::vector<std::string> echo_prefixes, TokenPiece piece)
+    : meta_(std::move(meta)),
+      n_(n),
+      logprobs_(logprobs),
+      include_usage_(include_usage),
+      echo_(std::move(echo_prefixes)),
+      piece_(std::move(piece)),
+      choices_(num_prompts * static_cast<size_t>(n)),
+      prompt_seen_(num_prompts, false) {
+  echo_.resize(num_prompts);
+}
+
+json StreamRenderer::chunk(json choice) const {
+  json c = {{"id", meta_.id},
+            {"object", meta_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta_.created},
+            {"model", meta_.model},
+            {"choices", json::array({std::move(choice)})}};
+  if (include_usage_) c["usage"] = nullptr;
+  return c;
+}
+
+std::string StreamRenderer::begin() {
+  std::string out;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (meta_.chat) {
+      out += sse_event(chunk({{"index", i},
+                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}}));
+    } else {
+      const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
+      if (prefix.empty()) continue;
+      choices_[i].text_offset = utf8_length(prefix);
+      out += sse_event(chunk({{"index", i},
+                              {"text", prefix},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr},
+                              {"stop_reason", nullptr}}));
+    }
+  }
+  return out;
+}
+
+std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
+  if (prompt_index >= prompt_seen_.size()) return {};
+  if (!prompt_seen_[prompt_index] && (out.num_prompt_tokens > 0 || out.finished)) {
+    prompt_seen_[prompt_index] = true;
+    usage_.prompt_tokens += out.num_prompt_tokens;
+    usage_.cached_tokens += out.num_cached_tokens;
+  }
+  std::string events;
+  for (const CompletionDelta& d : out.completions) {
+    if (d.index < 0 || d.index >= n_) continue;
+    const size_t index = prompt_index * static_cast<size_t>(n_) + static_cast<size_t>(d.index);
+    ChoiceState& c = choices_[index];
+    c.num_tokens += static_cast<int64_t>(d.token_ids.size());
+    usage_.completion_tokens += static_cast<int64_t>(d.token_ids.size());
+    const bool has_logprobs = logprobs_ && !d.logprobs.empty();
+    const bool finished = d.finish_reason != FinishReason::None;
+    if (finished) {
+      c.finish = d.finish_reason;
+      c.stop_string = d.stop_string;
+      c.stop_token = d.stop_token;
+    }
+    if (d.text.empty() && !has_logprobs && !finished) continue;
+    json choice = {{"index", index}};
+    if (meta_.chat) {
+      choice["delta"] = d.text.empty() ? json::object() : json{{"content", d.text}};
+      choice["logprobs"] = has_logprobs ? chat_logprobs_json(d.logprobs, piece_) : json(nullptr);
+    } else {
+      choice["text"] = d.text;
+      choice["logprobs"] = has_logprobs ? completion_logprobs_json(d.logprobs, piece_, c.text_offset) : json(nullptr);
+    }
+    choice["finish_reason"] = finish_reason_json(d.finish_reason);
+    choice["stop_reason"] = finished ? stop_reason_json(d.stop_string, d.stop_token) : json(nullptr);
+    c.text += d.text;
+    c.text_offset += utf8_length(d.text);
+    events += sse_event(chunk(std::move(choice)));
+  }
+  return events;
+}
+
+std::string StreamRenderer::error(const json& error_body) const { return sse_event(error_body); }
+
+std::string StreamRenderer::end() const {
+  std::string out;
+  if (include_usage_) {
+    out += sse_event({{"id", meta_.id},
+                      {"object", meta_.chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", meta_.created},
+                      {"model", meta_.model},
+                      {"choices", json::array()},
+                      {"usage", usage_json(usage_)}});
+  }
+  out += kSseDone;
+  return out;
+}
+
+}  // namespace pagellm::server

@@ -1,0 +1,119 @@
+// Engine outputs -> OpenAI response JSON (non-streaming) and SSE chunks
+// (streaming), for /v1/completions and /v1/chat/completions. Pure: no I/O, so
+// the shapes are unit-tested.
+//
+// Choices: prompt p's sample k is choice p * n + k, as OpenAI numbers them.
+// vLLM extensions kept: choice.stop_reason (the stop string or token id that
+// ended it), finish_reason "abort" for requests cut off by the server.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace pagellm::server {
+
+// The raw bytes a token stands for (may be part of a character).
+using TokenPiece = std::function<std::string(int32_t)>;
+
+struct ResponseMeta {
+  std::string id;       // cmpl-... / chatcmpl-...
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+  bool chat = false;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;      // each prompt once, whatever n is
+  int64_t completion_tokens = 0;  // every generated token of every choice
+  int64_t cached_tokens = 0;      // prompt tokens found in the prefix cache
+};
+
+nlohmann::json usage_json(const Usage& u);
+// "stop", "length", "abort"; null while running.
+nlohmann::json finish_reason_json(FinishReason r);
+// The stop string, else the stop token id, else null.
+nlohmann::json stop_reason_json(const std::string& stop_string, int32_t stop_token);
+// Completions: {tokens, token_logprobs, top_logprobs, text_offset}; offsets
+// count code points from `first_offset` (the text before these tokens).
+// top_logprobs dicts hold the k most likely tokens plus the chosen one.
+nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece,
+                                        size_t first_offset);
+// Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}.
+nlohmann::json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece);
+
+// "data: <json>\n\n" (invalid UTF-8 replaced, never throws).
+std::string sse_event(const nlohmann::json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+// Compact JSON text, invalid UTF-8 replaced.
+std::string dump_json(const nlohmann::json& j);
+
+// What one choice produced so far.
+struct ChoiceState {
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  int64_t num_tokens = 0;
+  size_t text_offset = 0;  // code points emitted so far (streaming text_offset)
+  FinishReason finish = FinishReason::None;
+  std::string stop_string;
+  int32_t stop_token = -1;
+};
+
+// Collects every output of a request (all its prompts) for one JSON reply.
+class ResponseCollector {
+ public:
+  // echo_prefixes: per prompt, text put before each of its choices (empty: none).
+  ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
+                    std::vector<std::string> echo_prefixes = {});
+  void add(size_t prompt_index, const RequestOutput& out);
+  nlohmann::json render(const TokenPiece& piece) const;
+  const Usage& usage() const { return usage_; }
+  const std::vector<ChoiceState>& choices() const { return choices_; }
+
+ private:
+  ResponseMeta meta_;
+  int32_t n_;
+  bool logprobs_;
+  std::vector<std::string> echo_;
+  std::vector<ChoiceState> choices_;
+  std::vector<bool> prompt_seen_;
+  Usage usage_;
+};
+
+// Turns outputs into SSE events as they come.
+class StreamRenderer {
+ public:
+  StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
+                 std::vector<std::string> echo_prefixes, TokenPiece piece);
+  // The opening events: chat sends each choice's role; completions with echo
+  // send each choice's prompt text.
+  std::string begin();
+  // The chunks for one output: one per choice with news (text, logprobs or a
+  // finish reason); nothing for a step whose text is held back.
+  std::string add(size_t prompt_index, const RequestOutput& out);
+  // An error event (the request failed after the stream started).
+  std::string error(const nlohmann::json& error_body) const;
+  // The usage chunk (empty choices) when asked for, then [DONE].
+  std::string end() const;
+  const Usage& usage() const { return usage_; }
+  const std::vector<ChoiceState>& choices() const { return choices_; }
+
+ private:
+  nlohmann::json chunk(nlohmann::json choice) const;
+
+  ResponseMeta meta_;
+  int32_t n_;
+  bool logprobs_;
+  bool include_usage_;
+  std::vector<std::string> echo_;
+  TokenPiece piece_;
+  std::vector<ChoiceState> choices_;
+  std::vector<bool> prompt_seen_;
+  Usage usage_;
+};
+
+}  // namespace pagellm::server

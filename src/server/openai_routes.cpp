@@ -1,0 +1,175 @@
+// Route table and the small endpoints; the generation endpoints are in
+// openai_generate.cpp.
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "server/openai_response.h"
+#include "server/openai_server.h"
+#include "server/utf8_check.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+
+using nlohmann::json;
+
+json parse_json_body(const std::string& body) {
+  if (auto at = find_invalid_utf8(body))
+    throw InvalidRequest(fmt::format("the request body is not valid UTF-8 (bad byte 0x{:02X} at offset {})",
+                                     static_cast<unsigned char>(body[*at]), *at));
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw InvalidRequest(fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) throw InvalidRequest("the request body must be a JSON object");
+  return j;
+}
+
+std::string make_request_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ std::hash<std::thread::id>{}(std::this_thread::get_id())};
+  return fmt::format("{}{:016x}{:016x}", prefix, rng(), rng());
+}
+
+OpenAIServer::OpenAIServer(AsyncEngine& engine, ServedModel model, OpenAIServerOptions options)
+    : engine_(engine), model_(std::move(model)), options_(std::move(options)), started_at_(std::time(nullptr)) {}
+
+bool OpenAIServer::wait_idle(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (active_ > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void OpenAIServer::authorize(const httplib::Request& req) const {
+  if (options_.api_key.empty() || !route_needs_api_key(req.path)) return;
+  if (!req.has_header("Authorization"))
+    throw HttpError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key");
+  if (!authorization_matches(req.get_header_value("Authorization"), options_.api_key))
+    throw HttpError(401, "incorrect API key", "invalid_api_key");
+}
+
+void OpenAIServer::require_accepting() const {
+  if (draining_ || !engine_.accepting()) throw ShuttingDown("the server is shutting down");
+}
+
+void OpenAIServer::register_routes(HttpServer& http) {
+  auto bind = [this](void (OpenAIServer::*fn)(const httplib::Request&, httplib::Response&)) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      ActiveRequest active(*this);
+      authorize(req);
+      (this->*fn)(req, res);
+    };
+  };
+  http.post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    ActiveRequest active(*this);
+    authorize(req);
+    generate(req, res, false);
+  });
+  http.post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    ActiveRequest active(*this);
+    authorize(req);
+    generate(req, res, true);
+  });
+  http.get("/v1/models", bind(&OpenAIServer::list_models));
+  http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
+  http.post("/tokenize", bind(&OpenAIServer::tokenize));
+  http.post("/detokenize", bind(&OpenAIServer::detokenize));
+  http.get("/health", bind(&OpenAIServer::health));
+  http.get("/metrics", bind(&OpenAIServer::metrics));
+  http.get("/version", bind(&OpenAIServer::version));
+}
+
+json OpenAIServer::model_card() const {
+  return {{"id", model_.name},
+          {"object", "model"},
+          {"created", started_at_},
+          {"owned_by", "pagellm"},
+          {"root", model_.aliases.empty() ? model_.name : model_.aliases.front()},
+          {"parent", nullptr},
+          {"max_model_len", model_.max_model_len}};
+}
+
+void OpenAIServer::list_models(const httplib::Request&, httplib::Response& res) {
+  res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
+}
+
+void OpenAIServer::get_model(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (!model_.answers_to(id))
+    throw HttpError(404, fmt::format("The model '{}' does not exist", sanitize_utf8(id)), "model_not_found", "model");
+  res.set_content(dump_json(model_card()), "application/json");
+}
+
+void OpenAIServer::tokenize(const httplib::Request& req, httplib::Response& res) {
+  require_accepting();
+  const json body = parse_json_body(req.body);
+  check_model_field(body, model_);
+  const Tokenizer& tok = *model_.tokenizer;
+  std::vector<int32_t> ids;
+  auto flag = [&](const char* key, bool fallback) {
+    if (!body.contains(key) || body[key].is_null()) return fallback;
+    if (!body[key].is_boolean()) throw InvalidRequest(fmt::format("'{}' must be a boolean", key), key);
+    return body[key].get<bool>();
+  };
+  if (body.contains("messages")) {
+    ids = tok.encode(render_chat_prompt(body, model_), flag("add_special_tokens", false), true);
+  } else if (body.contains("prompt")) {
+    if (!body["prompt"].is_string()) throw InvalidRequest("'prompt' must be a string", "prompt");
+    const std::string& text = body["prompt"].get_ref<const std::string&>();
+    require_valid_utf8(text, "prompt");
+    ids = tok.encode(text, flag("add_special_tokens", true), true);
+  } else {
+    throw InvalidRequest("give 'prompt' (a string) or 'messages'", "prompt");
+  }
+  json out = {{"count", ids.size()}, {"max_model_len", model_.max_model_len}, {"tokens", ids}, {"token_strs", nullptr}};
+  if (flag("return_token_strs", false)) {
+    json strs = json::array();
+    for (int32_t id : ids) strs.push_back(sanitize_utf8(tok.token_to_piece(id, true)));
+    out["token_strs"] = strs;
+  }
+  res.set_content(dump_json(out), "application/json");
+}
+
+void OpenAIServer::detokenize(const httplib::Request& req, httplib::Response& res) {
+  require_accepting();
+  const json body = parse_json_body(req.body);
+  check_model_field(body, model_);
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    throw InvalidRequest("'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (const json& t : body["tokens"]) {
+    if (!t.is_number_integer()) throw InvalidRequest("'tokens' must be a list of token ids", "tokens");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= model_.vocab_size)
+      throw InvalidRequest(fmt::format("token id {} is outside the vocabulary (0..{})", id, model_.vocab_size - 1),
+                           "tokens");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  res.set_content(dump_json({{"prompt", sanitize_utf8(model_.tokenizer->decode(ids, false))}}), "application/json");
+}
+
+void OpenAIServer::health(const httplib::Request&, httplib::Response& res) {
+  require_accepting();
+  res.status = 200;
+  res.set_content("", "text/plain");
+}
+
+void OpenAIServer::metrics(const httplib::Request&, httplib::Response& res) {
+  res.set_content(render_metrics(engine_.stats(), model_.name, counters_.snapshot()),
+                  "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void OpenAIServer::version(const httplib::Request&, httplib::Response& res) {
+  res.set_content(dump_json({{"version", PAGELLM_VERSION}}), "application/json");
+}
+
+}  // namespace pagellm::server

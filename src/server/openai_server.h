@@ -1,0 +1,92 @@
+// The OpenAI-compatible API over one AsyncEngine:
+//   POST /v1/completions, POST /v1/chat/completions   (JSON or SSE streaming)
+//   GET  /v1/models, /v1/models/{id}
+//   POST /tokenize, /detokenize                        (vLLM's shapes)
+//   GET  /health, /metrics (Prometheus), /version
+// Handlers run on the HTTP thread pool; each generation request is a
+// GenerationJob whose streams it reads until the end or the client leaves.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "server/metrics_render.h"
+#include "server/openai_request.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace pagellm::server {
+
+class HttpServer;
+
+struct OpenAIServerOptions {
+  std::string api_key;                           // empty: no authentication
+  bool log_requests = true;                      // one info line per generation request
+  std::chrono::milliseconds poll_interval{100};  // how often waiting handlers look for a vanished client
+};
+
+class OpenAIServer {
+ public:
+  OpenAIServer(AsyncEngine& engine, ServedModel model, OpenAIServerOptions options = {});
+  void register_routes(HttpServer& http);
+
+  // Shutdown, step 1: from now on requests get 503 and /health says so.
+  void begin_draining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Waits until no handler (streams included) is running, up to `timeout`.
+  bool wait_idle(std::chrono::milliseconds timeout) const;
+  HttpCounters& http_counters() { return counters_; }
+  const ServedModel& model() const { return model_; }
+
+ private:
+  friend class ActiveRequest;
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void list_models(const httplib::Request& req, httplib::Response& res);
+  void get_model(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void health(const httplib::Request& req, httplib::Response& res);
+  void metrics(const httplib::Request& req, httplib::Response& res);
+  void version(const httplib::Request& req, httplib::Response& res);
+
+  // 401 unless the request carries the key (for guarded routes).
+  void authorize(const httplib::Request& req) const;
+  // 503 while draining.
+  void require_accepting() const;
+  nlohmann::json model_card() const;
+
+  AsyncEngine& engine_;
+  ServedModel model_;
+  OpenAIServerOptions options_;
+  HttpCounters counters_;
+  int64_t started_at_;  // Unix seconds
+  std::atomic<bool> draining_{false};
+  mutable std::atomic<int64_t> active_{0};
+};
+
+// Counts a running handler (or stream) for wait_idle.
+class ActiveRequest {
+ public:
+  explicit ActiveRequest(const OpenAIServer& s) : s_(s) { s_.active_++; }
+  ~ActiveRequest() { s_.active_--; }
+  ActiveRequest(const ActiveRequest&) = delete;
+  ActiveRequest& operator=(const ActiveRequest&) = delete;
+
+ private:
+  const OpenAIServer& s_;
+};
+
+// The request body as a JSON object: 400 for invalid UTF-8 (with the byte
+// offset), invalid JSON, or a non-object.
+nlohmann::json parse_json_body(const std::string& body);
+
+// "cmpl-" / "chatcmpl-" + 32 random hex digits.
+std::string make_request_id(const char* prefix);
+
+}  // namespace pagellm::server

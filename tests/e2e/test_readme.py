@@ -1,0 +1,66 @@
+"""The README's run command serves Gemma 3 270M, and its curl and openai
+examples work as written (only the port is changed to a free one)."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BIN, REPO, Server, default_model_path
+
+README = REPO / "README.md"
+
+
+def code_block(lang, must_contain):
+    text = README.read_text()
+    for m in re.finditer(rf"```{lang}\n(.*?)```", text, re.S):
+        if must_contain in m.group(1):
+            return m.group(1)
+    raise AssertionError(f"README has no ```{lang} block with {must_contain!r}")
+
+
+@pytest.fixture(scope="module")
+def readme_server():
+    model = default_model_path()
+    if model is None:
+        pytest.skip("the default model is not installed (make setup)")
+    assert "make serve" in README.read_text()
+    s = Server(cmd=[])  # picks a free port
+    group = BIN.resolve() == (REPO / "build" / "pagellm").resolve()
+    if group:
+        # Exactly the README's command (the build is up to date, so make only checks it).
+        s.cmd = ["make", "--no-print-directory", "serve", f"PORT={s.port}"]
+    else:
+        # Another build: the command `make serve` runs (see the Makefile), with this binary.
+        s.cmd = [str(BIN), "serve", "--model", str(model), "--host", "127.0.0.1", "--port", str(s.port)]
+    s.start(timeout=600)
+    yield s
+    s.stop(group=group)
+    # With make, make exits at once; the server it started finishes its shutdown.
+    deadline = time.time() + 60
+    while "shutdown complete" not in s.output():
+        assert time.time() < deadline, s.output()
+        time.sleep(0.1)
+
+
+def run_with_port(code, port):
+    return code.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+
+
+def test_readme_curl_example(readme_server):
+    cmd = run_with_port(code_block("sh", "curl http://127.0.0.1:8000/v1/chat/completions"), readme_server.port)
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    reply = json.loads(out.stdout)
+    content = reply["choices"][0]["message"]["content"]
+    assert "paris" in content.lower(), content
+
+
+def test_readme_openai_example(readme_server):
+    code = run_with_port(code_block("python", "OpenAI(base_url="), readme_server.port)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "paris" in out.stdout.lower(), out.stdout

@@ -1,0 +1,263 @@
+// Request body -> GenerationRequest -> EngineRequests, on the stories260K
+// vocabulary (BOS 1; "Once upon a time" = 1 403 407 261 378).
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "server/http_errors.h"
+#include "test_paths.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::server {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<int32_t> kOnceUpon = {1, 403, 407, 261, 378};
+
+// A small template: <role>content</role> per message, then <assistant>.
+constexpr const char* kTemplate =
+    "{{ bos_token }}{% if messages[0]['role'] == 'assistant' %}{{ raise_exception('the first message must not be "
+    "from the assistant') }}{% endif %}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] "
+    "}}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{% if shout %}!{% endif %}";
+
+class ServerRequestTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = test::shared_data("models/stories260K.gguf");
+    REQUIRE_FILE(path);
+    tok_ = Tokenizer::load(path);
+    m_.name = "stories";
+    m_.aliases = {"/models/stories.gguf"};
+    m_.tokenizer = tok_.get();
+    m_.chat_template = std::make_shared<ChatTemplate>(kTemplate);
+    m_.vocab_size = tok_->vocab_size();
+    m_.max_model_len = 512;
+  }
+
+  // The InvalidRequest param of parsing `body` (fails when it parses).
+  std::string error_param(const json& body, bool chat = false) {
+    try {
+      if (chat)
+        parse_chat_request(body, m_);
+      else
+        parse_completion_request(body, m_);
+    } catch (const InvalidRequest& e) {
+      return e.param().empty() ? "<none>" : e.param();
+    }
+    ADD_FAILURE() << "parsed: " << body;
+    return "";
+  }
+
+  std::unique_ptr<Tokenizer> tok_;
+  ServedModel m_;
+};
+
+TEST_F(ServerRequestTest, PromptShapes) {
+  auto one = parse_prompt_field("Once upon a time", *tok_, true, m_.vocab_size);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].ids, kOnceUpon);
+  EXPECT_EQ(one[0].text, "Once upon a time");
+  EXPECT_EQ(parse_prompt_field("Once upon a time", *tok_, false, m_.vocab_size)[0].ids,
+            std::vector<int32_t>(kOnceUpon.begin() + 1, kOnceUpon.end()));
+
+  auto batch = parse_prompt_field(json::array({"Once upon a time", "Hi"}), *tok_, true, m_.vocab_size);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0].ids, kOnceUpon);
+  EXPECT_EQ(batch[1].text, "Hi");
+
+  auto ids = parse_prompt_field(json(kOnceUpon), *tok_, true, m_.vocab_size);
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(ids[0].ids, kOnceUpon);  // ids are taken as they are (no second BOS)
+  EXPECT_EQ(ids[0].text, tok_->decode(kOnceUpon, false));
+
+  auto id_batch = parse_prompt_field(json::array({json(kOnceUpon), json::array({5, 6})}), *tok_, true, m_.vocab_size);
+  ASSERT_EQ(id_batch.size(), 2u);
+  EXPECT_EQ(id_batch[1].ids, (std::vector<int32_t>{5, 6}));
+
+  for (const json& bad :
+       {json(5), json::array(), json::array({json::array({1}), "x"}), json::array({1, "x"}), json::array({512}),
+        json::array({-1}), json::array({1.5}), json::object(), json(nullptr), json("caf\xc3")})
+    EXPECT_THROW(parse_prompt_field(bad, *tok_, true, m_.vocab_size), InvalidRequest) << bad;
+}
+
+TEST_F(ServerRequestTest, CompletionRequest) {
+  const json body = {{"model", "stories"},
+                     {"prompt", "Once upon a time"},
+                     {"max_tokens", 7},
+                     {"temperature", 0.5},
+                     {"top_p", 0.9},
+                     {"n", 3},
+                     {"stop", {"."}},
+                     {"seed", 42},
+                     {"logprobs", 2},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}},
+                     {"top_k", 5},
+                     {"priority", -1},
+                     {"ignore_eos", true},
+                     {"user", "u"},
+                     {"some_unknown_field", {1, 2}}};
+  const GenerationRequest g = parse_completion_request(body, m_);
+  EXPECT_FALSE(g.chat);
+  ASSERT_EQ(g.prompts.size(), 1u);
+  EXPECT_EQ(g.prompts[0].ids, kOnceUpon);
+  EXPECT_EQ(g.params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(g.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.params.top_p, 0.9f);
+  EXPECT_EQ(g.params.n, 3);
+  EXPECT_EQ(g.params.stop, std::vector<std::string>{"."});
+  EXPECT_EQ(g.params.seed, 42u);
+  EXPECT_EQ(g.params.logprobs, 2);
+  EXPECT_TRUE(g.logprobs());
+  EXPECT_EQ(g.params.top_k, 5);
+  EXPECT_TRUE(g.params.ignore_eos);
+  EXPECT_EQ(g.priority, -1);
+  EXPECT_TRUE(g.stream);
+  EXPECT_TRUE(g.include_usage);
+  EXPECT_TRUE(g.max_tokens_given);
+  EXPECT_FALSE(g.echo);
+
+  const auto reqs = to_engine_requests(g, "cmpl-x", m_);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].id, "cmpl-x");
+  EXPECT_EQ(reqs[0].prompt_ids, kOnceUpon);
+  EXPECT_EQ(reqs[0].params.n, 3);
+  EXPECT_EQ(reqs[0].priority, -1);
+}
+
+TEST_F(ServerRequestTest, DefaultMaxTokensAndBatchIds) {
+  GenerationRequest g = parse_completion_request({{"prompt", {"Once upon a time", "Hi"}}}, m_);
+  EXPECT_FALSE(g.max_tokens_given);
+  auto reqs = to_engine_requests(g, "cmpl-y", m_);
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].id, "cmpl-y-0");
+  EXPECT_EQ(reqs[1].id, "cmpl-y-1");
+  EXPECT_EQ(reqs[0].params.max_tokens, 16);  // OpenAI's completions default
+  // ... but no more than the context has room for.
+  std::vector<int32_t> long_prompt(500, 5);
+  g = parse_completion_request({{"prompt", long_prompt}}, m_);
+  EXPECT_EQ(to_engine_requests(g, "c", m_)[0].params.max_tokens, 12);
+  // Chat: all the room left.
+  g = parse_chat_request({{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, m_);
+  reqs = to_engine_requests(g, "chatcmpl-z", m_);
+  EXPECT_EQ(reqs[0].params.max_tokens, 512 - static_cast<int32_t>(reqs[0].prompt_ids.size()));
+  // Explicit values stay (the engine reports what does not fit).
+  g = parse_chat_request({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_completion_tokens", 600}}, m_);
+  EXPECT_EQ(to_engine_requests(g, "c", m_)[0].params.max_tokens, 600);
+}
+
+TEST_F(ServerRequestTest, CompletionErrorsNameTheField) {
+  const json ok = {{"prompt", "x"}, {"max_tokens", 4}};
+  auto with = [&](const char* k, const json& v) {
+    json b = ok;
+    b[k] = v;
+    return b;
+  };
+  EXPECT_EQ(error_param({{"max_tokens", 4}}), "prompt");
+  EXPECT_EQ(error_param(with("temperature", -1)), "temperature");
+  EXPECT_EQ(error_param(with("top_p", 0)), "top_p");
+  EXPECT_EQ(error_param(with("n", 0)), "n");
+  EXPECT_EQ(error_param(with("max_tokens", 0)), "max_tokens");
+  EXPECT_EQ(error_param(with("stream", "yes")), "stream");
+  EXPECT_EQ(error_param(with("stream_options", {{"include_usage", true}})), "stream_options");
+  EXPECT_EQ(error_param(with("echo", 1)), "echo");
+  json echo_lp = with("echo", true);
+  echo_lp["logprobs"] = 1;
+  EXPECT_EQ(error_param(echo_lp), "echo");
+  EXPECT_EQ(error_param(with("best_of", 2)), "best_of");
+  EXPECT_EQ(error_param(with("suffix", "tail")), "suffix");
+  EXPECT_EQ(error_param(with("response_format", {{"type", "json_object"}})), "response_format");
+  EXPECT_EQ(error_param(with("guided_regex", "a+")), "guided_regex");
+  EXPECT_EQ(error_param(with("user", 5)), "user");
+  EXPECT_EQ(error_param(with("prompt_logprobs", 1)), "prompt_logprobs");
+  EXPECT_EQ(error_param(json::array({1})), "<none>");
+  // Accepted: best_of == n, empty suffix, text response_format.
+  json fine = with("best_of", 1);
+  fine["suffix"] = "";
+  fine["response_format"] = {{"type", "text"}};
+  EXPECT_NO_THROW(parse_completion_request(fine, m_));
+}
+
+TEST_F(ServerRequestTest, ModelField) {
+  EXPECT_NO_THROW(check_model_field(json::object(), m_));
+  EXPECT_NO_THROW(check_model_field({{"model", nullptr}}, m_));
+  EXPECT_NO_THROW(check_model_field({{"model", "stories"}}, m_));
+  EXPECT_NO_THROW(check_model_field({{"model", "/models/stories.gguf"}}, m_));
+  try {
+    check_model_field({{"model", "gpt-4"}}, m_);
+    FAIL();
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status(), 404);
+    EXPECT_EQ(e.code(), "model_not_found");
+    EXPECT_EQ(e.param(), "model");
+  }
+  EXPECT_THROW(check_model_field({{"model", 5}}, m_), InvalidRequest);
+}
+
+TEST_F(ServerRequestTest, ChatRendering) {
+  const json body = {{"messages",
+                      {{{"role", "system"}, {"content", "Be brief."}},
+                       {{"role", "user"},
+                        {"content", {{{"type", "text"}, {"text", "Hello"}}, {{"type", "text"}, {"text", "there"}}}}}}}};
+  EXPECT_EQ(render_chat_prompt(body, m_), "<s><system>Be brief.</system><user>Hello\nthere</user><assistant>");
+  json no_gen = body;
+  no_gen["add_generation_prompt"] = false;
+  no_gen["chat_template_kwargs"] = {{"shout", true}};
+  EXPECT_EQ(render_chat_prompt(no_gen, m_), "<s><system>Be brief.</system><user>Hello\nthere</user>!");
+
+  const json cont = {
+      {"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Once upon"}}}},
+      {"continue_final_message", true}};
+  EXPECT_EQ(render_chat_prompt(cont, m_), "<s><user>Hi</user><assistant>Once upon");
+
+  const GenerationRequest g = parse_chat_request(body, m_);
+  EXPECT_TRUE(g.chat);
+  ASSERT_EQ(g.prompts.size(), 1u);
+  // The template's "<s>" text is parsed as the BOS token, and no second BOS is added.
+  EXPECT_EQ(g.prompts[0].ids.front(), 1);
+  EXPECT_NE(g.prompts[0].ids[1], 1);
+  EXPECT_EQ(g.prompts[0].ids, tok_->encode(g.prompts[0].text, false, true));
+}
+
+TEST_F(ServerRequestTest, ChatErrors) {
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  auto chat_param = [&](json body) { return error_param(body, true); };
+  EXPECT_EQ(chat_param(json::object()), "messages");
+  EXPECT_EQ(chat_param({{"messages", "hi"}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", json::array()}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", {{{"content", "no role"}}}}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", {{{"role", "user"}, {"content", 5}}}}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", {{{"role", "user"}, {"content", "caf\xc3"}}}}}), "messages");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"tools", {{{"type", "function"}}}}}), "tools");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"tool_choice", "required"}}), "tool_choice");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"functions", json::array()}}), "functions");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"top_logprobs", 2}}), "top_logprobs");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"max_completion_tokens", 0}}), "max_completion_tokens");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"continue_final_message", true}, {"add_generation_prompt", true}}),
+            "continue_final_message");
+  EXPECT_EQ(chat_param({{"messages", {user}}, {"chat_template_kwargs", 3}}), "chat_template_kwargs");
+  // Empty tools and tool_choice "none" are fine.
+  EXPECT_NO_THROW(parse_chat_request({{"messages", {user}}, {"tools", json::array()}, {"tool_choice", "none"}}, m_));
+  // The template's raise_exception reaches the caller as TemplateError (400 with its message).
+  EXPECT_THROW(parse_chat_request({{"messages", {{{"role", "assistant"}, {"content", "x"}}}}}, m_), TemplateError);
+  // No template at all.
+  m_.chat_template = nullptr;
+  EXPECT_EQ(chat_param({{"messages", {user}}}), "messages");
+}
+
+TEST_F(ServerRequestTest, ChatLogprobs) {
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  GenerationRequest g = parse_chat_request({{"messages", {user}}, {"logprobs", true}, {"top_logprobs", 3}}, m_);
+  EXPECT_EQ(g.params.logprobs, 3);
+  g = parse_chat_request({{"messages", {user}}, {"logprobs", true}}, m_);
+  EXPECT_EQ(g.params.logprobs, 0);
+  g = parse_chat_request({{"messages", {user}}}, m_);
+  EXPECT_FALSE(g.logprobs());
+}
+
+}  // namespace
+}  // namespace pagellm::server
