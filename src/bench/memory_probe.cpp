@@ -59,7 +59,11 @@ MemoryProbeResult run_memory_probe(const MemoryProbeOptions& opts, const Log& lo
       int64_t b, e;
       split_range(n_words, ith, n, 8, b, e);
       uint64_t s = 0;
-      for (int64_t p = 0; p < passes; ++p) s += sum_words(data + b, e - b);
+      for (int64_t p = 0; p < passes; ++p) {
+        // The compiler must not fold repeated sums of unchanged memory into one.
+        asm volatile("" : : "r"(data) : "memory");
+        s += sum_words(data + b, e - b);
+      }
       partial[static_cast<size_t>(ith) * 8] += s;
     });
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
