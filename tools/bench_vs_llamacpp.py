@@ -144,6 +144,9 @@ def main():
     ap.add_argument("--pp", default="128,512", help="prompt lengths")
     ap.add_argument("--tg", type=int, default=128, help="generated tokens (decode speed over the last tg-1)")
     ap.add_argument("--reps", type=int, default=5, help="alternating repetitions")
+    ap.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
+                    help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads (passive: no spinning; it suffers less "
+                         "when other processes share the cores)")
     ap.add_argument("--output-json", help="write all results here")
     args = ap.parse_args()
     pps = [int(x) for x in args.pp.split(",") if x]
@@ -152,6 +155,8 @@ def main():
     if not os.access(args.pagellm, os.X_OK):
         sys.exit(f"no pagellm binary at {args.pagellm}: build it first (ninja -C build pagellm)")
 
+    if args.omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()  # read when llama.cpp loads, below
     model = Path(args.model).expanduser() if args.model else make_dummy(args)
     if not model.exists():
         sys.exit(f"no such model file: {model}")
@@ -200,7 +205,8 @@ def main():
               f"{fmt_summary(results[name]['ratio'], 2):>22}", file=sys.stderr)
 
     record = {"model": str(model), "file_bytes": model.stat().st_size, "threads": args.threads, "reps": args.reps,
-              "pp": pps, "tg": args.tg, "llama_cpp_python": llama.version, "pagellm_engine": pagellm_engine,
+              "pp": pps, "tg": args.tg, "llama_cpp_python": llama.version,
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"), "pagellm_engine": pagellm_engine,
               "loadavg_start": load_start, "loadavg_end": load_end, "results": results, "raw": raw,
               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if args.output_json:
