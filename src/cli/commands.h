@@ -17,9 +17,11 @@ Command register_make_dummy(CLI::App& app);
 Command register_generate(CLI::App& app);
 Command register_tokenize(CLI::App& app);
 Command register_serve(CLI::App& app);
+Command register_bench(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
-  return {register_serve(app), register_generate(app), register_tokenize(app), register_info(app), register_make_dummy(app)};
+  return {register_serve(app),  register_generate(app),   register_tokenize(app),
+          register_info(app),   register_make_dummy(app), register_bench(app)};
 }
 
 }  // namespace pagellm::cli
