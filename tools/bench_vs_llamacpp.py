@@ -130,6 +130,15 @@ def run_pagellm(args, model: Path, pps, tg: int, seed: int) -> dict:
     return {"cases": out, "engine": record.get("engine", {})}
 
 
+def run_memory_probe(args) -> float:
+    """DRAM read bandwidth (GB/s) with the same threads, from pagellm bench memory."""
+    cmd = [args.pagellm, "bench", "memory", "--threads", str(args.threads), "--size", "1GiB", "--reps", "3"]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"pagellm failed ({res.returncode}): {shlex.join(cmd)}\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout)["results"]["read_gb_per_s"]["median"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     src = ap.add_argument_group("model (one of)")
@@ -174,14 +183,17 @@ def main():
             tests.append(f"tg{args.tg}@pp{pp}")
     series = {t: {"llama_cpp": [], "pagellm": [], "ratio": []} for t in tests}
     raw = []
+    bandwidth = []  # GB/s, probed once per repetition
     pagellm_engine = {}
     for rep in range(args.reps):
         seed = 1000 + rep
         lc = {pp: llama.run(random_prompt(pp, llama.n_vocab, seed * 7919 + pp), args.tg) for pp in pps}
         pg = run_pagellm(args, model, pps, args.tg, seed)
         pagellm_engine = pg["engine"]
-        raw.append({"rep": rep, "llama_cpp": lc, "pagellm": pg["cases"], "loadavg": loadavg()})
-        line = [f"rep {rep + 1}/{args.reps}:"]
+        bandwidth.append(run_memory_probe(args))
+        raw.append({"rep": rep, "llama_cpp": lc, "pagellm": pg["cases"], "read_gb_per_s": bandwidth[-1],
+                    "loadavg": loadavg()})
+        line = [f"rep {rep + 1}/{args.reps}:", f"read {bandwidth[-1]:.1f} GB/s"]
         for pp in pps:
             for key, name in (("pp_tokens_per_s", f"pp{pp}"), ("tg_tokens_per_s", f"tg{args.tg}@pp{pp}")):
                 if name not in series:
@@ -204,10 +216,28 @@ def main():
         print(f"{name:<14} {fmt_summary(results[name]['llama_cpp']):>24} {fmt_summary(results[name]['pagellm']):>24} "
               f"{fmt_summary(results[name]['ratio'], 2):>22}", file=sys.stderr)
 
+    # Decode roofline: every weight but the embedding table is read once per
+    # token; the best the machine allows is read bandwidth / those bytes.
+    roofline = None
+    decode_bytes = pagellm_engine.get("decode_weight_bytes")
+    if decode_bytes and args.tg > 1:
+        bw = summary(bandwidth)
+        roofline = {"decode_weight_bytes": decode_bytes, "read_gb_per_s": bw,
+                    "roofline_tokens_per_s": bw["median"] * 1e9 / decode_bytes}
+        print(f"\ndecode roofline: {decode_bytes / 1e6:.0f} MB of weights per token, read bandwidth "
+              f"{fmt_summary(bw)} GB/s -> {roofline['roofline_tokens_per_s']:.1f} tokens/s", file=sys.stderr)
+        for pp in pps:
+            name = f"tg{args.tg}@pp{pp}"
+            fr = {eng: [v * decode_bytes / 1e9 / b for v, b in zip(series[name][eng], bandwidth)]
+                  for eng in ("llama_cpp", "pagellm")}
+            roofline[name] = {eng: summary(v) for eng, v in fr.items()}
+            print(f"{name:<14} fraction of the roofline (per rep): llama.cpp {fmt_summary(roofline[name]['llama_cpp'], 2)}"
+                  f", pagellm {fmt_summary(roofline[name]['pagellm'], 2)}", file=sys.stderr)
+
     record = {"model": str(model), "file_bytes": model.stat().st_size, "threads": args.threads, "reps": args.reps,
               "pp": pps, "tg": args.tg, "llama_cpp_python": llama.version,
               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"), "pagellm_engine": pagellm_engine,
-              "loadavg_start": load_start, "loadavg_end": load_end, "results": results, "raw": raw,
+              "loadavg_start": load_start, "loadavg_end": load_end, "results": results, "roofline": roofline, "raw": raw,
               "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(record, indent=2) + "\n")

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/util.h"
@@ -33,13 +34,11 @@ MemoryProbeResult run_memory_probe(const MemoryProbeOptions& opts, const Log& lo
   ThreadPool pool(opts.threads);
   const int nth = pool.size();
   const int64_t n_words = opts.buffer_bytes / 8;
-  struct FreeDeleter {
-    void operator()(uint64_t* p) const { std::free(p); }
-  };
+  // Huge pages like the weights get (core/aligned_buffer.h): the probe
+  // measures the stream the decode kernels see.
   const size_t alloc = static_cast<size_t>((n_words * 8 + 63) / 64 * 64);
-  std::unique_ptr<uint64_t, FreeDeleter> buf(static_cast<uint64_t*>(std::aligned_alloc(64, alloc)));
-  PAGELLM_CHECK(buf, "cannot allocate {} for the bandwidth probe", format_bytes(static_cast<int64_t>(alloc)));
-  uint64_t* data = buf.get();
+  const AlignedBuffer buf = allocate_aligned(alloc);
+  auto* data = reinterpret_cast<uint64_t*>(buf.get());
   // Each thread writes the slice it will read (first touch places the pages
   // near it) with non-zero values.
   pool.run([&](int ith, int n) {

@@ -92,6 +92,7 @@ nlohmann::json engine_json(Engine& engine, const EngineFlags& flags) {
   return {{"model", c.load_format == "dummy" ? fmt::format("dummy:{}:{}", c.dummy_shape, flags.dummy_type) : c.model},
           {"description", engine.describe()},
           {"weight_bytes", engine.model().weight_bytes()},
+          {"decode_weight_bytes", engine.model().decode_weight_bytes()},
           {"threads", c.threads},
           {"max_num_batched_tokens", c.scheduler.max_num_batched_tokens},
           {"max_num_seqs", c.scheduler.max_num_seqs},
@@ -148,6 +149,7 @@ int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFla
   const int32_t longest = *std::max_element(o.input_lens.begin(), o.input_lens.end());
   nlohmann::json j = record("latency", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, o.batch_size * longest, longest + o.output_len, o.batch_size), app);
+  const TraceSession trace(ef.trace);  // after loading: the timeline shows the runs only
   const auto cases = bench::run_latency(*engine, o, log_line);
   std::fputs(bench::latency_summary(cases).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());
@@ -171,6 +173,7 @@ int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const Through
   o.validate();
   nlohmann::json j = record("throughput", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, 0, o.input_len + o.output_len, 0), app);
+  const TraceSession trace(ef.trace);  // after loading: the timeline shows the runs only
   const auto runs = bench::run_throughput(*engine, o, log_line);
   std::fputs(bench::throughput_summary(runs, o).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());

@@ -72,7 +72,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         ++total;
         return nullptr;
       }
-      weight_bytes_ += dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+      const size_t bytes = dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+      weight_bytes_ += bytes;
+      if (name == "token_embd.weight") tok_embd_bytes_ = bytes;
       auto w = backend_.upload(*t);
       if (progress) progress(++done, total);
       return w;

@@ -41,8 +41,12 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return backend_; }
-  // Bytes of weights as stored (what one decode step streams from memory).
+  // Bytes of weights as stored.
   size_t weight_bytes() const { return weight_bytes_; }
+  // Bytes one decode step streams from memory: every weight but the token
+  // embedding table, of which it reads one row (unless it doubles as the
+  // output matrix).
+  size_t decode_weight_bytes() const { return output_ ? weight_bytes_ - tok_embd_bytes_ : weight_bytes_; }
   // Shape of the paged KV cache this model needs.
   KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype) const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
@@ -64,6 +68,7 @@ class Model {
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;
+  size_t tok_embd_bytes_ = 0;
 
   std::unique_ptr<Weight> tok_embd_;     // [n_vocab, n_embd]
   std::unique_ptr<Weight> output_norm_;  // [n_embd]

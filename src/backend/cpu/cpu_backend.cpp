@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
+#include "core/aligned_buffer.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
 #include "core/error.h"
@@ -30,16 +31,7 @@ size_t KVCacheSpec::bytes_per_block() const {
 
 namespace {
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
-
-AlignedBuffer aligned_bytes(size_t n) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 64, std::max<size_t>(n, 64)) != 0) fail("out of memory allocating {}", format_bytes(n));
-  return AlignedBuffer(static_cast<uint8_t*>(p));
-}
+AlignedBuffer aligned_bytes(size_t n) { return allocate_aligned(n); }
 
 class CpuWeight : public Weight {
  public:

@@ -13,23 +13,16 @@
 #include "backend/cpu/matmul_repack.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/quants_kernels.h"
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 
 namespace pagellm::cpu {
 namespace {
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using AlignedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
-
-AlignedBytes alloc_aligned(size_t n) {
-  constexpr size_t kAlign = 64;
-  n = (n + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, n == 0 ? kAlign : n);
-  PAGELLM_CHECK(p != nullptr, "matmul: out of memory allocating {} bytes", n);
-  return AlignedBytes(static_cast<uint8_t*>(p));
-}
+// Per-thread activation scratch and repacked weights: 64-byte aligned, huge
+// pages for the large ones (core/aligned_buffer.h).
+using AlignedBytes = AlignedBuffer;
+AlignedBytes alloc_aligned(size_t n) { return allocate_aligned(n); }
 
 class PreparedWeight final : public MatmulWeight {
  public:

@@ -70,17 +70,18 @@ inline __m256i move_bits(__m256i v) {
 
 // Decode (one token) is bound by memory: fetch the weight block a few blocks
 // ahead, so the loads overlap the arithmetic (the hardware prefetcher alone
-// lags behind on the longer K-quant blocks). Larger tiles reuse each block
-// enough that it does not matter.
-constexpr int64_t kPrefetchBytes = 2048;
+// lags behind on the longer K-quant blocks). The row groups of a work item
+// are contiguous, so the prefetch runs on into the next group instead of
+// restarting cold at each group's start (a prefetch past the end of the
+// buffer is harmless: it never faults). Larger tiles reuse each block enough
+// that it does not matter.
+constexpr int64_t kPrefetchBytes = 4096;
 template <int T, typename Block>
-inline void prefetch_ahead(const Block* w, int64_t b, int64_t nb) {
+inline void prefetch_ahead(const Block* w, int64_t b) {
   if constexpr (T == 1) {
     constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
-    if (b + ahead < nb) {
-      const char* p = reinterpret_cast<const char*>(w + b + ahead);
-      for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-    }
+    const char* p = reinterpret_cast<const char*>(w + b + ahead);
+    for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
   }
 }
 
@@ -125,7 +126,7 @@ struct KernelQ4_0 {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       __m256i p[T];
       for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -159,7 +160,7 @@ struct KernelQ4_1 {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       __m256i p[T];
       for (int t = 0; t < T; ++t) p[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -204,7 +205,7 @@ struct KernelQ5 {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       const __m256i qh = load256(w[b].qh);
       __m256i isum[T];
       for (int half = 0; half < 2; ++half) {  // quads 0-1, then 2-3: 4 maddubs per int16 sum
@@ -260,7 +261,7 @@ struct KernelQ8_0 {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -328,7 +329,7 @@ struct KernelQ45K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       const auto pair_scales = [&](int c) {
@@ -408,7 +409,7 @@ struct KernelQ6K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b, nb);
+      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
