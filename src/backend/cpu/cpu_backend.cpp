@@ -12,9 +12,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
-#include "core/aligned_buffer.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
@@ -30,8 +30,6 @@ size_t KVCacheSpec::bytes_per_block() const {
 }
 
 namespace {
-
-AlignedBuffer aligned_bytes(size_t n) { return allocate_aligned(n); }
 
 class CpuWeight : public Weight {
  public:
@@ -56,7 +54,7 @@ class CpuBackend : public Backend {
   }
 
   float* alloc(size_t n_floats) override {
-    AlignedBuffer b = aligned_bytes(n_floats * sizeof(float));
+    AlignedBuffer b = allocate_aligned(n_floats * sizeof(float));
     float* p = reinterpret_cast<float*>(b.get());
     buffers_.emplace(p, std::move(b));
     return p;
@@ -94,8 +92,8 @@ class CpuBackend : public Backend {
     k_cache_.clear();
     v_cache_.clear();
     for (int l = 0; l < cfg.n_layers; ++l) {
-      k_cache_.push_back(aligned_bytes(block_bytes_ * cfg.num_blocks));
-      v_cache_.push_back(aligned_bytes(block_bytes_ * cfg.num_blocks));
+      k_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
+      v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
     }
   }
   const KVCacheSpec& kv_cache_config() const override { return kv_cfg_; }

@@ -19,11 +19,6 @@
 namespace pagellm::cpu {
 namespace {
 
-// Per-thread activation scratch and repacked weights: 64-byte aligned, huge
-// pages for the large ones (core/aligned_buffer.h).
-using AlignedBytes = AlignedBuffer;
-AlignedBytes alloc_aligned(size_t n) { return allocate_aligned(n); }
-
 class PreparedWeight final : public MatmulWeight {
  public:
   PreparedWeight(DType type, int64_t rows, int64_t cols, const void* data) {
@@ -36,7 +31,7 @@ class PreparedWeight final : public MatmulWeight {
     const size_t block_bytes = interleaved_block_bytes(type);
     if (block_bytes > 0 && kernel_isa() >= Isa::Avx2) {
       group_bytes_ = block_bytes * static_cast<size_t>(cols / dtype_block_size(type));
-      packed_ = alloc_aligned(group_bytes_ * static_cast<size_t>(groups()));
+      packed_ = allocate_aligned(group_bytes_ * static_cast<size_t>(groups()));
       for (int64_t g = 0; g < groups(); ++g) repack_group_x8(type, data, rows, cols, g, packed_.get() + g * group_bytes_);
     }
   }
@@ -46,7 +41,7 @@ class PreparedWeight final : public MatmulWeight {
   int64_t groups() const { return (rows_ + kGroupRows - 1) / kGroupRows; }
 
  private:
-  AlignedBytes packed_;  // [groups][nb] interleaved blocks, or null
+  AlignedBuffer packed_;  // [groups][nb] interleaved blocks, or null
   size_t group_bytes_ = 0;
 };
 
@@ -55,14 +50,14 @@ class Scratch {
  public:
   uint8_t* get(size_t n) {
     if (n > size_) {
-      buf_ = alloc_aligned(n);
+      buf_ = allocate_aligned(n);
       size_ = n;
     }
     return buf_.get();
   }
 
  private:
-  AlignedBytes buf_;
+  AlignedBuffer buf_;
   size_t size_ = 0;
 };
 thread_local Scratch t_scratch;
