@@ -480,6 +480,13 @@ void float_tile(const typename FloatRow<Type>::T* w, int64_t cols, const float* 
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 8 <= cols; k += 8) {
+    if constexpr (T == 1) {
+      // Decode streams the rows once: prefetch as the quantized kernels do
+      // (on into the rows that follow; the rows of a call are contiguous).
+      constexpr int64_t ahead = kPrefetchBytes / sizeof(typename F::T);
+      if ((k * sizeof(typename F::T)) % 64 == 0)
+        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + k + ahead), _MM_HINT_T0);
+    }
     __m256 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = F::load(w + r * cols + k);
     for (int t = 0; t < T; ++t) {
