@@ -19,33 +19,9 @@
 namespace pagellm {
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(0, std::ios::end);
-  std::vector<float> v(static_cast<size_t>(in.tellg()) / 4);
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
-
-// Per position: max |a - b| / max |b|; returns the worst position's value.
-double max_rel_gap(const std::vector<float>& a, const std::vector<float>& b, int n_vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * n_vocab < b.size(); ++r) {
-    double num = 0, den = 0;
-    for (int v = 0; v < n_vocab; ++v) {
-      num = std::max(num, std::fabs(static_cast<double>(a[r * n_vocab + v]) - b[r * n_vocab + v]));
-      den = std::max(den, std::fabs(static_cast<double>(b[r * n_vocab + v])));
-    }
-    worst = std::max(worst, num / den);
-  }
-  return worst;
-}
+using test::max_rel_gap;
+using test::read_floats;
+using test::read_json;
 
 struct DummyCase {
   std::string shape, type;

@@ -4,9 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "model/model.h"
@@ -85,5 +90,34 @@ class PagedRunner {
   std::vector<int32_t> table_;
   std::vector<int32_t> free_;
 };
+
+// Reference fixtures: JSON metadata and raw little-endian float32 logits.
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+inline std::vector<float> read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  std::vector<float> v(static_cast<size_t>(in.tellg()) / 4);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+
+// Per position: max |a - b| / max |b|; returns the worst position's value.
+inline double max_rel_gap(const std::vector<float>& a, const std::vector<float>& b, int n_vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * n_vocab < b.size(); ++r) {
+    double num = 0, den = 0;
+    for (int v = 0; v < n_vocab; ++v) {
+      num = std::max(num, std::fabs(static_cast<double>(a[r * n_vocab + v]) - b[r * n_vocab + v]));
+      den = std::max(den, std::fabs(static_cast<double>(b[r * n_vocab + v])));
+    }
+    worst = std::max(worst, num / den);
+  }
+  return worst;
+}
 
 }  // namespace pagellm::test
