@@ -76,32 +76,7 @@ std::string synthetic_vocab_file(int n_vocab) {
                                        std::filesystem::temp_directory_path().string(), ::getpid(), n_vocab);
   GGUFWriter w;
   w.set_string("general.architecture", "llama");
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  const char* specials[] = {"<unk>", "<s>", "</s>"};
-  for (int i = 0; i < 3; ++i) {
-    tokens.emplace_back(specials[i]);
-    scores.push_back(0);
-    types.push_back(i == 0 ? 2 : 3);
-  }
-  for (int b = 0; b < 256; ++b) {
-    tokens.push_back(fmt::format("<0x{:02X}>", b));
-    scores.push_back(0);
-    types.push_back(6);
-  }
-  for (int i = static_cast<int>(tokens.size()); i < n_vocab; ++i) {
-    tokens.push_back(fmt::format("\xe2\x96\x81tok{}", i));
-    scores.push_back(-static_cast<float>(i));
-    types.push_back(1);
-  }
-  w.set_string("tokenizer.ggml.model", "llama");
-  w.set_string_array("tokenizer.ggml.tokens", tokens);
-  w.set_f32_array("tokenizer.ggml.scores", scores);
-  w.set_i32_array("tokenizer.ggml.token_type", types);
-  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-  w.set_u32("tokenizer.ggml.bos_token_id", 1);
-  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  add_synthetic_vocab(w, n_vocab);
   w.write(path);
   return path;
 }

@@ -158,6 +158,9 @@ class DummySource : public TensorSource {
   std::unordered_map<std::string, size_t> index_;
 };
 
+
+}  // namespace
+
 void add_synthetic_vocab(GGUFWriter& w, int n_vocab) {
   PAGELLM_CHECK(n_vocab >= 259 + 1, "a synthetic vocabulary needs at least 260 tokens");
   std::vector<std::string> tokens;
@@ -181,8 +184,6 @@ void add_synthetic_vocab(GGUFWriter& w, int n_vocab) {
   w.set_u32("tokenizer.ggml.bos_token_id", 1);
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
 }
-
-}  // namespace
 
 std::vector<std::string> dummy_shape_names() {
   std::vector<std::string> names;

@@ -18,6 +18,7 @@
 namespace pagellm {
 
 class GGUFFile;
+class GGUFWriter;
 class ThreadPool;
 
 struct DummySpec {
@@ -41,6 +42,9 @@ std::unique_ptr<TensorSource> make_dummy_source(const ModelConfig& cfg, const Du
 // a synthetic SentencePiece vocabulary (specials, 256 byte tokens, fillers).
 void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUFFile* vocab, ThreadPool& pool);
 
+// Adds the synthetic SentencePiece vocabulary's tokenizer.* keys (<unk>, <s>,
+// </s>, 256 byte tokens, then fillers up to n_vocab >= 260) to `w`.
+void add_synthetic_vocab(GGUFWriter& w, int n_vocab);
 // Vocabulary size of `vocab` (token count), or the shape's natural size.
 int dummy_vocab_size(const std::string& shape, const GGUFFile* vocab);
 

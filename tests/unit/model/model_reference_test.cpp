@@ -147,7 +147,9 @@ void check_greedy(const std::string& model_path, const std::string& fixture_name
   const double rms = count ? std::sqrt(sum_sq / static_cast<double>(count)) : 0.0;
   std::printf("[ greedy ] %s: %s RMS logit difference %.2e over %lld logits\n", fixture_name.c_str(),
               check.absolute ? "absolute" : "relative", rms, static_cast<long long>(count));
-  if (check.logit_rms_tol > 0) EXPECT_LE(rms, check.logit_rms_tol);
+  if (check.logit_rms_tol > 0) {
+    EXPECT_LE(rms, check.logit_rms_tol);
+  }
 }
 
 TEST(TrainedModelVsLlamaCpp, Stories260KGreedy) {
