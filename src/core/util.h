@@ -1,4 +1,4 @@
-// Small helpers shared by the CLI and the server.
+// Small helpers shared across modules.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,17 @@ bool is_valid_utf8(std::string_view s);
 // Length of a UTF-8 prefix of s that ends on a code point boundary: the
 // trailing bytes of an unfinished sequence are left out.
 size_t utf8_complete_prefix(std::string_view s);
+
+// MurmurHash3's 64-bit finalizer: every input bit flips each output bit with
+// probability ~1/2 (hash tables, block hashes).
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
 
 // Environment variable, or `fallback` when unset/empty.
 std::string env_or(const char* name, const std::string& fallback);

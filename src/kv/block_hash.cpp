@@ -1,5 +1,7 @@
 #include "kv/block_hash.h"
 
+#include "core/util.h"
+
 namespace pagellm {
 namespace {
 
@@ -11,15 +13,6 @@ constexpr uint64_t kMulC = 0x165667b19e3779f9ULL;
 inline uint64_t fold_mul(uint64_t a, uint64_t b) {
   const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
   return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
-}
-
-inline uint64_t finalize(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
 }
 
 }  // namespace
@@ -35,7 +28,7 @@ BlockHash hash_block_tokens(BlockHash parent, std::span<const TokenId> tokens) {
   if (i < tokens.size()) {
     h = fold_mul(h ^ static_cast<uint32_t>(tokens[i]) ^ kMulC, kMulA) + kMulB;
   }
-  return finalize(h);
+  return mix64(h);
 }
 
 }  // namespace pagellm

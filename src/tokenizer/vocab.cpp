@@ -3,18 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/util.h"
+
 namespace pagellm::tok {
 
 namespace {
-
-uint64_t mix64(uint64_t x) {  // murmur3 finalizer
-  x ^= x >> 33;
-  x *= 0xFF51AFD7ED558CCDull;
-  x ^= x >> 33;
-  x *= 0xC4CEB9FE1A85EC53ull;
-  x ^= x >> 33;
-  return x;
-}
 
 size_t capacity_for(size_t n) {
   size_t cap = 16;
