@@ -71,7 +71,9 @@ TEST(ServerUtf8, RandomBytes) {
     EXPECT_EQ(valid, is_valid_utf8(s)) << testing::PrintToString(s);
     const std::string clean = sanitize_utf8(s);
     EXPECT_TRUE(is_valid_utf8(clean)) << testing::PrintToString(s);
-    if (valid) EXPECT_EQ(clean, s);
+    if (valid) {
+      EXPECT_EQ(clean, s);
+    }
     EXPECT_EQ(utf8_length(s), utf8_length(clean));
   }
 }
