@@ -47,6 +47,7 @@ class Server:
     def __init__(self, args=(), model=STORIES, cmd=None, env=None, port=None):
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.model = Path(model) if cmd is None else None
         if cmd is None:
             cmd = [str(BIN), "serve", str(model), "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.cmd = cmd
@@ -60,6 +61,8 @@ class Server:
     def start(self, timeout=120):
         if not BIN.exists():
             pytest.skip(f"missing binary {BIN} (build first)")
+        if self.model is not None and not self.model.exists():
+            pytest.skip(f"missing test data: {self.model}")  # as the fixtures do
         # Own session: stop() can signal a whole process group (make + pagellm).
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=REPO, start_new_session=True)
