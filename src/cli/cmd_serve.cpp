@@ -3,6 +3,7 @@
 // stop taking requests (503), give in-flight ones --shutdown-timeout seconds,
 // abort the rest, close, exit 0. A second signal exits at once.
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -38,8 +39,27 @@ struct ServeFlags {
   double shutdown_timeout = 30;
   std::string max_request_bytes = "16MiB";
   int http_threads = 0;
+  server::ConnectionOptions connections;  // the limits below, straight from their flags
+  std::string max_header_bytes = "64KiB";
+  double header_timeout = 10, body_timeout = 60, keep_alive_timeout = 5, write_timeout = 10;
   bool disable_log_requests = false;
 };
+
+std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
+// Each connection is a descriptor: lift the soft limit to what
+// --max-connections needs (the hard limit bounds it).
+void raise_open_file_limit(size_t connections) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const rlim_t want = std::min<rlim_t>(lim.rlim_max, static_cast<rlim_t>(connections) + 256);
+  if (lim.rlim_cur < want) {
+    lim.rlim_cur = want;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur < connections + 64)
+    spdlog::warn("the open-file limit ({}) is below --max-connections ({}) + 64", lim.rlim_cur, connections);
+}
 
 // The default --served-model-name: the model file's name without .gguf, or
 // the folder's name.
@@ -135,8 +155,18 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   server::HttpServerOptions http_options;
   http_options.host = f.host;
   http_options.port = f.port;
-  http_options.max_request_bytes = max_request_bytes;
-  http_options.threads = f.http_threads > 0 ? f.http_threads : std::max(128, config.scheduler.max_num_seqs + 64);
+  server::ConnectionOptions& co = http_options.connections;
+  co = f.connections;
+  co.limits.max_body_bytes = max_request_bytes;
+  co.limits.max_header_bytes = static_cast<size_t>(parse_byte_size(f.max_header_bytes));
+  PAGELLM_CHECK(co.limits.max_header_bytes >= 1024, "--max-header-bytes must be at least 1KiB");
+  co.limits.max_header_line_bytes = std::min(co.limits.max_header_line_bytes, co.limits.max_header_bytes);
+  co.header_timeout = to_ms(f.header_timeout);
+  co.body_timeout = to_ms(f.body_timeout);
+  co.keep_alive_timeout = to_ms(f.keep_alive_timeout);
+  co.write_timeout = to_ms(f.write_timeout);
+  co.worker_threads = f.http_threads > 0 ? f.http_threads : std::max(128, config.scheduler.max_num_seqs + 64);
+  raise_open_file_limit(co.max_connections);
   server::HttpServer http(http_options, &api.http_counters());
   api.register_routes(http);
   http.bind();
@@ -146,8 +176,8 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
     signals.request_stop();
   });
   serving = true;
-  spdlog::info("serving '{}' on http://{}:{} ({} HTTP threads{})", served.name, f.host, http.port(),
-               http_options.threads, f.api_key.empty() ? "" : ", API key required");
+  spdlog::info("serving '{}' on http://{}:{} ({} HTTP threads, up to {} connections{})", served.name, f.host,
+               http.port(), co.worker_threads, co.max_connections, f.api_key.empty() ? "" : ", API key required");
 
   const int sig = signals.wait();
   api.begin_draining();
@@ -193,8 +223,36 @@ Command register_serve(CLI::App& app) {
   sub->add_option("--max-request-bytes", f->max_request_bytes, "Largest request body (e.g. 16MiB); larger get 413")
       ->capture_default_str();
   sub->add_option("--http-threads", f->http_threads,
-                  "Connections served at once (default: max(128, max-num-seqs + 64))")
+                  "Requests served at once; each stream holds one (default: max(128, max-num-seqs + 64))")
       ->check(CLI::NonNegativeNumber);
+  server::ConnectionOptions& co = f->connections;
+  sub->add_option("--max-connections", co.max_connections, "Open client connections; more get 503 at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-header-bytes", f->max_header_bytes,
+                  "Largest request head (request line + headers); larger get 431 (414 for a long request line)")
+      ->capture_default_str();
+  sub->add_option("--max-header-count", co.limits.max_header_count, "Most header lines in a request; more get 431")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--header-timeout", f->header_timeout,
+                  "Seconds a client gets to send a request's head once it started; then 408")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--body-timeout", f->body_timeout, "Seconds a client gets to send a request's body; then 408")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--timeout-keep-alive", f->keep_alive_timeout, "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--write-timeout", f->write_timeout,
+                  "Seconds a response write may wait for a client that does not read; then the request is aborted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--keep-alive-max-requests", co.keep_alive_max_requests,
+                  "Requests on one connection before it closes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_flag("--disable-log-requests", f->disable_log_requests, "No log line per request");
   return {sub, [engine, f]() { return run_serve(*engine, *f); }};
 }

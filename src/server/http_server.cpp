@@ -3,27 +3,46 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <regex>
 #include <thread>
 
 #include "core/error.h"
-#include "server/connection_watch.h"
 #include "server/metrics_render.h"
 #include "server/openai_response.h"
 
 namespace pagellm::server {
 
-namespace {
-thread_local bool t_counted_request = false;  // this thread's request is in in_flight_
-}  // namespace
-
-// httplib::Server with a longer listen backlog: 0.11 hard-codes 5, too few
-// for a burst of concurrent clients (the kernel drops SYNs past it).
+// httplib::Server whose accepted sockets go to HttpConnections instead of a
+// thread each, and whose request handling runs over the buffered requests
+// HttpConnections hands back. Also a longer listen backlog: 0.11 hard-codes
+// 5, too few for a burst of concurrent clients (the kernel drops SYNs).
 class HttpServer::Impl : public httplib::Server {
  public:
+  Impl() {
+    // The listener thread hands each socket over at once (adopt is quick).
+    new_task_queue = [] { return new InlineQueue; };
+  }
   void widen_backlog(int backlog) { ::listen(svr_sock_, backlog); }
+  bool serve_one(httplib::Stream& strm, bool close_after, bool& closed) {
+    return process_request(strm, close_after, closed, nullptr);
+  }
+  HttpConnections* connections = nullptr;
+
+ private:
+  struct InlineQueue : httplib::TaskQueue {
+    void enqueue(std::function<void()> fn) override { fn(); }
+    void shutdown() override {}
+  };
+  bool process_and_close_socket(socket_t sock) override {
+    if (connections)
+      connections->adopt(sock);
+    else
+      ::close(sock);
+    return true;
+  }
 };
 
 void set_error_reply(httplib::Response& res, const ErrorReply& reply) {
@@ -34,9 +53,11 @@ void set_error_reply(httplib::Response& res, const ErrorReply& reply) {
 
 HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
     : options_(std::move(options)), counters_(counters), impl_(std::make_unique<Impl>()) {
-  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
-  impl_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl_->set_payload_max_length(options_.max_request_bytes);
+  const ConnectionOptions& co = options_.connections;
+  impl_->set_payload_max_length(co.limits.max_body_bytes);
+  // What httplib advertises in Keep-Alive headers; HttpConnections enforces it.
+  impl_->set_keep_alive_timeout(std::max<time_t>(1, co.keep_alive_timeout.count() / 1000));
+  impl_->set_keep_alive_max_count(co.keep_alive_max_requests);
 
   // httplib calls this for every response with status >= 400, ours included:
   // only bodies it left empty (its own 400/404/413) are filled here.
@@ -61,7 +82,7 @@ HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
     } else if (res.status == 413) {
       set_error_reply(
           res, {413, error_body(
-                         413, fmt::format("the request body exceeds the limit of {} bytes", options_.max_request_bytes),
+                         413, fmt::format("the request body exceeds the limit of {} bytes", options_.max_request_bytes()),
                          "", "request_too_large")});
     } else {
       set_error_reply(
@@ -71,20 +92,8 @@ HttpServer::HttpServer(HttpServerOptions options, HttpCounters* counters)
     return httplib::Server::HandlerResponse::Handled;
   }));
 
-  // Requests between routing and the end of their response (written or
-  // failed), so that stop() lets them finish. Both hooks run on the
-  // connection's thread.
-  impl_->set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
-    in_flight_++;
-    t_counted_request = true;
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
   impl_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     if (counters_) counters_->add(route_label(req.path), res.status);
-    if (t_counted_request) {
-      t_counted_request = false;
-      in_flight_--;
-    }
   });
 }
 
@@ -100,8 +109,9 @@ void HttpServer::add(const std::string& method, const std::string& path, Handler
   if (path.find('(') == std::string::npos) methods_by_path_[path].insert(method);
   auto wrapped = [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
     try {
-      if (req.body.size() > options_.max_request_bytes)  // chunked uploads skip httplib's own check
-        throw HttpError(413, fmt::format("the request body exceeds the limit of {} bytes", options_.max_request_bytes),
+      if (req.body.size() > options_.max_request_bytes())  // HttpConnections refuses these first
+        throw HttpError(413,
+                        fmt::format("the request body exceeds the limit of {} bytes", options_.max_request_bytes()),
                         "request_too_large");
       handler(req, res);
     } catch (...) {
@@ -135,20 +145,31 @@ void HttpServer::bind() {
     port_ = options_.port;
   }
   impl_->widen_backlog(options_.listen_backlog);
+  start_connections();
+}
+
+void HttpServer::start_connections() {
+  connections_ = std::make_unique<HttpConnections>(
+      options_.connections,
+      [this](httplib::Stream& strm, bool close_after, bool& closed) {
+        return impl_->serve_one(strm, close_after, closed);
+      },
+      head_check_,
+      [](const RequestHead& h) { return h.method == "GET"; },
+      [this](const std::string& path, int status) {
+        if (counters_) counters_->add(route_label(path), status);
+      });
+  connections_->start();
+  impl_->connections = connections_.get();
 }
 
 void HttpServer::run() { impl_->listen_after_bind(); }
 
 void HttpServer::stop() {
-  if (!impl_ || !impl_->is_running()) return;
+  if (!impl_ || stopped_.exchange(true)) return;
   impl_->stop();  // no new connections
-  // Responses being written finish (bounded); then idle keep-alive
-  // connections, which would hold their workers for the keep-alive timeout,
-  // are ended at once.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (port_ > 0) shutdown_connections_on_port(port_);
+  // Idle connections close now; responses being written finish (bounded).
+  if (connections_) connections_->stop(std::chrono::seconds(5));
 }
 
 }  // namespace pagellm::server

@@ -8,7 +8,7 @@
 #include <ctime>
 #include <set>
 
-#include "server/connection_watch.h"
+#include "server/http_connections.h"
 #include "server/generation_job.h"
 #include "server/http_errors.h"
 #include "server/openai_response.h"
@@ -53,14 +53,14 @@ struct RequestLog {
 // Everything a streaming reply needs after the handler returned: httplib calls
 // the content provider later, on the same connection thread.
 struct StreamingReply {
-  StreamingReply(const OpenAIServer& server, std::unique_ptr<GenerationJob> j, StreamRenderer r, ConnectionWatch w,
+  StreamingReply(const OpenAIServer& server, std::unique_ptr<GenerationJob> j, StreamRenderer r, ClientWatch w,
                  RequestLog l)
       : active(server), job(std::move(j)), renderer(std::move(r)), watch(std::move(w)), log(std::move(l)) {}
 
   ActiveRequest active;
   std::unique_ptr<GenerationJob> job;
   StreamRenderer renderer;
-  ConnectionWatch watch;
+  ClientWatch watch;
   RequestLog log;
 };
 
@@ -79,7 +79,8 @@ bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::millise
     // nothing is written (queued, long prefill, text held back).
     if (Clock::now() - last_check >= poll) {
       last_check = Clock::now();
-      if (s.watch.peer_closed()) return client_gone();
+      // An SSE comment tells a client that half-closed from one that left.
+      if (s.watch.gone([&] { return write(": keep-alive\n\n"); })) return client_gone();
     }
     if (!item) continue;
     if (!item->output.error.empty()) {
@@ -118,7 +119,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
   auto job = std::make_unique<GenerationJob>(engine_, to_engine_requests(g, meta.id, model_));
   const Tokenizer* tok = model_.tokenizer;
   TokenPiece piece = [tok](int32_t id) { return tok->token_to_piece(id, true); };
-  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  ClientWatch watch = ClientWatch::current();
   res.set_header("X-Request-Id", meta.id);
 
   if (g.stream) {
@@ -141,7 +142,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     // Look for a vanished client once per poll interval, busy or not.
     if (Clock::now() - last_check >= options_.poll_interval) {
       last_check = Clock::now();
-      if (watch.peer_closed()) {
+      if (watch.gone()) {
         job->abort();
         log.write("aborted (client disconnected)", collector.usage(), collector.choices());
         res.status = 499;  // nginx's "client closed request": nobody reads it

@@ -49,12 +49,19 @@ bool OpenAIServer::wait_idle(std::chrono::milliseconds timeout) const {
   return true;
 }
 
+std::optional<HttpRefusal> OpenAIServer::auth_refusal(std::string_view path,
+                                                      std::optional<std::string_view> authorization) const {
+  if (options_.api_key.empty() || !route_needs_api_key(path)) return std::nullopt;
+  if (!authorization) return HttpRefusal{401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key"};
+  if (!authorization_matches(*authorization, options_.api_key))
+    return HttpRefusal{401, "incorrect API key", "invalid_api_key"};
+  return std::nullopt;
+}
+
 void OpenAIServer::authorize(const httplib::Request& req) const {
-  if (options_.api_key.empty() || !route_needs_api_key(req.path)) return;
-  if (!req.has_header("Authorization"))
-    throw HttpError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key");
-  if (!authorization_matches(req.get_header_value("Authorization"), options_.api_key))
-    throw HttpError(401, "incorrect API key", "invalid_api_key");
+  std::optional<std::string_view> header;
+  if (req.has_header("Authorization")) header = req.get_header_value("Authorization");
+  if (auto r = auth_refusal(req.path, header)) throw HttpError(r->status, r->message, r->code);
 }
 
 void OpenAIServer::require_accepting() const {
@@ -62,6 +69,13 @@ void OpenAIServer::require_accepting() const {
 }
 
 void OpenAIServer::register_routes(HttpServer& http) {
+  // The key is checked on the head, before a body is read; again in each
+  // handler, for callers that bypass the connection layer.
+  http.set_head_check([this](const RequestHead& head) {
+    std::optional<std::string_view> header;
+    if (head.has_header("Authorization")) header = head.header("Authorization");
+    return auth_refusal(head.path(), header);
+  });
   auto bind = [this](void (OpenAIServer::*fn)(const httplib::Request&, httplib::Response&)) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       ActiveRequest active(*this);

@@ -10,9 +10,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/async_engine.h"
+#include "server/http_request_reader.h"
 #include "server/metrics_render.h"
 #include "server/openai_request.h"
 
@@ -57,6 +59,7 @@ class OpenAIServer {
 
   // 401 unless the request carries the key (for guarded routes).
   void authorize(const httplib::Request& req) const;
+  std::optional<HttpRefusal> auth_refusal(std::string_view path, std::optional<std::string_view> authorization) const;
   // 503 while draining.
   void require_accepting() const;
   nlohmann::json model_card() const;
