@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "server/http_errors.h"
 #include "server/openai_response.h"
