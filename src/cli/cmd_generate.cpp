@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "api/json_fields.h"
 #include "api/request_params.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -117,9 +118,12 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       EngineRequest req;
       req.id = std::to_string(index);
       const auto& prompt = body["prompt"];
-      if (prompt.is_string()) req.prompt_ids = engine.tokenizer().encode(prompt.get<std::string>(), true, false);
-      else if (prompt.is_array()) req.prompt_ids = prompt.get<std::vector<int32_t>>();
-      else throw InvalidRequest("'prompt' must be a string or a list of token ids", "prompt");
+      if (prompt.is_string())
+        req.prompt_ids = engine.tokenizer().encode(prompt.get<std::string>(), true, false);
+      else if (prompt.is_array())  // exact ids: 4294967298 is an error, not token 2
+        req.prompt_ids = json_to_token_ids(prompt, "prompt", "prompt", engine.model_config().n_vocab);
+      else
+        throw InvalidRequest("'prompt' must be a string or a list of token ids", "prompt");
       ParsedParams pp = parse_request_params(body, false, engine.model_config().n_vocab, g.max_tokens);
       req.params = pp.sampling;
       req.priority = pp.priority;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "api/limits.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -36,7 +37,7 @@ struct ServeFlags {
   int port = 8000;
   std::string api_key;
   std::string chat_template;
-  int64_t max_waiting_requests = 1024;
+  RequestLimits limits;  // defaults there; the admission ones are flags
   double shutdown_timeout = 30;
   std::string max_request_bytes = "16MiB";
   int http_threads = 0;
@@ -145,8 +146,14 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);
   served.chat_template = load_chat_template(f.chat_template, *engine);
 
+  served.limits = f.limits;
   AsyncEngineOptions async_options;
-  async_options.max_waiting_requests = static_cast<size_t>(f.max_waiting_requests);
+  async_options.max_waiting_requests = f.limits.max_waiting_requests;
+  async_options.max_waiting_sequences = f.limits.max_waiting_sequences;
+  async_options.max_sequences_per_request = f.limits.max_sequences_per_request;
+  if (f.limits.max_sequences_per_request > f.limits.max_waiting_sequences)
+    spdlog::warn("--max-sequences-per-request {} is above --max-waiting-sequences {}: requests get at most {}",
+                 f.limits.max_sequences_per_request, f.limits.max_waiting_sequences, f.limits.max_waiting_sequences);
   AsyncEngine async(std::move(engine), async_options);
   served.tokenizer = &async.tokenizer();
   served.vocab_size = async.model_config().n_vocab;
@@ -217,8 +224,17 @@ Command register_serve(CLI::App& app) {
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");
-  sub->add_option("--max-waiting-requests", f->max_waiting_requests,
-                  "Requests allowed to wait for a slot; more get 503")
+  // Admission: "waiting" is admitted but without a first token yet. A full queue answers 503 + Retry-After.
+  sub->add_option("--max-waiting-requests", f->limits.max_waiting_requests,
+                  "Requests (each with all its prompts) allowed to wait for their first token; more get 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-waiting-sequences", f->limits.max_waiting_sequences,
+                  "Sequences (prompts x n, over all requests) allowed to wait for their first token; more get 503")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-sequences-per-request", f->limits.max_sequences_per_request,
+                  "Sequences (prompts x n) one request may ask for; more get 400, so that no request fills the queue")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--shutdown-timeout", f->shutdown_timeout,

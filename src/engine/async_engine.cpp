@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <unordered_set>
+
 namespace pagellm {
 
 std::optional<RequestOutput> RequestStream::next(std::chrono::milliseconds timeout) {
@@ -37,20 +40,73 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opti
 
 AsyncEngine::~AsyncEngine() { shutdown(std::chrono::milliseconds(0)); }
 
-std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest req) {
-  engine_->validate_params(req);  // const, thread-safe
-  std::shared_ptr<RequestStream> stream(new RequestStream(req.id));
+std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vector<EngineRequest> reqs) {
+  if (reqs.empty()) throw InvalidRequest("a request needs at least one prompt", "prompt");
+  size_t sequences = 0;
+  for (const EngineRequest& r : reqs) {
+    engine_->validate_params(r);  // const, thread-safe
+    sequences += static_cast<size_t>(r.params.n);
+  }
+  // One request must leave room for others, and a group that can never fit is a 400, not an endless 503.
+  const size_t cap = std::min(options_.max_sequences_per_request, options_.max_waiting_sequences);
+  if (sequences > cap)
+    throw InvalidRequest(fmt::format("the request asks for {} sequences ({} prompts x n = {}); at most {} are "
+                                     "allowed per request (max-sequences-per-request)",
+                                     sequences, reqs.size(), reqs.front().params.n, cap),
+                         reqs.front().params.n > 1 ? "n" : "prompt");
+  std::vector<std::shared_ptr<RequestStream>> out;
+  out.reserve(reqs.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) throw ShuttingDown("the server is shutting down");
-    if (incoming_.size() + static_cast<size_t>(scheduler_waiting_) >= options_.max_waiting_requests)
-      throw QueueFull(fmt::format("too many requests waiting ({}); try again later", options_.max_waiting_requests));
-    if (streams_.count(req.id)) throw InvalidRequest(fmt::format("duplicate request id '{}'", req.id));
-    streams_[req.id] = stream;
-    incoming_.push_back(std::move(req));
+    std::unordered_set<std::string> ids;
+    for (const EngineRequest& r : reqs)
+      if (streams_.count(r.id) || !ids.insert(r.id).second)
+        throw InvalidRequest(fmt::format("duplicate request id '{}'", r.id));
+    if (group_waiting_.size() + 1 > options_.max_waiting_requests ||
+        waiting_sequences_ + sequences > options_.max_waiting_sequences)
+      throw QueueFull(fmt::format("the server is busy ({} requests with {} sequences waiting; the limits are {} "
+                                  "requests and {} sequences); try again later",
+                                  group_waiting_.size(), waiting_sequences_, options_.max_waiting_requests,
+                                  options_.max_waiting_sequences));
+    const uint64_t group = next_group_++;
+    group_waiting_[group] = reqs.size();
+    waiting_sequences_ += sequences;
+    for (EngineRequest& r : reqs) {
+      std::shared_ptr<RequestStream> stream(new RequestStream(r.id));
+      streams_[r.id] = stream;
+      admitted_[r.id] = Admission{group, static_cast<size_t>(r.params.n), true};
+      out.push_back(std::move(stream));
+      incoming_.push_back(std::move(r));
+    }
   }
   cv_.notify_all();
-  return stream;
+  return out;
+}
+
+std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest req) {
+  std::vector<EngineRequest> one;
+  one.push_back(std::move(req));
+  return submit_group(std::move(one)).front();
+}
+
+void AsyncEngine::started_locked(const std::string& id) {
+  auto it = admitted_.find(id);
+  if (it == admitted_.end() || !it->second.waiting) return;
+  it->second.waiting = false;
+  waiting_sequences_ -= it->second.sequences;
+  auto g = group_waiting_.find(it->second.group);
+  if (g != group_waiting_.end() && --g->second == 0) group_waiting_.erase(g);
+}
+
+size_t AsyncEngine::num_waiting_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return group_waiting_.size();
+}
+
+size_t AsyncEngine::num_waiting_sequences() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_sequences_;
 }
 
 void AsyncEngine::abort(const std::string& id) {
@@ -93,6 +149,9 @@ void AsyncEngine::fail_all(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     streams.swap(streams_);
+    admitted_.clear();
+    group_waiting_.clear();
+    waiting_sequences_ = 0;
   }
   for (auto& [id, stream] : streams) {
     engine_->abort(id);
@@ -125,10 +184,14 @@ void AsyncEngine::loop() {
       std::shared_ptr<RequestStream> stream;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        started_locked(out.request_id);
         auto it = streams_.find(out.request_id);
         if (it == streams_.end()) return;
         stream = it->second;
-        if (out.finished) streams_.erase(it);
+        if (out.finished) {
+          streams_.erase(it);
+          admitted_.erase(out.request_id);
+        }
       }
       stream->push(std::move(out));
     };
@@ -167,7 +230,6 @@ void AsyncEngine::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_ = engine_->stats();
-      scheduler_waiting_ = stats_.metrics.num_requests_waiting;
       if (stop_) return;
       if (drain_deadline_ && !engine_->has_unfinished() && incoming_.empty()) return;
     }

@@ -14,12 +14,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/limits.h"
 #include "core/error.h"
 #include "engine/engine.h"
 
 namespace pagellm {
 
-// Submission refused because too many requests are waiting (HTTP 503).
+// Submission refused because too much is waiting (HTTP 503): the request may
+// succeed later.
 class QueueFull : public Error {
  public:
   using Error::Error;
@@ -54,8 +56,15 @@ class RequestStream {
   bool delivered_ = false;  // ... and taken
 };
 
+// Admission limits; defaults in api/limits.h. A request (a group of prompts
+// submitted together) is waiting from submit() until each of its prompts has
+// delivered its first output. One group may hold at most
+// max_sequences_per_request sequences (prompts x n; capped at
+// max_waiting_sequences), so that no single request can fill the queue.
 struct AsyncEngineOptions {
-  size_t max_waiting_requests = 1024;  // queued + waiting in the scheduler
+  size_t max_waiting_requests = RequestLimits{}.max_waiting_requests;
+  size_t max_waiting_sequences = RequestLimits{}.max_waiting_sequences;
+  size_t max_sequences_per_request = RequestLimits{}.max_sequences_per_request;
 };
 
 class AsyncEngine {
@@ -63,8 +72,12 @@ class AsyncEngine {
   AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions options = {});
   ~AsyncEngine();  // shutdown(0): aborts whatever is left
 
-  // Checks the request on the caller's thread (InvalidRequest), then queues
-  // it. Throws QueueFull or ShuttingDown when it cannot be taken.
+  // Checks the requests on the caller's thread (InvalidRequest, also for a
+  // group over max_sequences_per_request), then queues all of them, or none:
+  // throws QueueFull when the waiting limits have no room for the whole group,
+  // ShuttingDown when the engine no longer accepts work. The streams are in the
+  // order of `reqs`.
+  std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<EngineRequest> reqs);
   std::shared_ptr<RequestStream> submit(EngineRequest req);
   void abort(const std::string& id);
   // Stops accepting, lets in-flight requests finish for up to `grace`, then
@@ -80,10 +93,22 @@ class AsyncEngine {
   // Snapshot taken after every step.
   EngineStats stats() const;
   size_t num_in_flight() const;
+  // Admission counters now (see AsyncEngineOptions).
+  size_t num_waiting_requests() const;
+  size_t num_waiting_sequences() const;
 
  private:
+  // What admission counts for one submitted request (one prompt).
+  struct Admission {
+    uint64_t group = 0;
+    size_t sequences = 0;  // its n
+    bool waiting = true;   // no output yet
+  };
+
   void loop();
   void fail_all(const std::string& message);
+  // Under mu_: the request delivered an output, so it no longer waits.
+  void started_locked(const std::string& id);
 
   std::unique_ptr<Engine> engine_;  // touched only by the loop thread after start
   AsyncEngineOptions options_;
@@ -94,10 +119,13 @@ class AsyncEngine {
   std::deque<EngineRequest> incoming_;
   std::vector<std::string> aborts_;
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams_;
+  std::unordered_map<std::string, Admission> admitted_;    // same keys as streams_
+  std::unordered_map<uint64_t, size_t> group_waiting_;     // group -> its requests still waiting
+  uint64_t next_group_ = 1;
+  size_t waiting_sequences_ = 0;
   bool accepting_ = true;
   bool stop_ = false;
   std::optional<std::chrono::steady_clock::time_point> drain_deadline_;
-  int64_t scheduler_waiting_ = 0;
   EngineStats stats_;
   std::thread thread_;
 };

@@ -4,14 +4,16 @@
 
 #include <cmath>
 
+#include "api/limits.h"
 #include "core/error.h"
 
 namespace pagellm {
 
 namespace {
 
-constexpr int32_t kMaxN = 128;
-constexpr int32_t kMaxLogprobs = 20;
+// The engine's own bounds are the API's defaults (api/limits.h).
+constexpr int32_t kMaxN = RequestLimits{}.max_n;
+constexpr int32_t kMaxLogprobs = RequestLimits{}.max_logprobs;
 constexpr float kMaxPenalty = 2.0f;
 constexpr float kMaxLogitBias = 100.0f;
 

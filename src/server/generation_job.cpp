@@ -4,14 +4,8 @@
 
 namespace pagellm::server {
 
-GenerationJob::GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests) : engine_(engine) {
-  streams_.reserve(requests.size());
-  try {
-    for (EngineRequest& r : requests) streams_.push_back(engine_.submit(std::move(r)));
-  } catch (...) {
-    for (const auto& s : streams_) engine_.abort(s->id());
-    throw;
-  }
+GenerationJob::GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests)
+    : engine_(engine), streams_(engine.submit_group(std::move(requests))) {
   finished_.assign(streams_.size(), false);
   remaining_ = streams_.size();
 }

@@ -14,8 +14,8 @@ namespace pagellm::server {
 
 class GenerationJob {
  public:
-  // Submits every request; when one is refused (InvalidRequest, QueueFull,
-  // ShuttingDown) the ones already submitted are aborted and the error rethrown.
+  // Submits the requests as one group: all are queued, or none (the error of
+  // AsyncEngine::submit_group: InvalidRequest, QueueFull, ShuttingDown).
   GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests);
   ~GenerationJob();
   GenerationJob(const GenerationJob&) = delete;

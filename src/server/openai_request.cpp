@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "api/json_fields.h"
 #include "api/request_params.h"
 #include "core/error.h"
 #include "server/http_errors.h"
@@ -17,16 +18,8 @@ namespace {
 
 using nlohmann::json;
 
-bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
-
-bool get_bool(const json& body, const char* key, bool fallback) {
-  if (!present(body, key)) return fallback;
-  if (!body[key].is_boolean()) throw InvalidRequest(fmt::format("'{}' must be a boolean", key), key);
-  return body[key].get<bool>();
-}
-
 void require_type(const json& body, const char* key, bool ok, const char* what) {
-  if (present(body, key) && !ok) throw InvalidRequest(fmt::format("'{}' must be {}", key, what), key);
+  if (has_field(body, key) && !ok) throw InvalidRequest(fmt::format("'{}' must be {}", key, what), key);
 }
 
 [[noreturn]] void unsupported(const char* param, const std::string& what) {
@@ -36,10 +29,10 @@ void require_type(const json& body, const char* key, bool ok, const char* what) 
 // Fields both endpoints share: types of the plain flags, features we lack.
 void check_common(const json& body) {
   if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
-  require_type(body, "user", present(body, "user") && body["user"].is_string(), "a string");
+  require_type(body, "user", has_field(body, "user") && body["user"].is_string(), "a string");
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
-    if (present(body, key)) unsupported(key, fmt::format("structured output ('{}')", key));
-  if (present(body, "response_format")) {
+    if (has_field(body, key)) unsupported(key, fmt::format("structured output ('{}')", key));
+  if (has_field(body, "response_format")) {
     const json& rf = body["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
       throw InvalidRequest("'response_format' must be an object with a 'type'", "response_format");
@@ -49,12 +42,12 @@ void check_common(const json& body) {
 }
 
 void read_stream_options(const json& body, GenerationRequest& g) {
-  g.stream = get_bool(body, "stream", false);
-  if (!present(body, "stream_options")) return;
+  g.stream = get_bool_field(body, "stream", false);
+  if (!has_field(body, "stream_options")) return;
   const json& so = body["stream_options"];
   if (!so.is_object()) throw InvalidRequest("'stream_options' must be an object", "stream_options");
   if (!g.stream) throw InvalidRequest("'stream_options' is only allowed when 'stream' is true", "stream_options");
-  g.include_usage = get_bool(so, "include_usage", false);
+  g.include_usage = get_bool_field(so, "include_usage", false);
 }
 
 std::string flatten_content(const json& content, size_t index) {
@@ -88,6 +81,27 @@ std::string flatten_content(const json& content, size_t index) {
   return out;
 }
 
+// vLLM's truncate_prompt_tokens: keep the last k prompt tokens; -1 means the
+// context length. 0 when absent.
+int32_t read_truncate_prompt_tokens(const json& body, const ServedModel& m) {
+  const char* key = "truncate_prompt_tokens";
+  if (!has_field(body, key)) return 0;
+  const auto k = static_cast<int32_t>(get_int_field(body, key, 0, -1, std::numeric_limits<int32_t>::max()));
+  if (k == 0)
+    throw InvalidRequest("'truncate_prompt_tokens' must be -1 (the context length) or at least 1, got 0", key);
+  if (k > m.max_model_len)
+    throw InvalidRequest(fmt::format("'truncate_prompt_tokens' is {}, more than this model's context length {}", k,
+                                     m.max_model_len),
+                         key);
+  return k == -1 ? m.max_model_len : k;
+}
+
+void truncate_prompt(PromptInput& p, int32_t keep, const Tokenizer& tok) {
+  if (keep <= 0 || p.ids.size() <= static_cast<size_t>(keep)) return;
+  p.ids.erase(p.ids.begin(), p.ids.end() - keep);
+  p.text = tok.decode(p.ids, false);  // echo shows what the model saw
+}
+
 std::string token_text_or_empty(const Tokenizer& tok, int32_t id) {
   return id >= 0 && id < tok.vocab_size() ? tok.token_text(id) : std::string();
 }
@@ -99,7 +113,7 @@ bool ServedModel::answers_to(const std::string& model) const {
 }
 
 void check_model_field(const json& body, const ServedModel& m) {
-  if (!body.is_object() || !present(body, "model")) return;
+  if (!body.is_object() || !has_field(body, "model")) return;
   const json& v = body["model"];
   if (!v.is_string()) throw InvalidRequest("'model' must be a string", "model");
   const std::string& model = v.get_ref<const std::string&>();
@@ -110,7 +124,7 @@ void check_model_field(const json& body, const ServedModel& m) {
 }
 
 std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer& tok, bool add_special,
-                                            int32_t vocab_size) {
+                                            int32_t vocab_size, size_t max_prompts) {
   auto from_text = [&](const json& v) {
     PromptInput p;
     p.text = v.get<std::string>();
@@ -118,17 +132,9 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
     p.ids = tok.encode(p.text, add_special, true);
     return p;
   };
-  auto from_ids = [&](const json& v) {
+  auto from_ids = [&](const json& v, const std::string& label) {
     PromptInput p;
-    p.ids.reserve(v.size());
-    for (const json& t : v) {
-      if (!t.is_number_integer()) throw InvalidRequest("'prompt' token lists must hold integers", "prompt");
-      const int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= vocab_size)
-        throw InvalidRequest(fmt::format("prompt token id {} is outside the vocabulary (0..{})", id, vocab_size - 1),
-                             "prompt");
-      p.ids.push_back(static_cast<int32_t>(id));
-    }
+    p.ids = json_to_token_ids(v, label, "prompt", vocab_size);
     p.text = tok.decode(p.ids, false);
     return p;
   };
@@ -137,17 +143,20 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
   if (prompt.is_string()) return {from_text(prompt)};
   if (!prompt.is_array()) throw InvalidRequest(shape, "prompt");
   if (prompt.empty()) throw InvalidRequest("'prompt' must not be empty", "prompt");
-  if (prompt.size() > kMaxPrompts)
-    throw InvalidRequest(fmt::format("'prompt' holds {} prompts; at most {} are allowed", prompt.size(), kMaxPrompts),
-                         "prompt");
+  // A list of numbers is ONE prompt, however long: only batches count against max_prompts.
   const json& first = prompt.front();
-  if (first.is_number()) return {from_ids(prompt)};
+  if (first.is_number()) return {from_ids(prompt, "prompt")};
+  if (prompt.size() > max_prompts)
+    throw InvalidRequest(fmt::format("'prompt' holds {} prompts; at most {} are allowed", prompt.size(), max_prompts),
+                         "prompt");
   std::vector<PromptInput> out;
-  for (const json& item : prompt) {
+  out.reserve(prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const json& item = prompt[i];
     if (item.is_string() && first.is_string())
       out.push_back(from_text(item));
     else if (item.is_array() && first.is_array())
-      out.push_back(from_ids(item));
+      out.push_back(from_ids(item, fmt::format("prompt[{}]", i)));
     else
       throw InvalidRequest(shape, "prompt");
   }
@@ -157,10 +166,14 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
 std::string render_chat_prompt(const json& body, const ServedModel& m) {
   if (!m.chat_template)
     throw InvalidRequest("this model has no chat template; start the server with --chat-template FILE", "messages");
-  if (!present(body, "messages")) throw InvalidRequest("'messages' is required", "messages");
+  if (!has_field(body, "messages")) throw InvalidRequest("'messages' is required", "messages");
   const json& messages = body["messages"];
   if (!messages.is_array()) throw InvalidRequest("'messages' must be a list of messages", "messages");
   if (messages.empty()) throw InvalidRequest("'messages' must not be empty", "messages");
+  if (messages.size() > m.limits.max_messages)
+    throw InvalidRequest(
+        fmt::format("'messages' holds {} messages; at most {} are allowed", messages.size(), m.limits.max_messages),
+        "messages");
 
   json normalized = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -174,16 +187,20 @@ std::string render_chat_prompt(const json& body, const ServedModel& m) {
     normalized.push_back(std::move(copy));
   }
 
-  const bool continue_final = get_bool(body, "continue_final_message", false);
-  if (continue_final && get_bool(body, "add_generation_prompt", false))
+  const bool continue_final = get_bool_field(body, "continue_final_message", false);
+  if (continue_final && get_bool_field(body, "add_generation_prompt", false))
     throw InvalidRequest("'continue_final_message' and 'add_generation_prompt' cannot both be true",
                          "continue_final_message");
-  const bool add_generation_prompt = continue_final ? false : get_bool(body, "add_generation_prompt", true);
+  const bool add_generation_prompt = continue_final ? false : get_bool_field(body, "add_generation_prompt", true);
   json extra = json::object();
-  if (present(body, "chat_template_kwargs")) {
-    if (!body["chat_template_kwargs"].is_object())
-      throw InvalidRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    extra = body["chat_template_kwargs"];
+  if (has_field(body, "chat_template_kwargs")) {
+    const json& kwargs = body["chat_template_kwargs"];
+    if (!kwargs.is_object()) throw InvalidRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    if (kwargs.size() > m.limits.max_chat_template_kwargs)
+      throw InvalidRequest(fmt::format("'chat_template_kwargs' holds {} keys; at most {} are allowed", kwargs.size(),
+                                       m.limits.max_chat_template_kwargs),
+                           "chat_template_kwargs");
+    extra = kwargs;
   }
 
   const Tokenizer& tok = *m.tokenizer;
@@ -212,26 +229,26 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   check_common(body);
   GenerationRequest g;
   g.chat = false;
-  ParsedParams pp = parse_request_params(body, false, m.vocab_size, m.default_max_tokens);
+  ParsedParams pp = parse_request_params(body, false, m.vocab_size, m.default_max_tokens, m.limits);
   g.params = pp.sampling;
   g.priority = pp.priority;
-  g.max_tokens_given = present(body, "max_tokens");
+  g.max_tokens_given = has_field(body, "max_tokens");
   read_stream_options(body, g);
-  g.echo = get_bool(body, "echo", false);
+  g.echo = get_bool_field(body, "echo", false);
   if (g.echo && g.logprobs()) unsupported("echo", "'echo' together with 'logprobs' (prompt log probabilities)");
-  if (present(body, "suffix")) {
+  if (has_field(body, "suffix")) {
     if (!body["suffix"].is_string()) throw InvalidRequest("'suffix' must be a string", "suffix");
     if (!body["suffix"].get_ref<const std::string&>().empty()) unsupported("suffix", "'suffix' (insertion)");
   }
-  if (present(body, "best_of")) {
-    const json& b = body["best_of"];
-    if (!b.is_number_integer()) throw InvalidRequest("'best_of' must be an integer", "best_of");
-    if (b.get<int64_t>() != g.params.n)
-      unsupported("best_of", fmt::format("'best_of' different from n ({})", g.params.n));
+  if (has_field(body, "best_of")) {
+    const int64_t best_of = get_int_field(body, "best_of", 1, 1, m.limits.max_n);
+    if (best_of != g.params.n) unsupported("best_of", fmt::format("'best_of' different from n ({})", g.params.n));
   }
   if (!body.contains("prompt")) throw InvalidRequest("'prompt' is required", "prompt");
-  g.prompts =
-      parse_prompt_field(body["prompt"], *m.tokenizer, get_bool(body, "add_special_tokens", true), m.vocab_size);
+  const int32_t truncate = read_truncate_prompt_tokens(body, m);
+  g.prompts = parse_prompt_field(body["prompt"], *m.tokenizer, get_bool_field(body, "add_special_tokens", true),
+                                 m.vocab_size, m.limits.max_prompts);
+  for (PromptInput& p : g.prompts) truncate_prompt(p, truncate, *m.tokenizer);
   return g;
 }
 
@@ -240,27 +257,30 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   GenerationRequest g;
   g.chat = true;
   for (const char* key : {"functions", "function_call"})
-    if (present(body, key)) unsupported(key, fmt::format("'{}' (function calling)", key));
-  if (present(body, "tools")) {
+    if (has_field(body, key)) unsupported(key, fmt::format("'{}' (function calling)", key));
+  if (has_field(body, "tools")) {
     const json& tools = body["tools"];
     if (!tools.is_array()) throw InvalidRequest("'tools' must be a list", "tools");
     if (!tools.empty()) unsupported("tools", "tool calling ('tools')");
   }
-  if (present(body, "tool_choice")) {
+  if (has_field(body, "tool_choice")) {
     const json& tc = body["tool_choice"];
     if (!(tc.is_string() && (tc == "none" || tc == "auto")))
       unsupported("tool_choice", "'tool_choice' other than none");
   }
   // Chat's default max_tokens depends on the prompt; see to_engine_requests.
-  ParsedParams pp = parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len));
+  ParsedParams pp =
+      parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len), m.limits);
   g.params = pp.sampling;
   g.priority = pp.priority;
-  g.max_tokens_given = present(body, "max_tokens") || present(body, "max_completion_tokens");
+  g.max_tokens_given = has_field(body, "max_tokens") || has_field(body, "max_completion_tokens");
   read_stream_options(body, g);
 
+  const int32_t truncate = read_truncate_prompt_tokens(body, m);
   PromptInput p;
   p.text = render_chat_prompt(body, m);
-  p.ids = m.tokenizer->encode(p.text, get_bool(body, "add_special_tokens", false), true);
+  p.ids = m.tokenizer->encode(p.text, get_bool_field(body, "add_special_tokens", false), true);
+  truncate_prompt(p, truncate, *m.tokenizer);
   g.prompts.push_back(std::move(p));
   return g;
 }

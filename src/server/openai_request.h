@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/limits.h"
 #include "engine/engine.h"
 #include "sampling/sampling_params.h"
 
@@ -31,6 +32,7 @@ struct ServedModel {
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
   int32_t default_max_tokens = 16;  // completions that name none (OpenAI's default)
+  RequestLimits limits;
 
   bool answers_to(const std::string& model) const;
 };
@@ -60,13 +62,16 @@ struct GenerationRequest {
 // `prompt`: a string, a list of strings, a list of token ids, or a list of
 // token-id lists. Strings are tokenized (add_special: BOS as the vocabulary
 // says; special-token text is recognised); ids are checked against the
-// vocabulary. Throws InvalidRequest naming `prompt`.
+// vocabulary. One list of ids is one prompt whatever its length (the context
+// bounds it later); a batch holds at most max_prompts. Throws InvalidRequest
+// naming `prompt`.
 std::vector<PromptInput> parse_prompt_field(const nlohmann::json& prompt, const Tokenizer& tok, bool add_special,
-                                            int32_t vocab_size);
+                                            int32_t vocab_size, size_t max_prompts = RequestLimits{}.max_prompts);
 
 // `messages` (+ add_generation_prompt, continue_final_message,
 // chat_template_kwargs) rendered by the model's chat template. Content is a
-// string or a list of text parts (joined with newlines). Throws
+// string or a list of text parts (joined with newlines). At most
+// limits.max_messages messages and max_chat_template_kwargs keys. Throws
 // InvalidRequest for malformed messages and template failures, TemplateError
 // for the template's own raise_exception.
 std::string render_chat_prompt(const nlohmann::json& body, const ServedModel& m);
@@ -78,8 +83,5 @@ GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedMod
 // one prompt). Without an explicit max_tokens, completions get
 // min(default_max_tokens, room left in the context) and chat all the room left.
 std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id, const ServedModel& m);
-
-// Counts and limits.
-constexpr size_t kMaxPrompts = 1024;
 
 }  // namespace pagellm::server

@@ -125,5 +125,169 @@ TEST(AsyncEngine, ShutdownLetsInFlightRequestsFinishWithinGrace) {
   EXPECT_EQ(last.completions.back().finish_reason, FinishReason::Length);
 }
 
+EngineRequest req_n(const std::string& id, int n, int max_tokens = 200) {
+  EngineRequest r = req(id, max_tokens);
+  r.params.n = n;
+  r.params.temperature = 1.0f;
+  return r;
+}
+
+std::vector<EngineRequest> group(const std::string& prefix, int prompts, int n) {
+  std::vector<EngineRequest> g;
+  for (int i = 0; i < prompts; ++i) g.push_back(req_n(prefix + std::to_string(i), n));
+  return g;
+}
+
+// An engine with one running slot, held by a long request whose first token is
+// out. On tiny-llama it runs ~0.1 s, so a slow machine may see it finish during
+// a test: still_held() tells, and the tests then try again.
+struct BusyEngine {
+  explicit BusyEngine(AsyncEngineOptions opts) {
+    auto cfg = tiny();
+    cfg.scheduler.max_num_seqs = 1;
+    engine = std::make_unique<AsyncEngine>(std::make_unique<Engine>(cfg), opts);
+    holder = engine->submit(req("holder", 500));
+    EXPECT_TRUE(holder->next(std::chrono::seconds(30)).has_value());
+  }
+  ~BusyEngine() { engine->shutdown(std::chrono::milliseconds(0)); }
+  // Whether the holder was still running until now (it ends aborted, not by length).
+  bool still_held() {
+    engine->abort("holder");
+    const auto [tokens, last] = drain(*holder);
+    return !last.completions.empty() && last.completions.back().finish_reason == FinishReason::Abort;
+  }
+  std::unique_ptr<AsyncEngine> engine;
+  std::shared_ptr<RequestStream> holder;
+};
+
+constexpr int kAttempts = 5;
+
+TEST(AsyncEngine, OneRequestCannotAskForMoreSequencesThanItsCap) {
+  AsyncEngineOptions opts;
+  opts.max_sequences_per_request = 8;
+  AsyncEngine engine(std::make_unique<Engine>(tiny()), opts);
+  try {
+    engine.submit_group(group("big", 3, 3));  // 9 > 8
+    FAIL() << "admitted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "n");
+    EXPECT_NE(std::string(e.what()).find("asks for 9 sequences (3 prompts x n = 3); at most 8"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(engine.submit_group(group("wide", 9, 1)), InvalidRequest);
+  EXPECT_EQ(engine.num_in_flight(), 0u);  // nothing of them was queued
+  EXPECT_EQ(engine.num_waiting_sequences(), 0u);
+  auto fits = engine.submit_group(group("fits", 4, 2));  // exactly 8
+  ASSERT_EQ(fits.size(), 4u);
+  EXPECT_EQ(fits[2]->id(), "fits2");
+  for (auto& s : fits) EXPECT_TRUE(drain(*s).second.finished);
+  EXPECT_EQ(engine.num_waiting_requests(), 0u);
+  EXPECT_EQ(engine.num_waiting_sequences(), 0u);
+}
+
+TEST(AsyncEngine, ThePerRequestCapNeverExceedsTheWaitingRoom) {
+  AsyncEngineOptions opts;
+  opts.max_sequences_per_request = 100;
+  opts.max_waiting_sequences = 4;  // a 5-sequence request could never be admitted: 400, not endless 503
+  AsyncEngine engine(std::make_unique<Engine>(tiny()), opts);
+  EXPECT_THROW(engine.submit(req_n("five", 5)), InvalidRequest);
+  drain(*engine.submit(req_n("four", 4, 4)));
+}
+
+TEST(AsyncEngine, WaitingSequencesLimitRefusesWhatDoesNotFitNow) {
+  AsyncEngineOptions opts;
+  opts.max_waiting_sequences = 4;
+  opts.max_sequences_per_request = 4;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    BusyEngine b(opts);
+    AsyncEngine& e = *b.engine;
+    // Observed while the holder runs; checked once we know it did.
+    const size_t before = e.num_waiting_requests();  // the holder has its first token: running, not waiting
+    auto three = e.submit(req_n("three", 3));
+    const size_t seqs_three = e.num_waiting_sequences(), reqs_three = e.num_waiting_requests();
+    std::string two_refused;
+    try {
+      e.submit(req_n("two", 2));  // fits the cap, not the room left: try later
+    } catch (const QueueFull& err) {
+      two_refused = err.what();
+    }
+    auto one = e.submit(req_n("one", 1));
+    const size_t seqs_full = e.num_waiting_sequences();
+    bool more_refused = false;
+    try {
+      e.submit(req_n("more", 1));
+    } catch (const QueueFull&) {
+      more_refused = true;
+    }
+    e.abort("three");  // a waiting request that leaves frees its room
+    const bool three_ended = drain(*three).second.finished;
+    const size_t seqs_after_abort = e.num_waiting_sequences();
+    auto two = e.submit(req_n("two", 2));
+    const size_t seqs_two = e.num_waiting_sequences();
+    if (!b.still_held()) continue;
+
+    EXPECT_EQ(before, 0u);
+    EXPECT_EQ(seqs_three, 3u);
+    EXPECT_EQ(reqs_three, 1u);
+    EXPECT_NE(two_refused.find("3 sequences waiting"), std::string::npos) << two_refused;
+    EXPECT_EQ(seqs_full, 4u);
+    EXPECT_TRUE(more_refused);
+    EXPECT_TRUE(three_ended);
+    EXPECT_EQ(seqs_after_abort, 1u);
+    EXPECT_EQ(seqs_two, 3u);
+    return;
+  }
+  GTEST_SKIP() << "the holding request kept finishing first (a very slow machine)";
+}
+
+TEST(AsyncEngine, WaitingRequestsCountsGroupsNotPrompts) {
+  AsyncEngineOptions opts;
+  opts.max_waiting_requests = 2;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    BusyEngine b(opts);
+    AsyncEngine& e = *b.engine;
+    auto batch = e.submit_group(group("batch", 5, 1));  // one request of five prompts
+    const size_t reqs_batch = e.num_waiting_requests(), seqs_batch = e.num_waiting_sequences();
+    auto single = e.submit(req("single", 4));
+    const size_t reqs_two = e.num_waiting_requests();
+    bool third_refused = false, group_refused = false, dup_refused = false;
+    try {
+      e.submit(req("third", 4));
+    } catch (const QueueFull&) {
+      third_refused = true;
+    }
+    try {
+      e.submit_group(group("batch2", 2, 1));
+    } catch (const QueueFull&) {
+      group_refused = true;
+    }
+    const size_t in_flight = e.num_in_flight();  // holder + 5 + single: the refused left nothing behind
+    try {
+      std::vector<EngineRequest> dup;
+      dup.push_back(req("d", 4));
+      dup.push_back(req("d", 4));
+      e.submit_group(std::move(dup));  // a duplicate id inside one group refuses all of it
+    } catch (const InvalidRequest&) {
+      dup_refused = true;
+    }
+    if (!b.still_held()) continue;
+
+    EXPECT_EQ(reqs_batch, 1u);
+    EXPECT_EQ(seqs_batch, 5u);
+    EXPECT_EQ(reqs_two, 2u);
+    EXPECT_TRUE(third_refused);
+    EXPECT_TRUE(group_refused);
+    EXPECT_EQ(in_flight, 7u);
+    EXPECT_TRUE(dup_refused);
+    // The holder is gone: the others run, and nothing is left waiting.
+    for (auto& s : batch) EXPECT_TRUE(drain(*s).second.finished);
+    EXPECT_TRUE(drain(*single).second.finished);
+    EXPECT_EQ(e.num_waiting_requests(), 0u);
+    EXPECT_EQ(e.num_waiting_sequences(), 0u);
+    return;
+  }
+  GTEST_SKIP() << "the holding request kept finishing first (a very slow machine)";
+}
+
 }  // namespace
 }  // namespace pagellm

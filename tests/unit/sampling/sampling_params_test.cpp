@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "api/limits.h"
 #include "core/error.h"
 
 namespace pagellm {
@@ -138,6 +139,19 @@ TEST(SamplingParamsValidate, MessagesReadLikeOpenAIs) {
   } catch (const InvalidRequest& e) {
     EXPECT_STREQ(e.what(), "top_p must be in (0, 1], got 1.5");
   }
+}
+
+TEST(SamplingParamsValidate, EngineBoundsAreTheRequestLimits) {
+  const RequestLimits limits;
+  SamplingParams p;
+  p.n = limits.max_n;
+  p.logprobs = limits.max_logprobs;
+  EXPECT_NO_THROW(p.validate(kVocab));
+  p.n = limits.max_n + 1;
+  EXPECT_THROW(p.validate(kVocab), InvalidRequest);
+  p.n = 1;
+  p.logprobs = limits.max_logprobs + 1;
+  EXPECT_THROW(p.validate(kVocab), InvalidRequest);
 }
 
 }  // namespace

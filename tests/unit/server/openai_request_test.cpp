@@ -2,7 +2,10 @@
 // vocabulary (BOS 1; "Once upon a time" = 1 403 407 261 378).
 #include "server/openai_request.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <limits>
 
 #include "core/error.h"
 #include "server/http_errors.h"
@@ -257,6 +260,123 @@ TEST_F(ServerRequestTest, ChatLogprobs) {
   EXPECT_EQ(g.params.logprobs, 0);
   g = parse_chat_request({{"messages", {user}}}, m_);
   EXPECT_FALSE(g.logprobs());
+}
+
+// The InvalidRequest message of parsing `body` ("" when it parses).
+std::string error_message(const json& body, const ServedModel& m, bool chat = false) {
+  try {
+    if (chat)
+      parse_chat_request(body, m);
+    else
+      parse_completion_request(body, m);
+  } catch (const InvalidRequest& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(ServerRequestTest, OneTokenIdPromptOfAnyLengthIsOnePrompt) {
+  // Longer than the batch limit (1024): still one prompt; the context bounds it later (engine: 400 on prompt).
+  const std::vector<int32_t> ids(2000, 5);
+  const GenerationRequest g = parse_completion_request({{"prompt", ids}, {"max_tokens", 1}}, m_);
+  ASSERT_EQ(g.prompts.size(), 1u);
+  EXPECT_EQ(g.prompts[0].ids.size(), 2000u);
+  EXPECT_EQ(parse_prompt_field(json(std::vector<int32_t>(1025, 5)), *tok_, true, m_.vocab_size).size(), 1u);
+  // Batches are what the limit counts.
+  const json batch_1025(std::vector<std::string>(1025, "Hi"));
+  EXPECT_NE(error_message({{"prompt", batch_1025}}, m_).find("'prompt' holds 1025 prompts; at most 1024"),
+            std::string::npos);
+  EXPECT_EQ(parse_prompt_field(json(std::vector<std::string>(1024, "Hi")), *tok_, true, m_.vocab_size).size(), 1024u);
+  const json id_batch_1025(std::vector<std::vector<int32_t>>(1025, {5}));
+  EXPECT_EQ(error_param({{"prompt", id_batch_1025}}), "prompt");
+}
+
+TEST_F(ServerRequestTest, PromptTokenIdsAreExact) {
+  const json u64max = std::numeric_limits<uint64_t>::max();
+  for (const json& bad : {json::array({1, uint64_t{4294967298}}), json::array({u64max}),
+                          json::array({std::numeric_limits<int64_t>::min()}), json::array({m_.vocab_size}),
+                          json::array({json::array({1}), json::array({1, uint64_t{4294967298}})}),
+                          json::array({1, true}), json::array({1, nullptr}), json::array({2.5})}) {
+    SCOPED_TRACE(bad.dump());
+    EXPECT_EQ(error_param({{"prompt", bad}}), "prompt");
+  }
+  const std::string msg = error_message({{"prompt", json::array({1, uint64_t{4294967298}})}}, m_);
+  EXPECT_NE(msg.find("'prompt[1]'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("got 4294967298"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("[0, {}]", m_.vocab_size - 1)), std::string::npos) << msg;
+  EXPECT_NE(error_message({{"prompt", json::array({json::array({1}), json::array({1, u64max})})}}, m_)
+                .find("'prompt[1][1]'"),
+            std::string::npos);
+  // Integral floats are ids, as pydantic reads them.
+  EXPECT_EQ(parse_prompt_field(json::array({1.0, 403}), *tok_, true, m_.vocab_size)[0].ids,
+            (std::vector<int32_t>{1, 403}));
+}
+
+TEST_F(ServerRequestTest, IntegerFieldsOfTheEndpoints) {
+  const json u64max = std::numeric_limits<uint64_t>::max();
+  const json ok = {{"prompt", "x"}, {"max_tokens", 4}};
+  auto with = [&](const char* k, const json& v) {
+    json b = ok;
+    b[k] = v;
+    return b;
+  };
+  EXPECT_EQ(error_param(with("best_of", u64max)), "best_of");
+  EXPECT_EQ(error_param(with("best_of", 0)), "best_of");
+  EXPECT_EQ(error_param(with("best_of", 1.5)), "best_of");
+  EXPECT_NO_THROW(parse_completion_request(with("best_of", 1.0), m_));
+  EXPECT_EQ(error_param(with("max_tokens", u64max)), "max_tokens");
+  EXPECT_EQ(error_param(with("max_tokens", -1)), "max_tokens");  // not "absent"
+  EXPECT_EQ(error_param(with("stop_token_ids", json::array({uint64_t{4294967298}}))), "stop_token_ids");
+  EXPECT_EQ(error_param(with("top_k", u64max)), "top_k");
+  EXPECT_EQ(error_param(with("priority", u64max)), "priority");
+  for (const char* key : {" 5", "+5", "05"}) EXPECT_EQ(error_param(with("logit_bias", {{key, 1}})), "logit_bias");
+  EXPECT_EQ(error_param(with("echo", 1)), "echo");
+  EXPECT_EQ(error_param(with("add_special_tokens", "no")), "add_special_tokens");
+  json so = with("stream", true);
+  so["stream_options"] = {{"include_usage", 1}};
+  EXPECT_EQ(error_param(so), "include_usage");
+
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  EXPECT_EQ(error_param({{"messages", {user}}, {"logprobs", true}, {"top_logprobs", -1}}, true), "top_logprobs");
+  EXPECT_EQ(error_param({{"messages", {user}}, {"logprobs", 1}}, true), "logprobs");
+  EXPECT_EQ(error_param({{"messages", {user}}, {"max_completion_tokens", u64max}}, true), "max_completion_tokens");
+  EXPECT_EQ(error_param({{"messages", {user}}, {"n", uint64_t{4294967298}}}, true), "n");
+}
+
+TEST_F(ServerRequestTest, TruncatePromptTokens) {
+  GenerationRequest g = parse_completion_request({{"prompt", "Once upon a time"}, {"truncate_prompt_tokens", 2}}, m_);
+  EXPECT_EQ(g.prompts[0].ids, (std::vector<int32_t>{261, 378}));
+  EXPECT_EQ(g.prompts[0].text, tok_->decode({261, 378}, false));
+  g = parse_completion_request({{"prompt", "Once upon a time"}, {"truncate_prompt_tokens", 100}}, m_);
+  EXPECT_EQ(g.prompts[0].ids, kOnceUpon);
+  g = parse_completion_request({{"prompt", std::vector<int32_t>(600, 5)}, {"truncate_prompt_tokens", -1}}, m_);
+  EXPECT_EQ(g.prompts[0].ids.size(), 512u);  // -1: the context length
+  for (const json& bad : {json(0), json(-2), json(513), json(std::numeric_limits<uint64_t>::max()), json(1.5),
+                          json("5")}) {
+    SCOPED_TRACE(bad.dump());
+    EXPECT_EQ(error_param({{"prompt", "x"}, {"truncate_prompt_tokens", bad}}), "truncate_prompt_tokens");
+  }
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  g = parse_chat_request({{"messages", {user}}, {"truncate_prompt_tokens", 3}}, m_);
+  EXPECT_EQ(g.prompts[0].ids.size(), 3u);
+}
+
+TEST_F(ServerRequestTest, ChatCountsAreBounded) {
+  const json user = {{"role", "user"}, {"content", "hi"}};
+  json kwargs = json::object();
+  for (int i = 0; i < 1024; ++i) kwargs[fmt::format("k{}", i)] = i;
+  EXPECT_NO_THROW(parse_chat_request({{"messages", {user}}, {"chat_template_kwargs", kwargs}}, m_));
+  kwargs["one_more"] = true;
+  const json too_many = {{"messages", {user}}, {"chat_template_kwargs", kwargs}};
+  EXPECT_EQ(error_param(too_many, true), "chat_template_kwargs");
+  EXPECT_NE(error_message(too_many, m_, true).find("1025 keys; at most 1024"), std::string::npos);
+
+  m_.limits.max_messages = 3;
+  EXPECT_NO_THROW(parse_chat_request({{"messages", {user, user, user}}}, m_));
+  EXPECT_EQ(error_param({{"messages", {user, user, user, user}}}, true), "messages");
+  EXPECT_NE(error_message({{"messages", {user, user, user, user}}}, m_, true).find("4 messages; at most 3"),
+            std::string::npos);
+  EXPECT_EQ(RequestLimits{}.max_messages, 10000u);
 }
 
 }  // namespace
