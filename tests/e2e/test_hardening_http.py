@@ -121,9 +121,9 @@ def test_reset_right_after_sending_aborts(server, stream):
     """SO_LINGER 0 resets the connection: the peer address is gone too. Every
     such request must be aborted and its KV blocks freed within 2 s."""
     socks = []
-    for _ in range(16):
+    for _ in range(48):  # ~23,000 tokens: seconds of work for 8 slots
         s = connect(server)
-        s.sendall(http_request("POST", "/v1/completions", completion_body(400, stream),
+        s.sendall(http_request("POST", "/v1/completions", completion_body(480, stream),
                                ["Content-Type: application/json"]))
         socks.append(s)
     time.sleep(0.3)  # admitted and running
@@ -138,11 +138,12 @@ def test_reset_right_after_sending_aborts(server, stream):
 def test_close_after_sending_aborts(server):
     """A plain close (FIN) with the request running: aborted too."""
     socks = []
-    for _ in range(8):
+    for _ in range(48):
         s = connect(server)
-        s.sendall(http_request("POST", "/v1/completions", completion_body(400), ["Content-Type: application/json"]))
+        s.sendall(http_request("POST", "/v1/completions", completion_body(480), ["Content-Type: application/json"]))
         socks.append(s)
     time.sleep(0.3)
+    assert metric(server, "pagellm:num_requests_running") > 0
     for s in socks:
         s.close()
     assert wait_idle(server, timeout=2.5) < 2.5
