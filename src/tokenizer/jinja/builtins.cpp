@@ -236,30 +236,21 @@ int64_t py_round_int(int64_t x, int64_t ndigits) {
 
 class Namespace : public Object {
  public:
-  std::vector<std::pair<std::string, Value>> attrs;
+  NameTable attrs;
 
   std::string repr() const override {
     std::vector<std::pair<Value, Value>> items;
-    for (const auto& [k, v] : attrs) items.emplace_back(Value::string(k), v);
-    return "<Namespace " + jinja::repr(Value::dict(std::move(items))) + ">";
+    for (const auto& [k, v] : attrs.items()) items.emplace_back(Value::string(k), v);
+    return "<Namespace " + jinja::repr(Value::dict(std::move(items), true)) + ">";
   }
   std::string type_repr() const override { return "jinja2.utils.Namespace object"; }
   bool is_namespace() const override { return true; }
   void clear() override { attrs.clear(); }
   std::optional<Value> get_attr(std::string_view name) const override {
-    for (const auto& [k, v] : attrs)
-      if (k == name) return v;
+    if (const Value* v = attrs.find(name)) return *v;
     return std::nullopt;
   }
-  void set(std::string_view name, Value v) {
-    for (auto& [k, old] : attrs) {
-      if (k == name) {
-        old = std::move(v);
-        return;
-      }
-    }
-    attrs.emplace_back(std::string(name), std::move(v));
-  }
+  void set(std::string_view name, Value v) { attrs.set(name, std::move(v)); }
 };
 
 class Cycler : public Object {

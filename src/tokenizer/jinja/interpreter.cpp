@@ -12,21 +12,9 @@ namespace pagellm::jinja {
 // ---- frames -------------------------------------------------------------------
 
 const Value* Frame::lookup(std::string_view name) const {
-  for (const Frame* f = this; f; f = f->parent_.get()) {
-    for (const auto& [k, v] : f->vars_)
-      if (k == name) return &v;
-  }
+  for (const Frame* f = this; f; f = f->parent_.get())
+    if (const Value* v = f->vars_.find(name)) return v;
   return nullptr;
-}
-
-void Frame::set(std::string_view name, Value v) {
-  for (auto& [k, old] : vars_) {
-    if (k == name) {
-      old = std::move(v);
-      return;
-    }
-  }
-  vars_.emplace_back(std::string(name), std::move(v));
 }
 
 namespace {
@@ -947,7 +935,7 @@ Value Interpreter::eval(const Expr& e, Frame& f) {
 
 // ---- Template -----------------------------------------------------------------------
 
-Template::Template(std::string_view source) : body_(parse_template(source)) {}
+Template::Template(std::string_view source, const Limits& limits) : body_(parse_template(source, limits)) {}
 
 std::string Template::render(const Value& context, const RenderOptions& options) const {
   Interpreter in(options);

@@ -20,12 +20,12 @@ class Frame {
  public:
   explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
   const Value* lookup(std::string_view name) const;
-  void set(std::string_view name, Value v);
+  void set(std::string_view name, Value v) { vars_.set(name, std::move(v)); }
   void clear() { vars_.clear(); }
 
  private:
   std::shared_ptr<Frame> parent_;
-  std::vector<std::pair<std::string, Value>> vars_;
+  NameTable vars_;
 };
 using FramePtr = std::shared_ptr<Frame>;
 

@@ -151,6 +151,34 @@ const Value* DictData::find(const Value& key) const {
   return nullptr;
 }
 
+size_t NameTable::position(std::string_view name) const {
+  if (!index_.empty()) {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? std::string::npos : it->second;
+  }
+  for (size_t i = 0; i < items_.size(); ++i)
+    if (items_[i].first == name) return i;
+  return std::string::npos;
+}
+
+const Value* NameTable::find(std::string_view name) const {
+  const size_t i = position(name);
+  return i == std::string::npos ? nullptr : &items_[i].second;
+}
+
+void NameTable::set(std::string_view name, Value v) {
+  if (const size_t i = position(name); i != std::string::npos) {
+    items_[i].second = std::move(v);
+    return;
+  }
+  items_.emplace_back(std::string(name), std::move(v));
+  if (!index_.empty()) {
+    index_.emplace(items_.back().first, items_.size() - 1);
+  } else if (items_.size() >= kIndexFrom) {
+    for (size_t i = 0; i < items_.size(); ++i) index_.emplace(items_[i].first, i);
+  }
+}
+
 // ---- errors -----------------------------------------------------------------
 
 RenderError::RenderError(std::string py_type, std::string detail, int line)

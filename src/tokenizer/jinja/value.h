@@ -151,6 +151,26 @@ class Value {
   std::shared_ptr<void> p_;
 };
 
+// Names -> values in insertion order (frames, namespaces): a vector for the
+// usual handful of names, plus a hash index once there are many, so that a
+// context or namespace(**kwargs) with 100k names still costs O(1) a lookup.
+class NameTable {
+ public:
+  const Value* find(std::string_view name) const;
+  void set(std::string_view name, Value v);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  void clear() {
+    items_.clear();
+    index_.clear();
+  }
+
+ private:
+  static constexpr size_t kIndexFrom = 16;
+  size_t position(std::string_view name) const;  // npos when absent
+  std::vector<std::pair<std::string, Value>> items_;
+  std::unordered_map<std::string, size_t> index_;  // built once items_ reaches kIndexFrom
+};
+
 // Containers nested deeper than this are refused, so that printing,
 // comparing and destroying them cannot exhaust the stack.
 inline constexpr uint32_t kMaxDepth = 500;
