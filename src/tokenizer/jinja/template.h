@@ -23,7 +23,7 @@ namespace pagellm::jinja {
 struct Limits {
   // ---- parsing (Template / ChatTemplate constructor) ----
   // Blocks, brackets and unary operators nested in the source. Bounds the
-  // parser's recursion (a dozen small frames per level).
+  // parser's recursion: ~2 KB of stack per level (measured), 0.6 MB at 256.
   int max_nesting = 256;
   // Depth of one expression's tree, chains included: `a.b.c`, `x|f|g`,
   // `1 + 2 + 3` and `f()()` each add a level per link. Evaluating and
@@ -31,18 +31,21 @@ struct Limits {
   int max_expr_depth = 256;
 
   // ---- rendering (RenderOptions) ----
-  // Statements and expressions being evaluated at once, summed over nested
-  // macro calls: the interpreter's recursion depth, about 0.5 KB of stack per
-  // level (a few KB under sanitizers), so 2048 stays well inside a 8 MB stack.
-  int max_eval_depth = 2048;
+  // Statements, expressions and filter links being evaluated at once, summed
+  // over nested macro calls: the interpreter's recursion depth. A level takes
+  // 0.4-0.9 KB of stack (measured, release build; the most through macro
+  // calls) and a few times that under sanitizers, so 1024 needs 1-4 MB. A
+  // 64-deep recursive macro with 10 levels in its body needs 640.
+  int max_eval_depth = 1024;
   // Macro calls, call blocks (`caller()`) and recursive loops nested at once.
   // Recursive tool-schema macros nest as deep as the schema (< 20).
   int max_call_depth = 64;
   // `for` iterations (and `for ... if` tests) in one render: 1000 messages x
   // a few inner loops is ~10k.
   uint64_t max_loop_iterations = 1'000'000;
-  // Work in one render: statements, expressions, iterations, and bytes/256 or
-  // items/16 that builtins produce, copy, compare or scan (~1 s of CPU).
+  // Work in one render: statements, expressions, iterations, and bytes/64 or
+  // items/16 that builtins produce, copy, compare or scan (~1 s of CPU at
+  // most). A 1 MB message costs 16k steps a pass over it.
   uint64_t max_steps = 5'000'000;
   // The rendered text; twice the server's default request cap (16 MiB), so
   // any accepted request renders even if a template prints it twice.

@@ -4,9 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/lexer.h"
@@ -190,6 +191,226 @@ TEST(JinjaLimits, DeepRequestJsonIsRefusedNotCopied) {
   EXPECT_FALSE(json_deeper_than(json(5), 0));
   // Shallow enough renders.
   EXPECT_EQ(apply_chat_template(t, json::array(), true, "", "", object_with("x", nested_arrays(400))), "01");
+}
+
+// ---- values that hold themselves ------------------------------------------------------
+
+TEST(JinjaLimits, SelfHoldingValuesPrintLikePython) {
+  // Outputs from Python's jinja2 (ImmutableSandboxedEnvironment).
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}"), "<Namespace {'a': <Namespace {...}>}>");
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set l = [ns] %}{% set ns.l = l %}{{ l }}|{{ l|string }}|{{ l == l }}|"
+                   "{{ ns in l }}|{{ l < l }}|{{ l|length }}"),
+            "[<Namespace {'l': [...]}>]|[<Namespace {'l': [...]}>]|True|True|False|1");
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set d = {'k': ns} %}{% set ns.d = d %}{{ d }}|{{ (ns,) }}"),
+            "{'k': <Namespace {'d': {...}}>}|(<Namespace {'d': {'k': <Namespace {...}>}}>,)");
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.t = (ns, ns) %}{{ ns }}"),
+            "<Namespace {'t': (<Namespace {...}>, <Namespace {...}>)}>");
+  expect_render_error([] { render("{% set ns = namespace() %}{% set ns.l = [ns] %}{{ ns.l|tojson }}"); }, "TypeError",
+                      "not JSON serializable");
+  // Printing the same value twice side by side is not a cycle.
+  EXPECT_EQ(render("{% set l = [1] %}{{ [l, l] }}"), "[[1], [1]]");
+}
+
+TEST(JinjaLimits, LongChainsOfNamespacesPrintToALimit) {
+  // Namespaces add no value depth, so only printing's own bound stops this.
+  const std::string build =
+      "{% set ns = namespace(p=none) %}{% for i in range(100000) %}{% set n = namespace(p=ns.p) %}"
+      "{% set ns.p = n %}{% endfor %}";
+  expect_render_error([&] { render(build + "{{ ns }}"); }, "RecursionError",
+                      "print deeper than the limit of 1000 levels");
+  expect_render_error([&] { render(build + "{{ ns|string|length }}"); }, "RecursionError", "limit of 1000 levels");
+  const std::string lists =
+      "{% set ns = namespace(p=none) %}{% for i in range(100000) %}{% set ns.p = [namespace(p=ns.p)] %}{% endfor %}";
+  expect_render_error([&] { render(lists + "{{ ns.p }}"); }, "RecursionError", "limit of 1000 levels");
+  EXPECT_EQ(render(lists + "{{ ns.p == ns.p }}{{ ns.p|length }}"), "True1");
+}
+
+// ---- evaluation depth, calls, loops, output -----------------------------------------------
+
+TEST(JinjaLimits, RecursionIsBounded) {
+  expect_render_error([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }, "RecursionError",
+                      "template calls nest deeper than the limit of 64 (macro 'f')");
+  expect_render_error([] { render("{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}"); }, "RecursionError",
+                      "limit of 64 (recursive loop)");
+  // A call block whose body calls the macro again.
+  expect_render_error(
+      [] {
+        render(
+            "{% macro f(n) %}{% call f(n) %}{{ caller is defined }}{% endcall %}{% endmacro %}"
+            "{{ f(0) }}");
+      },
+      "RecursionError", "limit of 64 (macro 'f')");
+  // With calls unbounded, the evaluation depth still is.
+  ChatRenderOptions o;
+  o.limits.max_call_depth = 1 << 30;
+  expect_render_error([&] { render("{% macro f(n) %}{{ [[[[f(n)]]]] }}{% endmacro %}{{ f(0) }}", json::object(), o); },
+                      "RecursionError", "template evaluation nests deeper than the limit of 1024 levels");
+  // Recursion real templates use is fine.
+  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}").size(),
+            111u);
+}
+
+TEST(JinjaLimits, LoopIterationsAreBounded) {
+  expect_render_error([] { render("{% for i in range(1000) %}{% for j in range(1001) %}{% endfor %}{% endfor %}"); },
+                      "ResourceLimitError", "template loop iterations exceed the limit of 1000000");
+  ChatRenderOptions o;
+  o.limits.max_loop_iterations = 10;
+  EXPECT_EQ(render("{% for i in range(10) %}{{ i }}{% endfor %}", json::object(), o), "0123456789");
+  expect_render_error([&] { render("{% for i in range(11) %}{% endfor %}", json::object(), o); }, "ResourceLimitError",
+                      "limit of 10");
+  // `for ... if` tests count too.
+  expect_render_error([&] { render("{% for i in range(11) if false %}{% endfor %}", json::object(), o); },
+                      "ResourceLimitError", "limit of 10");
+}
+
+TEST(JinjaLimits, WorkIsBoundedEvenInCheapLookingOperations) {
+  // Each iteration scans a 1 MB string. At one step each, 100k iterations
+  // of a few such scans took minutes; now each costs its bytes/64.
+  ChatRenderOptions o;
+  o.limits.max_steps = 200000;  // the default 5M takes ~1 s here, much longer under sanitizers
+  const std::string big = "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}";
+  for (const char* body : {"{{ s|length }}", "{{ 'y' in s }}", "{{ s[i] }}", "{{ s == s ~ '' }}", "{{ 'a'.find(s) }}",
+                           "{{ s.startswith('y') }}", "{{ s|wordcount }}", "{{ s is lower }}", "{{ s[1:2] }}"}) {
+    SCOPED_TRACE(body);
+    expect_render_error([&] { render(big + body + "{% endfor %}", json::object(), o); }, "ResourceLimitError",
+                        "template exceeded its work limit of 200000 steps");
+  }
+  o.limits.max_steps = 1000;
+  expect_render_error([&] { render("{% for i in range(1000) %}{{ i }}{% endfor %}", json::object(), o); },
+                      "ResourceLimitError", "work limit of 1000 steps");
+}
+
+TEST(JinjaLimits, OutputIsBounded) {
+  ChatRenderOptions o;
+  o.limits.max_output_bytes = 1000;
+  EXPECT_EQ(render("{{ 'x' * 1000 }}", json::object(), o).size(), 1000u);
+  expect_render_error([&] { render("{{ 'x' * 1000 }}{{ 'y' }}", json::object(), o); }, "ResourceLimitError",
+                      "template output of 1001 bytes exceeds the limit of 1000 bytes");
+  // Strings the template builds but does not print are bounded by max_string_bytes only.
+  EXPECT_EQ(render("{% set s %}{{ 'x' * 5000 }}{% endset %}{{ s|length }}", json::object(), o), "5000");
+  // Default: 32 MiB.
+  expect_render_error([] { render("{% for i in range(40) %}{{ 'x' * 1000000 }}{% endfor %}"); }, "ResourceLimitError",
+                      "exceeds the limit of 33554432 bytes");
+}
+
+TEST(JinjaLimits, OneOperationCannotBuildAHugeString) {
+  const std::string limit = "exceeds the limit of 33554432 bytes";
+  for (const char* src : {
+           "{{ 'a' * 10**9 }}",
+           "{{ ['a'] * 10**9 }}",
+           "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+           "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+           "{% set s = 'x' * 1000000 %}{{ ([s] * 40)|join }}",
+           "{% set s = 'x' * 1000000 %}{{ ''.join([s] * 40) }}",
+           "{{ ('a' * 1000000).replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') }}",
+           "{{ ('a' * 1000000)|replace('a', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa') }}",
+           "{{ 'a'|center(10**12) }}",
+           "{{ 'a'.center(4611686018427387904, '\U0001F600') }}",  // 2**62 x 4 bytes wraps around to 0
+           "{{ 'a'.ljust(10**12) }}",
+           "{{ 'a'.zfill(10**12) }}",
+           "{{ ('x\\n' * 1000000)|indent(100) }}",
+           "{{ ('x\\n' * 1000000)|indent(100, blank=true) }}",
+           "{{ '%*s' % (10**12, 'a') }}",
+           "{{ '{:>1000000000000}'.format('a') }}",
+       }) {
+    SCOPED_TRACE(src);
+    expect_render_error([&] { render(src); }, "ResourceLimitError", "exceeds the limit of");
+  }
+  expect_render_error([] { render("{{ 'a' * 10**9 }}"); }, "ResourceLimitError", limit);
+  expect_render_error([] { render("{{ range(100000)|list * 11 }}"); }, "ResourceLimitError",
+                      "template list of 1100000 items exceeds the limit of 1000000 items");
+  expect_render_error(
+      [] {
+        render(
+            "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}"
+            "{% endfor %}");
+      },
+      "ResourceLimitError", "limit of 1000000 items");
+  // Repeating nothing a huge number of times is instant, not a loop of 10**18 steps.
+  EXPECT_EQ(render("{{ '' * 10**18 }}|{{ [] * 10**18 }}|{{ () * 10**18 }}"), "|[]|()");
+}
+
+// ---- integer arithmetic: errors, never undefined behaviour ---------------------------------
+
+TEST(JinjaLimits, RangeWithExtremeBounds) {
+  const std::string min = "(-9223372036854775807 - 1)", max = "9223372036854775807";
+  EXPECT_EQ(render("{{ range(" + max + " - 1, " + max + ", 2)|list }}"), "[9223372036854775806]");
+  EXPECT_EQ(render("{{ range(0, " + max + ", 4611686018427387904)|list }}"), "[0, 4611686018427387904]");
+  EXPECT_EQ(render("{{ range(" + min + ", " + max + ", " + max + ")|list }}"),
+            "[-9223372036854775808, -1, 9223372036854775806]");
+  EXPECT_EQ(render("{{ range(" + max + ", " + min + ", " + min + ")|list }}"), "[9223372036854775807, -1]");
+  EXPECT_EQ(render("{{ range(" + min + ", " + min + " + 3)|list }}"),
+            "[-9223372036854775808, -9223372036854775807, -9223372036854775806]");
+  EXPECT_EQ(render("{{ range(" + max + ", " + max + " - 2, -1)|list }}"), "[9223372036854775807, 9223372036854775806]");
+  EXPECT_EQ(render("{{ range(" + max + ", " + min + ")|list }}"), "[]");
+  for (const std::string& args : {min + ", " + max, max + ", " + min + ", -1", min + ", " + max + ", 2", "-" + max}) {
+    SCOPED_TRACE(args);
+    if (args == "-" + max) {
+      EXPECT_EQ(render("{{ range(" + args + ")|list }}"), "[]");
+      continue;
+    }
+    expect_render_error([&] { render("{{ range(" + args + ") }}"); }, "OverflowError", "MAX_RANGE");
+  }
+  // Slices of ranges and sequences with extreme steps.
+  EXPECT_EQ(render("{{ range(10)[::" + max + "] }}"), "range(0, 10, 9223372036854775807)");
+  EXPECT_EQ(render("{{ range(10)[::" + min + "]|list }}"), "[9]");
+  EXPECT_EQ(render("{{ 'abc'[::" + max + "] }}|{{ 'abc'[::" + min + "] }}|{{ [1, 2, 3][" + min + ":" + max + "] }}"),
+            "a|c|[1, 2, 3]");
+  EXPECT_EQ(render("{{ 'abc'[2::" + max + "] }}|{{ [1, 2, 3][1::" + max + "] }}|{{ range(3)[2::" + max + "]|list }}"),
+            "c|[2]|[2]");
+  expect_render_error([&] { render("{{ range(0, 1, " + max + ")[::2] }}"); }, "OverflowError",
+                      "integer overflow in range slice");
+}
+
+TEST(JinjaLimits, IntegerOverflowIsAnError) {
+  const std::string min = "(-9223372036854775807 - 1)", max = "9223372036854775807";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"-" + min, "unary -"},
+      {"- - " + min, "unary -"},
+      {min + "|abs", "abs"},
+      {max + " + 1", "+"},
+      {min + " - 1", "-"},
+      {max + " * 2", "*"},
+      {min + " * -1", "*"},
+      {min + " // -1", "//"},
+      {"2 ** 63", "**"},
+      {"3 ** 40", "**"},
+      {"(-2) ** 64", "**"},
+      {"[1, 2]|sum(start=" + max + ")", "+"},
+      {max + "|round(-19)", "round"},
+      {"'%x' % 1e300", "%x of a float"},
+  };
+  for (const auto& [expr, op] : cases) {
+    SCOPED_TRACE(expr);
+    expect_render_error([&] { render("{{ " + expr + " }}"); }, "OverflowError", "integer overflow in " + op);
+  }
+  EXPECT_EQ(render("{{ " + min + " }}|{{ " + min + " % -1 }}|{{ " + min + " // 1 }}|{{ -" + max +
+                   " - 1 }}|{{ 2 ** 62 }}|"
+                   "{{ (-2) ** 63 }}"),
+            "-9223372036854775808|0|-9223372036854775808|-9223372036854775808|4611686018427387904|"
+            "-9223372036854775808");
+  // Conversions at the edges.
+  EXPECT_EQ(
+      render(
+          "{{ '-9223372036854775808'|int }}|{{ '9223372036854775807'|int }}|{{ '0x7fffffffffffffff'|int(base=16) }}"),
+      "-9223372036854775808|9223372036854775807|9223372036854775807");
+  expect_render_error([] { render("{{ '9223372036854775808'|int }}"); }, "OverflowError", "too large");
+  expect_render_error([] { render("{{ 1e19|int }}"); }, "OverflowError", "cannot convert");
+  EXPECT_EQ(render("{{ '{:x}'.format(" + min + ") }}|{{ '{:b}'.format(" + min + ") }}|{{ '%x' % " + min +
+                   " }}|{{ '%d' % " + min + " }}"),
+            "-8000000000000000|-1000000000000000000000000000000000000000000000000000000000000000|-8000000000000000|"
+            "-9223372036854775808");
+  EXPECT_EQ(render("{{ '%d' % 1e20 }}|{{ '%d' % -1e19 }}|{{ '%i' % 2.5 }}"),
+            "100000000000000000000|-10000000000000000000|2");
+  expect_render_error([] { render("{{ '%d' % (1e308 * 10) }}"); }, "OverflowError", "infinity");
+  expect_render_error([] { render("{{ '%c' % 99999999999 }}"); }, "OverflowError", "range(0x110000)");
+  expect_render_error([] { render("{{ '%c' % -1 }}"); }, "OverflowError", "range(0x110000)");
+  EXPECT_EQ(render("{{ 4000000000000000000|round(-19) }}|{{ " + max + "|round(-18) }}|{{ " + min +
+                   "|round(-18) }}|{{ " + max + "|round(-300) }}"),
+            "0|9000000000000000000|-9000000000000000000|0");
+  EXPECT_EQ(render("{{ 'abcdefgh'|truncate(" + max + ", leeway=" + max + ") }}"), "abcdefgh");
+  EXPECT_EQ(render("{{ '%.300f' % 1e300 }}").size(), 301u + 1 + 300);
+  EXPECT_EQ(render("{{ '{:.400f}'.format(1e300) }}").size(), 301u + 1 + 400);
 }
 
 }  // namespace
