@@ -538,7 +538,7 @@ Value list_method(Interpreter& in, const Value& self, std::string_view name, Cal
     ArgBinder b(name, args, {"value"}, 1);
     int64_t n = 0;
     for (const Value& x : items) n += equal(x, *b.get(0)) ? 1 : 0;
-    in.step(items.size() / 16);
+    charge_items(items.size());
     return Value::integer(n);
   }
   if (name == "index") {
@@ -573,7 +573,7 @@ Value dict_view(const Value& self, SeqKind kind) {
 }
 
 Value dict_method(Interpreter& in, const Value& self, std::string_view name, CallArgs& args) {
-  in.step(self.dict().items.size() / 16);
+  charge_items(self.dict().items.size());
   if (name == "get") {
     ArgBinder b(name, args, {"key", "default"}, 1);
     const Value& key = *b.get(0);
@@ -1243,7 +1243,7 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_list(Interpreter& in, const Value& v, CallArgs& a) {
   ArgBinder("list", a, {});
   std::vector<Value> items = iter_for_filter(v);
-  in.step(items.size() / 16);
+  charge_items(items.size());
   return Value::list(std::move(items));
 }
 
@@ -1554,7 +1554,8 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
     if (!cs) key = ignore_case(key);
     if ((key.is_list() && key.seq_kind() != SeqKind::Tuple) || key.is_dict())
       raise("TypeError", "unhashable type: '" + type_name(key) + "'");
-    in.step(1 + seen.size() / 16);
+    in.step();
+    charge_items(seen.size());  // a linear search of what was kept
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
       seen.push_back(std::move(key));
       out.push_back(item);

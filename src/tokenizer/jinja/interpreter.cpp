@@ -158,7 +158,6 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
           (a.seq_kind() == SeqKind::List || a.seq_kind() == SeqKind::Tuple)) {
         in.check_items(a.items().size() + b.items().size());
-        in.step((a.items().size() + b.items().size()) / 16);
         std::vector<Value> out = a.items();
         out.insert(out.end(), b.items().begin(), b.items().end());
         return Value::list(std::move(out), a.seq_kind());
@@ -503,7 +502,6 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s, const FramePtr& f, con
   if (iterable.is_undefined() && iterable.undefined_data() && iterable.undefined_data()->security)
     raise_undefined(iterable);
   std::vector<Value> all = iterate(iterable);
-  step(all.size() / 16);
   auto items = std::make_shared<std::vector<Value>>();
   if (s.filter) {
     for (Value& item : all) {
@@ -751,7 +749,6 @@ Value Interpreter::eval_slice(const Value& obj, const SliceExpr& s, Frame& f) {
   if (is_seq(obj)) {
     const auto& items = obj.items();
     const SliceRange r = adjust_slice(static_cast<int64_t>(items.size()), start, stop, stepv);
-    step(static_cast<uint64_t>(r.count) / 16);
     std::vector<Value> out;
     out.reserve(static_cast<size_t>(r.count));
     for (int64_t i = 0; i < r.count; ++i) out.push_back(items[r.at(i)]);

@@ -43,9 +43,10 @@ struct Limits {
   // `for` iterations (and `for ... if` tests) in one render: 1000 messages x
   // a few inner loops is ~10k.
   uint64_t max_loop_iterations = 1'000'000;
-  // Work in one render: statements, expressions, iterations, and bytes/64 or
-  // items/16 that builtins produce, copy, compare or scan (~1 s of CPU at
-  // most). A 1 MB message costs 16k steps a pass over it.
+  // Work in one render: statements, expressions, iterations, bytes/64 and
+  // items/16 that builtins produce, copy, compare or scan, and each item of a
+  // new list (see jinja::charge): ~1 s of CPU and a few hundred MB at most.
+  // A 1 MB message costs 16k steps a pass over it.
   uint64_t max_steps = 5'000'000;
   // The rendered text; twice the server's default request cap (16 MiB), so
   // any accepted request renders even if a template prints it twice.

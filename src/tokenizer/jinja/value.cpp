@@ -81,7 +81,7 @@ Value Value::list(std::vector<Value> items, SeqKind kind) {
 Value Value::list(std::shared_ptr<const ListData> data) {
   if (data->items.size() > g_limits.max_items)
     raise_size_limit("list", "items", data->items.size(), g_limits.max_items);
-  charge_items(data->items.size());
+  charge(data->items.size());
   uint32_t depth = 1;
   for (const Value& item : data->items) depth = std::max(depth, item.depth() + 1);
   if (depth > kMaxDepth) raise_depth_limit();
@@ -97,7 +97,7 @@ Value Value::list(std::shared_ptr<const ListData> data) {
 
 Value Value::dict(std::vector<std::pair<Value, Value>> items, bool unique_keys) {
   if (items.size() > g_limits.max_items) raise_size_limit("dict", "items", items.size(), g_limits.max_items);
-  charge_items(items.size());
+  charge(items.size());
   auto data = std::make_shared<DictData>();
   data->items.reserve(items.size());
   uint32_t depth = 1;

@@ -198,9 +198,10 @@ class LimitScope {
   ActiveLimits saved_;
 };
 // Counts n steps of work; raises ResourceLimitError past max_steps. A step is
-// an expression or statement, or 64 bytes or 16 items produced, copied or
-// scanned: string functions decode to code points at ~4 ns a byte, so a step
-// is at most ~0.3 us.
+// an expression or statement, 64 bytes produced, copied or scanned (string
+// functions decode to code points at ~4 ns a byte), 16 items scanned, or one
+// item of a new list or dict: what a render can allocate is bounded too
+// (5M steps: at most ~320 MB of strings and 5M list items).
 void charge(uint64_t n);
 inline void charge_bytes(size_t n) { charge(n / 64); }
 inline void charge_items(size_t n) { charge(n / 16); }
