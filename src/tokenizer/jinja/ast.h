@@ -44,6 +44,9 @@ struct Expr : Node {
   explicit Expr(ExprKind k) : kind(k) {}
   virtual ~Expr() = default;
   ExprKind kind;
+  // Levels of the tree below and including this node; the parser bounds it
+  // (Limits::max_expr_depth), which bounds evaluating and destroying the tree.
+  uint32_t depth = 1;
 };
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -152,6 +155,85 @@ struct NSRefExpr : Expr {  // `ns.attr` as an assignment target
   NSRefExpr() : Expr(ExprKind::NSRef) {}
   std::string name, attr;
 };
+
+// Calls fn(const Expr&) for each direct, non-null sub-expression of e.
+template <class Fn>
+void for_each_child(const Expr& e, Fn&& fn) {
+  auto one = [&](const ExprPtr& x) {
+    if (x) fn(*x);
+  };
+  auto args = [&](const CallArgsExpr& a) {
+    for (const auto& x : a.args) one(x);
+    for (const auto& kv : a.kwargs) one(kv.second);
+    one(a.dyn_args);
+    one(a.dyn_kwargs);
+  };
+  switch (e.kind) {
+    case ExprKind::Const:
+    case ExprKind::Name:
+    case ExprKind::NSRef: return;
+    case ExprKind::List:
+    case ExprKind::Tuple:
+      for (const auto& x : static_cast<const SeqExpr&>(e).items) one(x);
+      return;
+    case ExprKind::Dict:
+      for (const auto& [k, v] : static_cast<const DictExpr&>(e).items) {
+        one(k);
+        one(v);
+      }
+      return;
+    case ExprKind::GetAttr: one(static_cast<const GetAttrExpr&>(e).object); return;
+    case ExprKind::GetItem:
+      one(static_cast<const GetItemExpr&>(e).object);
+      one(static_cast<const GetItemExpr&>(e).key);
+      return;
+    case ExprKind::Slice: {
+      const auto& s = static_cast<const SliceExpr&>(e);
+      one(s.start);
+      one(s.stop);
+      one(s.step);
+      return;
+    }
+    case ExprKind::Call:
+      one(static_cast<const CallExpr&>(e).callee);
+      args(static_cast<const CallExpr&>(e).args);
+      return;
+    case ExprKind::Filter:
+      one(static_cast<const FilterExpr&>(e).input);
+      args(static_cast<const FilterExpr&>(e).args);
+      return;
+    case ExprKind::Test:
+      one(static_cast<const TestExpr&>(e).input);
+      args(static_cast<const TestExpr&>(e).args);
+      return;
+    case ExprKind::Neg:
+    case ExprKind::Pos:
+    case ExprKind::Not: one(static_cast<const UnaryExpr&>(e).operand); return;
+    case ExprKind::Binary:
+      one(static_cast<const BinaryExpr&>(e).left);
+      one(static_cast<const BinaryExpr&>(e).right);
+      return;
+    case ExprKind::And:
+    case ExprKind::Or:
+      one(static_cast<const LogicalExpr&>(e).left);
+      one(static_cast<const LogicalExpr&>(e).right);
+      return;
+    case ExprKind::Compare:
+      one(static_cast<const CompareExpr&>(e).first);
+      for (const auto& op : static_cast<const CompareExpr&>(e).ops) one(op.second);
+      return;
+    case ExprKind::Concat:
+      for (const auto& x : static_cast<const ConcatExpr&>(e).items) one(x);
+      return;
+    case ExprKind::Cond: {
+      const auto& c = static_cast<const CondExpr&>(e);
+      one(c.test);
+      one(c.then_expr);
+      one(c.else_expr);
+      return;
+    }
+  }
+}
 
 // ---- statements ---------------------------------------------------------------
 

@@ -62,6 +62,17 @@ const std::string& need_str(const Value& v, const char* fn) {
   return v.str();
 }
 
+// snprintf of one double into a string as long as it needs (a 1e300 with
+// 300 decimals has 600 digits).
+std::string format_double(const std::string& fmt, double d) {
+  const int n = std::snprintf(nullptr, 0, fmt.c_str(), d);
+  if (n <= 0) return {};
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), fmt.c_str(), d);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
 Value generator(std::vector<Value> items) { return Value::list(std::move(items), SeqKind::Generator); }
 
 // str.replace with the result size checked before it is built.
@@ -74,8 +85,8 @@ std::string checked_replace(Interpreter& in, const std::string& s, const std::st
     for (size_t p = s.find(old_s); p != std::string::npos; p = s.find(old_s, p + old_s.size())) ++n;
   }
   if (count >= 0) n = std::min(n, static_cast<size_t>(count));
-  if (new_s.size() > old_s.size()) in.check_string(s.size() + n * (new_s.size() - old_s.size()));
-  in.step(s.size() / 256);
+  if (new_s.size() > old_s.size()) in.check_string(s.size() + mul_sat(n, new_s.size() - old_s.size()));
+  charge_bytes(s.size());
   return text::replace(s, old_s, new_s, count);
 }
 
@@ -168,7 +179,8 @@ std::optional<int64_t> parse_py_int(std::string_view s, int base) {
   }
   if (!prev_digit) return std::nullopt;
   if (!neg && v > static_cast<uint64_t>(INT64_MAX)) raise("OverflowError", "integer too large");
-  return neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  // -v in uint64 (defined for v == 2**63), converted: INT64_MIN needs no negation in int64.
+  return neg ? static_cast<int64_t>(0 - v) : static_cast<int64_t>(v);
 }
 
 // Python float(str): decimal literal, inf/infinity/nan, underscores between digits.
@@ -209,9 +221,7 @@ std::optional<double> parse_py_float(std::string_view s) {
 double py_round(double x, int64_t ndigits) {
   if (!std::isfinite(x)) return x;
   if (ndigits >= 0 && ndigits <= 300) {
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(ndigits), x);
-    return std::strtod(buf, nullptr);
+    return std::strtod(format_double("%." + std::to_string(ndigits) + "f", x).c_str(), nullptr);
   }
   if (ndigits > 300) return x;
   const double p = std::pow(10.0, static_cast<double>(-ndigits));
@@ -220,7 +230,12 @@ double py_round(double x, int64_t ndigits) {
 
 int64_t py_round_int(int64_t x, int64_t ndigits) {
   if (ndigits >= 0) return x;
-  if (ndigits < -18) return 0;
+  if (ndigits < -18) {
+    // 10**-ndigits > |x|: the result is 0, or +-10**19 (beyond int64) when ndigits is -19 and |x| > 5e18.
+    const uint64_t magnitude = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+    if (ndigits == -19 && magnitude > 5'000'000'000'000'000'000ull) raise_int_overflow("round");
+    return 0;
+  }
   int64_t p = 1;
   for (int64_t i = 0; i < -ndigits; ++i) p *= 10;
   int64_t q = x / p, r = x % p;
@@ -229,37 +244,32 @@ int64_t py_round_int(int64_t x, int64_t ndigits) {
     --q;
   }
   if (2 * r > p || (2 * r == p && (q % 2 != 0))) ++q;
-  return q * p;
+  int64_t out = 0;
+  if (__builtin_mul_overflow(q, p, &out)) raise_int_overflow("round");
+  return out;
 }
 
 // ---- objects: namespace, cycler -------------------------------------------------------
 
 class Namespace : public Object {
  public:
-  std::vector<std::pair<std::string, Value>> attrs;
+  NameTable attrs;
 
   std::string repr() const override {
+    ReprGuard guard(this);
+    if (guard.reentered()) return "<Namespace {...}>";
     std::vector<std::pair<Value, Value>> items;
-    for (const auto& [k, v] : attrs) items.emplace_back(Value::string(k), v);
-    return "<Namespace " + jinja::repr(Value::dict(std::move(items))) + ">";
+    for (const auto& [k, v] : attrs.items()) items.emplace_back(Value::string(k), v);
+    return "<Namespace " + jinja::repr(Value::dict(std::move(items), true)) + ">";
   }
   std::string type_repr() const override { return "jinja2.utils.Namespace object"; }
   bool is_namespace() const override { return true; }
   void clear() override { attrs.clear(); }
   std::optional<Value> get_attr(std::string_view name) const override {
-    for (const auto& [k, v] : attrs)
-      if (k == name) return v;
+    if (const Value* v = attrs.find(name)) return *v;
     return std::nullopt;
   }
-  void set(std::string_view name, Value v) {
-    for (auto& [k, old] : attrs) {
-      if (k == name) {
-        old = std::move(v);
-        return;
-      }
-    }
-    attrs.emplace_back(std::string(name), std::move(v));
-  }
+  void set(std::string_view name, Value v) { attrs.set(name, std::move(v)); }
 };
 
 class Cycler : public Object {
@@ -366,17 +376,24 @@ Value str_method(Interpreter& in, const Value& self, std::string_view name, Call
     ArgBinder b(name, args, {"sep", "maxsplit"});
     const std::string* sep = opt_str(b.get(0), "sep");
     if (sep && sep->empty()) raise("ValueError", "empty separator");
-    const int64_t maxsplit = b.get_int(1, -1);
+    // At most max_items splits: more parts than that are refused anyway, and never built.
+    int64_t maxsplit = b.get_int(1, -1);
+    const int64_t cap = static_cast<int64_t>(std::min<size_t>(in.options().limits.max_items, INT64_MAX));
+    if (maxsplit < 0 || maxsplit > cap) maxsplit = cap;
+    std::vector<std::string> parts = name == "split" ? text::split(s, sep, maxsplit) : text::rsplit(s, sep, maxsplit);
+    in.check_items(parts.size());
     std::vector<Value> items;
-    for (auto& part : name == "split" ? text::split(s, sep, maxsplit) : text::rsplit(s, sep, maxsplit))
-      items.push_back(out(std::move(part)));
-    in.check_items(items.size());
+    items.reserve(parts.size());
+    for (auto& part : parts) items.push_back(out(std::move(part)));
     return Value::list(std::move(items));
   }
   if (name == "splitlines") {
     ArgBinder b(name, args, {"keepends"});
+    std::vector<std::string> parts = text::splitlines(s, b.get_bool(0, false), in.options().limits.max_items);
+    in.check_items(parts.size());
     std::vector<Value> items;
-    for (auto& part : text::splitlines(s, b.get_bool(0, false))) items.push_back(out(std::move(part)));
+    items.reserve(parts.size());
+    for (auto& part : parts) items.push_back(out(std::move(part)));
     return Value::list(std::move(items));
   }
   if (name == "startswith" || name == "endswith") {
@@ -441,7 +458,7 @@ Value str_method(Interpreter& in, const Value& self, std::string_view name, Call
     }
     const int64_t len = static_cast<int64_t>(text::length(s));
     if (width <= len) return out(s);
-    in.check_string(static_cast<size_t>(width) * fill.size());
+    in.check_string(mul_sat(fill.size(), static_cast<uint64_t>(width)));
     const int64_t marg = width - len;
     int64_t left = name == "ljust" ? 0 : name == "rjust" ? marg : marg / 2 + (marg & width & 1);
     std::string r;
@@ -521,7 +538,7 @@ Value list_method(Interpreter& in, const Value& self, std::string_view name, Cal
     ArgBinder b(name, args, {"value"}, 1);
     int64_t n = 0;
     for (const Value& x : items) n += equal(x, *b.get(0)) ? 1 : 0;
-    in.step(items.size() / 16);
+    charge_items(items.size());
     return Value::integer(n);
   }
   if (name == "index") {
@@ -556,7 +573,7 @@ Value dict_view(const Value& self, SeqKind kind) {
 }
 
 Value dict_method(Interpreter& in, const Value& self, std::string_view name, CallArgs& args) {
-  in.step(self.dict().items.size() / 16);
+  charge_items(self.dict().items.size());
   if (name == "get") {
     ArgBinder b(name, args, {"key", "default"}, 1);
     const Value& key = *b.get(0);
@@ -613,6 +630,7 @@ Value call_method(Interpreter& in, const Value& obj, std::string_view name, Call
   if (method_kind(obj, name) == MethodKind::Unsafe)
     raise("SecurityError", "access to attribute " + text::py_repr(name) + " of " + text::py_repr(type_name(obj)) +
                                " object is unsafe.");
+  charge_scan(obj);
   if (obj.is_string()) return str_method(in, obj, name, args);
   if (obj.is_list()) return list_method(in, obj, name, args);
   if (obj.is_dict()) return dict_method(in, obj, name, args);
@@ -632,6 +650,17 @@ void set_namespace_attr(Object& ns, std::string_view name, Value v) { static_cas
 
 namespace {
 
+// Digits of u in base 2, 8, 10 or 16.
+std::string int_digits(uint64_t u, int base, bool upper) {
+  const char* digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+  std::string out;
+  do {
+    out.insert(out.begin(), digits[u % static_cast<uint64_t>(base)]);
+    u /= static_cast<uint64_t>(base);
+  } while (u);
+  return out;
+}
+
 // printf-style number conversion with Python's flags (- + space # 0),
 // width and precision; the result is already padded.
 std::string format_number(const Value& v, const std::string& flags, int width, int precision, char conv) {
@@ -641,23 +670,34 @@ std::string format_number(const Value& v, const std::string& flags, int width, i
   std::string sign, body;
   if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'E' || conv == 'g' || conv == 'G') {
     const double d = v.as_float();
-    char buf[512];
-    std::snprintf(buf, sizeof buf, (std::string("%") + (alt ? "#" : "") + "." + std::to_string(precision < 0 ? 6 : std::min(precision, 300)) + conv).c_str(),
-                  std::fabs(d));
-    body = buf;
+    const int prec = precision < 0 ? 6 : std::min(precision, 300);
+    body = format_double(std::string("%") + (alt ? "#" : "") + "." + std::to_string(prec) + conv, std::fabs(d));
     if (std::signbit(d) && !std::isnan(d)) sign = "-";
   } else {
-    const int64_t n = v.is_float() ? static_cast<int64_t>(std::trunc(v.as_float())) : v.as_int();
-    uint64_t u = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
     const int base = (conv == 'x' || conv == 'X') ? 16 : conv == 'o' ? 8 : 10;
-    const char* digits = conv == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
-    do {
-      body.insert(body.begin(), digits[u % base]);
-      u /= base;
-    } while (u);
+    bool negative = false;
+    if (v.is_float()) {
+      // Python converts with int(): exact however large; int64 holds |d| < 2**63.
+      const double d = std::trunc(v.as_float());
+      if (std::isnan(d)) raise("ValueError", "cannot convert float NaN to integer");
+      if (std::isinf(d)) raise("OverflowError", "cannot convert float infinity to integer");
+      negative = d < 0;
+      if (std::fabs(d) < 9223372036854775808.0) {
+        const int64_t n = static_cast<int64_t>(d);
+        body = int_digits(n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n), base, conv == 'X');
+      } else if (base == 10) {
+        body = format_double("%.0f", std::fabs(d));  // glibc prints a double's exact integer value
+      } else {
+        raise_int_overflow(std::string("%") + conv + " of a float");
+      }
+    } else {
+      const int64_t n = v.as_int();
+      negative = n < 0;
+      body = int_digits(n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n), base, conv == 'X');
+    }
     if (precision > static_cast<int>(body.size())) body.insert(0, static_cast<size_t>(precision) - body.size(), '0');
     if (alt && base != 10) body.insert(0, conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X");
-    if (n < 0) sign = "-";
+    if (negative) sign = "-";
   }
   if (sign.empty()) sign = plus ? "+" : space ? " " : "";
   const int len = static_cast<int>(sign.size() + body.size());
@@ -765,6 +805,7 @@ std::string percent_format(Interpreter& in, std::string_view fmt, const Value& a
       }
       case 'c': {
         if (v.is_integral()) {
+          if (v.as_int() < 0 || v.as_int() > 0x10FFFF) raise("OverflowError", "%c arg not in range(0x110000)");
           text::append_utf8(piece, static_cast<char32_t>(v.as_int()));
         } else if (v.is_string() && text::length(v.str()) == 1) {
           piece = v.str();
@@ -813,7 +854,7 @@ std::string apply_format_spec(const Value& v, std::string_view spec) {
   int64_t width = 0;
   while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') width = std::min<int64_t>(width * 10 + (spec[i++] - '0'), INT32_MAX);
   if (static_cast<size_t>(width) > active_limits().max_bytes)
-    raise_size_limit("a formatted field of bytes", static_cast<size_t>(width), active_limits().max_bytes);
+    raise_size_limit("formatted field", "bytes", static_cast<size_t>(width), active_limits().max_bytes);
   bool comma = false;
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_')) comma = true, ++i;
   int precision = -1;
@@ -833,35 +874,26 @@ std::string apply_format_spec(const Value& v, std::string_view spec) {
     if (!align) align = '<';
   } else {
     numeric = true;
-    char buf[512];
     if (type == 'd' || (!type && v.is_integral() && precision < 0)) {
       if (!v.is_integral()) raise("ValueError", "Unknown format code 'd' for object of type 'float'");
       body = std::to_string(v.as_int());
     } else if (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == 'g' || type == 'G' || type == '%') {
       double d = v.as_float();
       if (type == '%') d *= 100;
-      std::snprintf(buf, sizeof buf, (std::string("%.") + std::to_string(precision < 0 ? 6 : precision) + (type == '%' ? 'f' : type)).c_str(), d);
-      body = buf;
+      body = format_double("%." + std::to_string(precision < 0 ? 6 : precision) + (type == '%' ? 'f' : type), d);
       if (type == '%') body += "%";
     } else if (!type) {
       if (precision >= 0) {
-        std::snprintf(buf, sizeof buf, (std::string("%.") + std::to_string(precision) + "g").c_str(), v.as_float());
-        body = buf;
+        body = format_double("%." + std::to_string(precision) + "g", v.as_float());
       } else {
         body = to_str(v.is_bool() ? Value::integer(v.as_int()) : v);
       }
     } else if (type == 'x' || type == 'X' || type == 'o' || type == 'b') {
       if (!v.is_integral()) raise("ValueError", std::string("Unknown format code '") + type + "' for object of type 'float'");
-      int64_t n = v.as_int();
-      const bool neg = n < 0;
-      uint64_t u = neg ? static_cast<uint64_t>(-n) : static_cast<uint64_t>(n);
-      const int base = type == 'o' ? 8 : type == 'b' ? 2 : 16;
-      const char* digits = type == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
-      do {
-        body.insert(body.begin(), digits[u % base]);
-        u /= base;
-      } while (u);
-      if (neg) body.insert(body.begin(), '-');
+      const int64_t n = v.as_int();
+      const uint64_t magnitude = n < 0 ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+      body = int_digits(magnitude, type == 'o' ? 8 : type == 'b' ? 2 : 16, type == 'X');
+      if (n < 0) body.insert(body.begin(), '-');
     } else {
       raise("ValueError", std::string("Unknown format code '") + type + "'");
     }
@@ -992,7 +1024,7 @@ std::vector<Value> iter_for_filter(const Value& v) {
 Value f_abs(Interpreter&, const Value& v, CallArgs& a) {
   ArgBinder("abs", a, {});
   if (v.is_integral()) {
-    if (v.as_int() == INT64_MIN) raise("OverflowError", "integer result too large");
+    if (v.as_int() == INT64_MIN) raise_int_overflow("abs");
     return Value::integer(std::abs(v.as_int()));
   }
   if (v.is_float()) return Value::number(std::fabs(v.as_float()));
@@ -1140,7 +1172,10 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
     indention.assign(static_cast<size_t>(std::max<int64_t>(0, checked_size_arg(in, width.as_int()))), ' ');
   }
   const std::string s = soft_str(v) + "\n";
-  const std::vector<std::string> lines = text::splitlines(s, false);
+  const std::vector<std::string> lines = text::splitlines(s, false, in.options().limits.max_items);
+  in.check_items(lines.size());
+  // Every line may get the indention: check that bound before building.
+  in.check_string(s.size() + mul_sat(indention.size(), lines.size() + 1));
   std::string rv;
   if (b.get_bool(2, false)) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -1200,14 +1235,15 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
     out += x.is_string() ? x.str() : to_str(x);
     in.check_string(out.size());
   }
-  in.step(out.size() / 256 + i / 16);
+  charge_bytes(out.size());
+  charge_items(i);
   return Value::string(std::move(out));
 }
 
 Value f_list(Interpreter& in, const Value& v, CallArgs& a) {
   ArgBinder("list", a, {});
   std::vector<Value> items = iter_for_filter(v);
-  in.step(items.size() / 16);
+  charge_items(items.size());
   return Value::list(std::move(items));
 }
 
@@ -1499,7 +1535,9 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
   if (len < end_len) raise("AssertionError", "expected length >= " + std::to_string(end_len) + ", got " + std::to_string(len));
   if (leeway < 0) raise("AssertionError", "expected leeway >= 0, got " + std::to_string(leeway));
   const std::string s = soft_str(v);
-  if (static_cast<int64_t>(text::length(s)) <= len + leeway) return v.is_string() ? v : Value::string(s);
+  int64_t room = 0;  // len + leeway; both are >= 0, so only INT64_MAX can be exceeded
+  if (__builtin_add_overflow(len, leeway, &room)) room = INT64_MAX;
+  if (static_cast<int64_t>(text::length(s)) <= room) return v.is_string() ? v : Value::string(s);
   const std::string head = text::substr_cp(s, 0, static_cast<size_t>(len - end_len));
   if (b.get_bool(1, false)) return Value::string(head + end);
   const size_t sp = head.rfind(' ');
@@ -1516,7 +1554,8 @@ Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
     if (!cs) key = ignore_case(key);
     if ((key.is_list() && key.seq_kind() != SeqKind::Tuple) || key.is_dict())
       raise("TypeError", "unhashable type: '" + type_name(key) + "'");
-    in.step(1 + seen.size() / 16);
+    in.step();
+    charge_items(seen.size());  // a linear search of what was kept
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
       seen.push_back(std::move(key));
       out.push_back(item);
@@ -1647,7 +1686,7 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
 
 constexpr int64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
 
-Value g_range(Interpreter& in, CallArgs& a) {
+Value g_range(Interpreter&, CallArgs& a) {
   if (!a.kwargs.empty()) raise("TypeError", "range() takes no keyword arguments");
   if (a.args.empty() || a.args.size() > 3)
     raise("TypeError", "range expected at least 1 argument, got " + std::to_string(a.args.size()));
@@ -1667,19 +1706,23 @@ Value g_range(Interpreter& in, CallArgs& a) {
     if (a.args.size() == 3) stp = p[2];
   }
   if (stp == 0) raise("ValueError", "range() arg 3 must not be zero");
-  int64_t count = 0;
-  if (stp > 0 && start < stop) count = (stop - start + stp - 1) / stp;
-  if (stp < 0 && start > stop) count = (start - stop - stp - 1) / -stp;
+  // In uint64, where the distance between any two int64 fits and wraps are defined.
+  uint64_t count = 0;
+  const uint64_t magnitude = stp > 0 ? static_cast<uint64_t>(stp) : 0 - static_cast<uint64_t>(stp);
+  if (stp > 0 && start < stop) count = (static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) - 1) / magnitude + 1;
+  if (stp < 0 && start > stop) count = (static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) - 1) / magnitude + 1;
   if (count > kMaxRange)
     raise("OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-  in.step(static_cast<uint64_t>(count) / 16);
   auto data = std::make_shared<ListData>();
   data->kind = SeqKind::Range;
   data->range_start = start;
   data->range_stop = stop;
   data->range_step = stp;
-  data->items.reserve(static_cast<size_t>(count));
-  for (int64_t i = 0, x = start; i < count; ++i, x += stp) data->items.push_back(Value::integer(x));
+  data->items.reserve(count);
+  // Every element lies between start and stop; only the step past the last one could overflow.
+  uint64_t x = static_cast<uint64_t>(start);
+  for (uint64_t i = 0; i < count; ++i, x += static_cast<uint64_t>(stp))
+    data->items.push_back(Value::integer(static_cast<int64_t>(x)));
   return Value::list(std::move(data));
 }
 
@@ -1751,6 +1794,7 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& input, C
   auto it = filters().find(name);
   if (it == filters().end()) raise("TemplateRuntimeError", "No filter named " + text::py_repr(name) + ".");
   in.step();
+  charge_scan(input);
   return it->second(in, input, args);
 }
 
@@ -1758,6 +1802,7 @@ bool apply_test(Interpreter& in, std::string_view name, const Value& input, Call
   auto it = tests().find(name);
   if (it == tests().end()) raise("TemplateRuntimeError", "No test named " + text::py_repr(name) + ".");
   in.step();
+  charge_scan(input);
   return it->second(in, input, args);
 }
 

@@ -12,21 +12,9 @@ namespace pagellm::jinja {
 // ---- frames -------------------------------------------------------------------
 
 const Value* Frame::lookup(std::string_view name) const {
-  for (const Frame* f = this; f; f = f->parent_.get()) {
-    for (const auto& [k, v] : f->vars_)
-      if (k == name) return &v;
-  }
+  for (const Frame* f = this; f; f = f->parent_.get())
+    if (const Value* v = f->vars_.find(name)) return v;
   return nullptr;
-}
-
-void Frame::set(std::string_view name, Value v) {
-  for (auto& [k, old] : vars_) {
-    if (k == name) {
-      old = std::move(v);
-      return;
-    }
-  }
-  vars_.emplace_back(std::string(name), std::move(v));
 }
 
 namespace {
@@ -53,6 +41,9 @@ Value missing_element(const Value& obj, const Value& key) {
 // Python's slice index adjustment for a sequence of `len` elements.
 struct SliceRange {
   int64_t start, stop, step, count;
+  // The i-th index taken, i < count: within the sequence, where stepping on
+  // past the last one (start + count * step) could overflow.
+  size_t at(int64_t i) const { return static_cast<size_t>(start + i * step); }
 };
 SliceRange adjust_slice(int64_t len, const Value& start, const Value& stop, const Value& step) {
   auto as_index = [](const Value& v) -> std::optional<int64_t> {
@@ -76,35 +67,39 @@ SliceRange adjust_slice(int64_t len, const Value& start, const Value& stop, cons
   };
   const int64_t b = clamp(as_index(start), st > 0 ? 0 : len - 1);
   const int64_t e = clamp(as_index(stop), st > 0 ? len : -1);
+  // ceil(distance / |step|) without forming distance + |step| (or -INT64_MIN).
   int64_t count = 0;
-  if (st > 0 && b < e) count = (e - b + st - 1) / st;
-  if (st < 0 && b > e) count = (b - e + (-st) - 1) / (-st);
+  if (st > 0 && b < e) count = (e - b - 1) / st + 1;
+  if (st < 0 && b > e) {
+    const uint64_t magnitude = 0 - static_cast<uint64_t>(st);
+    count = static_cast<int64_t>((static_cast<uint64_t>(b - e) - 1) / magnitude + 1);
+  }
   return {b, e, st, count};
 }
 
 // Integer arithmetic with Python results; int64 overflow is reported
 // instead of growing into a big integer.
-int64_t checked(bool overflow, int64_t v) {
-  if (overflow) raise("OverflowError", "integer result too large");
+int64_t checked(bool overflow, int64_t v, const char* op) {
+  if (overflow) raise_int_overflow(op);
   return v;
 }
 
 Value repeat(Interpreter& in, const Value& seq, int64_t n) {
-  if (n <= 0) return seq.is_string() ? Value::string("", seq.is_safe()) : Value::list({}, seq.seq_kind());
+  const size_t size = seq.is_string() ? seq.str().size() : seq.items().size();
+  // An empty sequence stays empty however large n is: no loop of n steps.
+  if (n <= 0 || size == 0) return seq.is_string() ? Value::string("", seq.is_safe()) : Value::list({}, seq.seq_kind());
+  const size_t total = mul_sat(size, static_cast<uint64_t>(n));
   if (seq.is_string()) {
-    const std::string& s = seq.str();
-    if (!s.empty()) in.check_string(s.size() * static_cast<size_t>(std::min<int64_t>(n, INT32_MAX)));
+    in.check_string(total);
     std::string out;
-    out.reserve(s.size() * static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) out += s;
-    in.step(out.size() / 256);
+    out.reserve(total);
+    for (int64_t i = 0; i < n; ++i) out += seq.str();
     return Value::string(std::move(out), seq.is_safe());
   }
-  const auto& items = seq.items();
-  if (!items.empty()) in.check_items(items.size() * static_cast<size_t>(std::min<int64_t>(n, INT32_MAX)));
+  in.check_items(total);
   std::vector<Value> out;
-  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
-  in.step(out.size() / 16);
+  out.reserve(total);
+  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
   return Value::list(std::move(out), seq.seq_kind());
 }
 
@@ -147,7 +142,7 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (ints) {
         int64_t r = 0;
         const bool overflow = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
-        return Value::integer(checked(overflow, r));
+        return Value::integer(checked(overflow, r, "+"));
       }
       if (nums) return Value::number(a.as_float() + b.as_float());
       if (a.is_string() && b.is_string()) {
@@ -163,7 +158,6 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
           (a.seq_kind() == SeqKind::List || a.seq_kind() == SeqKind::Tuple)) {
         in.check_items(a.items().size() + b.items().size());
-        in.step((a.items().size() + b.items().size()) / 16);
         std::vector<Value> out = a.items();
         out.insert(out.end(), b.items().begin(), b.items().end());
         return Value::list(std::move(out), a.seq_kind());
@@ -177,7 +171,7 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (ints) {
         int64_t r = 0;
         const bool overflow = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
-        return Value::integer(checked(overflow, r));
+        return Value::integer(checked(overflow, r, "-"));
       }
       if (nums) return Value::number(a.as_float() - b.as_float());
       unsupported("-", a, b);
@@ -185,7 +179,7 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (ints) {
         int64_t r = 0;
         const bool overflow = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
-        return Value::integer(checked(overflow, r));
+        return Value::integer(checked(overflow, r, "*"));
       }
       if (nums) return Value::number(a.as_float() * b.as_float());
       if ((a.is_string() || a.is_list()) && b.is_integral()) {
@@ -209,7 +203,7 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (ints) {
         const int64_t x = a.as_int(), y = b.as_int();
         if (y == 0) raise("ZeroDivisionError", "integer division or modulo by zero");
-        if (x == std::numeric_limits<int64_t>::min() && y == -1) checked(true, 0);
+        if (x == std::numeric_limits<int64_t>::min() && y == -1) raise_int_overflow("//");
         int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
         return Value::integer(q);
@@ -232,9 +226,9 @@ Value binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
       if (ints && b.as_int() >= 0) {
         int64_t base = a.as_int(), e = b.as_int(), r = 1;
         while (e > 0) {
-          if (e & 1) checked(__builtin_mul_overflow(r, base, &r), 0);
+          if (e & 1) checked(__builtin_mul_overflow(r, base, &r), 0, "**");
           e >>= 1;
-          if (e > 0) checked(__builtin_mul_overflow(base, base, &base), 0);
+          if (e > 0) checked(__builtin_mul_overflow(base, base, &base), 0, "**");
         }
         return Value::integer(r);
       }
@@ -336,31 +330,50 @@ Interpreter::~Interpreter() {
   for (auto& o : objects_) o->clear();
 }
 
-void Interpreter::step_limit_exceeded() const {
-  raise("ResourceLimitError", "template exceeded its work limit of " + std::to_string(opts_.limits.max_steps) +
-                                  " steps (infinite or huge loop?)");
+Interpreter::DepthScope::DepthScope(Interpreter& in) : in_(in) {
+  if (++in_.eval_depth_ > in_.opts_.limits.max_eval_depth) {
+    --in_.eval_depth_;
+    raise("RecursionError", "template evaluation nests deeper than the limit of " +
+                                std::to_string(in_.opts_.limits.max_eval_depth) + " levels (recursive macros?)");
+  }
+}
+
+Interpreter::CallScope::CallScope(Interpreter& in, const std::string* macro) : in_(in) {
+  if (++in_.call_depth_ > in_.opts_.limits.max_call_depth) {
+    --in_.call_depth_;
+    raise("RecursionError", "template calls nest deeper than the limit of " +
+                                std::to_string(in_.opts_.limits.max_call_depth) + " (" +
+                                (macro ? "macro " + text::py_repr(*macro) : std::string("recursive loop")) + ")");
+  }
 }
 
 void Interpreter::check_string(size_t bytes) const {
   if (bytes > opts_.limits.max_string_bytes)
-    raise("ResourceLimitError", "template produced a string of " + std::to_string(bytes) + " bytes (limit " +
-                                    std::to_string(opts_.limits.max_string_bytes) + ")");
+    raise_size_limit("string", "bytes", bytes, opts_.limits.max_string_bytes);
 }
 
 void Interpreter::check_items(size_t count) const {
-  if (count > opts_.limits.max_items)
-    raise("ResourceLimitError", "template built a list of " + std::to_string(count) + " items (limit " +
-                                    std::to_string(opts_.limits.max_items) + ")");
+  if (count > opts_.limits.max_items) raise_size_limit("list", "items", count, opts_.limits.max_items);
+}
+
+void Interpreter::count_iteration() {
+  step();
+  if (++loop_iterations_ > opts_.limits.max_loop_iterations)
+    raise("ResourceLimitError",
+          "template loop iterations exceed the limit of " + std::to_string(opts_.limits.max_loop_iterations));
 }
 
 void Interpreter::write(std::string_view s) {
-  check_string(out_->size() + s.size());
-  step(s.size() / 256);
+  const size_t size = out_->size() + s.size();
+  if (out_ == root_out_ && size > opts_.limits.max_output_bytes)
+    raise_size_limit("output", "bytes", size, opts_.limits.max_output_bytes);
+  check_string(size);
+  charge_bytes(s.size());
   out_->append(s);
 }
 
 std::string Interpreter::render(const Body& body, const Value& context) {
-  LimitScope limits(opts_.limits.max_string_bytes, opts_.limits.max_items);
+  LimitScope limits(opts_.limits.max_string_bytes, opts_.limits.max_items, opts_.limits.max_steps);
   auto root = std::make_shared<Frame>(globals_frame());
   if (context.is_dict()) {
     for (const auto& [k, v] : context.dict().items)
@@ -369,6 +382,7 @@ std::string Interpreter::render(const Body& body, const Value& context) {
   closure_frames_.push_back(root);
   std::string out;
   out_ = &out;
+  root_out_ = &out;
   exec_body(body, root);
   return out;
 }
@@ -397,6 +411,7 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const FramePtr& f) {
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& f) {
   step();
+  DepthScope depth(*this);
   try {
     switch (s.kind) {
       case StmtKind::Output: {
@@ -487,11 +502,10 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s, const FramePtr& f, con
   if (iterable.is_undefined() && iterable.undefined_data() && iterable.undefined_data()->security)
     raise_undefined(iterable);
   std::vector<Value> all = iterate(iterable);
-  step(all.size() / 16);
   auto items = std::make_shared<std::vector<Value>>();
   if (s.filter) {
     for (Value& item : all) {
-      step();
+      count_iteration();
       auto tmp = std::make_shared<Frame>(f);
       assign(*s.target, item, *tmp);
       if (truthy(eval(*s.filter, *tmp))) items->push_back(std::move(item));
@@ -504,7 +518,7 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s, const FramePtr& f, con
   track(loop);
   const Value loop_value = Value::object(loop);
   for (size_t i = 0; i < items->size(); ++i) {
-    step();
+    count_iteration();
     loop->index0 = i;
     auto iter_frame = std::make_shared<Frame>(f);
     assign(*s.target, (*items)[i], *iter_frame);
@@ -515,10 +529,7 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& s, const FramePtr& f, con
 }
 
 std::string Interpreter::render_for_loop(const ForStmt& s, const FramePtr& f, const Value& iterable, int depth) {
-  if (++call_depth_ > opts_.limits.max_call_depth) {
-    --call_depth_;
-    raise("RecursionError", "maximum recursion depth exceeded in recursive loop");
-  }
+  CallScope call(*this, nullptr);
   std::string buf;
   std::string* saved = out_;
   out_ = &buf;
@@ -526,11 +537,9 @@ std::string Interpreter::render_for_loop(const ForStmt& s, const FramePtr& f, co
     exec_for(s, f, iterable, depth);
   } catch (...) {
     out_ = saved;
-    --call_depth_;
     throw;
   }
   out_ = saved;
-  --call_depth_;
   return buf;
 }
 
@@ -570,9 +579,7 @@ Value Interpreter::make_macro(const MacroStmt& m, const FramePtr& closure) {
 
 Value Interpreter::call_macro(const MacroStmt& m, const FramePtr& closure, CallArgs& args) {
   step();
-  if (call_depth_ + 1 > opts_.limits.max_call_depth)
-    raise("RecursionError", "maximum recursion depth exceeded (macro " + text::py_repr(m.name) + " nested more than " +
-                                std::to_string(opts_.limits.max_call_depth) + " calls deep)");
+  CallScope call(*this, &m.name);
   const size_t n = m.params.size();
   std::vector<std::optional<Value>> bound(n);
   for (size_t i = 0; i < n && i < args.args.size(); ++i) bound[i] = args.args[i];
@@ -639,19 +646,11 @@ Value Interpreter::call_macro(const MacroStmt& m, const FramePtr& closure, CallA
   if (kwargs_value) frame->set("kwargs", *kwargs_value);
   if (varargs) frame->set("varargs", *varargs);
 
-  ++call_depth_;
-  std::string result;
-  try {
-    result = render_to_string(m.body, frame);
-  } catch (...) {
-    --call_depth_;
-    throw;
-  }
-  --call_depth_;
-  return Value::string(std::move(result));
+  return Value::string(render_to_string(m.body, frame));
 }
 
 Value Interpreter::apply_filter_chain(const Expr& filter, const Value& input, Frame& f) {
+  DepthScope depth(*this);
   const auto& fe = static_cast<const FilterExpr&>(filter);
   const Value in = fe.input ? apply_filter_chain(*fe.input, input, f) : input;
   CallArgs args = eval_args(fe.args, f);
@@ -700,6 +699,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
     case Value::Type::String:
       if (key.is_integral()) {
         const std::string& s = obj.str();
+        charge_bytes(s.size());  // code points are found by a scan
         const int64_t len = static_cast<int64_t>(text::length(s));
         int64_t i = key.as_int();
         if (i < 0) i += len;
@@ -739,26 +739,31 @@ Value Interpreter::eval_slice(const Value& obj, const SliceExpr& s, Frame& f) {
   const Value stop = s.stop ? eval(*s.stop, f) : Value::none();
   const Value stepv = s.step ? eval(*s.step, f) : Value::none();
   if (obj.is_string()) {
+    charge_bytes(obj.str().size());
     const std::u32string u = text::to_u32(obj.str());
     const SliceRange r = adjust_slice(static_cast<int64_t>(u.size()), start, stop, stepv);
     std::u32string out;
-    for (int64_t i = 0, p = r.start; i < r.count; ++i, p += r.step) out.push_back(u[static_cast<size_t>(p)]);
+    for (int64_t i = 0; i < r.count; ++i) out.push_back(u[r.at(i)]);
     return Value::string(text::to_utf8(out), obj.is_safe());
   }
   if (is_seq(obj)) {
     const auto& items = obj.items();
     const SliceRange r = adjust_slice(static_cast<int64_t>(items.size()), start, stop, stepv);
-    step(static_cast<uint64_t>(r.count) / 16);
     std::vector<Value> out;
     out.reserve(static_cast<size_t>(r.count));
-    for (int64_t i = 0, p = r.start; i < r.count; ++i, p += r.step) out.push_back(items[static_cast<size_t>(p)]);
+    for (int64_t i = 0; i < r.count; ++i) out.push_back(items[r.at(i)]);
     if (obj.seq_kind() != SeqKind::Range) return Value::list(std::move(out), obj.seq_kind());
+    // The bounds of the sliced range, for its repr, can leave int64 (Python's grow).
     const ListData& src = obj.list();
     auto data = std::make_shared<ListData>();
     data->kind = SeqKind::Range;
-    data->range_step = src.range_step * r.step;
-    data->range_start = src.range_start + r.start * src.range_step;
-    data->range_stop = src.range_start + r.stop * src.range_step;
+    int64_t start_off = 0, stop_off = 0;
+    if (__builtin_mul_overflow(src.range_step, r.step, &data->range_step) ||
+        __builtin_mul_overflow(r.start, src.range_step, &start_off) ||
+        __builtin_add_overflow(src.range_start, start_off, &data->range_start) ||
+        __builtin_mul_overflow(r.stop, src.range_step, &stop_off) ||
+        __builtin_add_overflow(src.range_start, stop_off, &data->range_stop))
+      raise_int_overflow("range slice");
     data->items = std::move(out);
     return Value::list(std::move(data));
   }
@@ -783,16 +788,23 @@ Value Interpreter::call(const Value& callee, CallArgs& args) {
 CallArgs Interpreter::eval_args(const CallArgsExpr& a, Frame& f) {
   CallArgs out;
   out.args.reserve(a.args.size());
-  for (const auto& x : a.args) out.args.push_back(eval(*x, f));
+  for (const auto& x : a.args) {
+    out.args.push_back(eval(*x, f));
+    charge_scan(out.args.back());  // the callee may scan it (e.g. 'a'.find(huge))
+  }
   if (a.dyn_args) {
     const Value extra = eval(*a.dyn_args, f);
     if (extra.is_undefined()) raise_undefined(extra);
     for (Value& v : iterate(extra)) out.args.push_back(std::move(v));
   }
-  for (const auto& [k, x] : a.kwargs) out.kwargs.emplace_back(k, eval(*x, f));
+  for (const auto& [k, x] : a.kwargs) {
+    out.kwargs.emplace_back(k, eval(*x, f));
+    charge_scan(out.kwargs.back().second);
+  }
   if (a.dyn_kwargs) {
     const Value extra = eval(*a.dyn_kwargs, f);
     if (!extra.is_dict()) raise("TypeError", "argument after ** must be a mapping, not " + type_name(extra));
+    charge_scan(extra);
     for (const auto& [k, v] : extra.dict().items) {
       if (!k.is_string()) raise("TypeError", "keywords must be strings");
       out.kwargs.emplace_back(k.str(), v);
@@ -843,6 +855,7 @@ Value Interpreter::eval_compare(const CompareExpr& c, Frame& f) {
 
 Value Interpreter::eval(const Expr& e, Frame& f) {
   step();
+  DepthScope depth(*this);
   switch (e.kind) {
     case ExprKind::Const: return static_cast<const ConstExpr&>(e).value;
     case ExprKind::Name: {
@@ -898,7 +911,7 @@ Value Interpreter::eval(const Expr& e, Frame& f) {
       if (v.is_undefined()) raise_undefined(v);
       const bool neg = e.kind == ExprKind::Neg;
       if (v.is_integral()) {
-        if (neg && v.as_int() == std::numeric_limits<int64_t>::min()) checked(true, 0);
+        if (neg && v.as_int() == std::numeric_limits<int64_t>::min()) raise_int_overflow("unary -");
         return Value::integer(neg ? -v.as_int() : v.as_int());
       }
       if (v.is_float()) return Value::number(neg ? -v.as_float() : v.as_float());
@@ -947,7 +960,7 @@ Value Interpreter::eval(const Expr& e, Frame& f) {
 
 // ---- Template -----------------------------------------------------------------------
 
-Template::Template(std::string_view source) : body_(parse_template(source)) {}
+Template::Template(std::string_view source, const Limits& limits) : body_(parse_template(source, limits)) {}
 
 std::string Template::render(const Value& context, const RenderOptions& options) const {
   Interpreter in(options);

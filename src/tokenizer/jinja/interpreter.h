@@ -20,12 +20,12 @@ class Frame {
  public:
   explicit Frame(std::shared_ptr<Frame> parent) : parent_(std::move(parent)) {}
   const Value* lookup(std::string_view name) const;
-  void set(std::string_view name, Value v);
+  void set(std::string_view name, Value v) { vars_.set(name, std::move(v)); }
   void clear() { vars_.clear(); }
 
  private:
   std::shared_ptr<Frame> parent_;
-  std::vector<std::pair<std::string, Value>> vars_;
+  NameTable vars_;
 };
 using FramePtr = std::shared_ptr<Frame>;
 
@@ -40,11 +40,8 @@ class Interpreter {
 
   // ---- services for builtins -------------------------------------------------
   const RenderOptions& options() const { return opts_; }
-  // Counts work against Limits::max_steps.
-  void step(uint64_t n = 1) {
-    steps_ += n;
-    if (steps_ > opts_.limits.max_steps) step_limit_exceeded();
-  }
+  // Counts work against Limits::max_steps (see charge()).
+  void step(uint64_t n = 1) { charge(n); }
   void check_string(size_t bytes) const;  // a string about to be built
   void check_items(size_t count) const;   // a list about to be built
   Value call(const Value& callee, CallArgs& args);
@@ -63,14 +60,40 @@ class Interpreter {
   enum class Flow { Normal, Break, Continue };
   friend class LoopObject;
 
+  // One level of evaluation (a statement, expression or filter link being
+  // run) against Limits::max_eval_depth: the interpreter's recursion depth.
+  class DepthScope {
+   public:
+    explicit DepthScope(Interpreter& in);
+    ~DepthScope() { --in_.eval_depth_; }
+    DepthScope(const DepthScope&) = delete;
+    DepthScope& operator=(const DepthScope&) = delete;
+
+   private:
+    Interpreter& in_;
+  };
+  // A macro call (macro: its name) or recursive loop (null), against Limits::max_call_depth.
+  class CallScope {
+   public:
+    CallScope(Interpreter& in, const std::string* macro);
+    ~CallScope() { --in_.call_depth_; }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    Interpreter& in_;
+  };
+
   RenderOptions opts_;
-  uint64_t steps_ = 0;
+  int eval_depth_ = 0;
   int call_depth_ = 0;
+  uint64_t loop_iterations_ = 0;
   std::string* out_ = nullptr;
+  const std::string* root_out_ = nullptr;  // the render's output (out_ while not in a macro or block)
   std::vector<std::shared_ptr<Object>> objects_;
   std::vector<FramePtr> closure_frames_;  // frames macros captured (cycles to break)
 
-  [[noreturn]] void step_limit_exceeded() const;
+  void count_iteration();
   void write(std::string_view s);
 
   Flow exec_body(const Body& body, const FramePtr& f);

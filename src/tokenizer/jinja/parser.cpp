@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "tokenizer/jinja/builtins.h"
@@ -10,97 +11,13 @@ namespace pagellm::jinja {
 namespace {
 
 // Calls fn for every name an expression or statement reads.
-void visit_loaded_names(const Expr* e, const std::function<void(const std::string&)>& fn);
-void visit_loaded_names(const Body& body, const std::function<void(const std::string&)>& fn);
-
-void visit_args(const CallArgsExpr& a, const std::function<void(const std::string&)>& fn) {
-  for (const auto& x : a.args) visit_loaded_names(x.get(), fn);
-  for (const auto& [k, x] : a.kwargs) visit_loaded_names(x.get(), fn);
-  visit_loaded_names(a.dyn_args.get(), fn);
-  visit_loaded_names(a.dyn_kwargs.get(), fn);
-}
-
 void visit_loaded_names(const Expr* e, const std::function<void(const std::string&)>& fn) {
   if (!e) return;
-  switch (e->kind) {
-    case ExprKind::Name: fn(static_cast<const NameExpr*>(e)->name); return;
-    case ExprKind::List:
-    case ExprKind::Tuple:
-      for (const auto& x : static_cast<const SeqExpr*>(e)->items) visit_loaded_names(x.get(), fn);
-      return;
-    case ExprKind::Dict:
-      for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
-        visit_loaded_names(k.get(), fn);
-        visit_loaded_names(v.get(), fn);
-      }
-      return;
-    case ExprKind::GetAttr: visit_loaded_names(static_cast<const GetAttrExpr*>(e)->object.get(), fn); return;
-    case ExprKind::GetItem: {
-      auto* g = static_cast<const GetItemExpr*>(e);
-      visit_loaded_names(g->object.get(), fn);
-      visit_loaded_names(g->key.get(), fn);
-      return;
-    }
-    case ExprKind::Slice: {
-      auto* s = static_cast<const SliceExpr*>(e);
-      visit_loaded_names(s->start.get(), fn);
-      visit_loaded_names(s->stop.get(), fn);
-      visit_loaded_names(s->step.get(), fn);
-      return;
-    }
-    case ExprKind::Call: {
-      auto* c = static_cast<const CallExpr*>(e);
-      visit_loaded_names(c->callee.get(), fn);
-      visit_args(c->args, fn);
-      return;
-    }
-    case ExprKind::Filter: {
-      auto* f = static_cast<const FilterExpr*>(e);
-      visit_loaded_names(f->input.get(), fn);
-      visit_args(f->args, fn);
-      return;
-    }
-    case ExprKind::Test: {
-      auto* t = static_cast<const TestExpr*>(e);
-      visit_loaded_names(t->input.get(), fn);
-      visit_args(t->args, fn);
-      return;
-    }
-    case ExprKind::Neg:
-    case ExprKind::Pos:
-    case ExprKind::Not: visit_loaded_names(static_cast<const UnaryExpr*>(e)->operand.get(), fn); return;
-    case ExprKind::Binary: {
-      auto* b = static_cast<const BinaryExpr*>(e);
-      visit_loaded_names(b->left.get(), fn);
-      visit_loaded_names(b->right.get(), fn);
-      return;
-    }
-    case ExprKind::And:
-    case ExprKind::Or: {
-      auto* b = static_cast<const LogicalExpr*>(e);
-      visit_loaded_names(b->left.get(), fn);
-      visit_loaded_names(b->right.get(), fn);
-      return;
-    }
-    case ExprKind::Compare: {
-      auto* c = static_cast<const CompareExpr*>(e);
-      visit_loaded_names(c->first.get(), fn);
-      for (const auto& [op, x] : c->ops) visit_loaded_names(x.get(), fn);
-      return;
-    }
-    case ExprKind::Concat:
-      for (const auto& x : static_cast<const ConcatExpr*>(e)->items) visit_loaded_names(x.get(), fn);
-      return;
-    case ExprKind::Cond: {
-      auto* c = static_cast<const CondExpr*>(e);
-      visit_loaded_names(c->test.get(), fn);
-      visit_loaded_names(c->then_expr.get(), fn);
-      visit_loaded_names(c->else_expr.get(), fn);
-      return;
-    }
-    case ExprKind::Const:
-    case ExprKind::NSRef: return;
+  if (e->kind == ExprKind::Name) {
+    fn(static_cast<const NameExpr*>(e)->name);
+    return;
   }
+  for_each_child(*e, [&](const Expr& child) { visit_loaded_names(&child, fn); });
 }
 
 void visit_loaded_names(const Body& body, const std::function<void(const std::string&)>& fn) {
@@ -169,7 +86,7 @@ std::unique_ptr<T> node_at(const Token& t, std::unique_ptr<T> n) {
 
 class Parser {
  public:
-  explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
+  Parser(std::vector<Token> tokens, const Limits& limits) : toks_(std::move(tokens)), limits_(limits) {}
 
   Body parse() {
     Body body = subparse({});
@@ -179,18 +96,37 @@ class Parser {
 
  private:
   std::vector<Token> toks_;
+  const Limits& limits_;
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
   std::vector<std::string> tag_stack_;
 
+  // One level of source nesting (a block, bracket or unary operator), which
+  // the parser recurses into.
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& parser) : p(parser) {
-      if (++p.depth_ > kMaxParseDepth) p.fail("template nesting too deep (limit " + std::to_string(kMaxParseDepth) + ")");
+      if (++p.depth_ > p.limits_.max_nesting) {
+        --p.depth_;
+        p.fail("template nesting exceeds the limit of " + std::to_string(p.limits_.max_nesting) + " levels");
+      }
     }
     ~DepthGuard() { --p.depth_; }
   };
+
+  // Records the depth of a node whose children are attached. Checked as each
+  // node is finished, so no tree deeper than the limit is ever built.
+  template <class T>
+  std::unique_ptr<T> seal(std::unique_ptr<T> n) const {
+    uint32_t d = 0;
+    for_each_child(*n, [&](const Expr& c) { d = std::max(d, c.depth); });
+    n->depth = d + 1;
+    if (n->depth > static_cast<uint32_t>(std::max(limits_.max_expr_depth, 1)))
+      fail_at_node(*n, "expression nesting exceeds the limit of " + std::to_string(limits_.max_expr_depth) +
+                           " levels (each link of a chain such as a.b.c, x|f|g or 1 + 2 + 3 is a level)");
+    return n;
+  }
 
   const Token& cur() const { return toks_[pos_]; }
   const Token& look() const { return toks_[std::min(pos_ + 1, toks_.size() - 1)]; }
@@ -214,6 +150,7 @@ class Parser {
 
   [[noreturn]] void fail(const std::string& msg) const { fail_at(cur(), msg); }
   [[noreturn]] static void fail_at(const Token& t, const std::string& msg) { throw SyntaxError(msg, t.line, t.col); }
+  [[noreturn]] static void fail_at_node(const Node& n, const std::string& msg) { throw SyntaxError(msg, n.line, n.col); }
 
   bool skip_op(std::string_view op) {
     if (!cur().is_op(op)) return false;
@@ -533,21 +470,23 @@ class Parser {
     }
     auto t = node_at(start, std::make_unique<SeqExpr>(ExprKind::Tuple));
     t->items = std::move(args);
-    return t;
+    return seal(std::move(t));
   }
 
   ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
 
   ExprPtr parse_condexpr() {
-    DepthGuard guard(*this);
     const Token* start = &cur();
     ExprPtr expr1 = parse_or();
     while (skip_name("if")) {
       auto c = node_at(*start, std::make_unique<CondExpr>());
       c->test = parse_or();
-      if (skip_name("else")) c->else_expr = parse_condexpr();
+      if (skip_name("else")) {
+        DepthGuard guard(*this);
+        c->else_expr = parse_condexpr();
+      }
       c->then_expr = std::move(expr1);
-      expr1 = std::move(c);
+      expr1 = seal(std::move(c));
       start = &cur();
     }
     return expr1;
@@ -560,7 +499,7 @@ class Parser {
       auto n = node_at(start, std::make_unique<LogicalExpr>(ExprKind::Or));
       n->left = std::move(left);
       n->right = parse_and();
-      left = std::move(n);
+      left = seal(std::move(n));
     }
     return left;
   }
@@ -572,7 +511,7 @@ class Parser {
       auto n = node_at(start, std::make_unique<LogicalExpr>(ExprKind::And));
       n->left = std::move(left);
       n->right = parse_not();
-      left = std::move(n);
+      left = seal(std::move(n));
     }
     return left;
   }
@@ -583,7 +522,7 @@ class Parser {
       auto n = node_at(cur(), std::make_unique<UnaryExpr>(ExprKind::Not));
       next();
       n->operand = parse_not();
-      return n;
+      return seal(std::move(n));
     }
     return parse_compare();
   }
@@ -622,7 +561,7 @@ class Parser {
     auto c = node_at(start, std::make_unique<CompareExpr>());
     c->first = std::move(expr);
     c->ops = std::move(ops);
-    return c;
+    return seal(std::move(c));
   }
 
   ExprPtr binary(const Token& at, BinOp op, ExprPtr l, ExprPtr r) {
@@ -630,7 +569,7 @@ class Parser {
     b->op = op;
     b->left = std::move(l);
     b->right = std::move(r);
-    return b;
+    return seal(std::move(b));
   }
 
   ExprPtr parse_math1() {
@@ -650,7 +589,7 @@ class Parser {
     auto c = node_at(start, std::make_unique<ConcatExpr>());
     c->items.push_back(std::move(first));
     while (skip_op("~")) c->items.push_back(parse_math2());
-    return c;
+    return seal(std::move(c));
   }
 
   ExprPtr parse_math2() {
@@ -683,14 +622,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
-    DepthGuard guard(*this);
     const Token& start = cur();
     ExprPtr node;
     if (start.is_op("-") || start.is_op("+")) {
+      DepthGuard guard(*this);
       auto u = node_at(start, std::make_unique<UnaryExpr>(start.text == "-" ? ExprKind::Neg : ExprKind::Pos));
       next();
       u->operand = parse_unary(false);
-      node = std::move(u);
+      node = seal(std::move(u));
     } else {
       node = parse_primary(false);
     }
@@ -700,7 +639,6 @@ class Parser {
   }
 
   ExprPtr parse_primary(bool with_namespace) {
-    DepthGuard guard(*this);
     const Token& t = cur();
     if (t.type == Tok::Name) {
       next();
@@ -738,6 +676,7 @@ class Parser {
       c->value = t.type == Tok::Integer ? Value::integer(t.ival) : Value::number(t.fval);
       return c;
     }
+    DepthGuard guard(*this);
     if (t.is_op("(")) {
       next();
       ExprPtr e = parse_tuple(false, true, {}, false, true);
@@ -758,7 +697,7 @@ class Parser {
       l->items.push_back(parse_expression(true));
     }
     expect_op("]");
-    return l;
+    return seal(std::move(l));
   }
 
   ExprPtr parse_dict() {
@@ -772,7 +711,7 @@ class Parser {
       d->items.emplace_back(std::move(k), parse_expression(true));
     }
     expect_op("}");
-    return d;
+    return seal(std::move(d));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -810,7 +749,7 @@ class Parser {
         auto g = node_at(t, std::make_unique<GetAttrExpr>());
         g->object = std::move(node);
         g->attr = attr.text;
-        return g;
+        return seal(std::move(g));
       }
       if (attr.type != Tok::Integer) fail_at(attr, "expected name or number");
       auto key = node_at(attr, std::make_unique<ConstExpr>());
@@ -818,8 +757,9 @@ class Parser {
       auto g = node_at(t, std::make_unique<GetItemExpr>());
       g->object = std::move(node);
       g->key = std::move(key);
-      return g;
+      return seal(std::move(g));
     }
+    DepthGuard guard(*this);
     std::vector<ExprPtr> args;
     while (!cur().is_op("]")) {
       if (!args.empty()) expect_op(",");
@@ -833,9 +773,9 @@ class Parser {
     } else {
       auto tup = node_at(t, std::make_unique<SeqExpr>(ExprKind::Tuple));
       tup->items = std::move(args);
-      g->key = std::move(tup);
+      g->key = seal(std::move(tup));
     }
-    return g;
+    return seal(std::move(g));
   }
 
   ExprPtr parse_subscribed() {
@@ -854,10 +794,11 @@ class Parser {
       next();
       if (!cur().is_op("]") && !cur().is_op(",")) slice->step = parse_expression(true);
     }
-    return slice;
+    return seal(std::move(slice));
   }
 
   CallArgsExpr parse_call_args() {
+    DepthGuard guard(*this);
     const Token& open = expect_op("(");
     CallArgsExpr a;
     bool require_comma = false;
@@ -896,7 +837,7 @@ class Parser {
     auto c = node_at(cur(), std::make_unique<CallExpr>());
     c->callee = std::move(node);
     c->args = parse_call_args();
-    return c;
+    return seal(std::move(c));
   }
 
   std::string dotted_name() {
@@ -918,7 +859,7 @@ class Parser {
       if (!is_filter_name(f->name)) fail_at(t, "No filter named '" + f->name + "'.");
       if (cur().is_op("(")) f->args = parse_call_args();
       f->input = std::move(node);
-      node = std::move(f);
+      node = seal(std::move(f));
     }
     return node;
   }
@@ -940,15 +881,15 @@ class Parser {
       t->args.args.push_back(parse_postfix(parse_primary(false)));
     }
     t->input = std::move(node);
-    if (!negated) return t;
+    if (!negated) return seal(std::move(t));
     auto n = node_at(is_tok, std::make_unique<UnaryExpr>(ExprKind::Not));
-    n->operand = std::move(t);
-    return n;
+    n->operand = seal(std::move(t));
+    return seal(std::move(n));
   }
 };
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return Parser(tokenize(source)).parse(); }
+Body parse_template(std::string_view source, const Limits& limits) { return Parser(tokenize(source), limits).parse(); }
 
 }  // namespace pagellm::jinja

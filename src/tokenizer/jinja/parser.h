@@ -7,15 +7,15 @@
 #include <string_view>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/template.h"
 
 namespace pagellm::jinja {
 
-// Nesting of statements and expressions a template may use; deeper sources
-// are refused so that parsing and evaluation stay within the stack.
-inline constexpr int kMaxParseDepth = 100;
-
-// Throws SyntaxError (line, column) for malformed templates and for unknown
-// tags, filters and tests (jinja2 rejects those when compiling, too).
-Body parse_template(std::string_view source);
+// Throws SyntaxError (line, column) for malformed templates, for unknown
+// tags, filters and tests (jinja2 rejects those when compiling, too) and for
+// sources nested deeper than limits.max_nesting or with an expression deeper
+// than limits.max_expr_depth, so that parsing, evaluating and destroying the
+// tree stay within the stack.
+Body parse_template(std::string_view source, const Limits& limits);
 
 }  // namespace pagellm::jinja

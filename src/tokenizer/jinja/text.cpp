@@ -424,11 +424,12 @@ std::vector<std::string> rsplit(std::string_view s, const std::string* sep, int6
   return out;
 }
 
-std::vector<std::string> splitlines(std::string_view s, bool keepends) {
+std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts) {
   std::vector<std::string> out;
   const std::u32string u = to_u32(s);
   size_t start = 0;
   for (size_t i = 0; i < u.size(); ++i) {
+    if (out.size() > max_parts) return out;
     if (!is_linebreak(u[i])) continue;
     size_t end = i;
     if (u[i] == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;

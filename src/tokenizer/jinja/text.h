@@ -49,7 +49,8 @@ std::string strip(std::string_view s, const std::string* chars, bool left, bool 
 // str.split(sep, maxsplit) / str.rsplit; sep == nullptr splits on whitespace runs.
 std::vector<std::string> split(std::string_view s, const std::string* sep, int64_t maxsplit);
 std::vector<std::string> rsplit(std::string_view s, const std::string* sep, int64_t maxsplit);
-std::vector<std::string> splitlines(std::string_view s, bool keepends);
+// Stops after max_parts + 1 lines, so that callers bounding the count never build more.
+std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts = SIZE_MAX);
 
 // str.replace(old, new, count); count < 0 replaces all.
 std::string replace(std::string_view s, std::string_view old_s, std::string_view new_s, int64_t count);

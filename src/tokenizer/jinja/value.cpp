@@ -18,21 +18,47 @@ thread_local ActiveLimits g_limits;
 
 const ActiveLimits& active_limits() { return g_limits; }
 
-LimitScope::LimitScope(size_t max_bytes, size_t max_items) : saved_(g_limits) {
-  g_limits.max_bytes = max_bytes;
-  g_limits.max_items = max_items;
+LimitScope::LimitScope(size_t max_bytes, size_t max_items, uint64_t max_steps) : saved_(g_limits) {
+  g_limits = ActiveLimits{max_bytes, max_items, max_steps, 0};
 }
 
 LimitScope::~LimitScope() { g_limits = saved_; }
 
-void raise_size_limit(const char* what, size_t size, size_t limit) {
-  raise("ResourceLimitError", std::string("template built ") + what + " of " + std::to_string(size) + " (limit " +
-                                  std::to_string(limit) + ")");
+void charge(uint64_t n) {
+  g_limits.steps += n;
+  if (g_limits.steps > g_limits.max_steps) {
+    raise("ResourceLimitError", "template exceeded its work limit of " + std::to_string(g_limits.max_steps) +
+                                    " steps (infinite or huge loop?)");
+  }
+}
+
+void charge_scan(const Value& v) {
+  if (v.is_string()) {
+    charge_bytes(v.str().size());
+  } else if (v.is_list()) {
+    charge_items(v.items().size());
+  } else if (v.is_dict()) {
+    charge_items(v.dict().items.size());
+  }
+}
+
+void raise_size_limit(const char* what, const char* unit, size_t size, size_t limit) {
+  raise("ResourceLimitError", std::string("template ") + what + " of " + std::to_string(size) + " " + unit +
+                                  " exceeds the limit of " + std::to_string(limit) + " " + unit);
 }
 
 // ---- construction -----------------------------------------------------------
 
+namespace {
+
+[[noreturn]] void raise_depth_limit() {
+  raise("RecursionError", "template values nest deeper than the limit of " + std::to_string(kMaxDepth) + " levels");
+}
+
+}  // namespace
+
 Value Value::string(std::string s, bool safe) {
+  charge_bytes(s.size());
   Value v(Type::String);
   v.safe_ = safe;
   v.p_ = std::make_shared<std::string>(std::move(s));
@@ -53,10 +79,12 @@ Value Value::list(std::vector<Value> items, SeqKind kind) {
 }
 
 Value Value::list(std::shared_ptr<const ListData> data) {
-  if (data->items.size() > g_limits.max_items) raise_size_limit("a list", data->items.size(), g_limits.max_items);
+  if (data->items.size() > g_limits.max_items)
+    raise_size_limit("list", "items", data->items.size(), g_limits.max_items);
+  charge(data->items.size());
   uint32_t depth = 1;
   for (const Value& item : data->items) depth = std::max(depth, item.depth() + 1);
-  if (depth > kMaxDepth) raise("RecursionError", "maximum nesting depth of values exceeded");
+  if (depth > kMaxDepth) raise_depth_limit();
   if (depth != data->depth) {
     auto copy = std::make_shared<ListData>(*data);
     copy->depth = depth;
@@ -68,6 +96,8 @@ Value Value::list(std::shared_ptr<const ListData> data) {
 }
 
 Value Value::dict(std::vector<std::pair<Value, Value>> items, bool unique_keys) {
+  if (items.size() > g_limits.max_items) raise_size_limit("dict", "items", items.size(), g_limits.max_items);
+  charge(items.size());
   auto data = std::make_shared<DictData>();
   data->items.reserve(items.size());
   uint32_t depth = 1;
@@ -80,6 +110,7 @@ Value Value::dict(std::vector<std::pair<Value, Value>> items, bool unique_keys) 
     }
     // Literal dicts may repeat a key: the later value wins, the first position stays.
     if (items.size() <= 64 || !k.is_string()) {
+      charge_items(data->items.size());  // a linear search: only small dicts and non-string keys
       for (auto& existing : data->items) {
         if (equal(existing.first, k)) {
           existing.second = std::move(val);
@@ -97,7 +128,7 @@ Value Value::dict(std::vector<std::pair<Value, Value>> items, bool unique_keys) 
         data->str_index.emplace(data->items.back().first.str(), static_cast<uint32_t>(data->items.size() - 1));
     }
   }
-  if (depth > kMaxDepth) raise("RecursionError", "maximum nesting depth of values exceeded");
+  if (depth > kMaxDepth) raise_depth_limit();
   data->depth = depth;
   if (data->items.size() > 8 && data->str_index.empty()) {
     for (uint32_t i = 0; i < data->items.size(); ++i)
@@ -139,6 +170,7 @@ const Value* DictData::find(std::string_view key) const {
     auto it = str_index.find(key);
     return it == str_index.end() ? nullptr : &items[it->second].second;
   }
+  charge_items(items.size());
   for (const auto& [k, v] : items)
     if (k.is_string() && k.str() == key) return &v;
   return nullptr;
@@ -146,9 +178,38 @@ const Value* DictData::find(std::string_view key) const {
 
 const Value* DictData::find(const Value& key) const {
   if (key.is_string()) return find(std::string_view(key.str()));
+  charge_items(items.size());
   for (const auto& [k, v] : items)
     if (equal(k, key)) return &v;
   return nullptr;
+}
+
+size_t NameTable::position(std::string_view name) const {
+  if (!index_.empty()) {
+    auto it = index_.find(std::string(name));
+    return it == index_.end() ? std::string::npos : it->second;
+  }
+  for (size_t i = 0; i < items_.size(); ++i)
+    if (items_[i].first == name) return i;
+  return std::string::npos;
+}
+
+const Value* NameTable::find(std::string_view name) const {
+  const size_t i = position(name);
+  return i == std::string::npos ? nullptr : &items_[i].second;
+}
+
+void NameTable::set(std::string_view name, Value v) {
+  if (const size_t i = position(name); i != std::string::npos) {
+    items_[i].second = std::move(v);
+    return;
+  }
+  items_.emplace_back(std::string(name), std::move(v));
+  if (!index_.empty()) {
+    index_.emplace(items_.back().first, items_.size() - 1);
+  } else if (items_.size() >= kIndexFrom) {
+    for (size_t i = 0; i < items_.size(); ++i) index_.emplace(items_[i].first, i);
+  }
 }
 
 // ---- errors -----------------------------------------------------------------
@@ -160,6 +221,10 @@ RenderError::RenderError(std::string py_type, std::string detail, int line)
       line_(line) {}
 
 void raise(std::string py_type, std::string detail) { throw RenderError(std::move(py_type), std::move(detail)); }
+
+void raise_int_overflow(std::string_view op) {
+  raise("OverflowError", "integer overflow in " + std::string(op) + " (template integers are 64-bit)");
+}
 
 void raise_undefined(const Value& undefined) {
   const UndefinedData* d = undefined.undefined_data();
@@ -266,12 +331,34 @@ std::string float_repr(double d) {
   return out;
 }
 
+// ---- printing ---------------------------------------------------------------
+
+namespace {
+
+// Containers and objects being printed on this thread, innermost last.
+thread_local std::vector<const void*> g_printing;
+
+}  // namespace
+
+ReprGuard::ReprGuard(const void* identity) {
+  reentered_ = std::find(g_printing.begin(), g_printing.end(), identity) != g_printing.end();
+  if (reentered_) return;
+  if (g_printing.size() >= kMaxReprDepth)
+    raise("RecursionError", "template values print deeper than the limit of " + std::to_string(kMaxReprDepth) +
+                                " levels");
+  g_printing.push_back(identity);
+}
+
+ReprGuard::~ReprGuard() {
+  if (!reentered_) g_printing.pop_back();
+}
+
 namespace {
 
 void repr_into(std::string& out, const Value& v);
 
 void check_text(const std::string& out) {
-  if (out.size() > g_limits.max_bytes) raise_size_limit("a string of bytes", out.size(), g_limits.max_bytes);
+  if (out.size() > g_limits.max_bytes) raise_size_limit("string", "bytes", out.size(), g_limits.max_bytes);
 }
 
 void repr_seq(std::string& out, const std::vector<Value>& items, const char* open, const char* close,
@@ -298,6 +385,11 @@ void repr_into(std::string& out, const Value& v) {
       return;
     case Value::Type::List: {
       const ListData& l = v.list();
+      ReprGuard guard(&l);
+      if (guard.reentered()) {
+        out += l.kind == SeqKind::Tuple ? "(...)" : "[...]";
+        return;
+      }
       switch (l.kind) {
         case SeqKind::List: repr_seq(out, l.items, "[", "]", false); return;
         case SeqKind::Tuple: repr_seq(out, l.items, "(", ")", true); return;
@@ -315,6 +407,11 @@ void repr_into(std::string& out, const Value& v) {
       return;
     }
     case Value::Type::Dict: {
+      ReprGuard guard(&v.dict());
+      if (guard.reentered()) {
+        out += "{...}";
+        return;
+      }
       out += "{";
       bool first = true;
       for (const auto& [k, val] : v.dict().items) {
@@ -347,6 +444,7 @@ std::string to_str(const Value& v) {
     default: {
       std::string out;
       repr_into(out, v);
+      charge_bytes(out.size());
       return out;
     }
   }
@@ -355,6 +453,7 @@ std::string to_str(const Value& v) {
 std::string repr(const Value& v) {
   std::string out;
   repr_into(out, v);
+  charge_bytes(out.size());
   return out;
 }
 
@@ -367,13 +466,17 @@ bool equal(const Value& a, const Value& b) {
   switch (a.type()) {
     case Value::Type::Undefined:
     case Value::Type::None: return true;
-    case Value::Type::String: return a.str() == b.str();
+    case Value::Type::String:
+      if (a.str().size() != b.str().size()) return false;
+      charge_bytes(a.str().size());
+      return a.str() == b.str();
     case Value::Type::List: {
       const ListData& x = a.list();
       const ListData& y = b.list();
       const bool seq_x = x.kind == SeqKind::List || x.kind == SeqKind::Tuple || x.kind == SeqKind::Range;
       if (!seq_x || x.kind != y.kind) return a.identity() == b.identity();
       if (x.items.size() != y.items.size()) return false;
+      charge_items(x.items.size());
       for (size_t i = 0; i < x.items.size(); ++i)
         if (!equal(x.items[i], y.items[i])) return false;
       return true;
@@ -382,6 +485,7 @@ bool equal(const Value& a, const Value& b) {
       const DictData& x = a.dict();
       const DictData& y = b.dict();
       if (x.items.size() != y.items.size()) return false;
+      charge_items(x.items.size());
       for (const auto& [k, v] : x.items) {
         const Value* other = y.find(k);
         if (!other || !equal(v, *other)) return false;
@@ -401,6 +505,7 @@ int compare(const Value& a, const Value& b, std::string_view op) {
     return x < y ? -1 : x > y ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
+    charge_bytes(std::min(a.str().size(), b.str().size()));
     const int c = a.str().compare(b.str());
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
@@ -408,6 +513,7 @@ int compare(const Value& a, const Value& b, std::string_view op) {
       (a.seq_kind() == SeqKind::List || a.seq_kind() == SeqKind::Tuple)) {
     const auto& x = a.items();
     const auto& y = b.items();
+    charge_items(std::min(x.size(), y.size()));
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!equal(x[i], y[i])) return compare(x[i], y[i], op);
     }
@@ -451,8 +557,9 @@ std::vector<Value> iterate(const Value& v) {
       const std::string& s = v.str();
       if (s.size() > g_limits.max_items) {
         const size_t n = text::length(s);
-        if (n > g_limits.max_items) raise_size_limit("a list of characters", n, g_limits.max_items);
+        if (n > g_limits.max_items) raise_size_limit("string iteration", "characters", n, g_limits.max_items);
       }
+      charge_items(s.size());
       for (size_t i = 0; i < s.size();) {
         const size_t b = i;
         text::next_cp(s, i);
@@ -460,8 +567,9 @@ std::vector<Value> iterate(const Value& v) {
       }
       return out;
     }
-    case Value::Type::List: return v.items();
+    case Value::Type::List: charge_items(v.items().size()); return v.items();
     case Value::Type::Dict: {
+      charge_items(v.dict().items.size());
       std::vector<Value> out;
       out.reserve(v.dict().items.size());
       for (const auto& kv : v.dict().items) out.push_back(kv.first);
@@ -477,8 +585,10 @@ bool contains(const Value& container, const Value& item) {
     case Value::Type::String:
       if (!item.is_string())
         raise("TypeError", "'in <string>' requires string as left operand, not " + type_name(item));
+      charge_bytes(container.str().size());
       return container.str().find(item.str()) != std::string::npos;
     case Value::Type::List:
+      charge_items(container.items().size());
       for (const Value& x : container.items())
         if (equal(x, item)) return true;
       return false;
@@ -628,6 +738,7 @@ struct JsonWriter {
 std::string to_json(const Value& v, const JsonOptions& opts) {
   JsonWriter w{opts, {}};
   w.write(v, 0);
+  charge_bytes(w.out.size());
   return std::move(w.out);
 }
 

@@ -151,21 +151,45 @@ class Value {
   std::shared_ptr<void> p_;
 };
 
+// Names -> values in insertion order (frames, namespaces): a vector for the
+// usual handful of names, plus a hash index once there are many, so that a
+// context or namespace(**kwargs) with 100k names still costs O(1) a lookup.
+class NameTable {
+ public:
+  const Value* find(std::string_view name) const;
+  void set(std::string_view name, Value v);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  void clear() {
+    items_.clear();
+    index_.clear();
+  }
+
+ private:
+  static constexpr size_t kIndexFrom = 16;
+  size_t position(std::string_view name) const;  // npos when absent
+  std::vector<std::pair<std::string, Value>> items_;
+  std::unordered_map<std::string, size_t> index_;  // built once items_ reaches kIndexFrom
+};
+
 // Containers nested deeper than this are refused, so that printing,
 // comparing and destroying them cannot exhaust the stack.
 inline constexpr uint32_t kMaxDepth = 500;
 
-// Size bounds for text and lists built while a render runs on this thread
-// (str()/repr()/JSON of huge shared values, lists, iterated strings). A
-// render installs its Limits with LimitScope; outside one they are unbounded.
+// The bounds of the render running on this thread: the size of any one
+// string or list, and the work budget that the interpreter and value-level
+// code (containers, comparisons, repr, JSON) both draw on, so that no single
+// operation can do unbounded work for one step. A render installs its Limits
+// with LimitScope; outside one everything is unbounded.
 struct ActiveLimits {
   size_t max_bytes = SIZE_MAX;
   size_t max_items = SIZE_MAX;
+  uint64_t max_steps = UINT64_MAX;
+  uint64_t steps = 0;
 };
 const ActiveLimits& active_limits();
 class LimitScope {
  public:
-  LimitScope(size_t max_bytes, size_t max_items);
+  LimitScope(size_t max_bytes, size_t max_items, uint64_t max_steps);
   ~LimitScope();
   LimitScope(const LimitScope&) = delete;
   LimitScope& operator=(const LimitScope&) = delete;
@@ -173,7 +197,41 @@ class LimitScope {
  private:
   ActiveLimits saved_;
 };
-[[noreturn]] void raise_size_limit(const char* what, size_t size, size_t limit);
+// Counts n steps of work; raises ResourceLimitError past max_steps. A step is
+// an expression or statement, 64 bytes produced, copied or scanned (string
+// functions decode to code points at ~4 ns a byte), 16 items scanned, or one
+// item of a new list or dict: what a render can allocate is bounded too
+// (5M steps: at most ~320 MB of strings and 5M list items).
+void charge(uint64_t n);
+inline void charge_bytes(size_t n) { charge(n / 64); }
+inline void charge_items(size_t n) { charge(n / 16); }
+// Charges one pass over v (a string's bytes, a list's or dict's items): what a
+// builtin may do with its input or arguments, however cheap it looks.
+void charge_scan(const Value& v);
+// a * b, or SIZE_MAX when that overflows: sizes checked against a limit.
+inline size_t mul_sat(size_t a, uint64_t b) {
+  size_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+// ResourceLimitError "template <what> of <size> <unit> exceeds the limit of <limit> <unit>".
+[[noreturn]] void raise_size_limit(const char* what, const char* unit, size_t size, size_t limit);
+
+// Printing (str, repr) of a container or object: values can reach themselves
+// through namespaces, so one already being printed on this thread prints as
+// Python's "[...]" / "{...}" (reentered()), and printing nested deeper than
+// kMaxReprDepth (possible through objects) raises RecursionError.
+inline constexpr size_t kMaxReprDepth = 2 * kMaxDepth;
+class ReprGuard {
+ public:
+  explicit ReprGuard(const void* identity);
+  ~ReprGuard();
+  ReprGuard(const ReprGuard&) = delete;
+  ReprGuard& operator=(const ReprGuard&) = delete;
+  bool reentered() const { return reentered_; }
+
+ private:
+  bool reentered_ = false;
+};
 
 // A Python exception raised while rendering (TypeError, UndefinedError, ...).
 class RenderError : public Error {
@@ -189,6 +247,9 @@ class RenderError : public Error {
 };
 
 [[noreturn]] void raise(std::string py_type, std::string detail);
+// OverflowError "integer overflow in <op>": template integers are 64-bit,
+// where Python's would grow.
+[[noreturn]] void raise_int_overflow(std::string_view op);
 [[noreturn]] void raise_undefined(const Value& undefined);  // UndefinedError / SecurityError
 
 // ---- Python semantics -------------------------------------------------------
