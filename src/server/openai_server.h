@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/json_limits.h"
 #include "engine/async_engine.h"
 #include "server/metrics_render.h"
 #include "server/openai_request.h"
@@ -83,8 +84,9 @@ class ActiveRequest {
 };
 
 // The request body as a JSON object: 400 for invalid UTF-8 (with the byte
-// offset), invalid JSON, or a non-object.
-nlohmann::json parse_json_body(const std::string& body);
+// offset), invalid JSON, a non-object, or a body past `limits` (nesting depth,
+// element count, estimated DOM memory).
+nlohmann::json parse_json_body(const std::string& body, const JsonLimits& limits = kRequestJsonLimits);
 
 // "cmpl-" / "chatcmpl-" + 32 random hex digits.
 std::string make_request_id(const char* prefix);
