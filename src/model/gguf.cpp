@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace pagellm {
@@ -232,8 +233,10 @@ void GGUFFile::parse() {
     kv_.emplace_back(std::move(key), std::move(v));
   }
   if (const GGUFValue* a = find("general.alignment")) {
-    if (!a->is_integer() || a->i <= 0 || (a->i & (a->i - 1)) != 0 || a->i > (1 << 20))
-      fail("'{}' has an invalid general.alignment ({})", path, a->to_string());
+    // The GGUF spec asks for a multiple of 8, which also keeps every tensor's
+    // elements aligned in the (page-aligned) mapping.
+    if (!a->is_integer() || a->i < 8 || (a->i & (a->i - 1)) != 0 || a->i > (1 << 20))
+      fail("'{}' has an invalid general.alignment ({}; a power of two from 8 to 1048576)", path, a->to_string());
     alignment_ = static_cast<uint32_t>(a->i);
   }
 
@@ -259,7 +262,12 @@ void GGUFFile::parse() {
     if (t.shape[0] % info->block_size != 0)
       fail("'{}': tensor '{}' row length {} is not a multiple of {}'s block size {}", path, t.name, t.shape[0],
            info->name, info->block_size);
-    t.nbytes = static_cast<size_t>(t.n_elements / info->block_size) * info->block_bytes;
+    // [2^31, 2^31] F32 is 2^64 bytes: unchecked, the size wrapped to 0 and passed.
+    const auto nbytes = checked_mul(static_cast<uint64_t>(t.n_elements / info->block_size), info->block_bytes);
+    if (!nbytes || *nbytes > file_.size())
+      fail("'{}': tensor '{}' of shape {} ({}) is larger than the file ({} bytes)", path, t.name, t.shape_string(),
+           info->name, file_.size());
+    t.nbytes = static_cast<size_t>(*nbytes);
     t.offset = c.read<uint64_t>("tensor offset");
     if (t.offset % alignment_ != 0) c.corrupt(fmt::format("tensor '{}' offset is not aligned", t.name));
     if (tensor_index_.count(t.name)) c.corrupt(fmt::format("duplicate tensor '{}'", t.name));

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "model/gguf.h"
 
 namespace pagellm {
@@ -33,6 +35,7 @@ constexpr float kGemma3LocalRopeBase = 10000.0f;
 }  // namespace
 
 void finalize_config(ModelConfig& c, bool gguf_layout) {
+  c.check_sizes();  // before is_swa and anything else is sized from them
   c.rope.n_rot = c.rope.n_rot ? c.rope.n_rot : c.head_dim;
   c.attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.is_swa.empty()) {
@@ -73,6 +76,33 @@ Arch arch_from_gguf_name(const std::string& a, const std::string& path) {
   fail("'{}': unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", path, a);
 }
 
+// An integer key in [lo, hi] (the fallback when absent); narrowing to int is
+// safe after the check.
+int gguf_size(const GGUFFile& f, const std::string& key, std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
+  const GGUFValue* v = f.find(key);
+  if (v && v->type == GGUFType::U64 && v->u > static_cast<uint64_t>(hi))
+    fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, v->u, lo, hi);
+  const int64_t n = fallback ? f.get_int(key, *fallback) : f.get_int(key);
+  if (n < lo || n > hi) fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, n, lo, hi);
+  return static_cast<int>(n);
+}
+
+// One past the highest N of the file's "blk.N." tensors (0 when there are none).
+int64_t layers_in_tensors(const GGUFFile& f) {
+  int64_t layers = 0;
+  for (const auto& t : f.tensors()) {
+    const std::string_view name = t.name;
+    if (!name.starts_with("blk.")) continue;
+    int64_t il = -1;
+    const char* end = name.data() + name.size();
+    const auto [ptr, ec] = std::from_chars(name.data() + 4, end, il);
+    // Indices past the limit count as the limit + 1: enough for the mismatch error.
+    if (ec == std::errc() && ptr != end && *ptr == '.' && il >= 0)
+      layers = std::max(layers, std::min(il, ModelSizeLimits::kLayers) + 1);
+  }
+  return layers;
+}
+
 }  // namespace
 
 std::string ModelConfig::describe() const {
@@ -80,15 +110,35 @@ std::string ModelConfig::describe() const {
                      n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train);
 }
 
-void ModelConfig::validate() const {
+void ModelConfig::check_sizes() const {
   PAGELLM_CHECK(n_embd > 0 && n_layer > 0 && n_head > 0 && n_head_kv > 0 && head_dim > 0 && n_ff > 0 && n_vocab > 0,
                 "model hyperparameters missing or zero ({})", describe());
+  using L = ModelSizeLimits;
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"n_layer", n_layer}, {"n_embd", n_embd}, {"n_head", n_head},      {"n_head_kv", n_head_kv},
+      {"head_dim", head_dim}, {"n_ff", n_ff}, {"n_vocab", n_vocab}, {"n_ctx_train", n_ctx_train},
+  };
+  const int64_t limits[] = {L::kLayers, L::kEmbd, L::kHeads, L::kHeads, L::kHeadDim, L::kFeedForward, L::kVocab,
+                            L::kContext};
+  for (size_t k = 0; k < std::size(sizes); ++k)
+    PAGELLM_CHECK(sizes[k].second >= 1 && sizes[k].second <= limits[k],
+                  "model hyperparameter {} = {} is out of range (1 to {})", sizes[k].first, sizes[k].second, limits[k]);
+  PAGELLM_CHECK(sliding_window >= 0 && sliding_window <= L::kContext,
+                "model hyperparameter sliding_window = {} is out of range (0 to {})", sliding_window, L::kContext);
+}
+
+void ModelConfig::validate() const {
+  check_sizes();
   PAGELLM_CHECK(n_head % n_head_kv == 0, "head count {} is not a multiple of the KV head count {}", n_head, n_head_kv);
   PAGELLM_CHECK(rope.n_rot > 0 && rope.n_rot <= head_dim && rope.n_rot % 2 == 0, "invalid RoPE dimension {}",
                 rope.n_rot);
   PAGELLM_CHECK(static_cast<int>(is_swa.size()) == n_layer, "sliding-window layer flags do not match layer count");
   PAGELLM_CHECK(rope.freq_base > 0 && std::isfinite(rope.freq_base), "invalid RoPE base {}", rope.freq_base);
-  PAGELLM_CHECK(norm_eps > 0, "invalid norm epsilon {}", norm_eps);
+  PAGELLM_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "invalid norm epsilon {}", norm_eps);
+  PAGELLM_CHECK(rope.freq_scale > 0 && std::isfinite(rope.freq_scale), "invalid RoPE scale {}", rope.freq_scale);
+  PAGELLM_CHECK(attn_scale > 0 && std::isfinite(attn_scale), "invalid attention scale {}", attn_scale);
+  PAGELLM_CHECK(attn_softcap >= 0 && std::isfinite(attn_softcap) && final_softcap >= 0 && std::isfinite(final_softcap),
+                "invalid logit softcapping ({}, {})", attn_softcap, final_softcap);
 }
 
 ModelConfig config_from_gguf(const GGUFFile& f) {
@@ -97,17 +147,26 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   c.arch = arch_from_gguf_name(a, f.path());
   c.name = f.get_string("general.name", a);
   auto key = [&](const std::string& k) { return a + "." + k; };
-  c.n_embd = static_cast<int>(f.get_int(key("embedding_length")));
-  c.n_layer = static_cast<int>(f.get_int(key("block_count")));
-  c.n_ff = static_cast<int>(f.get_int(key("feed_forward_length")));
-  c.n_head = static_cast<int>(f.get_int(key("attention.head_count")));
-  c.n_head_kv = static_cast<int>(f.get_int(key("attention.head_count_kv"), c.n_head));
-  c.n_ctx_train = static_cast<int>(f.get_int(key("context_length"), 2048));
+  // Every size is range-checked as it is read, and the layer count against
+  // the tensors, before anything is sized from them.
+  using L = ModelSizeLimits;
+  c.n_embd = gguf_size(f, key("embedding_length"), std::nullopt, 1, L::kEmbd);
+  c.n_layer = gguf_size(f, key("block_count"), std::nullopt, 1, L::kLayers);
+  // A file without any layer tensors is left to the loader, which names the
+  // first missing tensor.
+  const int64_t tensor_layers = layers_in_tensors(f);
+  if (tensor_layers > 0 && c.n_layer != tensor_layers)
+    fail("'{}': {} = {} does not match the tensors, which hold {} layers", f.path(), key("block_count"), c.n_layer,
+         tensor_layers);
+  c.n_ff = gguf_size(f, key("feed_forward_length"), std::nullopt, 1, L::kFeedForward);
+  c.n_head = gguf_size(f, key("attention.head_count"), std::nullopt, 1, L::kHeads);
+  c.n_head_kv = gguf_size(f, key("attention.head_count_kv"), c.n_head, 1, L::kHeads);
+  c.n_ctx_train = gguf_size(f, key("context_length"), 2048, 1, L::kContext);
   c.norm_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
-  c.head_dim = static_cast<int>(f.get_int(key("attention.key_length"), c.n_head ? c.n_embd / c.n_head : 0));
-  const int head_dim_v = static_cast<int>(f.get_int(key("attention.value_length"), c.head_dim));
+  c.head_dim = gguf_size(f, key("attention.key_length"), c.n_embd / c.n_head, 1, L::kHeadDim);
+  const int head_dim_v = gguf_size(f, key("attention.value_length"), c.head_dim, 1, L::kHeadDim);
   PAGELLM_CHECK(head_dim_v == c.head_dim, "'{}': different key and value head sizes are not supported", f.path());
-  c.rope.n_rot = static_cast<int>(f.get_int(key("rope.dimension_count"), c.head_dim));
+  c.rope.n_rot = gguf_size(f, key("rope.dimension_count"), c.head_dim, 1, L::kHeadDim);
   c.rope.freq_base = static_cast<float>(f.get_float(key("rope.freq_base"), 10000.0));
   const std::string scaling = f.get_string(key("rope.scaling.type"), "none");
   if (scaling == "linear") {
@@ -116,9 +175,14 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   } else if (scaling != "none" && !scaling.empty()) {
     fail("'{}': RoPE scaling type '{}' is not supported", f.path(), scaling);
   }
-  if (const auto* t = f.find_tensor("token_embd.weight")) c.n_vocab = static_cast<int>(t->rows());
-  c.n_vocab = static_cast<int>(f.get_int(key("vocab_size"), c.n_vocab));
-  if (c.arch == Arch::Gemma3) c.sliding_window = static_cast<int>(f.get_int(key("attention.sliding_window"), 512));
+  int64_t embd_rows = 0;
+  if (const auto* t = f.find_tensor("token_embd.weight")) embd_rows = t->rows();
+  if (embd_rows > L::kVocab)
+    fail("'{}': token_embd.weight has {} rows, more than the vocabulary limit of {}", f.path(), embd_rows, L::kVocab);
+  if (embd_rows == 0 && !f.has(key("vocab_size")))
+    fail("'{}': neither a token_embd.weight tensor nor {} gives the vocabulary size", f.path(), key("vocab_size"));
+  c.n_vocab = gguf_size(f, key("vocab_size"), embd_rows, 1, L::kVocab);
+  if (c.arch == Arch::Gemma3) c.sliding_window = gguf_size(f, key("attention.sliding_window"), 512, 0, L::kContext);
   finalize_config(c, true);
   return c;
 }
@@ -128,6 +192,27 @@ namespace {
 using nlohmann::json;
 
 bool is_number(const json& j, const char* key) { return j.contains(key) && j[key].is_number(); }
+
+// An integer field in [lo, hi]. A float must be a whole number, checked
+// before converting (casting an out-of-range double is undefined).
+int hf_int(const json& j, const char* key, int64_t lo, int64_t hi, const std::string& path) {
+  const json& v = j.at(key);
+  int64_t n = 0;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    n = hi + 1;  // reported below as out of range
+  } else if (v.is_number_integer()) {
+    n = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) || d != std::floor(d))
+      fail("'{}': {} = {} is not an integer from {} to {}", path, key, d, lo, hi);
+    n = static_cast<int64_t>(d);
+  } else {
+    fail("'{}': missing or invalid field: {} must be an integer, not {}", path, key, v.type_name());
+  }
+  if (n < lo || n > hi) fail("'{}': {} = {} is out of range ({} to {})", path, key, v.dump(), lo, hi);
+  return static_cast<int>(n);
+}
 
 // One RoPE parameter set: legacy keys (rope_theta, rope_scaling) or a
 // transformers-5 rope_parameters entry ({"rope_type", "rope_theta", "factor"}).
@@ -163,14 +248,7 @@ std::vector<bool> swa_from_layer_types(const json& types, int n_layer, const std
 // Field defaults follow transformers' config classes for each family, so a
 // config.json that omits a field means what it means to transformers.
 ModelConfig config_from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  PAGELLM_CHECK(in.good(), "cannot open '{}'", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const std::exception& e) {
-    fail("'{}' is not valid JSON: {}", path, e.what());
-  }
+  json j = read_json_file_bounded(path, kConfigJsonLimits);
   PAGELLM_CHECK(j.is_object(), "'{}' is not a JSON object", path);
   // Multimodal Gemma 3 configs keep the language model under text_config.
   if (j.contains("text_config") && j["text_config"].is_object()) {
@@ -198,21 +276,24 @@ ModelConfig config_from_hf_json(const std::string& path) {
     if (c.name.empty()) c.name = arch_name(c.arch);
     // Multimodal Gemma 3 text_configs leave out what equals Gemma3TextConfig's
     // defaults (vocabulary, heads); other families must say.
-    auto size = [&](const char* key, int gemma_default) {
+    // Sizes are range-checked as they are read: is_swa and the weights are
+    // sized from them.
+    using L = ModelSizeLimits;
+    auto size = [&](const char* key, int gemma_default, int64_t max) {
       if (gemma && !j.contains(key)) return gemma_default;
-      return j.at(key).get<int>();
+      return hf_int(j, key, 1, max, path);
     };
-    c.n_vocab = size("vocab_size", 262208);
-    c.n_embd = size("hidden_size", 2304);
-    c.n_layer = size("num_hidden_layers", 26);
-    c.n_head = size("num_attention_heads", 8);
-    c.n_head_kv = is_number(j, "num_key_value_heads") ? j["num_key_value_heads"].get<int>() : gemma ? 4 : c.n_head;
-    c.n_ff = size("intermediate_size", 9216);
-    PAGELLM_CHECK(c.n_head > 0 && c.n_layer > 0, "'{}': num_attention_heads and num_hidden_layers must be positive",
-                  path);
+    c.n_vocab = size("vocab_size", 262208, L::kVocab);
+    c.n_embd = size("hidden_size", 2304, L::kEmbd);
+    c.n_layer = size("num_hidden_layers", 26, L::kLayers);
+    c.n_head = size("num_attention_heads", 8, L::kHeads);
+    c.n_head_kv = is_number(j, "num_key_value_heads") ? hf_int(j, "num_key_value_heads", 1, L::kHeads, path)
+                  : gemma                              ? 4
+                                                       : c.n_head;
+    c.n_ff = size("intermediate_size", 9216, L::kFeedForward);
     const int default_head_dim = gemma ? 256 : c.arch == Arch::Qwen3 ? 128 : c.n_embd / c.n_head;
-    c.head_dim = is_number(j, "head_dim") ? j["head_dim"].get<int>() : default_head_dim;
-    c.n_ctx_train = is_number(j, "max_position_embeddings") ? j["max_position_embeddings"].get<int>()
+    c.head_dim = is_number(j, "head_dim") ? hf_int(j, "head_dim", 1, L::kHeadDim, path) : default_head_dim;
+    c.n_ctx_train = is_number(j, "max_position_embeddings") ? hf_int(j, "max_position_embeddings", 1, L::kContext, path)
                     : gemma                                  ? 131072
                                                              : 2048;
     c.norm_eps = is_number(j, "rms_norm_eps") ? j["rms_norm_eps"].get<float>() : 1e-6f;
@@ -259,13 +340,13 @@ ModelConfig config_from_hf_json(const std::string& path) {
                     "'{}': use_bidirectional_attention is not supported", path);
       PAGELLM_CHECK(local.freq_scale == 1.0f, "'{}': scaled RoPE on sliding-window layers is not supported", path);
       c.rope_swa_base = local.freq_base;
-      c.sliding_window = is_number(j, "sliding_window") ? j["sliding_window"].get<int>() : 4096;
+      c.sliding_window = is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : 4096;
       if (j.contains("layer_types") && !j["layer_types"].is_null()) {
         c.is_swa = swa_from_layer_types(j["layer_types"], c.n_layer, path);
       } else {
-        const int pattern = is_number(j, "sliding_window_pattern") ? j["sliding_window_pattern"].get<int>()
-                                                                    : kGemma3SwaPattern;
-        PAGELLM_CHECK(pattern > 0, "'{}': invalid sliding_window_pattern {}", path, pattern);
+        const int pattern = is_number(j, "sliding_window_pattern")
+                                ? hf_int(j, "sliding_window_pattern", 1, L::kLayers, path)
+                                : kGemma3SwaPattern;
         for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % pattern != 0;
       }
       c.attn_scale = 1.0f / std::sqrt(is_number(j, "query_pre_attn_scalar") ? j["query_pre_attn_scalar"].get<float>()
@@ -274,17 +355,18 @@ ModelConfig config_from_hf_json(const std::string& path) {
       c.attn_softcap = is_number(j, "attn_logit_softcapping") ? j["attn_logit_softcapping"].get<float>() : 0.0f;
     } else if (mistral) {
       // Mistral: every layer uses the window when one is set (v0.1).
-      c.sliding_window = is_number(j, "sliding_window") ? j["sliding_window"].get<int>() : 0;
+      c.sliding_window = is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : 0;
       c.is_swa.assign(c.n_layer, c.sliding_window > 0);
     } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
       // Qwen: the window applies only with use_sliding_window, to the layers
       // layer_types marks (by default those from max_window_layers on).
       if (j.value("use_sliding_window", false) && is_number(j, "sliding_window")) {
-        c.sliding_window = j["sliding_window"].get<int>();
+        c.sliding_window = hf_int(j, "sliding_window", 0, L::kContext, path);
         if (j.contains("layer_types") && !j["layer_types"].is_null()) {
           c.is_swa = swa_from_layer_types(j["layer_types"], c.n_layer, path);
         } else {
-          const int first = is_number(j, "max_window_layers") ? j["max_window_layers"].get<int>() : 28;
+          const int first =
+              is_number(j, "max_window_layers") ? hf_int(j, "max_window_layers", 0, INT32_MAX, path) : 28;
           for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = il >= first;
         }
       }

@@ -14,6 +14,20 @@ namespace pagellm {
 class GGUFFile;
 
 enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+
+// The largest sizes a model file may state. Each is far above every released
+// model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
+// and together they keep every size product far from int64 overflow, so a
+// hostile value is refused before anything is allocated from it.
+struct ModelSizeLimits {
+  static constexpr int64_t kLayers = 1024;
+  static constexpr int64_t kEmbd = int64_t{1} << 17;
+  static constexpr int64_t kHeads = 1024;
+  static constexpr int64_t kHeadDim = 1024;
+  static constexpr int64_t kFeedForward = int64_t{1} << 20;
+  static constexpr int64_t kVocab = int64_t{1} << 24;
+  static constexpr int64_t kContext = int64_t{1} << 26;
+};
 const char* arch_name(Arch a);
 
 struct ModelConfig {
@@ -51,7 +65,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
 
   std::string describe() const;
-  void validate() const;  // throws Error for inconsistent values
+  // Sizes within ModelSizeLimits (checked before anything is sized from them).
+  void check_sizes() const;
+  void validate() const;  // check_sizes, then consistency; throws Error
 };
 
 // Fills the family's fixed features (flags, activation, RoPE style, SWA rope)

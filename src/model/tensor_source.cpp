@@ -9,8 +9,10 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/json_limits.h"
 #include "core/mmap_file.h"
 #include "model/gguf.h"
 
@@ -74,10 +76,18 @@ std::string gguf_name(const std::string& hf, Arch arch) {
 }
 
 float element_as_float(const TensorData& t, int64_t i) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
   switch (t.type) {
-    case DType::F32: return static_cast<const float*>(t.data)[i];
-    case DType::F16: return fp16_to_fp32(static_cast<const uint16_t*>(t.data)[i]);
-    case DType::BF16: return bf16_to_fp32(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::F16: case DType::BF16: {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      return t.type == DType::F16 ? fp16_to_fp32(v) : bf16_to_fp32(v);
+    }
     default: fail("unexpected norm weight type {}", dtype_name(t.type));
   }
 }
@@ -89,6 +99,68 @@ DType safetensors_dtype(const std::string& s, const std::string& path) {
   fail("'{}': safetensors dtype {} is not supported (F32, F16, BF16 are)", path, s);
 }
 
+// Bytes per element of the whole-byte safetensors dtypes; 0 for others
+// (sub-byte and future types, whose sizes are not checked).
+uint64_t safetensors_dtype_bytes(const std::string& s) {
+  if (s == "BOOL" || s == "U8" || s == "I8" || s == "F8_E5M2" || s == "F8_E4M3" || s == "F8_E8M0") return 1;
+  if (s == "F16" || s == "BF16" || s == "I16" || s == "U16") return 2;
+  if (s == "F32" || s == "I32" || s == "U32") return 4;
+  if (s == "F64" || s == "I64" || s == "U64" || s == "C64") return 8;
+  return 0;
+}
+
+// Largest header accepted, as the Rust safetensors crate does.
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+// One header entry, validated as the safetensors crate does: integer shape
+// and offsets (read without converting floats), offsets inside the data
+// section, product(shape) computed without overflow.
+struct SafetensorsEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;  // row-major, as stored
+  uint64_t begin = 0, end = 0;
+  uint64_t elements = 1;
+};
+
+SafetensorsEntry parse_entry(const nlohmann::json& info, const std::string& name, uint64_t data_size,
+                             const std::string& path) {
+  PAGELLM_CHECK(info.is_object(), "'{}': safetensors entry {} is not an object", path, name);
+  SafetensorsEntry e;
+  e.dtype = info.at("dtype").get<std::string>();
+  const auto& shape = info.at("shape");
+  PAGELLM_CHECK(shape.is_array() && shape.size() <= 8, "'{}': tensor {} shape must be an array of up to 8 dimensions",
+                path, name);
+  for (const auto& d : shape) {
+    PAGELLM_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<int64_t>() >= 0),
+                  "'{}': tensor {} has an invalid dimension {}", path, name, d.dump());
+    const uint64_t n = d.get<uint64_t>();
+    const auto product = checked_mul(e.elements, n);
+    PAGELLM_CHECK(product && *product <= data_size, "'{}': tensor {} shape {} is larger than the file", path, name,
+                  shape.dump());
+    e.elements = *product;
+    e.shape.push_back(static_cast<int64_t>(n));
+  }
+  const auto& offs = info.at("data_offsets");
+  PAGELLM_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
+                "'{}': tensor {} data_offsets must be two non-negative integers", path, name);
+  e.begin = offs[0].get<uint64_t>();
+  e.end = offs[1].get<uint64_t>();
+  PAGELLM_CHECK(e.begin <= e.end && e.end <= data_size,
+                "'{}': tensor {} data offsets exceed the file (truncated?): [{}, {}] in a data section of {} bytes",
+                path, name, e.begin, e.end, data_size);
+  return e;
+}
+
+// For dtypes of known size: end - begin == product(shape) * dtype size.
+void check_entry_size(const SafetensorsEntry& e, const std::string& name, const std::string& path) {
+  const uint64_t es = safetensors_dtype_bytes(e.dtype);
+  if (es == 0) return;
+  const auto bytes = checked_mul(e.elements, es);
+  PAGELLM_CHECK(bytes && *bytes == e.end - e.begin,
+                "'{}': tensor {} size does not match its shape ({} bytes for {} elements of {})", path, name,
+                e.end - e.begin, e.elements, e.dtype);
+}
+
 class SafetensorsSource : public TensorSource {
  public:
   SafetensorsSource(const std::string& dir, const ModelConfig& cfg) {
@@ -98,10 +170,13 @@ class SafetensorsSource : public TensorSource {
     std::map<std::string, std::vector<std::string>> listed;
     std::vector<std::string> files;
     if (fs::exists(index)) {
-      std::ifstream in(index);
-      PAGELLM_CHECK(in.good(), "cannot open '{}'", index.string());
+      nlohmann::json j;
       try {
-        const nlohmann::json j = nlohmann::json::parse(in);
+        j = read_json_file_bounded(index.string(), kConfigJsonLimits);
+      } catch (const Error& e) {
+        fail("'{}' is not a valid safetensors index: {}", index.string(), e.what());
+      }
+      try {
         const auto& map = j.at("weight_map");
         PAGELLM_CHECK(map.is_object() && !map.empty(), "'{}': weight_map is empty or not an object", index.string());
         for (const auto& [name, file] : map.items()) {
@@ -150,14 +225,13 @@ class SafetensorsSource : public TensorSource {
     PAGELLM_CHECK(size >= 8, "'{}' is truncated (no safetensors header)", path);
     uint64_t header_len = 0;
     std::memcpy(&header_len, base, 8);
-    PAGELLM_CHECK(header_len <= size - 8 && header_len < (uint64_t{1} << 30),
-                  "'{}': safetensors header length {} exceeds the file ({} bytes)", path, header_len, size);
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(base + 8, base + 8 + header_len);
-    } catch (const std::exception& e) {
-      fail("'{}': safetensors header is not valid JSON: {}", path, e.what());
-    }
+    PAGELLM_CHECK(header_len <= size - 8, "'{}': safetensors header length {} exceeds the file ({} bytes)", path,
+                  header_len, size);
+    PAGELLM_CHECK(header_len <= kMaxHeaderBytes, "'{}': safetensors header length {} exceeds the limit of {} bytes",
+                  path, header_len, kMaxHeaderBytes);
+    const std::string_view header_text(reinterpret_cast<const char*>(base + 8), header_len);
+    const nlohmann::json header =
+        parse_json_bounded(header_text, kConfigJsonLimits, "'" + path + "': safetensors header");
     PAGELLM_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
     const uint8_t* data = base + 8 + header_len;
     const size_t data_size = size - 8 - header_len;
@@ -165,29 +239,30 @@ class SafetensorsSource : public TensorSource {
     for (auto& [hf_name, info] : header.items()) {
       if (hf_name == "__metadata__") continue;
       names.insert(hf_name);
-      const std::string name = gguf_name(hf_name, cfg.arch);
-      if (name.empty()) continue;
-      PAGELLM_CHECK(!tensors_.contains(name), "'{}': tensor {} appears twice in the model's files", path, hf_name);
       try {
+        // Every entry is checked, used or not: a corrupt header is refused whole.
+        const SafetensorsEntry e = parse_entry(info, hf_name, data_size, path);
+        const std::string name = gguf_name(hf_name, cfg.arch);
+        const DType type = name.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
+        check_entry_size(e, hf_name, path);
+        if (name.empty()) continue;
+        PAGELLM_CHECK(!tensors_.contains(name), "'{}': tensor {} appears twice in the model's files", path, hf_name);
         TensorData t;
         t.name = name;
-        t.type = safetensors_dtype(info.at("dtype").get<std::string>(), path);
-        const auto shape = info.at("shape").get<std::vector<int64_t>>();
-        PAGELLM_CHECK(!shape.empty() && shape.size() <= 4, "'{}': tensor {} has {} dimensions", path, hf_name, shape.size());
-        t.shape.assign(shape.rbegin(), shape.rend());  // row-major [out, in] -> ne [in, out]
-        const auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
-        PAGELLM_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size,
-                      "'{}': tensor {} data offsets exceed the file (truncated?)", path, hf_name);
-        uint64_t n = 1;
-        for (int64_t d : shape) {
-          PAGELLM_CHECK(d > 0 && static_cast<uint64_t>(d) <= data_size, "'{}': tensor {} has an invalid dimension {}",
-                        path, hf_name, d);
-          n *= static_cast<uint64_t>(d);
-          PAGELLM_CHECK(n <= data_size, "'{}': tensor {} is larger than the file", path, hf_name);
-        }
-        PAGELLM_CHECK(offs[1] - offs[0] == dtype_row_bytes(t.type, static_cast<int64_t>(n)),
-                      "'{}': tensor {} size does not match its shape", path, hf_name);
-        t.data = data + offs[0];
+        t.type = type;
+        PAGELLM_CHECK(!e.shape.empty() && e.shape.size() <= 4, "'{}': tensor {} has {} dimensions", path, hf_name,
+                      e.shape.size());
+        for (int64_t d : e.shape)
+          PAGELLM_CHECK(d > 0, "'{}': tensor {} has an invalid dimension {}", path, hf_name, d);
+        t.shape.assign(e.shape.rbegin(), e.shape.rend());  // row-major [out, in] -> ne [in, out]
+        const uint64_t n = e.elements;
+        t.data = data + e.begin;
+        // Kernels read elements in place; the safetensors writer pads the
+        // header to 8 bytes, so real files are aligned.
+        const size_t elem_bytes = dtype_row_bytes(t.type, 1);
+        PAGELLM_CHECK(reinterpret_cast<uintptr_t>(t.data) % elem_bytes == 0,
+                      "'{}': tensor {} data (file offset {}) is not aligned to its {}-byte elements", path, hf_name,
+                      8 + header_len + e.begin, elem_bytes);
         // Gemma's RMSNorm multiplies by (1 + w); GGUF conversion stores w + 1.
         if (cfg.arch == Arch::Gemma3 && name.size() > 11 && name.ends_with("norm.weight")) {
           auto& owned = owned_.emplace_back(static_cast<size_t>(n));

@@ -18,15 +18,17 @@ namespace pagellm::server {
 
 using nlohmann::json;
 
-json parse_json_body(const std::string& body) {
+json parse_json_body(const std::string& body, const JsonLimits& limits) {
   if (auto at = find_invalid_utf8(body))
     throw InvalidRequest(fmt::format("the request body is not valid UTF-8 (bad byte 0x{:02X} at offset {})",
                                      static_cast<unsigned char>(body[*at]), *at));
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw InvalidRequest(fmt::format("the request body is not valid JSON: {}", e.what()));
+    // The pre-scan refuses deep or DOM-heavy bodies before nlohmann allocates:
+    // handlers copy and dump parts of the body, which recurses per level.
+    j = parse_json_bounded(body, limits, "the request body");
+  } catch (const Error& e) {
+    throw InvalidRequest(e.what());
   }
   if (!j.is_object()) throw InvalidRequest("the request body must be a JSON object");
   return j;

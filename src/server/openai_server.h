@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "core/json_limits.h"
 #include "engine/async_engine.h"
 #include "server/http_request_reader.h"
 #include "server/metrics_render.h"
@@ -86,8 +87,9 @@ class ActiveRequest {
 };
 
 // The request body as a JSON object: 400 for invalid UTF-8 (with the byte
-// offset), invalid JSON, or a non-object.
-nlohmann::json parse_json_body(const std::string& body);
+// offset), invalid JSON, a non-object, or a body past `limits` (nesting depth,
+// element count, estimated DOM memory).
+nlohmann::json parse_json_body(const std::string& body, const JsonLimits& limits = kRequestJsonLimits);
 
 // "cmpl-" / "chatcmpl-" + 32 random hex digits.
 std::string make_request_id(const char* prefix);

@@ -4,13 +4,13 @@
 // else is refused by name.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "tokenizer/pipeline.h"
 
 namespace pagellm {
@@ -22,20 +22,24 @@ using tok::NormalizerStep;
 using tok::PipelineTokenizer;
 using tok::PreTokenizerStep;
 
-std::string read_text_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read '{}'", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Real files nest Sequence steps 1-2 levels deep; the loader recurses per level.
+constexpr int kMaxSequenceDepth = 16;
+
+// tokenizer_config.json, generation_config.json (small files).
+json read_json(const std::filesystem::path& p) { return read_json_file_bounded(p.string(), kConfigJsonLimits); }
+
+void check_sequence_depth(int depth, const char* what) {
+  if (depth > kMaxSequenceDepth)
+    fail("tokenizer.json: {} Sequence nesting exceeds the limit of {}", what, kMaxSequenceDepth);
 }
 
-json read_json(const std::filesystem::path& p) {
-  try {
-    return json::parse(read_text_file(p));
-  } catch (const json::exception& e) {
-    fail("'{}' is not valid JSON: {}", p.string(), e.what());
-  }
+// A token id from JSON: an integer in [0, 2^31) (a float or huge value is
+// refused, never converted).
+int32_t json_token_id(const json& v) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
+      v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX))
+    fail("tokenizer.json: token id {} is not an integer from 0 to {}", v.dump(), INT32_MAX);
+  return static_cast<int32_t>(v.get<int64_t>());
 }
 
 // tokenizer.json parsed by SAX: the large model.vocab object and model.merges
@@ -182,7 +186,9 @@ class TokenizerJsonSax final : public nlohmann::json_sax<json> {
 };
 
 TokenizerJson read_tokenizer_json(const std::filesystem::path& p) {
-  const std::string text = read_text_file(p);
+  const std::string text = read_text_file_bounded(p.string(), kTokenizerJsonLimits.max_text_bytes);
+  // The SAX parser is iterative, but the DOM it builds is walked recursively.
+  check_json_limits(text, kTokenizerJsonLimits, "'" + p.string() + "'");
   TokenizerJson out;
   TokenizerJsonSax sax(out);
   if (!json::sax_parse(text, &sax) || !out.root.is_object())
@@ -193,7 +199,7 @@ TokenizerJson read_tokenizer_json(const std::filesystem::path& p) {
 // A token given as "text" or {"content": "text"} (tokenizer_config.json style).
 std::string token_content(const json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
   return "";
 }
 
@@ -208,8 +214,9 @@ std::string regex_escape(std::string_view s) {
 }
 
 std::shared_ptr<const tok::Regex> pattern_regex(const json& pattern, const char* where) {
-  if (pattern.contains("Regex")) return std::make_shared<tok::Regex>(pattern["Regex"].get<std::string>());
-  if (pattern.contains("String")) return std::make_shared<tok::Regex>(regex_escape(pattern["String"].get<std::string>()));
+  if (pattern.contains("Regex")) return std::make_shared<tok::Regex>(pattern.at("Regex").get<std::string>());
+  if (pattern.contains("String"))
+    return std::make_shared<tok::Regex>(regex_escape(pattern.at("String").get<std::string>()));
   fail("tokenizer.json: {} pattern must be String or Regex", where);
 }
 
@@ -222,19 +229,22 @@ tok::SplitBehavior parse_behavior(const std::string& b) {
   fail("tokenizer.json: unsupported split behavior '{}'", b);
 }
 
-void parse_normalizer(const json& n, std::vector<NormalizerStep>& out) {
+// Const json access goes through at(): operator[] of a missing key is undefined.
+void parse_normalizer(const json& n, std::vector<NormalizerStep>& out, int depth = 0) {
   if (n.is_null()) return;
   const std::string type = n.value("type", "");
   if (type == "Sequence") {
-    for (const auto& sub : n["normalizers"]) parse_normalizer(sub, out);
+    check_sequence_depth(depth + 1, "normalizer");
+    for (const auto& sub : n.at("normalizers")) parse_normalizer(sub, out, depth + 1);
   } else if (type == "Prepend") {
-    out.push_back({NormalizerStep::Kind::Prepend, n["prepend"].get<std::string>(), ""});
+    out.push_back({NormalizerStep::Kind::Prepend, n.at("prepend").get<std::string>(), ""});
   } else if (type == "Replace") {
-    NormalizerStep s{NormalizerStep::Kind::Replace, "", n["content"].get<std::string>()};
-    if (n["pattern"].contains("String"))
-      s.a = n["pattern"]["String"].get<std::string>();
+    NormalizerStep s{NormalizerStep::Kind::Replace, "", n.at("content").get<std::string>()};
+    const json& pattern = n.at("pattern");
+    if (pattern.contains("String"))
+      s.a = pattern.at("String").get<std::string>();
     else
-      s.regex = pattern_regex(n["pattern"], "Replace");
+      s.regex = pattern_regex(pattern, "Replace");
     out.push_back(std::move(s));
   } else if (type == "NFC") {
     out.push_back({NormalizerStep::Kind::NFC, "", ""});
@@ -252,10 +262,10 @@ void parse_normalizer(const json& n, std::vector<NormalizerStep>& out) {
     s.bert.clean_text = n.value("clean_text", true);
     s.bert.handle_chinese_chars = n.value("handle_chinese_chars", true);
     s.bert.lowercase = n.value("lowercase", true);
-    const json& sa = n.contains("strip_accents") ? n["strip_accents"] : json();
+    const json& sa = n.contains("strip_accents") ? n.at("strip_accents") : json();
     s.bert.strip_accents = sa.is_boolean() ? sa.get<bool>() : s.bert.lowercase;
     out.push_back(s);
-  } else if (type == "Precompiled" && (!n.contains("precompiled_charsmap") || n["precompiled_charsmap"].is_null())) {
+  } else if (type == "Precompiled" && (!n.contains("precompiled_charsmap") || n.at("precompiled_charsmap").is_null())) {
     // empty charsmap: nothing to do
   } else {
     fail("tokenizer.json: unsupported normalizer '{}'", type);
@@ -271,15 +281,16 @@ void add_split(PipelineTokenizer& t, std::shared_ptr<const tok::Regex> re, tok::
   t.pre_tokenizers.push_back(std::move(s));
 }
 
-void parse_pre_tokenizer(const json& p, PipelineTokenizer& t, PreTokenizerResult& r) {
+void parse_pre_tokenizer(const json& p, PipelineTokenizer& t, PreTokenizerResult& r, int depth = 0) {
   if (p.is_null()) return;
   const std::string type = p.value("type", "");
   if (r.byte_level && type != "ByteLevel")
     fail("tokenizer.json: pre-tokenizer '{}' after ByteLevel is not supported", type);
   if (type == "Sequence") {
-    for (const auto& sub : p["pretokenizers"]) parse_pre_tokenizer(sub, t, r);
+    check_sequence_depth(depth + 1, "pre-tokenizer");
+    for (const auto& sub : p.at("pretokenizers")) parse_pre_tokenizer(sub, t, r, depth + 1);
   } else if (type == "Split") {
-    add_split(t, pattern_regex(p["pattern"], "Split"), parse_behavior(p.value("behavior", "Isolated")),
+    add_split(t, pattern_regex(p.at("pattern"), "Split"), parse_behavior(p.value("behavior", "Isolated")),
               p.value("invert", false));
   } else if (type == "ByteLevel") {
     if (p.value("add_prefix_space", false)) {
@@ -321,12 +332,14 @@ void parse_pre_tokenizer(const json& p, PipelineTokenizer& t, PreTokenizerResult
   }
 }
 
-bool decoder_is_byte_level(const json& d) {
-  if (d.is_null()) return false;
+bool decoder_is_byte_level(const json& d, int depth = 0) {
+  if (!d.is_object()) return false;
   if (d.value("type", "") == "ByteLevel") return true;
-  if (d.value("type", "") == "Sequence")
-    for (const auto& sub : d["decoders"])
-      if (decoder_is_byte_level(sub)) return true;
+  if (d.value("type", "") == "Sequence") {
+    check_sequence_depth(depth + 1, "decoder");
+    for (const auto& sub : d.at("decoders"))
+      if (decoder_is_byte_level(sub, depth + 1)) return true;
+  }
   return false;
 }
 
@@ -335,26 +348,27 @@ struct Template {
   std::vector<int32_t> prefix, suffix;
 };
 
-void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template& tpl) {
+void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template& tpl, int depth = 0) {
   if (p.is_null()) return;
   const std::string type = p.value("type", "");
   if (type == "Sequence") {
-    for (const auto& sub : p["processors"]) parse_post_processor(sub, vocab, tpl);
+    check_sequence_depth(depth + 1, "post-processor");
+    for (const auto& sub : p.at("processors")) parse_post_processor(sub, vocab, tpl, depth + 1);
   } else if (type == "TemplateProcessing") {
     tpl.found = true;
     tpl.prefix.clear();
     tpl.suffix.clear();
     bool after_text = false;
-    for (const auto& item : p["single"]) {
+    for (const auto& item : p.at("single")) {
       if (item.contains("Sequence")) {
         after_text = true;
         continue;
       }
       if (!item.contains("SpecialToken")) continue;
-      const std::string name = item["SpecialToken"]["id"].get<std::string>();
+      const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       std::vector<int32_t> ids;
-      if (p.contains("special_tokens") && p["special_tokens"].contains(name)) {
-        for (const auto& id : p["special_tokens"][name]["ids"]) ids.push_back(id.get<int32_t>());
+      if (p.contains("special_tokens") && p.at("special_tokens").contains(name)) {
+        for (const auto& id : p.at("special_tokens").at(name).at("ids")) ids.push_back(json_token_id(id));
       } else if (int32_t id = vocab.find(name); id >= 0) {
         ids.push_back(id);
       } else {
@@ -365,8 +379,8 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
     }
   } else if (type == "BertProcessing" || type == "RobertaProcessing") {
     tpl.found = true;
-    tpl.prefix = {p["cls"][1].get<int32_t>()};
-    tpl.suffix = {p["sep"][1].get<int32_t>()};
+    tpl.prefix = {json_token_id(p.at("cls").at(1))};
+    tpl.suffix = {json_token_id(p.at("sep").at(1))};
   } else if (type == "ByteLevel") {
     // offsets only
   } else {
@@ -378,8 +392,13 @@ void load_vocab(const TokenizerJson& tj, const json& added, PipelineTokenizer& t
   if (!tj.has_vocab) fail("model.vocab must be an object of token -> id");
   int64_t max_id = -1;
   for (const auto& [text, id] : tj.vocab) max_id = std::max(max_id, id);
-  for (const auto& a : added) max_id = std::max<int64_t>(max_id, a["id"].get<int64_t>());
+  for (const auto& a : added) max_id = std::max<int64_t>(max_id, json_token_id(a.at("id")));
   if (max_id < 0 || max_id >= (int64_t(1) << 30)) fail("bad vocabulary size {}", max_id + 1);
+  // The table is sized by the largest id: ids far past the tokens listed
+  // would allocate for nothing (real vocabularies are dense).
+  const size_t listed = tj.vocab.size() + added.size();
+  if (static_cast<size_t>(max_id) >= 2 * listed + 1024)
+    fail("token id {} is far past the {} tokens listed (vocabulary ids must be dense)", max_id, listed);
   const size_t n = static_cast<size_t>(max_id + 1);
   t.vocab.text.assign(n, std::string());
   t.vocab.type.assign(n, TokenType::Unused);
@@ -390,9 +409,8 @@ void load_vocab(const TokenizerJson& tj, const json& added, PipelineTokenizer& t
     t.vocab.type[id] = TokenType::Normal;
   }
   for (const auto& a : added) {
-    const auto id = a["id"].get<int64_t>();
-    if (id < 0) fail("negative added token id {}", id);
-    t.vocab.text[id] = a["content"].get<std::string>();
+    const int32_t id = json_token_id(a.at("id"));
+    t.vocab.text[id] = a.at("content").get<std::string>();
     t.vocab.type[id] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
   }
 }
@@ -421,12 +439,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     if (model_type.empty() && tj.has_merges) model_type = "BPE";
 
     // Added tokens: tokenizer.json first, then any extra from tokenizer_config.json.
-    json added = j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : json::array();
+    json added = j.contains("added_tokens") && j.at("added_tokens").is_array() ? j.at("added_tokens") : json::array();
     if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
       std::set<int64_t> known;
-      for (const auto& a : added) known.insert(a["id"].get<int64_t>());
+      for (const auto& a : added) known.insert(json_token_id(a.at("id")));
       for (auto it = config["added_tokens_decoder"].begin(); it != config["added_tokens_decoder"].end(); ++it) {
-        const int64_t id = std::stoll(it.key());
+        int64_t id = -1;
+        const std::string& key = it.key();
+        const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+          fail("tokenizer_config.json: added_tokens_decoder key '{}' is not a token id", key);
         if (known.count(id)) continue;
         json a = it.value();
         a["id"] = id;
@@ -437,8 +459,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece)", model_type);
     load_vocab(tj, added, *t);
 
-    const std::string unk_text = model.contains("unk_token") && model["unk_token"].is_string()
-                                     ? model["unk_token"].get<std::string>()
+    const std::string unk_text = model.contains("unk_token") && model.at("unk_token").is_string()
+                                     ? model.at("unk_token").get<std::string>()
                                      : std::string();
     const bool byte_fallback = model.value("byte_fallback", false);
     t->vocab.index.build(t->vocab.text);
@@ -448,14 +470,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     const int32_t unk = unk_text.empty() ? -1 : t->vocab.find(unk_text);
     if (unk >= 0 && t->vocab.type[unk] == TokenType::Normal) t->vocab.type[unk] = TokenType::Unknown;
 
-    parse_normalizer(j.contains("normalizer") ? j["normalizer"] : json(), t->normalizers);
+    parse_normalizer(j.contains("normalizer") ? j.at("normalizer") : json(), t->normalizers);
     PreTokenizerResult pre;
-    parse_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), *t, pre);
+    parse_pre_tokenizer(j.contains("pre_tokenizer") ? j.at("pre_tokenizer") : json(), *t, pre);
     t->byte_level = pre.byte_level;
 
     if (model_type == "BPE") {
       auto str_or_empty = [&](const char* key) {
-        return model.contains(key) && model[key].is_string() ? model[key].get<std::string>() : std::string();
+        return model.contains(key) && model.at(key).is_string() ? model.at(key).get<std::string>() : std::string();
       };
       if (!str_or_empty("continuing_subword_prefix").empty() || !str_or_empty("end_of_word_suffix").empty())
         fail("BPE with continuing_subword_prefix / end_of_word_suffix is not supported");
@@ -484,7 +506,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
                                                        model.value("max_input_chars_per_word", 100));
       t->description = fmt::format("Hugging Face WordPiece, {} tokens", t->vocab.size());
     }
-    if (pre.byte_level || decoder_is_byte_level(j.contains("decoder") ? j["decoder"] : json()))
+    if (pre.byte_level || decoder_is_byte_level(j.contains("decoder") ? j.at("decoder") : json()))
       t->piece_style = tok::PieceStyle::ByteLevel;
     else if (model_type == "WordPiece")
       t->piece_style = tok::PieceStyle::WordPieceHf;
@@ -492,7 +514,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       t->piece_style = tok::PieceStyle::SentencePiece;
 
     for (const auto& a : added)
-      t->specials.add(a["content"].get<std::string>(), a["id"].get<int32_t>(), !a.value("special", false),
+      t->specials.add(a.at("content").get<std::string>(), json_token_id(a.at("id")), !a.value("special", false),
                       a.value("lstrip", false), a.value("rstrip", false));
 
     // BOS / EOS and what add_special adds.
@@ -503,7 +525,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     };
     int32_t bos = config_token("bos_token"), eos = config_token("eos_token");
     Template tpl;
-    parse_post_processor(j.contains("post_processor") ? j["post_processor"] : json(), t->vocab, tpl);
+    parse_post_processor(j.contains("post_processor") ? j.at("post_processor") : json(), t->vocab, tpl);
     bool add_bos = false, add_eos = false;
     if (tpl.found) {
       t->prefix_ids = tpl.prefix;
@@ -530,13 +552,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       }
     }
     if (chat_template.empty() && fs::exists(dir / "chat_template.jinja"))
-      chat_template = read_text_file(dir / "chat_template.jinja");
+      chat_template = read_text_file_bounded((dir / "chat_template.jinja").string(), kConfigJsonLimits.max_text_bytes);
 
     std::vector<int32_t> eog;
     if (fs::exists(dir / "generation_config.json")) {
       const json gen = read_json(dir / "generation_config.json");
       if (gen.contains("eos_token_id")) {
-        const json& e = gen["eos_token_id"];
+        const json& e = gen.at("eos_token_id");
         if (e.is_number_integer()) eog.push_back(e.get<int32_t>());
         if (e.is_array())
           for (const auto& x : e)
