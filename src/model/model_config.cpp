@@ -114,15 +114,18 @@ void ModelConfig::check_sizes() const {
   PAGELLM_CHECK(n_embd > 0 && n_layer > 0 && n_head > 0 && n_head_kv > 0 && head_dim > 0 && n_ff > 0 && n_vocab > 0,
                 "model hyperparameters missing or zero ({})", describe());
   using L = ModelSizeLimits;
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"n_layer", n_layer}, {"n_embd", n_embd}, {"n_head", n_head},      {"n_head_kv", n_head_kv},
-      {"head_dim", head_dim}, {"n_ff", n_ff}, {"n_vocab", n_vocab}, {"n_ctx_train", n_ctx_train},
+  const struct {
+    const char* name;
+    int64_t value, max;
+  } sizes[] = {
+      {"n_layer", n_layer, L::kLayers},      {"n_embd", n_embd, L::kEmbd},
+      {"n_head", n_head, L::kHeads},         {"n_head_kv", n_head_kv, L::kHeads},
+      {"head_dim", head_dim, L::kHeadDim},   {"n_ff", n_ff, L::kFeedForward},
+      {"n_vocab", n_vocab, L::kVocab},       {"n_ctx_train", n_ctx_train, L::kContext},
   };
-  const int64_t limits[] = {L::kLayers, L::kEmbd, L::kHeads, L::kHeads, L::kHeadDim, L::kFeedForward, L::kVocab,
-                            L::kContext};
-  for (size_t k = 0; k < std::size(sizes); ++k)
-    PAGELLM_CHECK(sizes[k].second >= 1 && sizes[k].second <= limits[k],
-                  "model hyperparameter {} = {} is out of range (1 to {})", sizes[k].first, sizes[k].second, limits[k]);
+  for (const auto& s : sizes)
+    PAGELLM_CHECK(s.value >= 1 && s.value <= s.max, "model hyperparameter {} = {} is out of range (1 to {})", s.name,
+                  s.value, s.max);
   PAGELLM_CHECK(sliding_window >= 0 && sliding_window <= L::kContext,
                 "model hyperparameter sliding_window = {} is out of range (0 to {})", sliding_window, L::kContext);
 }
