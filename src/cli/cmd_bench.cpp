@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/util.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -199,9 +200,9 @@ int run_serve_cmd(ServeFlags& f) {
   }
   if (!f.extra_body.empty()) {
     try {
-      o.extra_body = nlohmann::json::parse(f.extra_body);
+      o.extra_body = parse_json_bounded(f.extra_body, kRequestJsonLimits, "--extra-body");
     } catch (const std::exception& e) {
-      fail("--extra-body is not valid JSON: {}", e.what());
+      fail("{}", e.what());
     }
   }
   if (o.api_key.empty())

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "engine/engine.h"
 
 namespace pagellm::cli {
@@ -109,9 +110,9 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
     try {
       nlohmann::json body;
       try {
-        body = nlohmann::json::parse(line);
+        body = parse_json_bounded(line, kRequestJsonLimits, fmt::format("line {}", index + 1));
       } catch (const std::exception& e) {
-        throw InvalidRequest(fmt::format("line {} is not valid JSON: {}", index + 1, e.what()));
+        throw InvalidRequest(e.what());
       }
       if (!body.is_object() || !body.contains("prompt"))
         throw InvalidRequest("each line needs a \"prompt\" (a string or a list of token ids)", "prompt");

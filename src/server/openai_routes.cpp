@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "api/json_fields.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/openai_response.h"
@@ -161,15 +162,7 @@ void OpenAIServer::detokenize(const httplib::Request& req, httplib::Response& re
   check_model_field(body, model_);
   if (!body.contains("tokens") || !body["tokens"].is_array())
     throw InvalidRequest("'tokens' must be a list of token ids", "tokens");
-  std::vector<int32_t> ids;
-  for (const json& t : body["tokens"]) {
-    if (!t.is_number_integer()) throw InvalidRequest("'tokens' must be a list of token ids", "tokens");
-    const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= model_.vocab_size)
-      throw InvalidRequest(fmt::format("token id {} is outside the vocabulary (0..{})", id, model_.vocab_size - 1),
-                           "tokens");
-    ids.push_back(static_cast<int32_t>(id));
-  }
+  const std::vector<int32_t> ids = json_to_token_ids(body["tokens"], "tokens", "tokens", model_.vocab_size);
   res.set_content(dump_json({{"prompt", sanitize_utf8(model_.tokenizer->decode(ids, false))}}), "application/json");
 }
 
