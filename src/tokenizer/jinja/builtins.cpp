@@ -224,7 +224,8 @@ double py_round(double x, int64_t ndigits) {
     return std::strtod(format_double("%." + std::to_string(ndigits) + "f", x).c_str(), nullptr);
   }
   if (ndigits > 300) return x;
-  const double p = std::pow(10.0, static_cast<double>(-ndigits));
+  if (ndigits < -308) return std::copysign(0.0, x);  // 10**-ndigits is inf; |x| < 1.8e308 rounds to 0
+  const double p = std::pow(10.0, -static_cast<double>(ndigits));
   return std::nearbyint(x / p) * p;
 }
 
@@ -1206,7 +1207,8 @@ Value f_int(Interpreter&, const Value& v, CallArgs& a) {
     return Value::integer(static_cast<int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
-    if (auto i = parse_py_int(v.str(), static_cast<int>(b.get_int(1, 10)))) return Value::integer(*i);
+    const int64_t base = b.get_int(1, 10);  // outside 0..36 parse_py_int refuses it (-1), as Python does
+    if (auto i = parse_py_int(v.str(), base >= 0 && base <= 36 ? static_cast<int>(base) : -1)) return Value::integer(*i);
     if (auto d = parse_py_float(v.str())) {
       if (std::isfinite(*d) && std::fabs(*d) < 9.2e18) return Value::integer(static_cast<int64_t>(std::trunc(*d)));
     }

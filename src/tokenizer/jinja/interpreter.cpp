@@ -330,15 +330,17 @@ Interpreter::~Interpreter() {
   for (auto& o : objects_) o->clear();
 }
 
-Interpreter::DepthScope::DepthScope(Interpreter& in) : in_(in) {
-  if (++in_.eval_depth_ > in_.opts_.limits.max_eval_depth) {
-    --in_.eval_depth_;
+Interpreter::DepthScope::DepthScope(Interpreter& in, int levels) : in_(in), levels_(levels) {
+  in_.eval_depth_ += levels_;
+  if (in_.eval_depth_ > in_.opts_.limits.max_eval_depth) {
+    in_.eval_depth_ -= levels_;
     raise("RecursionError", "template evaluation nests deeper than the limit of " +
                                 std::to_string(in_.opts_.limits.max_eval_depth) + " levels (recursive macros?)");
   }
 }
 
-Interpreter::CallScope::CallScope(Interpreter& in, const std::string* macro) : in_(in) {
+Interpreter::CallScope::CallScope(Interpreter& in, const std::string* macro)
+    : in_(in), depth_(in, kCallLevels) {
   if (++in_.call_depth_ > in_.opts_.limits.max_call_depth) {
     --in_.call_depth_;
     raise("RecursionError", "template calls nest deeper than the limit of " +

@@ -60,19 +60,23 @@ class Interpreter {
   enum class Flow { Normal, Break, Continue };
   friend class LoopObject;
 
-  // One level of evaluation (a statement, expression or filter link being
+  // `levels` of evaluation (a statement, expression or filter link being
   // run) against Limits::max_eval_depth: the interpreter's recursion depth.
   class DepthScope {
    public:
-    explicit DepthScope(Interpreter& in);
-    ~DepthScope() { --in_.eval_depth_; }
+    explicit DepthScope(Interpreter& in, int levels = 1);
+    ~DepthScope() { in_.eval_depth_ -= levels_; }
     DepthScope(const DepthScope&) = delete;
     DepthScope& operator=(const DepthScope&) = delete;
 
    private:
     Interpreter& in_;
+    int levels_;
   };
-  // A macro call (macro: its name) or recursive loop (null), against Limits::max_call_depth.
+  // A macro call (macro: its name) or recursive loop (null), against
+  // Limits::max_call_depth. Its frames between two evaluation levels take
+  // about two levels' stack (measured), so it also counts as kCallLevels.
+  static constexpr int kCallLevels = 2;
   class CallScope {
    public:
     CallScope(Interpreter& in, const std::string* macro);
@@ -82,6 +86,7 @@ class Interpreter {
 
    private:
     Interpreter& in_;
+    DepthScope depth_;
   };
 
   RenderOptions opts_;

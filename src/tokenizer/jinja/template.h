@@ -32,11 +32,11 @@ struct Limits {
 
   // ---- rendering (RenderOptions) ----
   // Statements, expressions and filter links being evaluated at once, summed
-  // over nested macro calls: the interpreter's recursion depth. A level takes
-  // 0.4-0.9 KB of stack (measured, release build; the most through macro
-  // calls) and a few times that under sanitizers, so 1024 needs 1-4 MB. A
-  // 64-deep recursive macro with 10 levels in its body needs 640.
-  int max_eval_depth = 1024;
+  // over nested macro calls (a call counts 2 more): the interpreter's
+  // recursion depth. A level takes ~0.5 KB of stack in a release build and
+  // up to ~6 KB under ASan (measured), so 512 needs 0.25 MB, or 3 MB with
+  // sanitizers. A 40-deep recursive macro with 10 levels in its body fits.
+  int max_eval_depth = 512;
   // Macro calls, call blocks (`caller()`) and recursive loops nested at once.
   // Recursive tool-schema macros nest as deep as the schema (< 20).
   int max_call_depth = 64;
