@@ -245,6 +245,17 @@ RequestRecord send_one(const BaseUrl& url, const ServeOptions& opts, const std::
 
 }  // namespace
 
+std::vector<double> arrival_schedule(const ServeOptions& opts) {
+  std::vector<double> arrival_s;
+  PromptRng arrivals(opts.seed ^ 0xA5A5A5A5ull);
+  double t = 0;
+  for (int32_t i = 0; i < opts.num_prompts; ++i) {
+    arrival_s.push_back(t);
+    if (std::isfinite(opts.request_rate)) t += -std::log(arrivals.unit()) / opts.request_rate;
+  }
+  return arrival_s;
+}
+
 ServeResult run_serve(const ServeOptions& opts, const Tokenizer* tokenizer, const Log& log) {
   opts.validate();
   const BaseUrl url = parse_base_url(opts.base_url);
@@ -252,14 +263,9 @@ ServeResult run_serve(const ServeOptions& opts, const Tokenizer* tokenizer, cons
   result.model = opts.model.empty() ? fetch_model_name(url, opts) : opts.model;
   // Bodies and arrival times first, off the clock.
   std::vector<std::string> bodies;
-  std::vector<double> arrival_s;
-  PromptRng arrivals(opts.seed ^ 0xA5A5A5A5ull);
-  double t = 0;
-  for (int32_t i = 0; i < opts.num_prompts; ++i) {
+  for (int32_t i = 0; i < opts.num_prompts; ++i)
     bodies.push_back(completion_body(opts, result.model, i, tokenizer).dump());
-    arrival_s.push_back(t);
-    if (std::isfinite(opts.request_rate)) t += -std::log(arrivals.unit()) / opts.request_rate;
-  }
+  const std::vector<double> arrival_s = arrival_schedule(opts);
   if (log)
     log(fmt::format("{} requests to {}{} (model '{}'), concurrency {}, rate {}", opts.num_prompts, opts.base_url,
                     opts.endpoint, result.model, opts.max_concurrency == 0 ? "unbounded" : std::to_string(opts.max_concurrency),

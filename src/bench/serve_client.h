@@ -63,6 +63,12 @@ struct ServeResult {
 nlohmann::json completion_body(const ServeOptions& opts, const std::string& model, int32_t index,
                                const Tokenizer* tokenizer);
 
+// When each request is due, in seconds from the start: all at 0 for an
+// infinite rate, else Poisson arrivals (exponential gaps of mean
+// 1/request_rate) drawn from `seed`. run_serve sends request i no earlier
+// than arrival_schedule(opts)[i] (exposed for tests).
+std::vector<double> arrival_schedule(const ServeOptions& opts);
+
 // Runs the benchmark. `tokenizer` (optional) makes text prompts exactly
 // input_len tokens long. Throws Error for bad options or when the model name
 // cannot be found; failed requests are recorded, not thrown.

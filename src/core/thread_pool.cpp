@@ -29,7 +29,7 @@ ThreadPool::ThreadPool(int n_threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
+  generation_.fetch_add(2);  // a new job number; workers see stop_ first
   generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -50,7 +50,7 @@ void ThreadPool::worker_loop(int ith) {
     }
     seen = gen;
     if (stop_.load()) return;
-    if (dynamic_.load()) {
+    if (gen & 1) {
       // Join only while this very job is open; seq_cst pairs with the
       // caller's close-then-check in run_dynamic().
       active_.fetch_add(1);
@@ -79,8 +79,7 @@ void ThreadPool::wait_for_zero(std::atomic<int>& counter) {
 
 void ThreadPool::start(const FunctionRef<void(int, int)>* job, bool dynamic) {
   job_ = job;
-  dynamic_.store(dynamic);
-  const uint64_t gen = generation_.load() + 1;
+  const uint64_t gen = ((generation_.load() >> 1) + 1) << 1 | (dynamic ? 1 : 0);
   if (dynamic) open_generation_.store(gen);
   else pending_.store(n_threads_ - 1);
   generation_.store(gen);  // seq_cst: pairs with sleepers_ (Dekker)

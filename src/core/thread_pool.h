@@ -69,9 +69,12 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  // Job number << 1 | (1 for run_dynamic): a worker learns a job's kind from
+  // the very value that announced it. (A separate flag could already belong
+  // to the next job when a late worker read it, and the worker would then run
+  // that job twice.)
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> open_generation_{0};  // the dynamic job accepting joiners, 0: none
-  std::atomic<bool> dynamic_{false};
   std::atomic<int> pending_{0};  // run(): workers yet to finish
   std::atomic<int> active_{0};   // run_dynamic(): workers inside the job
   std::atomic<int> sleepers_{0};

@@ -13,7 +13,48 @@
 
 namespace pagellm::cpu::OPS_NS {
 
+#if defined(__FLT16_MAX__)
 using half_t = _Float16;
+#else
+// clang < 15 has no _Float16 on x86 (the fuzz build uses clang 14): a 2-byte
+// stand-in with IEEE half bits and round-to-nearest-even conversions. Local
+// (static) functions, not core/fp16.h: this file is compiled once per ISA.
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+}
+static inline float f32_from(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+static inline uint32_t shift_rne(uint32_t v, uint32_t s) {
+  const uint32_t kept = v >> s, rest = v & ((1u << s) - 1), half = 1u << (s - 1);
+  return kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
+}
+struct half_t {
+  uint16_t bits;
+  half_t() = default;
+  explicit half_t(float f) {
+    uint32_t x = f32_bits(f);
+    const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+    x &= 0x7fffffffu;
+    const uint32_t e = x >> 23;
+    if (x >= 0x7f800000u) bits = sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u);  // inf / nan
+    else if (x >= 0x477ff000u) bits = sign | 0x7c00u;                                // rounds to inf
+    else if (e < 102) bits = sign;                                                   // rounds to zero
+    else if (e < 113) bits = sign | static_cast<uint16_t>(shift_rne((x & 0x7fffffu) | 0x800000u, 126 - e));
+    else bits = sign | static_cast<uint16_t>(shift_rne(((e - 112) << 23) | (x & 0x7fffffu), 13));
+  }
+  operator float() const {
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16, e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
+    if (e == 0) return f32_from(sign | f32_bits(static_cast<float>(m) * (1.0f / 16777216.0f)));
+    if (e == 31) return f32_from(sign | 0x7f800000u | (m << 13));
+    return f32_from(sign | ((e + 112) << 23) | (m << 13));
+  }
+};
+#endif
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

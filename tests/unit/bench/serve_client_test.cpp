@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -173,7 +175,19 @@ TEST(BenchServeClient, StreamsAndMeasures) {
   EXPECT_EQ(m.total_input_tokens, 48);
   EXPECT_EQ(m.itl_s.count, 6u * 4);  // 5 chunks: 4 gaps each
   EXPECT_GT(m.ttft_s.min, 0);
-  EXPECT_GE(m.itl_s.median, 0.001);
+  // Only bounds that a slow machine cannot break: the server sleeps 2 ms
+  // before each of its 6 writes, so no request ends sooner than 12 ms; a
+  // stalled client may read chunks together, so single gaps can be ~0, but
+  // they always fit between the first chunk and the end.
+  EXPECT_GE(m.e2el_s.min, 0.010);
+  for (const RequestRecord& rec : r.records) {
+    double gaps = 0;
+    for (double g : rec.itl_s) {
+      EXPECT_GE(g, 0);
+      gaps += g;
+    }
+    EXPECT_LE(gaps, rec.latency_s - rec.ttft_s + 1e-9);
+  }
   EXPECT_GE(m.e2el_s.min, m.ttft_s.min);
   EXPECT_GT(m.output_throughput, 0);
   EXPECT_LE(server.max_in_flight(), 2);
@@ -188,7 +202,40 @@ TEST(BenchServeClient, StreamsAndMeasures) {
   EXPECT_EQ(j["metrics"]["completed"], 6);
 }
 
-TEST(BenchServeClient, PoissonArrivals) {
+// The arrival process is a pure function of the options, so it is checked as
+// numbers, not by timing threads on a machine of unknown speed.
+TEST(BenchServeSchedule, PoissonArrivals) {
+  ServeOptions o;
+  o.num_prompts = 4000;
+  o.request_rate = 50;
+  o.seed = 3;
+  const std::vector<double> a = arrival_schedule(o);
+  ASSERT_EQ(a.size(), 4000u);
+  EXPECT_EQ(a[0], 0.0);
+  std::vector<double> gaps;
+  for (size_t i = 1; i < a.size(); ++i) {
+    ASSERT_GE(a[i], a[i - 1]) << i;
+    gaps.push_back(a[i] - a[i - 1]);
+  }
+  // Exponential gaps: mean 1/rate and standard deviation equal to the mean
+  // (4000 draws: both within a few percent; the seed makes it exact anyway).
+  double mean = 0, var = 0;
+  for (double g : gaps) mean += g;
+  mean /= static_cast<double>(gaps.size());
+  for (double g : gaps) var += (g - mean) * (g - mean);
+  const double sd = std::sqrt(var / static_cast<double>(gaps.size()));
+  EXPECT_NEAR(mean, 1.0 / 50, 0.1 / 50);
+  EXPECT_NEAR(sd, 1.0 / 50, 0.15 / 50);
+  EXPECT_EQ(arrival_schedule(o), a);  // seeded
+  o.seed = 4;
+  EXPECT_NE(arrival_schedule(o), a);
+  o.request_rate = std::numeric_limits<double>::infinity();  // all at once
+  EXPECT_EQ(arrival_schedule(o), std::vector<double>(4000, 0.0));
+}
+
+// At a finite rate every request is sent, none before its arrival time (a
+// lower bound: a slow machine only sends later).
+TEST(BenchServeClient, PoissonArrivalsAreHonoured) {
   FakeServer server;
   ServeOptions o;
   o.base_url = server.url();
@@ -200,7 +247,9 @@ TEST(BenchServeClient, PoissonArrivals) {
   o.output_len = 2;
   const ServeResult r = run_serve(o);
   EXPECT_EQ(r.metrics.completed, 4);
-  for (size_t i = 1; i < r.records.size(); ++i) EXPECT_GE(r.records[i].start_s, r.records[i - 1].start_s);
+  const std::vector<double> due = arrival_schedule(o);
+  ASSERT_EQ(r.records.size(), due.size());
+  for (size_t i = 0; i < due.size(); ++i) EXPECT_GE(r.records[i].start_s, due[i] - 1e-6) << i;
 }
 
 TEST(BenchServeClient, HttpErrorsAndStreamErrorsFail) {
@@ -234,7 +283,9 @@ TEST(BenchServeClient, TimeoutBoundsAStalledServer) {
   const auto t0 = std::chrono::steady_clock::now();
   const ServeResult r = run_serve(o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(s, 5.0);
+  // The stalled server never ends a stream: returning at all is the point;
+  // the bound only keeps a regression from hanging until ctest's timeout.
+  EXPECT_LT(s, 120.0);
   EXPECT_EQ(r.metrics.completed, 0);
   EXPECT_EQ(r.metrics.failed, 3);  // one timed out in flight, two never sent
 }
@@ -257,13 +308,15 @@ TEST(BenchServeClient, UnreachableServer) {
   o.base_url = "http://127.0.0.1:" + std::to_string(unused_port());
   o.model = "m";
   o.num_prompts = 1;
-  o.timeout_s = 5;
+  o.timeout_s = 300;
   const auto t0 = std::chrono::steady_clock::now();
   const ServeResult r = run_serve(o);
   EXPECT_EQ(r.metrics.failed, 1);
   ASSERT_FALSE(r.metrics.errors.empty());
   EXPECT_NE(r.metrics.errors[0].find("HTTP request failed"), std::string::npos) << r.metrics.errors[0];
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);  // refused at once
+  // Refused at once rather than waiting out the timeout: the two differ by
+  // far more than any machine's speed.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
   o.model = "";
   EXPECT_THROW(run_serve(o), Error);  // no model name to be had
 }

@@ -41,6 +41,20 @@ TEST(ThreadPool, SleepsAndWakesUp) {
   EXPECT_EQ(total.load(), 4);
 }
 
+// A dynamic job (late workers skip it) right before a run() job (every
+// worker exactly once): a worker late for the first must run the second once,
+// not twice, and run() must not return before every worker is done.
+TEST(ThreadPool, MixedJobKindsRunEveryWorkerOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(3);
+  for (int rep = 0; rep < 5000; ++rep) {
+    pool.parallel_for(64, [](int64_t, int64_t) {});
+    for (auto& h : hits) h.store(0);
+    pool.run([&](int ith, int) { hits[ith].fetch_add(1); });
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(hits[i].load(), 1) << "worker " << i << ", round " << rep;
+  }
+}
+
 TEST(ThreadPool, SplitRangeIsBalanced) {
   int64_t b, e;
   split_range(10, 0, 3, 1, b, e);

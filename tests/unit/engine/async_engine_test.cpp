@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <thread>
 
 namespace pagellm {
@@ -26,6 +28,17 @@ EngineRequest req(const std::string& id, int max_tokens) {
   r.params.max_tokens = max_tokens;
   r.params.ignore_eos = true;
   return r;
+}
+
+// Polls `cond` until it holds or 30 s pass: the loop thread publishes stats
+// after its current step, which takes longer on a slow (or sanitized) build.
+bool eventually(const std::function<bool()>& cond) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 // Reads a stream to its end; returns the tokens and the final output.
@@ -60,9 +73,7 @@ TEST(AsyncEngine, ManyThreadsSubmitAndAllFinish) {
   for (int i = 0; i < 16; ++i)
     EXPECT_TRUE(std::equal(outputs[i].begin(), outputs[i].end(), outputs[4].begin())) << i;
   // Stats are a snapshot published after each step, just after the outputs.
-  for (int i = 0; i < 100 && engine.stats().kv.used_blocks != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(engine.stats().kv.used_blocks, 0);
+  EXPECT_TRUE(eventually([&] { return engine.stats().kv.used_blocks == 0; }));
 }
 
 TEST(AsyncEngine, AbortFromAnotherThreadFreesBlocks) {
@@ -74,9 +85,7 @@ TEST(AsyncEngine, AbortFromAnotherThreadFreesBlocks) {
   ASSERT_FALSE(last.completions.empty());
   EXPECT_EQ(last.completions.back().finish_reason, FinishReason::Abort);
   EXPECT_LT(tokens.size(), 400u);
-  for (int i = 0; i < 100 && engine.stats().kv.used_blocks != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(engine.stats().kv.used_blocks, 0);
+  EXPECT_TRUE(eventually([&] { return engine.stats().kv.used_blocks == 0; }));
   EXPECT_EQ(engine.num_in_flight(), 0u);
 }
 

@@ -1,0 +1,85 @@
+// A request body as the server gets it: parse_json_body, the model field,
+// then both endpoints' parsers (sampling fields, prompts, chat messages
+// through a real template) down to EngineRequests, checked as the engine
+// checks them on submit. The model is a synthetic SentencePiece vocabulary
+// (specials, 256 byte tokens, fillers) with Gemma 3's chat template.
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "model/dummy.h"
+#include "model/gguf.h"
+#include "server/openai_request.h"
+#include "server/openai_server.h"
+#include "targets.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::fuzz {
+namespace {
+
+struct FakeModel {
+  std::unique_ptr<GGUFFile> vocab_file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  server::ServedModel served;
+
+  FakeModel() {
+    const ScratchDir dir;
+    GGUFWriter w;
+    add_synthetic_vocab(w, 320);
+    w.write(dir.path() + "/vocab.gguf");
+    vocab_file = GGUFFile::open(dir.path() + "/vocab.gguf");  // the mapping outlives the file
+    tokenizer = Tokenizer::from_gguf(*vocab_file);
+    served.name = "fuzz-model";
+    served.aliases = {"/models/fuzz.gguf"};
+    served.tokenizer = tokenizer.get();
+    served.chat_template = std::make_shared<ChatTemplate>(builtin_chat_template("gemma3"));
+    served.vocab_size = tokenizer->vocab_size();
+    served.max_model_len = 512;
+  }
+};
+
+// What the server answers 4xx to (http_errors.cpp): pagellm::Error (InvalidRequest,
+// HttpError, TemplateError) and JSON type errors. Anything else is a 500
+// "internal error", i.e. a finding.
+template <class F>
+bool rejected(F&& f) {
+  try {
+    f();
+    return false;
+  } catch (const Error&) {
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return true;
+  }
+}
+
+// What Engine::validate_params checks without an engine: the params (may throw
+// InvalidRequest) and, as invariants the parsers promise, the id and prompt ids.
+void check_like_the_engine(const EngineRequest& r, const server::ServedModel& m) {
+  FUZZ_INVARIANT(!r.id.empty());
+  r.params.validate(m.vocab_size);
+  for (int32_t t : r.prompt_ids) FUZZ_INVARIANT(t >= 0 && t < m.vocab_size);
+}
+
+}  // namespace
+
+int request(const uint8_t* data, size_t size) {
+  static const FakeModel model;
+  const server::ServedModel& m = model.served;
+  nlohmann::json body;
+  if (rejected([&] { body = server::parse_json_body(std::string(reinterpret_cast<const char*>(data), size)); }))
+    return 0;
+  if (rejected([&] { server::check_model_field(body, m); })) return 0;
+  for (bool chat : {false, true}) {
+    rejected([&] {
+      const server::GenerationRequest g = chat ? server::parse_chat_request(body, m) : server::parse_completion_request(body, m);
+      FUZZ_INVARIANT(!g.prompts.empty() && g.prompts.size() <= server::kMaxPrompts);
+      for (const EngineRequest& r : server::to_engine_requests(g, chat ? "chatcmpl-fuzz" : "cmpl-fuzz", m))
+        check_like_the_engine(r, m);
+    });
+  }
+  return 0;
+}
+
+}  // namespace pagellm::fuzz
