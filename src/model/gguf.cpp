@@ -1,5 +1,6 @@
 #include "model/gguf.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -154,7 +155,14 @@ int64_t array_elem_as_int(const GGUFValue& v, uint64_t k) {
   switch (v.elem_type) {
     case GGUFType::U64: return static_cast<int64_t>(load_le<uint64_t>(p));
     case GGUFType::I64: return load_le<int64_t>(p);
-    default: return static_cast<int64_t>(array_elem_as_double(v, k));
+    default: {
+      // A float element must hold an integer that int64 can represent; the
+      // cast of anything else is undefined behaviour.
+      const double d = array_elem_as_double(v, k);
+      if (!(d >= -0x1p63 && d < 0x1p63) || d != std::floor(d))
+        fail("GGUF array element {} is {}, not an integer", k, d);
+      return static_cast<int64_t>(d);
+    }
   }
 }
 

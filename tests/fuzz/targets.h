@@ -26,6 +26,8 @@ int tokenizer_json(const uint8_t* data, size_t size);
 int request(const uint8_t* data, size_t size);
 // A Jinja chat template (parsed and rendered), and message content for two real templates.
 int chat_template(const uint8_t* data, size_t size);
+// Bytes from an HTTP client: request heads and bodies (chunked, compressed) through HttpRequestReader.
+int http_request(const uint8_t* data, size_t size);
 
 struct Target {
   std::string_view name;  // folder name under tests/fuzz/corpus and tests/fuzz/regressions

@@ -64,6 +64,7 @@ std::span<const Target> all_targets() {
       {"tokenizer_json", tokenizer_json},
       {"request", request},
       {"chat_template", chat_template},
+      {"http_request", http_request},
   };
   return targets;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "api/limits.h"
 #include "common.h"
 #include "model/dummy.h"
 #include "model/gguf.h"
@@ -74,7 +75,7 @@ int request(const uint8_t* data, size_t size) {
   for (bool chat : {false, true}) {
     rejected([&] {
       const server::GenerationRequest g = chat ? server::parse_chat_request(body, m) : server::parse_completion_request(body, m);
-      FUZZ_INVARIANT(!g.prompts.empty() && g.prompts.size() <= server::kMaxPrompts);
+      FUZZ_INVARIANT(!g.prompts.empty() && g.prompts.size() <= RequestLimits{}.max_prompts);
       for (const EngineRequest& r : server::to_engine_requests(g, chat ? "chatcmpl-fuzz" : "cmpl-fuzz", m))
         check_like_the_engine(r, m);
     });

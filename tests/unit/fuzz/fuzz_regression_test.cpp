@@ -22,14 +22,7 @@ namespace fs = std::filesystem;
 // Findings reported but not fixed yet (target/file, relative to
 // tests/fuzz/regressions). They still crash, so they are skipped, loudly;
 // delete an entry when its fix lands and the test then guards the fix.
-const std::set<std::string> kKnownUnfixed = {
-    // src/model/gguf.cpp array_elem_as_int: a float array element out of int64 range cast to int64 (UB).
-    "gguf/float-array-read-as-int-d1fb93aa",
-    // src/tokenizer/hf_loader.cpp load_vocab: a["id"] (const operator[]) on an added token without "id" (UB).
-    "tokenizer_json/added-token-without-id-39fd8b0b",
-    // src/tokenizer/hf_loader.cpp decoder_is_byte_level: d["decoders"] on a Sequence decoder without them (UB).
-    "tokenizer_json/sequence-decoder-without-decoders-min",
-};
+const std::set<std::string> kKnownUnfixed = {};
 
 const fs::path kFuzzDir = fs::path(PAGELLM_SOURCE_DIR) / "tests" / "fuzz";
 
