@@ -2,6 +2,11 @@
 #   make serve   set up, build, and serve the default model (Gemma 3 270M) on 127.0.0.1:8000
 #   make test    set up, build, and run every test
 # Both install what is missing (Debian packages, Python packages, the model).
+# CI (.ci/run) adds the checks below, each in its own build folder:
+#   make sanitize  unit tests under ASan + UBSan            (build-asan)
+#   make tsan      concurrency tests under ThreadSanitizer  (build-tsan)
+#   make fuzz      every libFuzzer target for FUZZ_SECONDS (build-fuzz, clang)
+#   make soak      1,000 mixed and hostile requests against a live server
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
@@ -10,12 +15,23 @@ PAGELLM := $(BUILD_DIR)/pagellm
 PORT ?= 8000
 HOST ?= 127.0.0.1
 
-.PHONY: all setup build test unit-test e2e-test serve generate clean
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+ASAN_DIR := build-asan
+TSAN_DIR := build-tsan
+FUZZ_DIR := build-fuzz
+# Sanitizer builds configure RelWithDebInfo (-O1 -g1 there, see CMakeLists.txt).
+SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all setup setup-sanitizers build test unit-test e2e-test serve generate clean sanitize tsan fuzz fuzz-build soak
 
 all: build
 
 setup:
 	@tools/setup.sh
+
+setup-sanitizers:
+	@tools/setup.sh sanitizers
 
 $(BUILD_DIR)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
@@ -37,5 +53,43 @@ generate: build
 serve: build
 	$(PAGELLM) serve --model "$$(cat $(BUILD_DIR)/default-model.txt)" --host $(HOST) --port $(PORT)
 
+# ---- sanitizers and fuzzing
+
+# The two Gemma 3 270M greedy-decoding tests take 5+ minutes together under
+# ASan (the release build runs them in seconds); the tiny and stories260K
+# models cover the same code. Everything else runs.
+ASAN_EXCLUDE := ^TrainedModelVs[A-Za-z]+\.Gemma3_270M_
+sanitize: setup-sanitizers
+	cmake -S . -B $(ASAN_DIR) $(SAN_CMAKE) -DPAGELLM_SANITIZE=ON
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target pagellm_tests
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 900 -E '$(ASAN_EXCLUDE)'
+
+# Tests where threads meet: the thread pool (also inside forward passes), the
+# async engine, the server pieces, HTTP client/server pairs, concurrent
+# tokenizers and templates; then the whole server under streaming load.
+TSAN_TESTS := ^(ThreadPool|AsyncEngine|Engine|Server|HttpServer|BenchServe|BenchOffline|BenchMemory|Trace|AllArchs/
+TSAN_TESTS := $(TSAN_TESTS)|Matmul/MatmulTypes\.BatchAndThread|ChatTemplate\.Concurrent|TokenizerGguf\.Concurrent)
+TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tools/tsan.supp)"
+tsan: setup-sanitizers
+	cmake -S . -B $(TSAN_DIR) $(SAN_CMAKE) -DPAGELLM_TSAN=ON
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target pagellm_tests pagellm
+	cd $(TSAN_DIR) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -R '$(TSAN_TESTS)'
+	$(TSAN_ENV) tests/tsan/serve_load.sh $(TSAN_DIR)
+
+# The soak test (docs/reliability.md): 1,000 requests of every kind over
+# SOAK_SECONDS; CI runs it over 45 s.
+SOAK_REQUESTS ?= 1000
+SOAK_SECONDS ?= 180
+soak: build
+	PAGELLM_BIN=$(abspath $(PAGELLM)) .venv/bin/python tools/soak.py --requests $(SOAK_REQUESTS) --duration $(SOAK_SECONDS)
+
+fuzz-build: setup-sanitizers
+	cmake -S . -B $(FUZZ_DIR) $(SAN_CMAKE) -DCMAKE_CXX_COMPILER=clang++ -DPAGELLM_FUZZ=ON -DPAGELLM_BUILD_TESTS=OFF
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+
+fuzz: fuzz-build
+	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR)

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything pagellm needs on a fresh Debian 12 machine; safe to run
 # again (it only installs what is missing). Prints nothing else on success.
+#   tools/setup.sh              what `make serve` and `make test` need
+#   tools/setup.sh sanitizers   also clang, its sanitizer / libFuzzer runtimes and
+#                               llvm-symbolizer (make sanitize, tsan, fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +13,11 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip curl
 )
+if [ "${1:-}" = sanitizers ]; then
+  # clang does not pull in libclang-rt (libFuzzer, its ASan); llvm brings the
+  # unversioned llvm-symbolizer that turns sanitizer stacks into file:line.
+  APT_PACKAGES+=(clang libclang-rt-14-dev llvm)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
