@@ -281,7 +281,8 @@ void HttpConnections::reactor_loop() {
         continue;
       }
       auto it = conns_.find(events[i].data.fd);
-      if (it != conns_.end()) handle_events(it->second, events[i].events);
+      // A copy: handling may close the connection and erase the map's entry.
+      if (it != conns_.end()) handle_events(ConnPtr(it->second), events[i].events);
     }
     std::vector<int> adopted;
     std::vector<ConnPtr> returned;
@@ -480,7 +481,8 @@ void HttpConnections::resume(const ConnPtr& c) {
   }
 }
 
-void HttpConnections::close_now(const ConnPtr& c) {
+void HttpConnections::close_now(const ConnPtr& conn) {
+  const ConnPtr c = conn;  // `conn` may be the map's own entry, which erase destroys
   if (conns_.erase(c->fd) == 0) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
