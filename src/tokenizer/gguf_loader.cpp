@@ -13,8 +13,10 @@ using tok::PipelineTokenizer;
 
 constexpr const char* kSpaceMarker = "\xE2\x96\x81";  // U+2581
 
-// A special-token id key, or `fallback` when absent or out of range.
+// A special-token id key, or `fallback` when absent or out of range; -1 when
+// the fallback is out of range too (a small vocabulary has no id 101).
 int32_t token_id_key(const GGUFFile& f, const std::string& key, int32_t fallback, int32_t n_vocab) {
+  if (fallback >= n_vocab) fallback = -1;
   const GGUFValue* v = f.find(key);
   if (!v || !v->is_integer()) return fallback;
   const int64_t id = f.get_int(key);

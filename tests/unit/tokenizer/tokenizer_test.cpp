@@ -326,6 +326,23 @@ TEST(TokenizerErrors, MissingOrBadVocabularies) {
   EXPECT_FALSE(tok->find_token("definitely-not-a-token").has_value());
 }
 
+// A vocabulary smaller than a model type's default special ids (BERT's 100-102,
+// llama's 1 and 2) must not hand out those ids (found by the gguf fuzzer).
+TEST(TokenizerErrors, DefaultSpecialIdsOutsideSmallVocabulary) {
+  const std::string dir = test::temp_dir();
+  for (const char* model : {"bert", "llama", "gpt2"}) {
+    GGUFWriter w;
+    w.set_string("tokenizer.ggml.model", model);
+    w.set_string_array("tokenizer.ggml.tokens", {"a"});
+    w.set_string_array("tokenizer.ggml.merges", {});
+    const std::string path = dir + "/small-" + model + ".gguf";
+    w.write(path);
+    const auto tok = Tokenizer::load(path);
+    for (int32_t id : tok->encode("a b [CLS] <s> zz", true, true))
+      EXPECT_TRUE(id >= 0 && id < tok->vocab_size()) << model << ": id " << id;
+  }
+}
+
 // A minimal tokenizer.json written here: WordPiece model, BERT normalizer and
 // pre-tokenizer, BertProcessing.
 TEST(TokenizerHf, MinimalWordPiece) {
