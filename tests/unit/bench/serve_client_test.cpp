@@ -109,9 +109,15 @@ class FakeServer {
       for (int seen = max_in_flight_.load(); now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
       }
       auto sent = std::make_shared<int>(0);
+      // Leaves the in-flight count before the last write: the client may send
+      // its next request as soon as it reads it, before the releaser runs.
+      auto left = std::make_shared<std::atomic<bool>>(false);
+      auto leave = [this, left] {
+        if (!left->exchange(true)) --in_flight_;
+      };
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, n, sent, model](size_t, httplib::DataSink& sink) {
+          [this, n, sent, model, leave](size_t, httplib::DataSink& sink) {
             if (model == "stall") {
               std::this_thread::sleep_for(std::chrono::milliseconds(5));
               return !stop_.load();
@@ -123,6 +129,7 @@ class FakeServer {
             } else if (*sent < n) {
               chunk = "data: {\"choices\":[{\"index\":0,\"text\":\" tok\",\"finish_reason\":null}]}\n\n";
             } else {
+              leave();
               chunk = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":" + std::to_string(n) +
                       "}}\n\ndata: [DONE]\n\n";
             }
@@ -130,7 +137,7 @@ class FakeServer {
             if (++*sent > n) sink.done();
             return true;
           },
-          [this](bool) { --in_flight_; });
+          [leave](bool) { leave(); });
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
