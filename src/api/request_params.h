@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "sampling/sampling_params.h"
 
 namespace pagellm {

@@ -1,14 +1,24 @@
 // The one seam between the engine and the hardware. Model code describes a
-// forward pass as a sequence of these ops; a backend (CPU now, CUDA or a vendor
-// accelerator later) implements them over memory it owns. Activation pointers
-// passed to ops are backend memory (from alloc()); model code never reads them
-// directly, only the logits after copy_to_host().
+// forward pass as a sequence of these ops; a backend (the CPU, OpenCL, later
+// CUDA or a vendor accelerator) implements them over memory it owns.
 //
-// Per-step metadata (token ids, positions, KV slots, block tables) is handed
-// over once with set_batch(), as a device backend would upload it once per step;
-// embed, rope, store_kv and attention use it.
+// - Activations are Buffers allocated by the backend. Code above the backend
+//   holds them by handle and never dereferences them: the only way to their
+//   bytes is copy_to_host / copy_from_host.
+// - Ops are enqueued, in order, on the backend's one queue; they may return
+//   before their work is done. The caller waits with synchronize(), which it
+//   does only where the host needs a result (the logits). A synchronous
+//   backend (the CPU) simply runs each op before returning.
+// - Per-step metadata (token ids, positions, KV slots, block tables) is handed
+//   over once per step with set_batch(), as a device backend uploads it once;
+//   embed, rope, store_kv and attention use it.
+//
+// Backends are created by name through backend/registry.h; one that lives in
+// its own shared library exports the C entry point of backend/plugin_abi.h.
+// docs/backends.md is the guide to writing one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,14 +44,36 @@ struct TensorData {
 };
 
 // A weight as the backend holds it: a matrix [rows = out features, cols = in
-// features] or a vector (rows == 1) such as a norm weight or a bias.
+// features] or a vector (rows == 1) such as a norm weight or a bias. `type`
+// is the type as stored in the file; `held_type` what the backend keeps
+// (they differ when a backend converts a type it cannot multiply).
 class Weight {
  public:
   virtual ~Weight() = default;
   DType type = DType::F32;
+  DType held_type = DType::F32;
   int64_t rows = 0, cols = 0;
+  size_t held_bytes = 0;  // backend memory the weight takes
   std::string name;
 };
+
+// Activation memory owned by a backend: `size` elements of `dtype`. Only the
+// backend that allocated a buffer may be handed it.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  DType dtype() const { return dtype_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * dtype_size(dtype_); }
+
+ protected:
+  Buffer(DType dtype, size_t size) : dtype_(dtype), size_(size) {}
+
+ private:
+  DType dtype_;
+  size_t size_;
+};
+using BufferPtr = std::unique_ptr<Buffer>;
 
 enum class Activation { Silu, GeluTanh };
 
@@ -65,8 +97,10 @@ struct KVCacheSpec {
   int block_size = 16;
   int num_blocks = 0;        // including block 0 (reserved padding block)
   DType dtype = DType::F16;  // F32 or F16
-  // Bytes for one block across all layers, K and V (kv/kv_sizing.h's formula).
-  size_t bytes_per_block() const;
+  // Bytes of one block across all layers, K and V.
+  size_t bytes_per_block() const {
+    return size_t{2} * n_layers * n_kv_heads * block_size * head_dim * dtype_size(dtype);
+  }
 };
 
 // One sequence's slice of a step's batch. Its tokens are rows
@@ -85,72 +119,85 @@ struct BatchInfo {
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
 
+// What the backend's memory holds. KV sizing reads it.
+struct MemoryInfo {
+  size_t total_bytes = 0;
+  size_t free_bytes = 0;   // now, before the KV cache is allocated
+  bool host_memory = true; // the device computes in the host's RAM (CPU, PoCL)
+};
+
+// Optional abilities, asked before use (no #if ladders in callers).
+enum class Feature {
+  SwapToHost,  // allocate_swap_space / swap_out / swap_in
+  AsyncOps,    // ops return before their work is done
+};
+
+// (source, destination) block pairs.
+using BlockPairs = std::vector<std::pair<int32_t, int32_t>>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;
-  virtual std::string describe() const = 0;  // kernels / threads, for logs
+  virtual std::string name() const = 0;      // "cpu", "opencl"
+  virtual std::string describe() const = 0;  // device, kernels, threads: for logs
+  virtual bool supports(Feature f) const { return false; }
 
-  // Memory. Buffers live until the backend is destroyed or released.
-  virtual float* alloc(size_t n_floats) = 0;
-  virtual void release(float* p) = 0;
-  virtual void copy_to_host(const float* src, float* dst, size_t n) = 0;
-  virtual void copy_from_host(const float* src, float* dst, size_t n) = 0;
+  // ---- memory
+  virtual MemoryInfo memory_info() const = 0;
+  // A buffer of n elements (F32 always; other types where the backend says).
+  virtual BufferPtr alloc(DType type, size_t n) = 0;
+  // Enqueued copies of `bytes` bytes at byte `offset` of the buffer. The host
+  // memory must stay valid (copy_from_host) or is filled (copy_to_host) only
+  // once synchronize() returns.
+  virtual void copy_from_host(const void* src, Buffer& dst, size_t offset, size_t bytes) = 0;
+  virtual void copy_to_host(const Buffer& src, size_t offset, size_t bytes, void* dst) = 0;
+  // Waits until every enqueued op and copy is done.
+  virtual void synchronize() = 0;
 
-  // Weights. Vectors (norms, biases) are converted to F32.
+  // ---- weights (vectors such as norms and biases are held as F32)
+  virtual bool supports_weight(DType t) const = 0;
   virtual std::unique_ptr<Weight> upload(const TensorData& t) = 0;
-  virtual bool supports(DType t) const = 0;
 
-  // KV cache: [num_blocks][n_kv_heads][block_size][head_dim] per layer, K and V.
-  virtual void allocate_kv_cache(const KVCacheSpec& cfg) = 0;
-  virtual const KVCacheSpec& kv_cache_config() const = 0;
-  virtual void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) = 0;
-  // Swap-to-host preemption, for accelerators with separate memory.
-  virtual bool supports_swap() const { return false; }
+  // ---- KV cache: [num_blocks][n_kv_heads][block_size][head_dim] per layer, K and V
+  virtual void allocate_kv_cache(const KVCacheSpec& spec) = 0;
+  virtual const KVCacheSpec& kv_cache_spec() const = 0;
+  // Copy-on-write: whole blocks (all layers, K and V) from source to destination.
+  virtual void copy_blocks(const BlockPairs& src_dst) = 0;
+  // Swap-to-host preemption (Feature::SwapToHost): a host pool of num_blocks
+  // blocks of the device cache's layout; blocks copied out (device -> host)
+  // and back in (host -> device).
+  virtual void allocate_swap_space(int num_blocks);
+  virtual void swap_out(const BlockPairs& device_to_host);
+  virtual void swap_in(const BlockPairs& host_to_device);
 
+  // ---- the step's batch (see the top of this file)
   virtual void set_batch(const BatchInfo& batch) = 0;
 
-  // Ops. `n` is a row count; matrices are row-major [n, cols].
-  virtual void embed(const Weight& table, float scale, float* out) = 0;  // out[n_tokens, table.cols]
-  virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;  // y[n, w.rows]
-  virtual void add_bias(float* y, const Weight& bias, int64_t n) = 0;
-  // y[r] = x[r] / rms(x[r]) * w (w may be null); rows of length dim; y may alias x.
-  virtual void rms_norm(const float* x, const Weight* w, int64_t n_rows, int64_t dim, float eps, float* y) = 0;
+  // ---- ops. `n` is a row count; matrices are row-major [n, cols]; buffers
+  // are F32 and at least as large as the rows the op reads or writes.
+  virtual void embed(const Weight& table, float scale, Buffer& out) = 0;  // out[n_tokens, table.cols]
+  virtual void matmul(const Weight& w, const Buffer& x, int64_t n, Buffer& y) = 0;  // y[n, w.rows] = x W^T
+  virtual void add_bias(Buffer& y, const Weight& bias, int64_t n) = 0;              // y[r] += bias
+  // y[r] = x[r] / rms(x[r]) * w (w may be null); rows of length dim; y may be x.
+  virtual void rms_norm(const Buffer& x, const Weight* w, int64_t n_rows, int64_t dim, float eps, Buffer& y) = 0;
   // In place on x[n_tokens, n_heads * head_dim] at the batch positions.
-  virtual void rope(float* x, int n_heads, int head_dim, const RopeConfig& cfg) = 0;
+  virtual void rope(Buffer& x, int n_heads, int head_dim, const RopeConfig& cfg) = 0;
   // Writes k, v [n_tokens, n_kv_heads * head_dim] into the cache at the batch
   // slots. With k_rope, k is rotated (in place) at the batch positions as it
   // is written: one pass instead of a rope op followed by a copy.
-  virtual void store_kv(int layer, float* k, const float* v, const RopeConfig* k_rope = nullptr) = 0;
+  virtual void store_kv(int layer, Buffer& k, const Buffer& v, const RopeConfig* k_rope = nullptr) = 0;
   // Causal paged attention of q [n_tokens, n_head * head_dim] over each
   // sequence's cache -> out [n_tokens, n_head * head_dim].
-  virtual void attention(int layer, const float* q, float* out, const AttentionConfig& cfg) = 0;
-  // out = act(gate) * up, elementwise over n values.
-  virtual void glu(const float* gate, const float* up, int64_t n, Activation act, float* out) = 0;
-  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
+  virtual void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) = 0;
+  // out = act(gate) * up, elementwise over n values; out may be gate.
+  virtual void glu(const Buffer& gate, const Buffer& up, int64_t n, Activation act, Buffer& out) = 0;
+  virtual void add(Buffer& y, const Buffer& x, int64_t n) = 0;  // y += x
   // out[i] = x[rows[i]] for rows of length dim.
-  virtual void gather_rows(const float* x, int64_t dim, const std::vector<int32_t>& rows, float* out) = 0;
+  virtual void gather_rows(const Buffer& x, int64_t dim, const std::vector<int32_t>& rows, Buffer& out) = 0;
 
-  // Optional per-op timing (the --profile breakdown).
+  // ---- optional per-op timing (the --profile breakdown)
   virtual void set_profiling(bool on) { (void)on; }
   virtual std::string profile_report() const { return {}; }
 };
-
-struct CpuBackendOptions {
-  int threads = 0;           // <= 0: all cores
-  // Multiply in float against dequantized weights instead of quantizing
-  // activations to 8 bits: slower, but the result is the exact function of
-  // the stored weights (8-bit activations add noise that a long greedy
-  // continuation can amplify into a different token).
-  bool exact_matmul = false;
-};
-
-// The CPU backend, the default.
-std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
-inline std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  CpuBackendOptions o;
-  o.threads = n_threads;
-  return make_cpu_backend(o);
-}
 
 }  // namespace pagellm

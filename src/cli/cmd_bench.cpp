@@ -94,12 +94,15 @@ nlohmann::json engine_json(Engine& engine, const EngineFlags& flags) {
           {"description", engine.describe()},
           {"weight_bytes", engine.model().weight_bytes()},
           {"decode_weight_bytes", engine.model().decode_weight_bytes()},
-          {"threads", c.threads},
+          {"device", c.device},
+          {"backend", engine.backend().name()},
+          {"backend_options", c.backend_options},
+          {"threads", backend_option_int(c.backend_options, engine.backend().name(), "threads", 0)},
           {"max_num_batched_tokens", c.scheduler.max_num_batched_tokens},
           {"max_num_seqs", c.scheduler.max_num_seqs},
           {"max_model_len", engine.max_model_len()},
           {"enable_prefix_caching", c.enable_prefix_caching},
-          {"exact_matmul", c.exact_matmul}};
+          {"exact_matmul", backend_option_bool(c.backend_options, engine.backend().name(), "exact_matmul", false)}};
 }
 
 nlohmann::json record(const char* mode, nlohmann::json machine_start) {

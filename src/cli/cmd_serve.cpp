@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"

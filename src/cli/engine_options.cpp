@@ -25,7 +25,19 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--dummy-type", f->dummy_type, "Weight type of a dummy model (f16, bf16, q8_0, q4_0, q4_k, ...)")
       ->capture_default_str();
-  app->add_option("-t,--threads", f->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app->add_option("--device", f->device, "Device to run on: cpu, or opencl[:N] (a plugin backend)")
+      ->capture_default_str();
+  app->add_option("--backend-plugin", f->backend_plugins,
+                  "Load a backend plugin library (repeatable); plugins are also found in the plugin folder");
+  app->add_option("--backend-option", f->backend_options,
+                  "KEY=VALUE for the device's backend (repeatable), e.g. threads=4, platform=1");
+  app->add_option("-t,--threads", f->threads, "CPU backend: worker threads (default: all cores); "
+                  "the same as --backend-option threads=N")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
+                  "Fraction of the device's memory for weights, activations and KV cache (default 0.9 on devices "
+                  "with their own memory)")
+      ->check(CLI::Range(0.0, 1.0));
   app->add_option("--block-size", f->block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64}))
       ->capture_default_str();
@@ -54,7 +66,8 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   app->add_flag("--exact-matmul", f->exact_matmul,
-                "Float activations in matrix products (slower; no 8-bit activation rounding)");
+                "CPU backend: float activations in matrix products (slower; no 8-bit activation rounding); "
+                "the same as --backend-option exact_matmul=true");
   app->add_flag("--profile", f->profile, "Print a time breakdown per step phase and per op kind");
   app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
   return f;
@@ -68,7 +81,16 @@ EngineConfig EngineFlags::to_config() const {
   c.tokenizer = tokenizer;
   c.dummy_shape = dummy_shape;
   c.dummy_type = dtype_from_name(dummy_type);
-  c.threads = threads;
+  c.device = device;
+  c.backend_plugins = backend_plugins;
+  for (const std::string& kv : backend_options) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--backend-option '{}': expected KEY=VALUE", kv);
+    c.backend_options[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (threads >= 0) c.backend_options["threads"] = std::to_string(threads);
+  if (exact_matmul) c.backend_options["exact_matmul"] = "true";
+  c.gpu_memory_utilization = gpu_memory_utilization;
   c.block_size = block_size;
   c.kv_cache_memory = kv_cache_memory.empty() ? 0 : parse_byte_size(kv_cache_memory);
   PAGELLM_CHECK(kv_cache_memory.empty() || c.kv_cache_memory > 0, "--kv-cache-memory must be positive");
@@ -80,7 +102,6 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
-  c.exact_matmul = exact_matmul;
   c.profile = profile;
   return c;
 }

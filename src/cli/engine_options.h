@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -16,7 +17,11 @@ struct EngineFlags {
   std::string load_format = "auto";
   std::string dummy_shape = "tinyllama-1.1b";
   std::string dummy_type = "q4_0";
-  int threads = 0;
+  std::string device = "cpu";
+  std::vector<std::string> backend_plugins;
+  std::vector<std::string> backend_options;  // KEY=VALUE
+  int threads = -1;  // -1: not given (the backend's default)
+  double gpu_memory_utilization = 0;
   int block_size = 16;
   std::string kv_cache_memory;  // e.g. 2GiB; empty: automatic
   std::string kv_cache_dtype = "f16";

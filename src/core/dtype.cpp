@@ -13,7 +13,7 @@ struct Entry {
   DTypeInfo info;
 };
 
-// Block layouts follow GGUF/ggml: see backend/cpu/quants.h for the structs.
+// Block layouts follow GGUF/ggml: see core/quant_blocks.h for the structs.
 constexpr Entry kTypes[] = {
     {0, {"F32", 1, 4, true}},        {1, {"F16", 1, 2, true}},
     {2, {"Q4_0", 32, 18, true}},     {3, {"Q4_1", 32, 20, true}},

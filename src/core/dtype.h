@@ -49,5 +49,10 @@ inline int dtype_block_size(DType t) { return dtype_info(t).block_size; }
 // Bytes of one row of n elements; n must be a multiple of the block size.
 size_t dtype_row_bytes(DType t, int64_t n);
 bool dtype_is_quantized(DType t);
+// Bytes of one element of a plain (not block-quantized) type; 0 for block types.
+inline size_t dtype_size(DType t) {
+  const DTypeInfo& i = dtype_info(t);
+  return i.block_size == 1 ? static_cast<size_t>(i.block_bytes) : 0;
+}
 
 }  // namespace pagellm

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "core/error.h"
 #include "engine/engine.h"
 
@@ -56,7 +56,7 @@ class RequestStream {
   bool delivered_ = false;  // ... and taken
 };
 
-// Admission limits; defaults in api/limits.h. A request (a group of prompts
+// Admission limits; defaults in core/request_limits.h. A request (a group of prompts
 // submitted together) is waiting from submit() until each of its prompts has
 // delivered its first output. One group may hold at most
 // max_sequences_per_request sequences (prompts x n; capped at

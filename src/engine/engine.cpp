@@ -59,16 +59,6 @@ struct Engine::Request {
 
 namespace {
 
-int64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return int64_t{4} << 30;
-}
-
 // A vocabulary-only GGUF with a synthetic SentencePiece vocabulary, for dummy
 // models run without --tokenizer.
 std::string synthetic_vocab_file(int n_vocab) {
@@ -94,10 +84,8 @@ Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : confi
 Engine::~Engine() = default;
 
 void Engine::load(const LoadProgress& progress) {
-  CpuBackendOptions backend_options;
-  backend_options.threads = config_.threads;
-  backend_options.exact_matmul = config_.exact_matmul;
-  backend_ = make_cpu_backend(backend_options);
+  for (const std::string& plugin : config_.backend_plugins) load_backend_plugin(plugin);
+  backend_ = create_backend(config_.device, config_.backend_options);
   backend_->set_profiling(config_.profile);
   if (config_.load_format == "dummy") {
     if (!config_.tokenizer.empty()) tokenizer_ = load_tokenizer(config_.tokenizer);
@@ -108,7 +96,7 @@ void Engine::load(const LoadProgress& progress) {
       std::filesystem::remove(vocab);
     }
     const ModelConfig cfg = dummy_config(config_.dummy_shape, n_vocab);
-    ThreadPool pool(config_.threads);
+    ThreadPool pool(0);  // host work: random weights, on every core
     DummySpec spec{config_.dummy_shape, config_.dummy_type, 0};
     dummy_source_ = make_dummy_source(cfg, spec, pool);
     model_ = Model::from_source(cfg, *dummy_source_, *backend_, progress);
@@ -131,17 +119,35 @@ void Engine::load(const LoadProgress& progress) {
                 "--max-model-len {} exceeds the model's context length {}", sched_config_.max_model_len,
                 mc.n_ctx_train);
 
-  // KV budget: as asked, or by default a quarter of the available memory, at
-  // most what max_num_seqs full-length sequences could use, and at least one.
+  // KV budget: as asked (--kv-cache-memory); on a device with its own memory,
+  // what --gpu-memory-utilization leaves after weights and activations (as
+  // vLLM); on host memory, a quarter of what is free, at most what
+  // max_num_seqs full-length sequences could use, and at least one.
   const KVCacheLayout layout{mc.n_layer, mc.n_head_kv, mc.head_dim, config_.block_size,
                              config_.kv_cache_dtype == DType::F16 ? 2 : 4};
   const int64_t per_block = kv_bytes_per_block(layout);
   const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
+  PAGELLM_CHECK(config_.gpu_memory_utilization >= 0 && config_.gpu_memory_utilization <= 1,
+                "--gpu-memory-utilization must be in (0, 1], got {}", config_.gpu_memory_utilization);
   int64_t budget = config_.kv_cache_memory;
   if (budget <= 0) {
-    const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, sched_config_.max_num_seqs);
-    budget = std::min(available_memory_bytes() / 4, all_seqs);
-    budget = std::max(budget, per_block * (blocks_per_seq + 1));
+    const MemoryInfo mem = backend_->memory_info();
+    const double util = config_.gpu_memory_utilization > 0 ? config_.gpu_memory_utilization : 0.9;
+    if (!mem.host_memory || config_.gpu_memory_utilization > 0) {
+      const int64_t activations = static_cast<int64_t>(
+          model_->activation_bytes(sched_config_.max_num_batched_tokens, sched_config_.max_num_seqs));
+      const int64_t used = static_cast<int64_t>(mem.total_bytes - std::min(mem.free_bytes, mem.total_bytes));
+      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - used - activations;
+      PAGELLM_CHECK(budget >= 2 * per_block,
+                    "--gpu-memory-utilization {:.2f} of the {} device's {} leaves no room for the KV cache after "
+                    "{} in use (weights {}) and {} of activations; raise it or pass --kv-cache-memory",
+                    util, backend_->name(), format_bytes(static_cast<int64_t>(mem.total_bytes)), format_bytes(used),
+                    format_bytes(static_cast<int64_t>(model_->held_weight_bytes())), format_bytes(activations));
+    } else {
+      const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, sched_config_.max_num_seqs);
+      budget = std::min(static_cast<int64_t>(mem.free_bytes) / 4, all_seqs);
+      budget = std::max(budget, per_block * (blocks_per_seq + 1));
+    }
   }
   kv_config_.num_blocks = kv_num_blocks_for_budget(layout, budget);
   kv_config_.block_size = config_.block_size;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "engine/metrics.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
@@ -34,14 +35,19 @@ struct EngineConfig {
   std::string dummy_shape = "tinyllama-1.1b";
   DType dummy_type = DType::Q4_0;
   std::string tokenizer;           // override: a GGUF (vocab) file or HF folder
-  int threads = 0;                 // 0: all cores
+  std::string device = "cpu";      // cpu | opencl[:N] (backend/registry.h)
+  BackendOptions backend_options;  // for that backend alone: threads, exact_matmul, ...
+  std::vector<std::string> backend_plugins;  // plugin libraries to load first
   int block_size = 16;
   int64_t kv_cache_memory = 0;     // bytes; 0: auto (see engine.cpp)
+  // Fraction of the device's memory for weights + activations + KV cache
+  // (vLLM's --gpu-memory-utilization). 0: 0.9 on devices with their own
+  // memory; on host memory the KV cache takes a quarter of what is free.
+  double gpu_memory_utilization = 0;
   DType kv_cache_dtype = DType::F16;
   bool enable_prefix_caching = true;
   AllocationPolicy block_allocation = AllocationPolicy::Any;
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
-  bool exact_matmul = false;       // float activations in matmuls (see CpuBackendOptions)
   bool profile = false;            // per-op timing breakdown
 };
 
@@ -115,6 +121,7 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   int32_t max_model_len() const { return sched_config_.max_model_len; }
   Model& model() { return *model_; }
+  Backend& backend() { return *backend_; }
   const EngineMetrics& metrics() const { return metrics_; }
   EngineStats stats() const;
   std::string describe() const;

@@ -4,7 +4,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "backend/cpu/quants.h"
+#include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/gguf.h"
@@ -144,7 +144,7 @@ class DummySource : public TensorSource {
       for (int64_t r = r0; r < r1; ++r) {
         fill_normal(row.data(), cols, base + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull, stddev);
         for (auto& v : row) v += mean;
-        cpu::quantize_row_ref(type, row.data(), t.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+        quantize_row_ref(type, row.data(), t.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     });
     t.info = TensorData{name, type, std::move(shape), nullptr};

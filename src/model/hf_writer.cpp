@@ -9,7 +9,7 @@
 #include <fstream>
 #include <memory>
 
-#include "backend/cpu/quants.h"
+#include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -140,11 +140,11 @@ void write_tensor(std::ofstream& out, const Entry& e, DType dtype) {
       const int64_t h = r / hd, within = r % hd, j = within / (hd / 2), i = within % (hd / 2);
       from = h * hd + 2 * i + j;
     }
-    cpu::dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(from) * src_row_bytes,
+    dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(from) * src_row_bytes,
                             row.data(), cols);
     if (e.gemma_norm)
       for (float& v : row) v -= 1.0f;
-    cpu::quantize_row_ref(dtype, row.data(), bytes.data(), cols);
+    quantize_row_ref(dtype, row.data(), bytes.data(), cols);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }
 }

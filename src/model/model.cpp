@@ -13,10 +13,7 @@ namespace pagellm {
 
 Model::Model(const ModelConfig& cfg, Backend& backend) : cfg_(cfg), backend_(backend) {}
 
-Model::~Model() {
-  for (float* p : std::initializer_list<float*>{buf_.x, buf_.h, buf_.q, buf_.k, buf_.v, buf_.attn, buf_.o, buf_.gate, buf_.up, buf_.sel, buf_.logits})
-    if (p) backend_.release(p);
-}
+Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, const LoadProgress& progress) {
   namespace fs = std::filesystem;
@@ -66,7 +63,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
           for (auto d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
           fail("tensor '{}' has shape [{}], expected [{}]", name, got, want);
         }
-        if (t->shape.size() > 1 && !backend_.supports(t->type))
+        if (t->shape.size() > 1 && !backend_.supports_weight(t->type))
           fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),
                backend_.name());
         ++total;
@@ -76,6 +73,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       weight_bytes_ += bytes;
       if (name == "token_embd.weight") tok_embd_bytes_ = bytes;
       auto w = backend_.upload(*t);
+      held_weight_bytes_ += w->held_bytes;
       if (progress) progress(++done, total);
       return w;
     };
@@ -119,11 +117,18 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) co
   return kv;
 }
 
+size_t Model::activation_bytes(int64_t n, int64_t m) const {
+  const ModelConfig& c = cfg_;
+  const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t per_token = 3 * c.n_embd + 2 * qd + 2 * kd + 2 * c.n_ff;
+  return static_cast<size_t>(n * per_token + m * (c.n_embd + c.n_vocab)) * sizeof(float);
+}
+
 void Model::ensure_buffers(int64_t n, int64_t m) {
   const ModelConfig& c = cfg_;
-  auto grow = [&](float*& p, int64_t count) {
-    if (p) backend_.release(p);
-    p = backend_.alloc(static_cast<size_t>(count));
+  auto grow = [&](BufferPtr& p, int64_t count) {
+    p.reset();  // the old one goes first: device memory is tight
+    p = backend_.alloc(DType::F32, static_cast<size_t>(count));
   };
   if (n > buf_.cap_tokens) {
     const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
@@ -154,22 +159,22 @@ void Model::layer(int il, int64_t n) {
   const bool swa = c.is_swa[il];
 
   // Attention: x -> norm -> q, k, v -> (q/k norm) -> rope -> cache -> attend -> o.
-  be.rms_norm(buf_.x, L.attn_norm.get(), n, c.n_embd, c.norm_eps, buf_.h);
-  be.matmul(*L.wq, buf_.h, n, buf_.q);
-  be.matmul(*L.wk, buf_.h, n, buf_.k);
-  be.matmul(*L.wv, buf_.h, n, buf_.v);
+  be.rms_norm(*buf_.x, L.attn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
+  be.matmul(*L.wq, *buf_.h, n, *buf_.q);
+  be.matmul(*L.wk, *buf_.h, n, *buf_.k);
+  be.matmul(*L.wv, *buf_.h, n, *buf_.v);
   if (L.bq) {
-    be.add_bias(buf_.q, *L.bq, n);
-    be.add_bias(buf_.k, *L.bk, n);
-    be.add_bias(buf_.v, *L.bv, n);
+    be.add_bias(*buf_.q, *L.bq, n);
+    be.add_bias(*buf_.k, *L.bk, n);
+    be.add_bias(*buf_.v, *L.bv, n);
   }
   if (L.q_norm) {
-    be.rms_norm(buf_.q, L.q_norm.get(), n * c.n_head, hd, c.norm_eps, buf_.q);
-    be.rms_norm(buf_.k, L.k_norm.get(), n * c.n_head_kv, hd, c.norm_eps, buf_.k);
+    be.rms_norm(*buf_.q, L.q_norm.get(), n * c.n_head, hd, c.norm_eps, *buf_.q);
+    be.rms_norm(*buf_.k, L.k_norm.get(), n * c.n_head_kv, hd, c.norm_eps, *buf_.k);
   }
   const RopeConfig& rope = swa ? c.rope_swa : c.rope;
-  be.rope(buf_.q, c.n_head, hd, rope);
-  be.store_kv(il, buf_.k, buf_.v, &rope);  // k rotated as it is written
+  be.rope(*buf_.q, c.n_head, hd, rope);
+  be.store_kv(il, *buf_.k, *buf_.v, &rope);  // k rotated as it is written
   AttentionConfig ac;
   ac.n_head = c.n_head;
   ac.n_head_kv = c.n_head_kv;
@@ -177,19 +182,19 @@ void Model::layer(int il, int64_t n) {
   ac.scale = c.attn_scale;
   ac.sliding_window = swa ? c.sliding_window : 0;
   ac.softcap = c.attn_softcap;
-  be.attention(il, buf_.q, buf_.attn, ac);
-  be.matmul(*L.wo, buf_.attn, n, buf_.o);
-  if (L.post_attn_norm) be.rms_norm(buf_.o, L.post_attn_norm.get(), n, c.n_embd, c.norm_eps, buf_.o);
-  be.add(buf_.x, buf_.o, n * c.n_embd);
+  be.attention(il, *buf_.q, *buf_.attn, ac);
+  be.matmul(*L.wo, *buf_.attn, n, *buf_.o);
+  if (L.post_attn_norm) be.rms_norm(*buf_.o, L.post_attn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
+  be.add(*buf_.x, *buf_.o, n * c.n_embd);
 
   // Feed-forward: x -> norm -> act(gate) * up -> down.
-  be.rms_norm(buf_.x, L.ffn_norm.get(), n, c.n_embd, c.norm_eps, buf_.h);
-  be.matmul(*L.ffn_gate, buf_.h, n, buf_.gate);
-  be.matmul(*L.ffn_up, buf_.h, n, buf_.up);
-  be.glu(buf_.gate, buf_.up, n * c.n_ff, c.act, buf_.gate);
-  be.matmul(*L.ffn_down, buf_.gate, n, buf_.o);
-  if (L.post_ffn_norm) be.rms_norm(buf_.o, L.post_ffn_norm.get(), n, c.n_embd, c.norm_eps, buf_.o);
-  be.add(buf_.x, buf_.o, n * c.n_embd);
+  be.rms_norm(*buf_.x, L.ffn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
+  be.matmul(*L.ffn_gate, *buf_.h, n, *buf_.gate);
+  be.matmul(*L.ffn_up, *buf_.h, n, *buf_.up);
+  be.glu(*buf_.gate, *buf_.up, n * c.n_ff, c.act, *buf_.gate);
+  be.matmul(*L.ffn_down, *buf_.gate, n, *buf_.o);
+  if (L.post_ffn_norm) be.rms_norm(*buf_.o, L.post_ffn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
+  be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
 
 void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
@@ -200,14 +205,18 @@ void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_r
   ensure_buffers(n, std::max<int64_t>(m, 1));
   Backend& be = backend_;
   be.set_batch(batch);
-  be.embed(*tok_embd_, cfg_.embd_scale, buf_.x);
+  be.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
   for (int il = 0; il < cfg_.n_layer; ++il) layer(il, n);
-  if (m == 0) return;
+  if (m == 0) {
+    be.synchronize();  // the batch's metadata and the KV writes are the caller's again
+    return;
+  }
   // Only the rows that sample need the final norm and the (large) output matmul.
-  be.gather_rows(buf_.x, cfg_.n_embd, logits_rows, buf_.sel);
-  be.rms_norm(buf_.sel, output_norm_.get(), m, cfg_.n_embd, cfg_.norm_eps, buf_.sel);
-  be.matmul(output_ ? *output_ : *tok_embd_, buf_.sel, m, buf_.logits);
-  be.copy_to_host(buf_.logits, logits, static_cast<size_t>(m * cfg_.n_vocab));
+  be.gather_rows(*buf_.x, cfg_.n_embd, logits_rows, *buf_.sel);
+  be.rms_norm(*buf_.sel, output_norm_.get(), m, cfg_.n_embd, cfg_.norm_eps, *buf_.sel);
+  be.matmul(output_ ? *output_ : *tok_embd_, *buf_.sel, m, *buf_.logits);
+  be.copy_to_host(*buf_.logits, 0, static_cast<size_t>(m * cfg_.n_vocab) * sizeof(float), logits);
+  be.synchronize();  // the one wait of a step: the host needs the logits
   if (cfg_.final_softcap > 0) {
     const float cap = cfg_.final_softcap;
     for (int64_t i = 0; i < m * cfg_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -41,8 +41,13 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return backend_; }
-  // Bytes of weights as stored.
+  // Bytes of weights as stored in the file, and as the backend holds them
+  // (more when it converts a type it cannot multiply).
   size_t weight_bytes() const { return weight_bytes_; }
+  size_t held_weight_bytes() const { return held_weight_bytes_; }
+  // Bytes of activation buffers for a step of n_tokens tokens and n_logits
+  // sampled rows (KV sizing on device backends subtracts it).
+  size_t activation_bytes(int64_t n_tokens, int64_t n_logits) const;
   // Bytes one decode step streams from memory: every weight but the token
   // embedding table, of which it reads one row (unless it doubles as the
   // output matrix).
@@ -68,6 +73,7 @@ class Model {
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;
+  size_t held_weight_bytes_ = 0;
   size_t tok_embd_bytes_ = 0;
 
   std::unique_ptr<Weight> tok_embd_;     // [n_vocab, n_embd]
@@ -79,17 +85,17 @@ class Model {
   // Activation buffers in backend memory, grown on demand.
   struct Buffers {
     int64_t cap_tokens = 0, cap_logits = 0;
-    float* x = nullptr;       // [n, n_embd] residual stream
-    float* h = nullptr;       // [n, n_embd] normed input
-    float* q = nullptr;       // [n, n_head * hd]
-    float* k = nullptr;       // [n, n_head_kv * hd]
-    float* v = nullptr;       // [n, n_head_kv * hd]
-    float* attn = nullptr;    // [n, n_head * hd]
-    float* o = nullptr;       // [n, n_embd]
-    float* gate = nullptr;    // [n, n_ff]
-    float* up = nullptr;      // [n, n_ff]
-    float* sel = nullptr;     // [m, n_embd] rows that produce logits
-    float* logits = nullptr;  // [m, n_vocab]
+    BufferPtr x;       // [n, n_embd] residual stream
+    BufferPtr h;       // [n, n_embd] normed input
+    BufferPtr q;       // [n, n_head * hd]
+    BufferPtr k;       // [n, n_head_kv * hd]
+    BufferPtr v;       // [n, n_head_kv * hd]
+    BufferPtr attn;    // [n, n_head * hd]
+    BufferPtr o;       // [n, n_embd]
+    BufferPtr gate;    // [n, n_ff]
+    BufferPtr up;      // [n, n_ff]
+    BufferPtr sel;     // [m, n_embd] rows that produce logits
+    BufferPtr logits;  // [m, n_vocab]
   } buf_;
 };
 

@@ -4,14 +4,14 @@
 
 #include <cmath>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "core/error.h"
 
 namespace pagellm {
 
 namespace {
 
-// The engine's own bounds are the API's defaults (api/limits.h).
+// The engine's own bounds are the API's defaults (core/request_limits.h).
 constexpr int32_t kMaxN = RequestLimits{}.max_n;
 constexpr int32_t kMaxLogprobs = RequestLimits{}.max_logprobs;
 constexpr float kMaxPenalty = 2.0f;

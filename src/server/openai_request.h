@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "engine/engine.h"
 #include "sampling/sampling_params.h"
 

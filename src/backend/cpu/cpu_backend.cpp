@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
@@ -20,16 +22,40 @@
 #include "core/thread_pool.h"
 #include "core/trace.h"
 #include "core/util.h"
-#include "kv/kv_sizing.h"
+#include "backend/registry.h"
 
 namespace pagellm {
 
-size_t KVCacheSpec::bytes_per_block() const {
-  return static_cast<size_t>(
-      kv_bytes_per_block(KVCacheLayout{n_layers, n_kv_heads, head_dim, block_size, dtype == DType::F16 ? 2 : 4}));
-}
-
 namespace {
+
+// Activation memory: 64-byte aligned host memory.
+class CpuBuffer : public Buffer {
+ public:
+  CpuBuffer(DType type, size_t n) : Buffer(type, n), mem_(allocate_aligned(std::max<size_t>(bytes(), 1))) {}
+  uint8_t* bytes_ptr() { return mem_.get(); }
+  const uint8_t* bytes_ptr() const { return mem_.get(); }
+
+ private:
+  AlignedBuffer mem_;
+};
+
+// Every op reads and writes F32 buffers; `need` elements must fit.
+float* f32(Buffer& b, int64_t need) {
+  PAGELLM_CHECK(b.dtype() == DType::F32, "cpu backend: an op got a {} buffer (F32 expected)", dtype_name(b.dtype()));
+  PAGELLM_CHECK(need >= 0 && static_cast<size_t>(need) <= b.size(), "cpu backend: buffer of {} values, op needs {}",
+                b.size(), need);
+  return reinterpret_cast<float*>(static_cast<CpuBuffer&>(b).bytes_ptr());
+}
+const float* f32(const Buffer& b, int64_t need) { return f32(const_cast<Buffer&>(b), need); }
+
+size_t meminfo_bytes(const char* key) {
+  std::ifstream in("/proc/meminfo");
+  std::string k, unit;
+  size_t kb = 0;
+  while (in >> k >> kb >> unit)
+    if (k == key) return kb * 1024;
+  return 0;
+}
 
 class CpuWeight : public Weight {
  public:
@@ -53,17 +79,30 @@ class CpuBackend : public Backend {
                        exact_matmul_ ? ", exact float matmul" : "", cpu_features().describe());
   }
 
-  float* alloc(size_t n_floats) override {
-    AlignedBuffer b = allocate_aligned(n_floats * sizeof(float));
-    float* p = reinterpret_cast<float*>(b.get());
-    buffers_.emplace(p, std::move(b));
-    return p;
+  MemoryInfo memory_info() const override {
+    MemoryInfo m;
+    m.total_bytes = meminfo_bytes("MemTotal:");
+    m.free_bytes = meminfo_bytes("MemAvailable:");
+    if (m.total_bytes == 0) m.total_bytes = m.free_bytes = size_t{4} << 30;  // no /proc: assume 4 GiB
+    m.host_memory = true;
+    return m;
   }
-  void release(float* p) override { buffers_.erase(p); }
-  void copy_to_host(const float* src, float* dst, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
-  void copy_from_host(const float* src, float* dst, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
 
-  bool supports(DType t) const override { return cpu::matmul_supported(t); }
+  BufferPtr alloc(DType type, size_t n) override {
+    PAGELLM_CHECK(dtype_size(type) > 0, "cpu backend: no buffers of block type {}", dtype_name(type));
+    return std::make_unique<CpuBuffer>(type, n);
+  }
+  void copy_from_host(const void* src, Buffer& dst, size_t offset, size_t bytes) override {
+    PAGELLM_CHECK(offset <= dst.bytes() && bytes <= dst.bytes() - offset, "cpu backend: copy past the buffer's end");
+    std::memcpy(static_cast<CpuBuffer&>(dst).bytes_ptr() + offset, src, bytes);
+  }
+  void copy_to_host(const Buffer& src, size_t offset, size_t bytes, void* dst) override {
+    PAGELLM_CHECK(offset <= src.bytes() && bytes <= src.bytes() - offset, "cpu backend: copy past the buffer's end");
+    std::memcpy(dst, static_cast<const CpuBuffer&>(src).bytes_ptr() + offset, bytes);
+  }
+  void synchronize() override {}  // every op is done when it returns
+
+  bool supports_weight(DType t) const override { return cpu::matmul_supported(t); }
 
   std::unique_ptr<Weight> upload(const TensorData& t) override {
     auto w = std::make_unique<CpuWeight>();
@@ -75,10 +114,14 @@ class CpuBackend : public Backend {
       w->vec.resize(static_cast<size_t>(w->cols));
       cpu::dequantize_row_ref(t.type, t.data, w->vec.data(), w->cols);
       w->type = DType::F32;
+      w->held_type = DType::F32;
+      w->held_bytes = w->vec.size() * sizeof(float);
     } else {
       if (!cpu::matmul_supported(t.type))
         fail("tensor '{}' has type {}, which the CPU backend cannot multiply", t.name, dtype_name(t.type));
       w->matrix = cpu::prepare_matmul_weight(t.type, w->rows, w->cols, t.data);
+      w->held_type = t.type;
+      w->held_bytes = dtype_row_bytes(t.type, w->cols) * static_cast<size_t>(w->rows);
     }
     return w;
   }
@@ -96,9 +139,9 @@ class CpuBackend : public Backend {
       v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
     }
   }
-  const KVCacheSpec& kv_cache_config() const override { return kv_cfg_; }
+  const KVCacheSpec& kv_cache_spec() const override { return kv_cfg_; }
 
-  void copy_blocks(const std::vector<std::pair<int32_t, int32_t>>& src_dst) override {
+  void copy_blocks(const BlockPairs& src_dst) override {
     for (const auto& [src, dst] : src_dst) {
       check_block(src);
       check_block(dst);
@@ -129,9 +172,10 @@ class CpuBackend : public Backend {
     }
   }
 
-  void embed(const Weight& table, float scale, float* out) override {
+  void embed(const Weight& table, float scale, Buffer& out_buf) override {
     Timer t(this, kOther, "embed");
     const auto& w = as_cpu(table);
+    float* out = f32(out_buf, batch_->n_tokens() * w.cols);
     const int64_t cols = w.cols;
     const auto* data = static_cast<const uint8_t*>(w.matrix->data());
     const size_t row_bytes = w.matrix->row_bytes();
@@ -147,19 +191,23 @@ class CpuBackend : public Backend {
     });
   }
 
-  void matmul(const Weight& w, const float* x, int64_t n, float* y) override {
+  void matmul(const Weight& w, const Buffer& xb, int64_t n, Buffer& yb) override {
     Timer t(this, kMatmul, w.name.c_str());
+    const float* x = f32(xb, n * w.cols);
+    float* y = f32(yb, n * w.rows);
     if (exact_matmul_) return matmul_exact(*as_cpu(w).matrix, x, n, y);
     cpu::matmul(pool_, *as_cpu(w).matrix, x, n, y);
   }
 
-  void add_bias(float* y, const Weight& bias, int64_t n) override {
+  void add_bias(Buffer& y, const Weight& bias, int64_t n) override {
     Timer t(this, kOther, "add_bias");
-    ops_->add_rows(y, as_cpu(bias).vec.data(), n, bias.cols);
+    ops_->add_rows(f32(y, n * bias.cols), as_cpu(bias).vec.data(), n, bias.cols);
   }
 
-  void rms_norm(const float* x, const Weight* w, int64_t n_rows, int64_t dim, float eps, float* y) override {
+  void rms_norm(const Buffer& xb, const Weight* w, int64_t n_rows, int64_t dim, float eps, Buffer& yb) override {
     Timer t(this, kOther, "rms_norm");
+    const float* x = f32(xb, n_rows * dim);
+    float* y = f32(yb, n_rows * dim);
     const float* wv = w ? as_cpu(*w).vec.data() : nullptr;
     if (w) PAGELLM_CHECK(w->cols == dim, "norm weight '{}' has {} values, rows have {}", w->name, w->cols, dim);
     pool_.parallel_for(
@@ -167,8 +215,9 @@ class CpuBackend : public Backend {
         min_rows(dim));
   }
 
-  void rope(float* x, int n_heads, int head_dim, const RopeConfig& cfg) override {
+  void rope(Buffer& xb, int n_heads, int head_dim, const RopeConfig& cfg) override {
     Timer t(this, kOther, "rope");
+    float* x = f32(xb, batch_->n_tokens() * n_heads * head_dim);
     const float* cs = rope_table(cfg);
     const int half = cfg.n_rot / 2;
     pool_.parallel_for(
@@ -179,9 +228,12 @@ class CpuBackend : public Backend {
         1, min_rows(static_cast<int64_t>(n_heads) * head_dim));
   }
 
-  void store_kv(int layer, float* k, const float* v, const RopeConfig* k_rope) override {
+  void store_kv(int layer, Buffer& kb, const Buffer& vb, const RopeConfig* k_rope) override {
     Timer t(this, kAttention, "store_kv");
+    PAGELLM_CHECK(layer >= 0 && layer < kv_cfg_.n_layers, "KV layer {} out of range", layer);
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
+    float* k = f32(kb, batch_->n_tokens() * row);
+    const float* v = f32(vb, batch_->n_tokens() * row);
     const bool f16 = kv_cfg_.dtype == DType::F16;
     const auto& slots = batch_->slot_mapping;
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
@@ -200,21 +252,30 @@ class CpuBackend : public Backend {
         1, min_rows(2 * row));
   }
 
-  void attention(int layer, const float* q, float* out, const AttentionConfig& cfg) override;
+  void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override;
 
-  void glu(const float* gate, const float* up, int64_t n, Activation act, float* out) override {
+  void glu(const Buffer& gate_b, const Buffer& up_b, int64_t n, Activation act, Buffer& out_b) override {
     Timer t(this, kOther, "glu");
+    const float* gate = f32(gate_b, n);
+    const float* up = f32(up_b, n);
+    float* out = f32(out_b, n);
     const int a = act == Activation::Silu ? 0 : 1;
     pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->glu(gate + b, up + b, e - b, a, out + b); }, 64,
                        kMinParallelElements);
   }
 
-  void add(float* y, const float* x, int64_t n) override {
+  void add(Buffer& yb, const Buffer& xb, int64_t n) override {
     Timer t(this, kOther, "add");
+    float* y = f32(yb, n);
+    const float* x = f32(xb, n);
     pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->add(y + b, x + b, e - b); }, 64, kMinParallelElements);
   }
 
-  void gather_rows(const float* x, int64_t dim, const std::vector<int32_t>& rows, float* out) override {
+  void gather_rows(const Buffer& xb, int64_t dim, const std::vector<int32_t>& rows, Buffer& out_b) override {
+    const int64_t x_rows = static_cast<int64_t>(xb.size()) / std::max<int64_t>(dim, 1);
+    for (int32_t r : rows) PAGELLM_CHECK(r >= 0 && r < x_rows, "gather_rows: row {} of {}", r, x_rows);
+    const float* x = f32(xb, 0);
+    float* out = f32(out_b, static_cast<int64_t>(rows.size()) * dim);
     for (size_t i = 0; i < rows.size(); ++i)
       std::memcpy(out + i * dim, x + static_cast<int64_t>(rows[i]) * dim, dim * sizeof(float));
   }
@@ -306,7 +367,6 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   Isa isa_;
   const cpu::OpsTable* ops_;
-  std::map<float*, AlignedBuffer> buffers_;
   KVCacheSpec kv_cfg_;
   size_t block_bytes_ = 0;
   std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
@@ -331,8 +391,11 @@ class CpuBackend : public Backend {
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
 };
 
-void CpuBackend::attention(int layer, const float* q, float* out, const AttentionConfig& cfg) {
+void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {
   Timer timer(this, kAttention, "attention");
+  PAGELLM_CHECK(layer >= 0 && layer < kv_cfg_.n_layers, "KV layer {} out of range", layer);
+  const float* q = f32(q_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
+  float* out = f32(out_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
                 "attention shape does not match the KV cache");
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
@@ -423,6 +486,26 @@ void CpuBackend::attention(int layer, const float* q, float* out, const Attentio
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
+}
+
+CpuBackendOptions CpuBackendOptions::from(const BackendOptions& o) {
+  check_backend_options(o, "cpu", {"threads", "exact_matmul"});
+  CpuBackendOptions c;
+  c.threads = backend_option_int(o, "cpu", "threads", 0);
+  c.exact_matmul = backend_option_bool(o, "cpu", "exact_matmul", false);
+  return c;
+}
+
+void register_cpu_backend() {
+  BackendEntry e;
+  e.kind = "cpu";
+  e.description = "the host CPU (scalar, AVX2 and AVX-512 kernels chosen at start-up)";
+  e.origin = "built in";
+  e.create = [](const DeviceSpec& d, const BackendOptions& o) {
+    if (d.index != 0) fail("--device {}: the cpu backend has one device (cpu or cpu:0)", d.str());
+    return make_cpu_backend(CpuBackendOptions::from(o));
+  };
+  register_backend(std::move(e));
 }
 
 }  // namespace pagellm

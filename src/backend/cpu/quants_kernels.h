@@ -8,15 +8,11 @@
 
 namespace pagellm::cpu {
 
-// Unpacks the 6-bit scale and min of sub-block j (0..7) from a Q4_K / Q5_K
-// 12-byte scales field.
-void kquant_scale_min(int j, const uint8_t* scales, uint8_t& sc, uint8_t& m);
-
 // n is a multiple of the block size in every function below.
 namespace scalar {
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
-void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n);
-void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
+using pagellm::quant_ref::quantize_q8_0;
+using pagellm::quant_ref::quantize_q8_1;
+using pagellm::quant_ref::quantize_q8_K;
 float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
 }  // namespace scalar
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "common.h"
 #include "model/dummy.h"
 #include "model/gguf.h"

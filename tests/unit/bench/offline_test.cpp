@@ -16,7 +16,7 @@ Engine& tiny_engine() {
     c.load_format = "dummy";
     c.dummy_shape = "tiny-llama";
     c.dummy_type = DType::F32;
-    c.threads = 1;
+    c.backend_options["threads"] = "1";
     c.kv_cache_memory = int64_t{16} << 20;
     c.scheduler.max_num_batched_tokens = 512;
     c.scheduler.max_model_len = 256;

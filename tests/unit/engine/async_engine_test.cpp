@@ -15,7 +15,7 @@ EngineConfig tiny() {
   c.load_format = "dummy";
   c.dummy_shape = "tiny-llama";
   c.dummy_type = DType::F32;
-  c.threads = 1;
+  c.backend_options["threads"] = "1";
   c.scheduler.max_model_len = 512;
   return c;
 }

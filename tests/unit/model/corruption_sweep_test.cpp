@@ -9,7 +9,7 @@
 #include <cstring>
 #include <random>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "hostile_input.h"
 #include "model/dummy.h"

@@ -14,7 +14,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/dummy.h"

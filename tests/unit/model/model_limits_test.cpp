@@ -7,7 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "hostile_input.h"
 #include "model/dummy.h"

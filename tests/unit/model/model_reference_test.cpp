@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "model/dummy.h"
 #include "model/model.h"

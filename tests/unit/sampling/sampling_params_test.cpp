@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "api/limits.h"
+#include "core/request_limits.h"
 #include "core/error.h"
 
 namespace pagellm {

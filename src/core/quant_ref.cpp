@@ -13,12 +13,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/quants.h"
-#include "backend/cpu/quants_kernels.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/quant_blocks.h"
 
-namespace pagellm::cpu {
+namespace pagellm {
 namespace {
 
 // ggml's roundf: halves away from zero.
@@ -483,7 +482,7 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
 
 // ---- 8-bit activation formats (shared with the scalar kernels) ---------------
 
-namespace scalar {
+namespace quant_ref {
 
 void quantize_q8_0(const float* x, BlockQ8_0* b, int64_t n) {
   for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
@@ -528,7 +527,7 @@ void quantize_q8_K(const float* x, BlockQ8_K* b, int64_t n) {
   }
 }
 
-}  // namespace scalar
+}  // namespace quant_ref
 
 void kquant_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   if (j < 4) {
@@ -594,14 +593,14 @@ void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q4_1: return quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
     case DType::Q5_0: return quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
     case DType::Q5_1: return quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
-    case DType::Q8_0: return scalar::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
-    case DType::Q8_1: return scalar::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
+    case DType::Q8_0: return quant_ref::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+    case DType::Q8_1: return quant_ref::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
     case DType::Q4_K: return quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::Q5_K: return quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::Q6_K: return quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
-    case DType::Q8_K: return scalar::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
+    case DType::Q8_K: return quant_ref::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
     default: fail("quantize: no quantizer for tensor type {}", dtype_name(type));
   }
 }
 
-}  // namespace pagellm::cpu
+}  // namespace pagellm

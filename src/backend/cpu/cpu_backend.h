@@ -1,0 +1,30 @@
+// The CPU backend, built in: registered as device "cpu" (backend/registry.h).
+// Tests and benchmarks that want the CPU itself create it here.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+
+namespace pagellm {
+
+struct CpuBackendOptions {
+  int threads = 0;  // <= 0: all cores
+  // Multiply in float against dequantized weights instead of quantizing
+  // activations to 8 bits: slower, but the result is the exact function of
+  // the stored weights (8-bit activations add noise that a long greedy
+  // continuation can amplify into a different token).
+  bool exact_matmul = false;
+  // From registry options: threads=N, exact_matmul=true|false.
+  static CpuBackendOptions from(const BackendOptions& o);
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
+inline std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  CpuBackendOptions o;
+  o.threads = n_threads;
+  return make_cpu_backend(o);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,209 @@
+#include "backend/registry.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "backend/plugin_abi.h"
+#include "core/error.h"
+
+namespace pagellm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Device kinds people name that have a backend in the tree (or will): the
+// error for them says what to build instead of "unknown device".
+const std::map<std::string, std::string>& known_kinds() {
+  static const std::map<std::string, std::string> k = {
+      {"opencl", "OpenCL"}, {"cuda", "CUDA"}, {"xpu", "Kunlun XPU"}, {"npu", "Ascend NPU"}};
+  return k;
+}
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, BackendEntry> entries;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string plugin_file_name(const std::string& kind) { return "libpagellm_backend_" + kind + ".so"; }
+
+}  // namespace
+
+// Registers the built-in CPU backend (backend/cpu/cpu_backend.cpp).
+void register_cpu_backend();
+
+namespace {
+void ensure_builtins() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_cpu_backend(); });
+}
+}  // namespace
+
+DeviceSpec DeviceSpec::parse(const std::string& text) {
+  DeviceSpec d;
+  const size_t colon = text.find(':');
+  d.kind = text.substr(0, colon);
+  if (d.kind.empty()) fail("--device '{}': no device kind (expected cpu or opencl[:N])", text);
+  for (char& c : d.kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (colon != std::string::npos) {
+    const std::string idx = text.substr(colon + 1);
+    const auto [p, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), d.index);
+    if (ec != std::errc() || p != idx.data() + idx.size() || d.index < 0 || idx.empty())
+      fail("--device '{}': the device index must be a non-negative integer", text);
+  }
+  return d;
+}
+
+std::string DeviceSpec::str() const { return index == 0 ? kind : kind + ":" + std::to_string(index); }
+
+void register_backend(BackendEntry entry) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  const std::string kind = entry.kind;
+  r.entries[kind] = std::move(entry);
+}
+
+std::vector<BackendEntry> registered_backends() {
+  ensure_builtins();
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<BackendEntry> out;
+  for (const auto& [k, e] : r.entries) out.push_back(e);
+  return out;
+}
+
+std::vector<std::string> plugin_search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("PAGELLM_PLUGIN_DIR"); env && *env) {
+    dirs.emplace_back(env);
+    return dirs;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    dirs.push_back((exe.parent_path() / "backends").string());
+    dirs.push_back((exe.parent_path().parent_path() / "lib" / "pagellm" / "backends").string());
+  }
+  return dirs;
+}
+
+std::string load_backend_plugin(const std::string& path) {
+  if (!fs::exists(path)) fail("backend plugin '{}' does not exist", path);
+  // RTLD_NOW: a missing symbol fails here, not in the middle of a forward pass.
+  // RTLD_LOCAL: plugins do not see each other's symbols. Never closed: the
+  // backend's code must outlive every object it made.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) fail("cannot load backend plugin '{}': {}", path, dlerror());
+  auto entry = reinterpret_cast<PagellmBackendPluginEntry>(dlsym(handle, PAGELLM_BACKEND_ENTRY_POINT));
+  if (!entry) fail("'{}' is not a pagellm backend plugin (no {} entry point)", path, PAGELLM_BACKEND_ENTRY_POINT);
+  const PagellmBackendPluginV1* p = entry();
+  if (!p) fail("backend plugin '{}' returned no description", path);
+  if (p->abi_version != PAGELLM_BACKEND_ABI_VERSION)
+    fail("backend plugin '{}' was built for backend ABI version {}, this pagellm has version {}: rebuild the plugin "
+         "against this pagellm's headers",
+         path, p->abi_version, PAGELLM_BACKEND_ABI_VERSION);
+  if (!p->kind || !*p->kind || !p->create) fail("backend plugin '{}' has no device kind or no create function", path);
+  BackendEntry e;
+  e.kind = p->kind;
+  e.description = p->description ? p->description : "";
+  e.origin = path;
+  e.create = [p, path](const DeviceSpec& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
+    std::vector<const char*> keys, values;
+    for (const auto& [k, v] : o) {
+      keys.push_back(k.c_str());
+      values.push_back(v.c_str());
+    }
+    const PagellmBackendOptionsV1 opts{keys.size(), keys.data(), values.data()};
+    char error[1024] = {};
+    Backend* b = p->create(d.index, &opts, error, sizeof error);
+    if (!b) fail("{} backend (plugin '{}'): {}", p->kind, path, error[0] ? error : "creation failed");
+    return std::unique_ptr<Backend>(b);
+  };
+  const std::string kind = e.kind;
+  register_backend(std::move(e));
+  return kind;
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& device, const BackendOptions& options) {
+  ensure_builtins();
+  const DeviceSpec d = DeviceSpec::parse(device);
+  auto find = [&]() -> BackendFactory {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    auto it = r.entries.find(d.kind);
+    return it == r.entries.end() ? BackendFactory{} : it->second.create;
+  };
+  BackendFactory f = find();
+  std::vector<std::string> tried;
+  if (!f) {
+    for (const std::string& dir : plugin_search_dirs()) {
+      const std::string path = (fs::path(dir) / plugin_file_name(d.kind)).string();
+      tried.push_back(path);
+      if (fs::exists(path)) {
+        load_backend_plugin(path);
+        f = find();
+        break;
+      }
+    }
+  }
+  if (!f) {
+    std::string where;
+    for (const auto& t : tried) where += (where.empty() ? "" : ", ") + t;
+    auto k = known_kinds().find(d.kind);
+    if (k != known_kinds().end())
+      fail("pagellm was built without {} support: no backend for --device {} is built in, and its plugin {} was not "
+           "found (looked for {}); pass --backend-plugin PATH or set PAGELLM_PLUGIN_DIR",
+           k->second, d.kind, plugin_file_name(d.kind), where.empty() ? "nothing" : where);
+    std::string have;
+    for (const auto& e : registered_backends()) have += (have.empty() ? "" : ", ") + e.kind;
+    fail("unknown device '{}' (available: {})", d.kind, have);
+  }
+  return f(d, options);
+}
+
+int backend_option_int(const BackendOptions& o, const std::string& backend, const std::string& key, int fallback) {
+  auto it = o.find(key);
+  if (it == o.end()) return fallback;
+  int v = 0;
+  const std::string& s = it->second;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty())
+    fail("{} backend option {}='{}' is not an integer", backend, key, s);
+  return v;
+}
+
+bool backend_option_bool(const BackendOptions& o, const std::string& backend, const std::string& key, bool fallback) {
+  auto it = o.find(key);
+  if (it == o.end()) return fallback;
+  const std::string& s = it->second;
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  fail("{} backend option {}='{}' is not a boolean (true/false)", backend, key, s);
+}
+
+std::string backend_option_string(const BackendOptions& o, const std::string& key, const std::string& fallback) {
+  auto it = o.find(key);
+  return it == o.end() ? fallback : it->second;
+}
+
+void check_backend_options(const BackendOptions& o, const std::string& backend, const std::vector<std::string>& known) {
+  for (const auto& [k, v] : o) {
+    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
+    std::string list;
+    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    fail("the {} backend has no option '{}' (its options: {})", backend, k, list.empty() ? "none" : list);
+  }
+}
+
+}  // namespace pagellm

@@ -1,0 +1,600 @@
+// The op suite every backend passes: the same test bodies, parameterized over
+// each backend present in the build (the CPU with its portable and AVX2
+// kernels always; OpenCL when its plugin was built and a device exists),
+// against plain double-precision references on random data. Tests reach the
+// backend only through its own calls: alloc, copy_from_host, the op,
+// copy_to_host, synchronize. docs/backends.md points new backends here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+
+namespace pagellm {
+namespace {
+
+struct BackendCase {
+  const char* label;   // test name suffix
+  const char* device;  // --device
+  const char* isa;     // PAGELLM_ISA for the CPU, or null
+};
+
+std::ostream& operator<<(std::ostream& os, const BackendCase& c) { return os << c.label; }
+
+// Creates the backend of the case, or skips the test when it is not in this
+// build or has no device here.
+class BackendOps : public ::testing::TestWithParam<BackendCase> {
+ public:
+  void SetUp() override {
+    const BackendCase& c = GetParam();
+    if (c.isa) {
+      if (std::string(c.isa) == "avx2" && cpu_features().best() == Isa::Scalar && !std::getenv("PAGELLM_ISA"))
+        GTEST_SKIP() << "no AVX2";
+      setenv("PAGELLM_ISA", c.isa, 1);
+    }
+    BackendOptions o;
+    if (std::string(c.device) == "cpu") o["threads"] = "2";
+    try {
+      be_ = create_backend(c.device, o);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.find("built without") != std::string::npos || what.find("no OpenCL") != std::string::npos ||
+          what.find("no device") != std::string::npos)
+        GTEST_SKIP() << what;
+      throw;
+    }
+  }
+  void TearDown() override {
+    be_.reset();
+    if (GetParam().isa) unsetenv("PAGELLM_ISA");
+  }
+
+  BufferPtr put(const std::vector<float>& v) {
+    BufferPtr b = be_->alloc(DType::F32, v.size());
+    be_->copy_from_host(v.data(), *b, 0, v.size() * sizeof(float));
+    return b;
+  }
+  BufferPtr zeros_like(size_t n, float fill = -7.0f) { return put(std::vector<float>(n, fill)); }
+  std::vector<float> get(const Buffer& b, size_t n) {
+    std::vector<float> v(n);
+    be_->copy_to_host(b, 0, n * sizeof(float), v.data());
+    be_->synchronize();
+    return v;
+  }
+  std::unique_ptr<Weight> upload(const std::string& name, DType type, std::vector<int64_t> shape, const void* data) {
+    TensorData t{name, type, std::move(shape), data};
+    return be_->upload(t);
+  }
+
+  std::unique_ptr<Backend> be_;
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double norm_err(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// ---------------------------------------------------------------- matmul, embed
+
+std::vector<uint8_t> quantize(DType t, const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> q(dtype_row_bytes(t, cols) * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row_ref(t, x.data() + r * cols, q.data() + r * dtype_row_bytes(t, cols), cols);
+  return q;
+}
+
+std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t rows, int64_t cols) {
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row_ref(t, q.data() + r * dtype_row_bytes(t, cols), w.data() + r * cols, cols);
+  return w;
+}
+
+TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
+  const int64_t rows = 96, cols = 512;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    if (!be_->supports_weight(t)) continue;
+    const auto q = quantize(t, randn(static_cast<size_t>(rows * cols), 11), rows, cols);
+    const auto wref = dequantize(t, q, rows, cols);
+    auto w = upload("w", t, {cols, rows}, q.data());
+    for (int64_t n : {1, 3, 17, 64}) {
+      const auto x = randn(static_cast<size_t>(n * cols), 12 + static_cast<uint32_t>(n));
+      auto xb = put(x);
+      auto yb = zeros_like(static_cast<size_t>(n * rows));
+      be_->matmul(*w, *xb, n, *yb);
+      const auto y = get(*yb, static_cast<size_t>(n * rows));
+      std::vector<double> ref(y.size());
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < rows; ++r) {
+          double s = 0;
+          for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(x[i * cols + c]) * wref[r * cols + c];
+          ref[i * rows + r] = s;
+        }
+      // Float weights: float accumulation. Quantized ones may round the
+      // activations to 8 bits (the CPU does): about 1% relative.
+      const double tol = dtype_is_quantized(t) ? 2e-2 : 1e-5;
+      EXPECT_LT(norm_err(y, ref), tol) << dtype_name(t) << " n " << n;
+    }
+  }
+}
+
+TEST_P(BackendOps, EmbedLooksUpScaledRows) {
+  const int64_t vocab = 300, dim = 256;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    if (!be_->supports_weight(t)) continue;
+    const auto q = quantize(t, randn(static_cast<size_t>(vocab * dim), 21), vocab, dim);
+    const auto ref_table = dequantize(t, q, vocab, dim);
+    auto table = upload("token_embd.weight", t, {dim, vocab}, q.data());
+    BatchInfo b;
+    for (int32_t id : {5, 0, 299, 17, 5}) {
+      b.token_ids.push_back(id);
+      b.positions.push_back(static_cast<int32_t>(b.positions.size()));
+      b.slot_mapping.push_back(0);
+    }
+    be_->set_batch(b);
+    auto out = zeros_like(static_cast<size_t>(b.n_tokens() * dim));
+    be_->embed(*table, 1.5f, *out);
+    const auto y = get(*out, static_cast<size_t>(b.n_tokens() * dim));
+    std::vector<double> ref(y.size());
+    for (int64_t i = 0; i < b.n_tokens(); ++i)
+      for (int64_t c = 0; c < dim; ++c) ref[i * dim + c] = 1.5 * ref_table[b.token_ids[i] * dim + c];
+    EXPECT_LT(norm_err(y, ref), 1e-6) << dtype_name(t);
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttnCase {
+  int n_head, n_kv, head_dim, block;
+  int window;
+  float softcap;
+  bool f16;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, ctx_len)
+};
+
+// Writes random K/V for every position of each sequence into a paged cache
+// (shuffled, non-contiguous block tables), runs attention, and compares with a
+// full-softmax reference computed from the same (rounded) K/V.
+void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t seed) {
+  const int D = c.head_dim, B = c.block;
+  int total_blocks = 1;
+  for (auto [ql, ctx] : c.seqs) total_blocks += (ctx + B - 1) / B;
+  KVCacheSpec spec;
+  spec.n_layers = 1;
+  spec.n_kv_heads = c.n_kv;
+  spec.head_dim = D;
+  spec.block_size = B;
+  spec.num_blocks = total_blocks + 3;
+  spec.dtype = c.f16 ? DType::F16 : DType::F32;
+  be.allocate_kv_cache(spec);
+  std::vector<int32_t> free_blocks(spec.num_blocks - 1);
+  std::iota(free_blocks.begin(), free_blocks.end(), 1);
+  std::mt19937 rng(seed);
+  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+
+  // Pass 1: fill each sequence's cache for all ctx positions (one batch).
+  BatchInfo fill;
+  std::vector<std::vector<int32_t>> tables;
+  for (auto [ql, ctx] : c.seqs) {
+    std::vector<int32_t> tb;
+    for (int b = 0; b < (ctx + B - 1) / B; ++b) {
+      tb.push_back(free_blocks.back());
+      free_blocks.pop_back();
+    }
+    SeqInfo s;
+    s.q_start = static_cast<int32_t>(fill.token_ids.size());
+    s.q_len = ctx;
+    s.ctx_len = ctx;
+    s.block_table = tb;
+    for (int p = 0; p < ctx; ++p) {
+      fill.token_ids.push_back(0);
+      fill.positions.push_back(p);
+      fill.slot_mapping.push_back(static_cast<int64_t>(tb[p / B]) * B + p % B);
+    }
+    fill.seqs.push_back(s);
+    tables.push_back(tb);
+  }
+  const int64_t n_fill = fill.n_tokens();
+  auto k = randn(n_fill * c.n_kv * D, seed + 1), v = randn(n_fill * c.n_kv * D, seed + 2);
+  be.set_batch(fill);
+  {
+    auto kb = t.put(k), vb = t.put(v);
+    be.store_kv(0, *kb, *vb);
+    be.synchronize();
+  }
+  if (c.f16)
+    for (auto* x : {&k, &v})
+      for (auto& e : *x) e = fp16_to_fp32(fp32_to_fp16(e));
+
+  // Pass 2: the query batch: the last q_len positions of each sequence.
+  BatchInfo qb;
+  std::vector<int64_t> fill_start;
+  int64_t at = 0;
+  for (size_t si = 0; si < c.seqs.size(); ++si) {
+    auto [ql, ctx] = c.seqs[si];
+    SeqInfo s;
+    s.q_start = static_cast<int32_t>(qb.token_ids.size());
+    s.q_len = ql;
+    s.ctx_len = ctx;
+    s.block_table = tables[si];
+    for (int p = ctx - ql; p < ctx; ++p) {
+      qb.token_ids.push_back(0);
+      qb.positions.push_back(p);
+      qb.slot_mapping.push_back(static_cast<int64_t>(tables[si][p / B]) * B + p % B);
+    }
+    qb.seqs.push_back(s);
+    fill_start.push_back(at);
+    at += ctx;
+  }
+  const int64_t nq = qb.n_tokens();
+  auto q = randn(nq * c.n_head * D, seed + 3);
+  AttentionConfig ac;
+  ac.n_head = c.n_head;
+  ac.n_head_kv = c.n_kv;
+  ac.head_dim = D;
+  ac.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ac.sliding_window = c.window;
+  ac.softcap = c.softcap;
+  be.set_batch(qb);
+  auto qbuf = t.put(q);
+  auto obuf = t.zeros_like(q.size());
+  be.attention(0, *qbuf, *obuf, ac);
+  const auto out = t.get(*obuf, q.size());
+
+  std::vector<double> ref(out.size());
+  const int G = c.n_head / c.n_kv;
+  for (size_t si = 0; si < c.seqs.size(); ++si) {
+    auto [ql, ctx] = c.seqs[si];
+    for (int i = 0; i < ql; ++i) {
+      const int row = qb.seqs[si].q_start + i, p = ctx - ql + i;
+      for (int h = 0; h < c.n_head; ++h) {
+        const int g = h / G;
+        std::vector<double> w;
+        std::vector<int> js;
+        double mx = -1e300;
+        for (int j = 0; j <= p; ++j) {
+          if (c.window > 0 && j <= p - c.window) continue;
+          const float* kr = k.data() + ((fill_start[si] + j) * c.n_kv + g) * D;
+          double s = 0;
+          for (int d = 0; d < D; ++d) s += static_cast<double>(q[(row * c.n_head + h) * D + d]) * kr[d];
+          s *= ac.scale;
+          if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+          w.push_back(s);
+          js.push_back(j);
+          mx = std::max(mx, s);
+        }
+        double l = 0;
+        for (auto& x : w) l += (x = std::exp(x - mx));
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (size_t tt = 0; tt < js.size(); ++tt)
+            acc += w[tt] * v[((fill_start[si] + js[tt]) * c.n_kv + g) * D + d];
+          ref[(row * c.n_head + h) * D + d] = acc / l;
+        }
+      }
+    }
+  }
+  EXPECT_LT(norm_err(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << D << " B " << B
+                                       << " window " << c.window << " softcap " << c.softcap << " f16 " << c.f16;
+}
+
+TEST_P(BackendOps, PagedAttentionMatchesReference) {
+  const std::vector<AttnCase> cases = {
+      // prefill of one sequence (tiles), GQA 8:1, Llama-like
+      {32, 4, 64, 16, 0, 0, true, {{70, 70}}},
+      // mixed batch: prefill chunk continuing a prefix, decodes, a one-token prompt
+      {8, 2, 64, 16, 0, 0, false, {{33, 90}, {1, 200}, {1, 17}, {1, 1}}},
+      // Gemma-like: head_dim 256, one KV head, sliding window, softcap
+      {4, 1, 256, 16, 24, 0, true, {{40, 40}, {1, 300}}},
+      {4, 1, 256, 32, 24, 30.0f, false, {{5, 100}}},
+      // MHA, head_dim 128, block 64, long decode (split key ranges)
+      {4, 4, 128, 64, 0, 0, true, {{1, 700}}},
+      {2, 1, 64, 8, 0, 0, false, {{1, 1000}}},
+      {16, 16, 64, 16, 0, 0, true, {{3, 3}, {2, 50}}},
+  };
+  uint32_t seed = 100;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+// ---------------------------------------------------------------- elementwise
+
+TEST_P(BackendOps, RmsNormWithAndWithoutWeightInPlace) {
+  const int rows = 37, dim = 640;
+  const auto x = randn(rows * dim, 1, 30.0f);
+  const auto wv = randn(dim, 2);
+  auto w = upload("w", DType::F32, {dim}, wv.data());
+  for (bool weighted : {true, false})
+    for (bool in_place : {false, true}) {
+      auto xb = put(x);
+      auto yb = in_place ? BufferPtr{} : zeros_like(x.size());
+      Buffer& y = in_place ? *xb : *yb;
+      be_->rms_norm(*xb, weighted ? w.get() : nullptr, rows, dim, 1e-6f, y);
+      const auto got = get(y, x.size());
+      std::vector<double> ref(x.size());
+      for (int r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+        const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; ++i) ref[r * dim + i] = x[r * dim + i] * inv * (weighted ? wv[i] : 1.0);
+      }
+      EXPECT_LT(norm_err(got, ref), 1e-6) << "weighted " << weighted << " in place " << in_place;
+    }
+}
+
+// RoPE, both pair layouts, partial rotary dimension, frequency factors.
+TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
+  const int n = 9, heads = 3, hd = 64, n_rot = 48;
+  std::vector<float> factors(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) factors[i] = 1.0f + 0.37f * static_cast<float>(i % 5);
+  auto fw = upload("rope_freqs.weight", DType::F32, {n_rot / 2}, factors.data());
+  BatchInfo b;
+  for (int t = 0; t < n; ++t) {
+    b.token_ids.push_back(0);
+    b.positions.push_back(t * 37 + 5);
+    b.slot_mapping.push_back(0);
+  }
+  for (bool neox : {false, true})
+    for (bool with_factors : {false, true}) {
+      be_->set_batch(b);
+      const auto orig = randn(n * heads * hd, 3);
+      auto xb = put(orig);
+      RopeConfig rc;
+      rc.n_rot = n_rot;
+      rc.freq_base = 10000.0f;
+      rc.freq_scale = 0.5f;
+      rc.neox = neox;
+      rc.freq_factors = with_factors ? fw.get() : nullptr;
+      be_->rope(*xb, heads, hd, rc);
+      const auto xr = get(*xb, orig.size());
+      std::vector<double> rr(orig.begin(), orig.end());
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < heads; ++h)
+          for (int i = 0; i < n_rot / 2; ++i) {
+            double th = b.positions[t] * 0.5 * std::pow(10000.0, -2.0 * i / n_rot);
+            if (with_factors) th /= factors[i];
+            const int a = neox ? i : 2 * i, c2 = neox ? i + n_rot / 2 : 2 * i + 1;
+            const int64_t o = (t * heads + h) * hd;
+            rr[o + a] = orig[o + a] * std::cos(th) - orig[o + c2] * std::sin(th);
+            rr[o + c2] = orig[o + a] * std::sin(th) + orig[o + c2] * std::cos(th);
+          }
+      EXPECT_LT(norm_err(xr, rr), 1e-6) << "neox " << neox << " factors " << with_factors;
+    }
+}
+
+// store_kv with RoPE fused: the cache holds the rotated k, the same as rope
+// then store; k itself is rotated in place. Attention with the same q over
+// both layers must then agree exactly.
+TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
+  const int n = 5, kvh = 2, hd = 64;
+  KVCacheSpec spec;
+  spec.n_layers = 2;
+  spec.n_kv_heads = kvh;
+  spec.head_dim = hd;
+  spec.block_size = 16;
+  spec.num_blocks = 2;
+  spec.dtype = DType::F32;
+  be_->allocate_kv_cache(spec);
+  BatchInfo b;
+  SeqInfo s;
+  s.q_start = 0;
+  s.q_len = n;
+  s.ctx_len = n;
+  s.block_table = {1};
+  b.seqs.push_back(s);
+  for (int t = 0; t < n; ++t) {
+    b.token_ids.push_back(0);
+    b.positions.push_back(t);
+    b.slot_mapping.push_back(16 + t);
+  }
+  be_->set_batch(b);
+  RopeConfig rc;
+  rc.n_rot = hd;
+  rc.freq_base = 10000.0f;
+  rc.neox = true;
+  const auto k = randn(n * kvh * hd, 7), v = randn(n * kvh * hd, 8);
+  auto k1 = put(k), k2 = put(k), vb = put(v);
+  be_->store_kv(0, *k1, *vb, &rc);
+  be_->rope(*k2, kvh, hd, rc);
+  be_->store_kv(1, *k2, *vb);
+  EXPECT_EQ(get(*k1, k.size()), get(*k2, k.size())) << "k is rotated in place too";
+  const auto q = randn(n * kvh * hd, 9);
+  auto qb = put(q);
+  auto o1 = zeros_like(q.size()), o2 = zeros_like(q.size());
+  AttentionConfig ac;
+  ac.n_head = kvh;
+  ac.n_head_kv = kvh;
+  ac.head_dim = hd;
+  ac.scale = 0.125f;
+  be_->attention(0, *qb, *o1, ac);
+  be_->attention(1, *qb, *o2, ac);
+  EXPECT_EQ(get(*o1, q.size()), get(*o2, q.size()));
+}
+
+TEST_P(BackendOps, GluAddBiasAndGather) {
+  const int n = 10000;
+  const auto g = randn(n, 4, 3.0f), u = randn(n, 5);
+  for (Activation act : {Activation::Silu, Activation::GeluTanh})
+    for (bool in_place : {false, true}) {
+      auto gb = put(g), ub = put(u);
+      auto ob = in_place ? BufferPtr{} : zeros_like(n);
+      Buffer& o = in_place ? *gb : *ob;
+      be_->glu(*gb, *ub, n, act, o);
+      const auto got = get(o, n);
+      std::vector<double> r(n);
+      for (int i = 0; i < n; ++i) {
+        const double a = g[i];
+        const double f = act == Activation::Silu
+                             ? a / (1 + std::exp(-a))
+                             : 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+        r[i] = f * u[i];
+      }
+      EXPECT_LT(norm_err(got, r), 1e-6) << "act " << static_cast<int>(act) << " in place " << in_place;
+    }
+
+  // add: y += x
+  {
+    auto yb = put(g), xb = put(u);
+    be_->add(*yb, *xb, n);
+    const auto got = get(*yb, n);
+    std::vector<double> r(n);
+    for (int i = 0; i < n; ++i) r[i] = static_cast<double>(g[i]) + u[i];
+    EXPECT_LT(norm_err(got, r), 1e-7);
+  }
+  // add_bias over rows
+  {
+    const int rows = 7, cols = 384;
+    const auto y0 = randn(rows * cols, 31), bias = randn(cols, 32);
+    auto bw = upload("b", DType::F32, {cols}, bias.data());
+    auto yb = put(y0);
+    be_->add_bias(*yb, *bw, rows);
+    const auto got = get(*yb, y0.size());
+    std::vector<double> r(y0.size());
+    for (int i = 0; i < rows; ++i)
+      for (int c = 0; c < cols; ++c) r[i * cols + c] = static_cast<double>(y0[i * cols + c]) + bias[c];
+    EXPECT_LT(norm_err(got, r), 1e-7);
+  }
+  // gather_rows, repeats and any order
+  {
+    const int rows = 11, dim = 320;
+    const auto x = randn(rows * dim, 33);
+    const std::vector<int32_t> pick = {10, 0, 3, 3, 7};
+    auto xb = put(x);
+    auto ob = zeros_like(pick.size() * dim);
+    be_->gather_rows(*xb, dim, pick, *ob);
+    const auto got = get(*ob, pick.size() * dim);
+    for (size_t i = 0; i < pick.size(); ++i)
+      for (int c = 0; c < dim; ++c) ASSERT_EQ(got[i * dim + c], x[pick[i] * dim + c]) << i;
+  }
+}
+
+// ---------------------------------------------------------------- memory, copies, KV blocks
+
+TEST_P(BackendOps, CopiesAtOffsetsAndMemoryInfo) {
+  const auto x = randn(1000, 41);
+  auto b = be_->alloc(DType::F32, 1000);
+  EXPECT_EQ(b->size(), 1000u);
+  EXPECT_EQ(b->bytes(), 4000u);
+  be_->copy_from_host(x.data(), *b, 0, 4000);
+  std::vector<float> part(100);
+  be_->copy_to_host(*b, 400 * sizeof(float), 100 * sizeof(float), part.data());
+  be_->synchronize();
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), x.begin() + 400));
+  EXPECT_THROW(be_->copy_to_host(*b, 3999, 2, part.data()), Error);
+
+  const MemoryInfo m = be_->memory_info();
+  EXPECT_GT(m.total_bytes, 0u);
+  EXPECT_LE(m.free_bytes, m.total_bytes);
+}
+
+// Reads every block of every layer back through attention is costly; instead
+// each block is written with a distinct value and read back by attention of
+// a one-token query that sees only that block (one key): out == v of the key.
+std::vector<float> read_v_of_slot(BackendOps& t, Backend& be, int layer, int32_t block, int kvh, int hd,
+                                  int block_size) {
+  BatchInfo b;
+  SeqInfo s;
+  s.q_start = 0;
+  s.q_len = 1;
+  s.ctx_len = 1;
+  s.block_table = {block};
+  b.seqs.push_back(s);
+  b.token_ids = {0};
+  b.positions = {0};
+  b.slot_mapping = {static_cast<int64_t>(block) * block_size};
+  be.set_batch(b);
+  auto q = t.put(std::vector<float>(static_cast<size_t>(kvh * hd), 0.5f));
+  auto o = t.zeros_like(static_cast<size_t>(kvh * hd));
+  AttentionConfig ac;
+  ac.n_head = kvh;
+  ac.n_head_kv = kvh;
+  ac.head_dim = hd;
+  ac.scale = 1.0f;
+  be.attention(layer, *q, *o, ac);
+  return t.get(*o, static_cast<size_t>(kvh * hd));
+}
+
+void write_slot0(BackendOps& t, Backend& be, int layer, int32_t block, const std::vector<float>& kv, int block_size) {
+  BatchInfo b;
+  SeqInfo s;
+  s.q_start = 0;
+  s.q_len = 1;
+  s.ctx_len = 1;
+  s.block_table = {block};
+  b.seqs.push_back(s);
+  b.token_ids = {0};
+  b.positions = {0};
+  b.slot_mapping = {static_cast<int64_t>(block) * block_size};
+  be.set_batch(b);
+  auto kb = t.put(kv), vb = t.put(kv);
+  be.store_kv(layer, *kb, *vb);
+  be.synchronize();
+}
+
+TEST_P(BackendOps, CopyBlocksAndSwapRoundTrip) {
+  const int kvh = 2, hd = 64, bs = 16;
+  KVCacheSpec spec;
+  spec.n_layers = 2;
+  spec.n_kv_heads = kvh;
+  spec.head_dim = hd;
+  spec.block_size = bs;
+  spec.num_blocks = 6;
+  spec.dtype = DType::F32;
+  be_->allocate_kv_cache(spec);
+  EXPECT_EQ(be_->kv_cache_spec().num_blocks, 6);
+  const auto a = randn(kvh * hd, 51), c = randn(kvh * hd, 52);
+  for (int l = 0; l < 2; ++l) {
+    write_slot0(*this, *be_, l, 1, a, bs);
+    write_slot0(*this, *be_, l, 2, c, bs);
+  }
+  be_->copy_blocks({{1, 3}, {2, 4}});
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(read_v_of_slot(*this, *be_, l, 3, kvh, hd, bs), a) << "layer " << l;
+    EXPECT_EQ(read_v_of_slot(*this, *be_, l, 4, kvh, hd, bs), c) << "layer " << l;
+  }
+  if (!be_->supports(Feature::SwapToHost)) {
+    EXPECT_THROW(be_->allocate_swap_space(4), Error);
+    return;
+  }
+  be_->allocate_swap_space(3);
+  be_->swap_out({{1, 0}, {2, 2}});
+  for (int l = 0; l < 2; ++l) write_slot0(*this, *be_, l, 1, c, bs);  // overwrite the device copy
+  be_->swap_in({{0, 5}, {2, 1}});
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(read_v_of_slot(*this, *be_, l, 5, kvh, hd, bs), a) << "layer " << l;
+    EXPECT_EQ(read_v_of_slot(*this, *be_, l, 1, kvh, hd, bs), c) << "layer " << l;
+  }
+}
+
+const BackendCase kCases[] = {
+    {"cpu_scalar", "cpu", "scalar"},
+    {"cpu_avx2", "cpu", "avx2"},
+    {"opencl", "opencl", nullptr},
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.label); });
+
+}  // namespace
+}  // namespace pagellm

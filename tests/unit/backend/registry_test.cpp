@@ -1,0 +1,93 @@
+// The device registry and the plugin loader: names, options, the stub error
+// of a backend that is not built, and plugins built outside the core binary.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "backend/registry.h"
+#include "core/error.h"
+
+namespace pagellm {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeviceSpec, ParsesKindAndIndex) {
+  EXPECT_EQ(DeviceSpec::parse("cpu").kind, "cpu");
+  EXPECT_EQ(DeviceSpec::parse("OpenCL:2").kind, "opencl");
+  EXPECT_EQ(DeviceSpec::parse("opencl:2").index, 2);
+  EXPECT_EQ(DeviceSpec::parse("opencl:2").str(), "opencl:2");
+  for (const char* bad : {"", ":1", "cpu:", "cpu:-1", "cpu:x", "cpu:1x"}) EXPECT_THROW(DeviceSpec::parse(bad), Error) << bad;
+}
+
+TEST(BackendRegistry, CpuIsBuiltInAndChecksItsOptions) {
+  auto be = create_backend("cpu", {{"threads", "1"}});
+  EXPECT_EQ(be->name(), "cpu");
+  EXPECT_NE(error_of([] { create_backend("cpu", {{"thread", "1"}}); }).find("no option 'thread'"), std::string::npos);
+  EXPECT_NE(error_of([] { create_backend("cpu", {{"threads", "many"}}); }).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of([] { create_backend("cpu", {{"exact_matmul", "perhaps"}}); }).find("not a boolean"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { create_backend("cpu:1"); }).find("one device"), std::string::npos);
+  bool found = false;
+  for (const auto& e : registered_backends()) found |= e.kind == "cpu" && e.origin == "built in";
+  EXPECT_TRUE(found);
+}
+
+// A kind we know but whose plugin is absent gets the "built without" stub
+// error; a kind nobody knows lists what there is.
+TEST(BackendRegistry, MissingBackendsSayWhatIsMissing) {
+  setenv("PAGELLM_PLUGIN_DIR", "/nonexistent-plugin-dir", 1);
+  const std::string cuda = error_of([] { create_backend("cuda"); });
+  const std::string other = error_of([] { create_backend("tpu"); });
+  unsetenv("PAGELLM_PLUGIN_DIR");
+  EXPECT_NE(cuda.find("pagellm was built without CUDA support"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("/nonexistent-plugin-dir/libpagellm_backend_cuda.so"), std::string::npos) << cuda;
+  EXPECT_NE(other.find("unknown device 'tpu'"), std::string::npos) << other;
+  EXPECT_NE(other.find("cpu"), std::string::npos) << other;
+}
+
+TEST(BackendPlugin, LoadsAPluginBuiltOutsideTheBinary) {
+  const std::string dir = PAGELLM_TEST_PLUGIN_DIR;
+  EXPECT_EQ(load_backend_plugin(dir + "/libpagellm_backend_testdev_good.so"), "testdev");
+  auto be = create_backend("testdev", {{"threads", "1"}});
+  EXPECT_EQ(be->name(), "cpu");  // it wraps the CPU backend
+  auto buf = be->alloc(DType::F32, 4);
+  const float x[4] = {1, 2, 3, 4};
+  float y[4] = {};
+  be->copy_from_host(x, *buf, 0, sizeof x);
+  be->copy_to_host(*buf, 0, sizeof y, y);
+  be->synchronize();
+  EXPECT_EQ(y[3], 4.0f);
+  // Errors made inside the plugin come back as one message.
+  EXPECT_NE(error_of([] { create_backend("testdev:3"); }).find("one device, not 3"), std::string::npos);
+  EXPECT_NE(error_of([] { create_backend("testdev", {{"bogus", "1"}}); }).find("no option 'bogus'"),
+            std::string::npos);
+}
+
+TEST(BackendPlugin, RefusesWrongAbiMissingEntryAndMissingFile) {
+  const std::string dir = PAGELLM_TEST_PLUGIN_DIR;
+  const std::string abi = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_testdev_bad_abi.so"); });
+  EXPECT_NE(abi.find("ABI version"), std::string::npos) << abi;
+  EXPECT_NE(abi.find("rebuild the plugin"), std::string::npos) << abi;
+  EXPECT_NE(error_of([] { load_backend_plugin("/nonexistent.so"); }).find("does not exist"), std::string::npos);
+  // A shared library that is not a plugin (libc has no entry point).
+  for (const char* lib : {"/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6"}) {
+    if (!std::filesystem::exists(lib)) continue;
+    EXPECT_NE(error_of([&] { load_backend_plugin(lib); }).find("not a pagellm backend plugin"), std::string::npos);
+    break;
+  }
+  const std::string dir_file = testing::TempDir() + "/not-a-library.so";
+  { std::FILE* f = std::fopen(dir_file.c_str(), "w"); std::fputs("garbage", f); std::fclose(f); }
+  EXPECT_NE(error_of([&] { load_backend_plugin(dir_file); }).find("cannot load backend plugin"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagellm
