@@ -62,6 +62,14 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--block-allocation", f->block_allocation, "Physical block placement")
       ->check(CLI::IsMember({"any", "contiguous"}))
       ->capture_default_str();
+  app->add_option("--preemption-mode", f->preemption_mode,
+                  "How a preempted sequence gets its KV back: recompute, or swap (to a host pool of --swap-space; "
+                  "backends with their own memory)")
+      ->check(CLI::IsMember({"recompute", "swap"}))
+      ->capture_default_str();
+  app->add_option("--swap-space", f->swap_space_gib, "Host memory for swapped-out KV blocks, GiB (with --preemption-mode swap)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
@@ -102,6 +110,8 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+  c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
+  c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
   c.profile = profile;
   return c;
 }

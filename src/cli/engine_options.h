@@ -32,6 +32,8 @@ struct EngineFlags {
   bool enable_chunked_prefill = true;
   std::string block_allocation = "any";
   std::string scheduling_policy = "fcfs";
+  std::string preemption_mode = "recompute";
+  double swap_space_gib = 4;
   bool exact_matmul = false;
   bool profile = false;
   std::string trace;  // Chrome-trace JSON written at exit

@@ -154,6 +154,18 @@ void Engine::load(const LoadProgress& progress) {
   kv_config_.enable_prefix_caching = config_.enable_prefix_caching;
   kv_config_.allocation_policy = config_.block_allocation;
   backend_->allocate_kv_cache(model_->kv_cache_spec(config_.block_size, kv_config_.num_blocks, config_.kv_cache_dtype));
+  if (sched_config_.preemption_mode == PreemptionMode::Swap) {
+    // vLLM's --swap-space: a host pool of that many bytes of blocks.
+    if (!backend_->supports(Feature::SwapToHost))
+      fail("--preemption-mode swap needs a backend with its own memory that can swap KV blocks to the host; "
+           "the {} backend recomputes preempted sequences (use --preemption-mode recompute)",
+           backend_->name());
+    const int64_t swap_blocks = config_.swap_space_bytes / per_block;
+    PAGELLM_CHECK(swap_blocks >= 1, "--swap-space {} holds no KV block of {}", format_bytes(config_.swap_space_bytes),
+                  format_bytes(per_block));
+    sched_config_.num_swap_blocks = static_cast<int32_t>(std::min<int64_t>(swap_blocks, 1 << 30));
+    backend_->allocate_swap_space(sched_config_.num_swap_blocks);
+  }
   scheduler_ = std::make_unique<Scheduler>(sched_config_, kv_config_);
   runner_ = std::make_unique<ModelRunner>(*model_);
   sampler_ = std::make_unique<Sampler>();
@@ -462,6 +474,12 @@ void Engine::update_gauges() {
   metrics_.prefix_cache_queries = scheduler_->prefix_query_tokens();
   metrics_.prefix_cache_hits = scheduler_->prefix_hit_tokens();
   metrics_.num_preemptions = scheduler_->num_preemptions();
+  metrics_.num_preemptions_recompute = scheduler_->num_preemptions_recompute();
+  metrics_.num_preemptions_swap = scheduler_->num_preemptions_swap();
+  const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
+  metrics_.swapped_out_bytes = scheduler_->num_blocks_swapped_out() * block_bytes;
+  metrics_.swapped_in_bytes = scheduler_->num_blocks_swapped_in() * block_bytes;
+  metrics_.num_requests_swapped = scheduler_->num_swapped();
 }
 
 EngineStats Engine::stats() const {

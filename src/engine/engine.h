@@ -44,6 +44,8 @@ struct EngineConfig {
   // (vLLM's --gpu-memory-utilization). 0: 0.9 on devices with their own
   // memory; on host memory the KV cache takes a quarter of what is free.
   double gpu_memory_utilization = 0;
+  // Host pool for swap preemption (scheduler.preemption_mode == Swap), bytes.
+  int64_t swap_space_bytes = int64_t{4} << 30;
   DType kv_cache_dtype = DType::F16;
   bool enable_prefix_caching = true;
   AllocationPolicy block_allocation = AllocationPolicy::Any;

@@ -39,6 +39,9 @@ struct EngineMetrics {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_preemptions_recompute = 0, num_preemptions_swap = 0;
+  int64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
+  int64_t num_requests_swapped = 0;  // gauge: sequences whose KV is in the host pool
   int64_t num_steps = 0;
   std::map<std::string, int64_t> request_success;  // finish reason -> count
   // Histograms (seconds, tokens).

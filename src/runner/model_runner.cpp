@@ -8,11 +8,16 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
   out.entries.clear();
   if (plan.empty()) return;
   Backend& be = model_.backend();
-  if (!plan.block_copies.empty()) {
-    std::vector<std::pair<int32_t, int32_t>> copies;
-    for (const auto& c : plan.block_copies) copies.emplace_back(c.src, c.dst);
-    be.copy_blocks(copies);
-  }
+  // Block moves first, in the plan's order: a block swapped out may be
+  // written by this very step's forward pass.
+  auto pairs = [](const std::vector<BlockCopy>& v) {
+    BlockPairs p;
+    for (const auto& c : v) p.emplace_back(c.src, c.dst);
+    return p;
+  };
+  if (!plan.swap_out.empty()) be.swap_out(pairs(plan.swap_out));
+  if (!plan.swap_in.empty()) be.swap_in(pairs(plan.swap_in));
+  if (!plan.block_copies.empty()) be.copy_blocks(pairs(plan.block_copies));
 
   batch_.token_ids.clear();
   batch_.positions.clear();

@@ -18,10 +18,12 @@ void SchedulerConfig::validate() const {
                 "without chunked prefill a prompt must fit one step whole: max_num_batched_tokens "
                 "({}) must be >= max_model_len ({})",
                 max_num_batched_tokens, max_model_len);
-  PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute,
-                "swap preemption needs a backend that reports swap support; only recompute is "
-                "implemented");
+  PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute || num_swap_blocks >= 1,
+                "swap preemption needs a host pool of at least one block (num_swap_blocks {})",
+                num_swap_blocks);
 }
+
+const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "swap" : "recompute"; }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
@@ -30,6 +32,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
   PAGELLM_CHECK(config_.max_model_len <= capacity,
                 "max_model_len {} exceeds the KV cache capacity of {} tokens ({} blocks of {})",
                 config_.max_model_len, capacity, kv_.num_usable_blocks(), kv_.block_size());
+  if (config_.preemption_mode == PreemptionMode::Swap) {
+    // Popped from the back: lowest ids first.
+    for (int32_t b = config_.num_swap_blocks - 1; b >= 0; --b) free_host_blocks_.push_back(b);
+  }
 }
 
 bool Scheduler::runs_before(const Sequence* a, const Sequence* b) const {
@@ -134,13 +140,66 @@ void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, Slot
 }
 
 void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  plan.preempted.push_back(seq->id);
+  if (config_.preemption_mode == PreemptionMode::Swap && swap_out(seq, plan)) return;
   kv_.free(seq->id);
   seq->num_computed_tokens = 0;
   seq->status = SeqStatus::Preempted;
-  ++seq->num_preemptions;
-  ++num_preemptions_;
   insert_waiting(seq, /*at_head=*/true);
-  plan.preempted.push_back(seq->id);
+}
+
+// The blocks holding the sequence's computed tokens go to host blocks (the
+// runner copies them before this step's forward pass, so the device blocks
+// may be handed to another sequence in the same step). False, with nothing
+// changed, when the host pool cannot hold them.
+bool Scheduler::swap_out(Sequence* seq, StepPlan& plan) {
+  const int32_t n = blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+  if (n == 0 || n > static_cast<int32_t>(free_host_blocks_.size())) return false;
+  const auto table = kv_.block_table(seq->id);
+  std::vector<int32_t> host(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    host[i] = free_host_blocks_.back();
+    free_host_blocks_.pop_back();
+    // A block given a copy-on-write copy this step is not filled yet: its
+    // contents are still in the copy's source.
+    BlockId src = table[i];
+    for (const BlockCopy& c : plan.block_copies)
+      if (c.dst == src) src = c.src;
+    plan.swap_out.push_back({src, host[i]});
+  }
+  kv_.free(seq->id);
+  host_blocks_[seq->id] = std::move(host);
+  blocks_swapped_out_ += n;
+  ++num_preemptions_swap_;
+  seq->status = SeqStatus::Swapped;
+  swapped_.push_front(seq);  // the newest victim resumes first (its peers stay put)
+  plan.swapped_out.push_back(seq->id);
+  return true;
+}
+
+// Fresh device blocks for the swapped tokens, filled from the host pool
+// before the forward pass; the sequence runs again from where it stopped.
+// False, with nothing changed, when the device has too few free blocks.
+bool Scheduler::swap_in(Sequence* seq, StepPlan& plan) {
+  auto it = host_blocks_.find(seq->id);
+  PAGELLM_CHECK(it != host_blocks_.end(), "swap_in: sequence {} has no host blocks", seq->id);
+  auto alloc = kv_.allocate_slots(seq->id, 0, seq->num_computed_tokens);
+  if (!alloc) return false;
+  PAGELLM_CHECK(alloc->copies.empty(), "swap_in: fresh blocks needed no copy-on-write");
+  const auto table = kv_.block_table(seq->id);
+  for (size_t i = 0; i < it->second.size(); ++i) {
+    plan.swap_in.push_back({it->second[i], table[i]});
+    free_host_blocks_.push_back(it->second[i]);
+  }
+  blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
+  host_blocks_.erase(it);
+  // The tokens are back: full blocks join the prefix cache again.
+  kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+  seq->status = SeqStatus::Running;
+  insert_running(seq);
+  return true;
 }
 
 StepPlan Scheduler::schedule() {
@@ -156,16 +215,19 @@ StepPlan Scheduler::schedule() {
     running_.pop_back();
     const auto entry = std::find_if(plan.seqs.begin(), plan.seqs.end(),
                                     [&](const ScheduledSeq& s) { return s.seq == victim; });
+    std::vector<BlockId> table;
     if (entry != plan.seqs.end()) {
       budget += entry->num_new_tokens;
       plan.num_batched_tokens -= entry->num_new_tokens;
-      const auto table = entry->block_table;
-      std::erase_if(plan.block_copies, [&](const BlockCopy& c) {
-        return std::find(table.begin(), table.end(), c.dst) != table.end();
-      });
+      table.assign(entry->block_table.begin(), entry->block_table.end());
       plan.seqs.erase(entry);
     }
+    // Its copy-on-write copies go after the preemption: a swap-out reads a
+    // block's source through them.
     preempt(victim, plan);
+    std::erase_if(plan.block_copies, [&](const BlockCopy& c) {
+      return std::find(table.begin(), table.end(), c.dst) != table.end();
+    });
     return victim;
   };
 
@@ -206,8 +268,24 @@ StepPlan Scheduler::schedule() {
     }
   }
 
-  // Waiting sequences, unless memory was short this step.
+  // Swapped sequences come back before any waiting one is admitted, unless
+  // memory was short this step; they then run as any running sequence.
   if (plan.preempted.empty()) {
+    while (!swapped_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+      Sequence* seq = swapped_.front();
+      const int32_t n = tokens_to_schedule(*seq, seq->num_computed_tokens, budget);
+      if (n == 0) break;
+      if (!swap_in(seq, plan)) break;
+      swapped_.pop_front();
+      auto alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n);
+      if (!alloc) break;  // back in, but no room for its new tokens: it runs next step
+      add_to_plan(plan, seq, n, *alloc);
+      budget -= n;
+    }
+  }
+
+  // Waiting sequences, unless memory was short this step or some are still swapped out.
+  if (plan.preempted.empty() && swapped_.empty()) {
     while (!waiting_.empty() && budget > 0 &&
            static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
       Sequence* seq = waiting_.front();
@@ -258,6 +336,11 @@ bool Scheduler::finish(SeqId id, SeqStatus status) {
   Sequence* seq = it->second;
   if (seq->status == SeqStatus::Running) {
     running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else if (seq->status == SeqStatus::Swapped) {
+    swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq));
+    auto host = host_blocks_.find(id);
+    free_host_blocks_.insert(free_host_blocks_.end(), host->second.begin(), host->second.end());
+    host_blocks_.erase(host);
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
   }
@@ -269,9 +352,25 @@ bool Scheduler::finish(SeqId id, SeqStatus status) {
 
 void Scheduler::check_invariants() const {
   kv_.check_invariants();
-  PAGELLM_CHECK(live_.size() == running_.size() + waiting_.size(),
-                "{} live sequences but {} running + {} waiting", live_.size(), running_.size(),
-                waiting_.size());
+  PAGELLM_CHECK(live_.size() == running_.size() + waiting_.size() + swapped_.size(),
+                "{} live sequences but {} running + {} waiting + {} swapped", live_.size(), running_.size(),
+                waiting_.size(), swapped_.size());
+  size_t host_held = 0;
+  for (const Sequence* s : swapped_) {
+    PAGELLM_CHECK(find(s->id) == s && s->status == SeqStatus::Swapped && !kv_.has_seq(s->id),
+                  "swapped sequence {} is not live, not marked swapped, or holds device blocks", s->id);
+    const auto h = host_blocks_.find(s->id);
+    PAGELLM_CHECK(h != host_blocks_.end() &&
+                      static_cast<int32_t>(h->second.size()) ==
+                          blocks_for_tokens(s->num_computed_tokens, kv_.block_size()),
+                  "swapped sequence {} holds the wrong number of host blocks", s->id);
+    host_held += h->second.size();
+  }
+  PAGELLM_CHECK(host_blocks_.size() == swapped_.size() &&
+                    host_held + free_host_blocks_.size() ==
+                        static_cast<size_t>(config_.preemption_mode == PreemptionMode::Swap ? config_.num_swap_blocks : 0),
+                "host blocks leaked: {} held + {} free of {}", host_held, free_host_blocks_.size(),
+                config_.num_swap_blocks);
   PAGELLM_CHECK(kv_.num_seqs() == static_cast<int32_t>(running_.size()),
                 "{} sequences hold KV blocks but {} are running", kv_.num_seqs(), running_.size());
   const int32_t bs = kv_.block_size();

@@ -47,10 +47,13 @@ enum class SchedulingPolicy : uint8_t {
   Priority,  // (priority, arrival): lower priority value runs first
 };
 
-// How a preempted sequence gets its KV back. Only Recompute is implemented:
-// Swap needs a backend that reports swap support (host copies of blocks),
-// and the constructor refuses it until one does.
+// How a preempted sequence gets its KV back (vLLM's --preemption-mode):
+// Recompute frees its blocks and computes its tokens again later; Swap copies
+// its blocks to a host pool of num_swap_blocks blocks (the runner does the
+// copies the plan lists) and back when memory allows. A victim that does not
+// fit the host pool is recomputed instead.
 enum class PreemptionMode : uint8_t { Recompute, Swap };
+const char* to_string(PreemptionMode m);
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
@@ -62,6 +65,7 @@ struct SchedulerConfig {
   // cannot take the whole budget; 0: off. Applies with chunked prefill only.
   int32_t long_prefill_token_threshold = 0;
   PreemptionMode preemption_mode = PreemptionMode::Recompute;
+  int32_t num_swap_blocks = 0;  // host pool size in blocks (Swap mode)
 
   // Throws Error naming the bad field.
   void validate() const;
@@ -107,12 +111,20 @@ class Scheduler {
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
-  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !swapped_.empty(); }
   const std::vector<Sequence*>& running() const { return running_; }  // policy order
   const std::deque<Sequence*>& waiting() const { return waiting_; }   // admission order
+  const std::deque<Sequence*>& swapped() const { return swapped_; }   // resume order
   Sequence* find(SeqId id) const;  // live sequence or nullptr
 
   int64_t num_preemptions() const { return num_preemptions_; }
+  // By mode: recompute includes swap victims that did not fit the host pool.
+  int64_t num_preemptions_recompute() const { return num_preemptions_ - num_preemptions_swap_; }
+  int64_t num_preemptions_swap() const { return num_preemptions_swap_; }
+  int64_t num_blocks_swapped_out() const { return blocks_swapped_out_; }
+  int64_t num_blocks_swapped_in() const { return blocks_swapped_in_; }
+  int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
+  int32_t num_free_swap_blocks() const { return static_cast<int32_t>(free_host_blocks_.size()); }
   KVCacheStats kv_stats() const { return kv_.stats(); }
   int64_t prefix_query_tokens() const { return kv_.prefix_query_tokens(); }
   int64_t prefix_hit_tokens() const { return kv_.prefix_hit_tokens(); }
@@ -130,6 +142,8 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq, bool at_head);
   void preempt(Sequence* seq, StepPlan& plan);
+  bool swap_out(Sequence* seq, StepPlan& plan);
+  bool swap_in(Sequence* seq, StepPlan& plan);
   int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
   void add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc);
 
@@ -140,6 +154,13 @@ class Scheduler {
   std::unordered_map<SeqId, Sequence*> live_;
   uint64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  // Swap preemption: sequences whose blocks are in the host pool (resumed
+  // before any waiting one), their host blocks, and the free host blocks.
+  std::deque<Sequence*> swapped_;
+  std::unordered_map<SeqId, std::vector<int32_t>> host_blocks_;
+  std::vector<int32_t> free_host_blocks_;
+  int64_t num_preemptions_swap_ = 0;
+  int64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0;
 };
 
 }  // namespace pagellm

@@ -15,6 +15,7 @@ enum class SeqStatus : uint8_t {
   Waiting,          // added, never scheduled
   Running,          // holds KV blocks, is scheduled each step it has work
   Preempted,        // blocks taken back; waits to resume (recompute)
+  Swapped,          // blocks copied to the host pool; waits to be swapped back in
   FinishedStopped,  // EOS / stop string / stop token
   FinishedLength,   // max_tokens or max_model_len
   FinishedAborted,  // client went away / cancelled

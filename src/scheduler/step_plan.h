@@ -34,8 +34,14 @@ struct ScheduledSeq {
 struct StepPlan {
   int32_t block_size = 0;
   std::vector<ScheduledSeq> seqs;         // in scheduling order
-  std::vector<BlockCopy> block_copies;    // copy-on-write: do these before the forward pass
+  // Before the forward pass, in this order: swap_out (src: device block, dst:
+  // host block), swap_in (src: host block, dst: device block), block_copies
+  // (copy-on-write, device to device).
+  std::vector<BlockCopy> swap_out;
+  std::vector<BlockCopy> swap_in;
+  std::vector<BlockCopy> block_copies;
   std::vector<SeqId> preempted;           // running sequences sent back to waiting this step
+  std::vector<SeqId> swapped_out;         // those of them whose blocks went to the host pool
   std::vector<SeqId> length_capped;       // finished by the scheduler at max_model_len
   int32_t num_batched_tokens = 0;         // sum of num_new_tokens
 

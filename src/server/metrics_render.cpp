@@ -101,6 +101,15 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
             "Prefix cache hits, in terms of number of cached tokens.");
   w.counter("pagellm:num_preemptions_total", static_cast<double>(m.num_preemptions),
             "Cumulative number of preemptions from the engine.");
+  w.header("pagellm:preemptions_by_mode_total", "counter",
+           "Preemptions by how the sequence gets its KV back (swap: host pool; recompute).");
+  w.sample("pagellm:preemptions_by_mode_total", static_cast<double>(m.num_preemptions_recompute), "mode=\"recompute\"");
+  w.sample("pagellm:preemptions_by_mode_total", static_cast<double>(m.num_preemptions_swap), "mode=\"swap\"");
+  w.header("pagellm:kv_swapped_bytes_total", "counter", "KV-cache bytes copied to (out) and from (in) the host pool.");
+  w.sample("pagellm:kv_swapped_bytes_total", static_cast<double>(m.swapped_out_bytes), "direction=\"out\"");
+  w.sample("pagellm:kv_swapped_bytes_total", static_cast<double>(m.swapped_in_bytes), "direction=\"in\"");
+  w.gauge("pagellm:num_requests_swapped", static_cast<double>(m.num_requests_swapped),
+          "Sequences whose KV cache is swapped out to the host pool.");
   w.counter("pagellm:prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
   w.counter("pagellm:generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");

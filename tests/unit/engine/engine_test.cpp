@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/registry.h"
+
 #include <map>
 #include <set>
 #include <random>
@@ -366,6 +368,73 @@ TEST(Engine, PagedPoolHoldsManyMoreSequencesThanSlots) {
   EXPECT_GE(peak, 3 * slots);
   expect_no_leaks(e);
 }
+
+// ---------------------------------------------------------------- devices, swap
+
+// The backend of `device` when this build and machine have it, else null.
+bool device_available(const std::string& device) {
+  try {
+    return create_backend(device) != nullptr;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+TEST(EngineSwap, CpuRefusesSwapPreemptionClearly) {
+  EngineConfig c = tiny_config(6 * 176);
+  c.scheduler.preemption_mode = PreemptionMode::Swap;
+  try {
+    Engine e(c);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--preemption-mode swap needs a backend"), std::string::npos) << e.what();
+  }
+}
+
+// Under heavy preemption, swap and recompute give the same greedy outputs;
+// a host pool too small for every victim falls back to recompute; the
+// metrics count both modes and the bytes moved.
+void check_swap_equals_recompute(const std::string& device) {
+  if (!device_available(device)) GTEST_SKIP() << device << " is not in this build or has no device here";
+  std::mt19937 rng(5);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 24; ++i)
+    reqs.push_back(make_request("r" + std::to_string(i), random_prompt(rng, 1 + static_cast<int>(rng() % 100), 512),
+                                8 + static_cast<int>(rng() % 30)));
+  EngineConfig base = tiny_config(5 * 176);
+  base.device = device;
+  base.backend_options.clear();
+  auto run = [&](PreemptionMode mode, int64_t swap_bytes, EngineMetrics* m) {
+    EngineConfig c = base;
+    c.scheduler.preemption_mode = mode;
+    c.swap_space_bytes = swap_bytes;
+    Engine e(c);
+    for (const auto& r : reqs) e.add_request(r);
+    Results res = run_all(e);
+    expect_no_leaks(e);
+    *m = e.metrics();
+    return res;
+  };
+  const int64_t block = kv_bytes_per_block(KVCacheLayout{2, 2, 64, 16, 4});
+  EngineMetrics mr, ms, mt;
+  const Results recompute = run(PreemptionMode::Recompute, 0, &mr);
+  const Results swapped = run(PreemptionMode::Swap, 4096 * block, &ms);
+  const Results tight = run(PreemptionMode::Swap, 3 * block, &mt);
+  for (const auto& r : reqs) {
+    EXPECT_EQ(swapped.at(r.id)[0].tokens, recompute.at(r.id)[0].tokens) << r.id;
+    EXPECT_EQ(tight.at(r.id)[0].tokens, recompute.at(r.id)[0].tokens) << r.id;
+  }
+  EXPECT_GT(mr.num_preemptions, 0);
+  EXPECT_EQ(mr.num_preemptions_swap, 0);
+  EXPECT_GT(ms.num_preemptions_swap, 0);
+  EXPECT_GT(ms.swapped_out_bytes, 0);
+  EXPECT_EQ(ms.swapped_out_bytes % block, 0);
+  EXPECT_EQ(ms.swapped_out_bytes, ms.swapped_in_bytes);  // nothing is left in the pool at the end
+  EXPECT_GT(mt.num_preemptions_recompute, 0) << "a 3-block pool must overflow";
+  EXPECT_EQ(mt.num_preemptions, mt.num_preemptions_swap + mt.num_preemptions_recompute);
+}
+
+TEST(EngineSwap, SwapEqualsRecomputeOnOpenCl) { check_swap_equals_recompute("opencl"); }
 
 }  // namespace
 }  // namespace pagellm

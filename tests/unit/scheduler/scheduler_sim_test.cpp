@@ -3,7 +3,9 @@
 // writes, for every token it computes, a value standing for the token's whole
 // prefix into that token's KV slot, and checks that every position a sequence
 // attends to holds its own prefix's value. That catches wrong prefix-cache
-// hits, missing copy-on-write, writes into shared blocks and lost blocks.
+// hits, missing copy-on-write, writes into shared blocks and lost blocks; with
+// swap preemption, it moves the values to a host pool and back as the plan
+// says, which catches a swap that reads or restores the wrong blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,13 +57,15 @@ struct SimParams {
   bool prefix;
   SchedulingPolicy policy;
   AllocationPolicy placement;
+  int32_t swap_blocks = 0;  // > 0: swap preemption with a host pool of this many blocks
 };
 
 class Simulation {
  public:
   explicit Simulation(const SimParams& p)
       : p_(p), rng_(p.seed), sched_(make_sched_config(p), make_kv_config(p)),
-        memory_(static_cast<size_t>(p.num_blocks) * p.block_size, 0) {
+        memory_(static_cast<size_t>(p.num_blocks) * p.block_size, 0),
+        host_(static_cast<size_t>(p.swap_blocks) * p.block_size, 0) {
     for (int i = 0; i < 4; ++i) {
       std::vector<TokenId> base(static_cast<size_t>(uniform(0, 60)));
       for (auto& t : base) t = uniform(0, 49);
@@ -76,6 +80,8 @@ class Simulation {
     c.max_num_seqs = p.max_num_seqs;
     c.enable_chunked_prefill = p.chunked;
     c.policy = p.policy;
+    c.preemption_mode = p.swap_blocks > 0 ? PreemptionMode::Swap : PreemptionMode::Recompute;
+    c.num_swap_blocks = p.swap_blocks;
     return c;
   }
   static KVCacheConfig make_kv_config(const SimParams& p) {
@@ -105,10 +111,15 @@ class Simulation {
       EXPECT_EQ(st.cached_blocks, 0);
     }
     preemptions_ = sched_.num_preemptions();
+    swaps_ = sched_.num_preemptions_swap();
+    EXPECT_EQ(sched_.num_blocks_swapped_out(), sched_.num_blocks_swapped_in() + swapped_out_of_aborted_);
+    EXPECT_EQ(sched_.num_free_swap_blocks(), p_.swap_blocks);
     hits_ = st.prefix_hit_tokens;
   }
 
   int64_t preemptions_ = 0;
+  int64_t swaps_ = 0;
+  int64_t swapped_out_of_aborted_ = 0;  // blocks of sequences aborted while swapped out
   int64_t hits_ = 0;
   int64_t copies_ = 0;
   int64_t aborted_ = 0;
@@ -182,9 +193,17 @@ class Simulation {
         ASSERT_TRUE(ran || preempted) << "decode of sequence " << id << " stalled";
       }
     }
-    for (SeqId id : plan.preempted) ASSERT_EQ(seqs_[id].seq->status, SeqStatus::Preempted);
+    for (SeqId id : plan.preempted) {
+      const bool swapped = std::count(plan.swapped_out.begin(), plan.swapped_out.end(), id) != 0;
+      ASSERT_EQ(seqs_[id].seq->status, swapped ? SeqStatus::Swapped : SeqStatus::Preempted);
+    }
+    if (p_.swap_blocks == 0) ASSERT_TRUE(plan.swap_out.empty() && plan.swap_in.empty());
 
-    // The fake forward pass: copies first, then each token's K/V, then reads.
+    // The fake forward pass: swaps and copies first (in the runner's order),
+    // then each token's K/V, then reads.
+    const size_t bs = static_cast<size_t>(p_.block_size);
+    for (const BlockCopy& c : plan.swap_out) std::copy_n(&memory_[c.src * bs], bs, &host_[c.dst * bs]);
+    for (const BlockCopy& c : plan.swap_in) std::copy_n(&host_[c.src * bs], bs, &memory_[c.dst * bs]);
     for (const BlockCopy& c : plan.block_copies) {
       std::copy_n(&memory_[size_t(c.src) * p_.block_size], p_.block_size, &memory_[size_t(c.dst) * p_.block_size]);
       ++copies_;
@@ -230,7 +249,10 @@ class Simulation {
       std::vector<SeqId> live;
       for (const Sequence* s : sched_.running()) live.push_back(s->id);
       for (const Sequence* s : sched_.waiting()) live.push_back(s->id);
+      for (const Sequence* s : sched_.swapped()) live.push_back(s->id);
       const SeqId victim = live[uniform(0, static_cast<int32_t>(live.size()) - 1)];
+      if (seqs_[victim].seq->status == SeqStatus::Swapped)
+        swapped_out_of_aborted_ += (seqs_[victim].seq->num_computed_tokens + p_.block_size - 1) / p_.block_size;
       const int32_t used_before = sched_.kv_stats().used_blocks;
       const int32_t held = static_cast<int32_t>(sched_.kv().block_table(victim).size());
       ASSERT_TRUE(sched_.abort(victim));
@@ -286,6 +308,7 @@ class Simulation {
   std::mt19937 rng_;
   Scheduler sched_;
   std::vector<uint64_t> memory_;  // [num_blocks * block_size]: one value per KV slot
+  std::vector<uint64_t> host_;    // [swap_blocks * block_size]: the host pool
   std::vector<std::vector<TokenId>> bases_;
   std::map<SeqId, SimSeq> seqs_;
   SeqId next_id_ = 1;
@@ -328,6 +351,33 @@ TEST(SchedulerSimulation, RandomWorkloadsRunToCompletion) {
   RecordProperty("prefix_hit_tokens", std::to_string(hits));
   RecordProperty("block_copies", std::to_string(copies));
   RecordProperty("aborts", std::to_string(aborted));
+}
+
+// Swap preemption under the same random workloads: the fake model checks
+// that every swapped-in sequence reads back its own values. A host pool of
+// 64 blocks takes every victim; one of 3 blocks overflows, so victims fall
+// back to recompute, and both kinds of preemption mix in one run.
+TEST(SchedulerSimulation, SwapPreemptionRestoresTheRightBlocks) {
+  const SimParams cases[] = {
+      {11, 8, 25, 64, 8, true, true, SchedulingPolicy::Fcfs, AllocationPolicy::Any, 64},
+      {12, 16, 13, 32, 16, true, true, SchedulingPolicy::Priority, AllocationPolicy::Contiguous, 64},
+      {13, 8, 33, 256, 4, false, false, SchedulingPolicy::Fcfs, AllocationPolicy::Any, 64},
+      {14, 8, 25, 64, 8, true, true, SchedulingPolicy::Fcfs, AllocationPolicy::Any, 3},
+      {15, 8, 49, 512, 64, true, true, SchedulingPolicy::Priority, AllocationPolicy::Any, 3},
+  };
+  int64_t swaps = 0, recomputes = 0;
+  for (const SimParams& p : cases) {
+    SCOPED_TRACE(::testing::Message() << "case seed " << p.seed << " host blocks " << p.swap_blocks);
+    Simulation sim(p);
+    sim.run();
+    if (::testing::Test::HasFatalFailure()) return;
+    swaps += sim.swaps_;
+    recomputes += sim.preemptions_ - sim.swaps_;
+  }
+  EXPECT_GT(swaps, 0);
+  EXPECT_GT(recomputes, 0) << "the small host pool never overflowed";
+  RecordProperty("swap_preemptions", std::to_string(swaps));
+  RecordProperty("recompute_preemptions", std::to_string(recomputes));
 }
 
 }  // namespace

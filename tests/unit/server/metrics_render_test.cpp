@@ -74,7 +74,9 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 20u);
+  EXPECT_EQ(types, 23u);
+  EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_mode_total" + l + ",mode=\"swap\"} 0.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:kv_swapped_bytes_total" + l + ",direction=\"out\"} 0.0"));
 }
 
 TEST(ServerMetrics, HttpCounters) {
