@@ -1,0 +1,52 @@
+#include "backend/opencl/cl_common.h"
+
+#include "core/error.h"
+
+namespace pagellm::opencl {
+
+const char* cl_error_name(cl_int code) {
+  switch (code) {
+#define CASE(c) \
+  case c: return #c;
+    CASE(CL_DEVICE_NOT_FOUND)
+    CASE(CL_DEVICE_NOT_AVAILABLE)
+    CASE(CL_COMPILER_NOT_AVAILABLE)
+    CASE(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+    CASE(CL_OUT_OF_RESOURCES)
+    CASE(CL_OUT_OF_HOST_MEMORY)
+    CASE(CL_MEM_COPY_OVERLAP)
+    CASE(CL_BUILD_PROGRAM_FAILURE)
+    CASE(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+    CASE(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+    CASE(CL_INVALID_VALUE)
+    CASE(CL_INVALID_DEVICE)
+    CASE(CL_INVALID_CONTEXT)
+    CASE(CL_INVALID_COMMAND_QUEUE)
+    CASE(CL_INVALID_MEM_OBJECT)
+    CASE(CL_INVALID_PROGRAM)
+    CASE(CL_INVALID_PROGRAM_EXECUTABLE)
+    CASE(CL_INVALID_KERNEL_NAME)
+    CASE(CL_INVALID_KERNEL)
+    CASE(CL_INVALID_ARG_INDEX)
+    CASE(CL_INVALID_ARG_VALUE)
+    CASE(CL_INVALID_ARG_SIZE)
+    CASE(CL_INVALID_KERNEL_ARGS)
+    CASE(CL_INVALID_WORK_DIMENSION)
+    CASE(CL_INVALID_WORK_GROUP_SIZE)
+    CASE(CL_INVALID_WORK_ITEM_SIZE)
+    CASE(CL_INVALID_GLOBAL_OFFSET)
+    CASE(CL_INVALID_EVENT_WAIT_LIST)
+    CASE(CL_INVALID_EVENT)
+    CASE(CL_INVALID_OPERATION)
+    CASE(CL_INVALID_BUFFER_SIZE)
+    CASE(CL_INVALID_GLOBAL_WORK_SIZE)
+#undef CASE
+    default: return "unknown error";
+  }
+}
+
+void cl_check(cl_int code, const char* what) {
+  if (code != CL_SUCCESS) fail("OpenCL {} failed: {} ({})", what, cl_error_name(code), code);
+}
+
+}  // namespace pagellm::opencl
