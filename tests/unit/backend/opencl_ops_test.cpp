@@ -1,0 +1,611 @@
+// Every op of the OpenCL backend against plain double-precision references
+// on random data, through the Backend interface only (alloc, copy_from_host,
+// copy_to_host, synchronize): matmul per weight type and batch size, embed,
+// rms_norm, rope, store_kv + paged attention (GQA, sliding window, softcap,
+// split keys, f16 / f32 caches), glu, add, add_bias, gather_rows,
+// copy_blocks and swap. Skipped where no OpenCL device exists.
+//
+// The helpers in `backend_test` know nothing of OpenCL: a suite
+// parameterized over backends can take them as they are.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/opencl/opencl_backend.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+
+namespace pagellm {
+namespace backend_test {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// ||got - ref|| / ||ref||.
+double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+BufferPtr upload(Backend& be, const std::vector<float>& v) {
+  BufferPtr b = be.alloc(DType::F32, v.size());
+  be.copy_from_host(v.data(), *b, 0, v.size() * sizeof(float));
+  be.synchronize();  // v may go away after this
+  return b;
+}
+
+std::vector<float> download(Backend& be, const Buffer& b, size_t n) {
+  std::vector<float> v(n);
+  be.copy_to_host(b, 0, n * sizeof(float), v.data());
+  be.synchronize();
+  return v;
+}
+
+// A [rows, cols] weight of `type` quantized from random values; `dequant`
+// gets what the file holds, dequantized by the reference.
+std::unique_ptr<Weight> random_weight(Backend& be, DType type, int64_t rows, int64_t cols, uint32_t seed,
+                                      std::vector<float>* dequant, const std::string& name = "w") {
+  const auto values = randn(static_cast<size_t>(rows * cols), seed, 0.5f);
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  std::vector<uint8_t> q(row_bytes * rows);
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row_ref(type, values.data() + r * cols, q.data() + r * row_bytes, cols);
+  if (dequant) {
+    dequant->resize(values.size());
+    for (int64_t r = 0; r < rows; ++r) dequantize_row_ref(type, q.data() + r * row_bytes, dequant->data() + r * cols, cols);
+  }
+  TensorData t{name, type, {cols, rows}, q.data()};
+  return be.upload(t);
+}
+
+std::unique_ptr<Weight> vector_weight(Backend& be, const std::vector<float>& v, const std::string& name = "v") {
+  TensorData t{name, DType::F32, {static_cast<int64_t>(v.size())}, v.data()};
+  return be.upload(t);
+}
+
+// In place on one head: the first n_rot dims rotate, at position pos.
+void rope_ref(double* v, int64_t pos, int n_rot, bool neox, double base, double scale, const float* factors) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    double f = std::pow(base, -2.0 * i / n_rot);
+    if (factors) f /= factors[i];
+    const double th = pos * scale * f, c = std::cos(th), s = std::sin(th);
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const double x = v[a], y = v[b];
+    v[a] = x * c - y * s;
+    v[b] = x * s + y * c;
+  }
+}
+
+}  // namespace backend_test
+
+namespace {
+
+using namespace backend_test;
+
+class OpenClOps : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    try {
+      backend_ = make_opencl_backend(0, {}).release();
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      // Only a missing platform or device skips; a kernel that fails to build must fail.
+      if (m.find("no OpenCL platform") != std::string::npos || m.find("does not exist") != std::string::npos)
+        skip_reason_ = new std::string(m);
+      else
+        throw;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    backend_ = nullptr;
+  }
+  void SetUp() override {
+    if (!backend_) GTEST_SKIP() << (skip_reason_ ? *skip_reason_ : "no OpenCL backend");
+  }
+  Backend& be() { return *backend_; }
+
+  static Backend* backend_;
+  static std::string* skip_reason_;
+};
+Backend* OpenClOps::backend_ = nullptr;
+std::string* OpenClOps::skip_reason_ = nullptr;
+
+TEST_F(OpenClOps, DescribesItself) {
+  EXPECT_EQ(be().name(), "opencl");
+  EXPECT_TRUE(be().supports(Feature::SwapToHost));
+  EXPECT_TRUE(be().supports(Feature::AsyncOps));
+  const MemoryInfo before = be().memory_info();
+  EXPECT_GT(before.total_bytes, 0u);
+  {
+    auto b = be().alloc(DType::F32, 1 << 20);
+    EXPECT_EQ(be().memory_info().free_bytes, before.free_bytes - (4u << 20));
+  }
+  EXPECT_EQ(be().memory_info().free_bytes, before.free_bytes);
+  std::printf("%s\n", be().describe().c_str());
+}
+
+TEST_F(OpenClOps, RefusesUnknownOptions) {
+  EXPECT_THROW(make_opencl_backend(0, {{"exact_matmul", "1"}}), Error);
+  EXPECT_THROW(make_opencl_backend(0, {{"platform", "99"}}), Error);
+  EXPECT_THROW(make_opencl_backend(99, {}), Error);
+}
+
+struct MatmulCase {
+  DType type;
+  DType held;
+};
+
+class OpenClMatmul : public OpenClOps, public ::testing::WithParamInterface<MatmulCase> {};
+
+TEST_P(OpenClMatmul, MatchesReference) {
+  const auto [type, held] = GetParam();
+  const int64_t rows = 80, cols = 512;  // rows: not a whole number of tiles
+  std::vector<float> wf;
+  auto w = random_weight(be(), type, rows, cols, 7, &wf);
+  EXPECT_EQ(w->type, type);
+  EXPECT_EQ(w->held_type, held);
+  EXPECT_EQ(w->held_bytes, dtype_row_bytes(held, cols) * rows);
+  // A converted type is held as the reference Q8_0 of the file's values.
+  if (held != type) {
+    std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, cols) * rows);
+    quantize_row_ref(DType::Q8_0, wf.data(), q8.data(), rows * cols);
+    dequantize_row_ref(DType::Q8_0, q8.data(), wf.data(), rows * cols);
+  }
+  for (int64_t n : {1, 3, 17, 64}) {
+    const auto x = randn(static_cast<size_t>(n * cols), 100 + static_cast<uint32_t>(n));
+    auto xb = upload(be(), x);
+    auto yb = be().alloc(DType::F32, n * rows);
+    be().matmul(*w, *xb, n, *yb);
+    const auto y = download(be(), *yb, n * rows);
+    std::vector<double> ref(n * rows);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(x[t * cols + c]) * wf[r * cols + c];
+        ref[t * rows + r] = s;
+      }
+    const double err = rel_l2(y, ref);
+    EXPECT_LT(err, 1e-5) << dtype_name(type) << " n=" << n;
+    std::printf("matmul %-5s n=%-3lld rel err %.2e\n", dtype_name(type).c_str(), static_cast<long long>(n), err);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, OpenClMatmul,
+                         ::testing::Values(MatmulCase{DType::F32, DType::F32}, MatmulCase{DType::F16, DType::F16},
+                                           MatmulCase{DType::Q8_0, DType::Q8_0}, MatmulCase{DType::Q4_0, DType::Q4_0},
+                                           MatmulCase{DType::Q4_K, DType::Q4_K}, MatmulCase{DType::Q6_K, DType::Q8_0},
+                                           MatmulCase{DType::Q5_0, DType::Q8_0}),
+                         [](const auto& info) { return dtype_name(info.param.type); });
+
+// A converted weight equals the reference conversion exactly: Q8_0 of the
+// dequantized file values.
+TEST_F(OpenClOps, ConvertedWeightIsTheReferenceQ8) {
+  const int64_t rows = 3, cols = 256;
+  std::vector<float> wf;
+  auto w = random_weight(be(), DType::Q6_K, rows, cols, 11, &wf);
+  std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, cols) * rows);
+  std::vector<float> want(rows * cols);
+  quantize_row_ref(DType::Q8_0, wf.data(), q8.data(), rows * cols);
+  dequantize_row_ref(DType::Q8_0, q8.data(), want.data(), rows * cols);
+  // One-hot inputs read the weight's columns back.
+  std::vector<float> x(cols * cols, 0.0f);
+  for (int64_t c = 0; c < cols; ++c) x[c * cols + c] = 1.0f;
+  auto xb = upload(be(), x);
+  auto yb = be().alloc(DType::F32, cols * rows);
+  be().matmul(*w, *xb, cols, *yb);
+  const auto y = download(be(), *yb, cols * rows);
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(y[c * rows + r], want[r * cols + c]) << r << "," << c;
+}
+
+TEST_F(OpenClOps, Embed) {
+  for (DType type : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t vocab = 50, cols = 256;
+    std::vector<float> table;
+    auto w = random_weight(be(), type, vocab, cols, 5, &table);
+    BatchInfo b;
+    b.token_ids = {3, 49, 0, 17, 17, 8};
+    b.positions = {0, 1, 2, 3, 4, 5};
+    b.slot_mapping = {0, 1, 2, 3, 4, 5};
+    be().set_batch(b);
+    const float scale = 1.7f;
+    auto out = be().alloc(DType::F32, b.token_ids.size() * cols);
+    be().embed(*w, scale, *out);
+    const auto got = download(be(), *out, b.token_ids.size() * cols);
+    // A converted table is held as Q8_0 of the file's values.
+    std::vector<float> held = table;
+    if (type == DType::Q6_K) {
+      std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, cols) * vocab);
+      quantize_row_ref(DType::Q8_0, table.data(), q8.data(), vocab * cols);
+      dequantize_row_ref(DType::Q8_0, q8.data(), held.data(), vocab * cols);
+    }
+    std::vector<double> ref;
+    for (int32_t id : b.token_ids)
+      for (int64_t c = 0; c < cols; ++c) ref.push_back(static_cast<double>(held[id * cols + c]) * scale);
+    EXPECT_LT(rel_l2(got, ref), 1e-6) << dtype_name(type);
+  }
+}
+
+TEST_F(OpenClOps, RmsNorm) {
+  const int64_t rows = 5, dim = 1000;  // dim: not a multiple of the work-group
+  const auto x = randn(rows * dim, 21, 3.0f);
+  const auto wv = randn(dim, 22);
+  auto w = vector_weight(be(), wv);
+  auto xb = upload(be(), x);
+  auto yb = be().alloc(DType::F32, rows * dim);
+  const float eps = 1e-5f;
+  auto ref = [&](bool with_w) {
+    std::vector<double> r(rows * dim);
+    for (int64_t i = 0; i < rows; ++i) {
+      double ss = 0;
+      for (int64_t c = 0; c < dim; ++c) ss += static_cast<double>(x[i * dim + c]) * x[i * dim + c];
+      const double inv = 1.0 / std::sqrt(ss / dim + eps);
+      for (int64_t c = 0; c < dim; ++c) r[i * dim + c] = x[i * dim + c] * inv * (with_w ? wv[c] : 1.0);
+    }
+    return r;
+  };
+  be().rms_norm(*xb, w.get(), rows, dim, eps, *yb);
+  EXPECT_LT(rel_l2(download(be(), *yb, rows * dim), ref(true)), 1e-6);
+  be().rms_norm(*xb, nullptr, rows, dim, eps, *yb);
+  EXPECT_LT(rel_l2(download(be(), *yb, rows * dim), ref(false)), 1e-6);
+  be().rms_norm(*xb, w.get(), rows, dim, eps, *xb);  // in place
+  EXPECT_LT(rel_l2(download(be(), *xb, rows * dim), ref(true)), 1e-6);
+}
+
+TEST_F(OpenClOps, Rope) {
+  const int n_heads = 3, head_dim = 64, n_rot = 48;
+  BatchInfo b;
+  b.positions = {0, 1, 7, 1234, 40000, 131000};
+  b.token_ids.assign(b.positions.size(), 0);
+  b.slot_mapping.assign(b.positions.size(), 0);
+  be().set_batch(b);
+  const int64_t n = b.n_tokens();
+  const auto factors = randn(n_rot / 2, 31);
+  std::vector<float> ff(factors.size());
+  for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + std::fabs(factors[i]);
+  auto fw = vector_weight(be(), ff, "rope_freqs");
+  for (bool neox : {false, true})
+    for (bool with_factors : {false, true}) {
+      RopeConfig cfg;
+      cfg.n_rot = n_rot;
+      cfg.freq_base = 500000.0f;
+      cfg.freq_scale = 0.25f;
+      cfg.neox = neox;
+      cfg.freq_factors = with_factors ? fw.get() : nullptr;
+      const auto x = randn(n * n_heads * head_dim, 32 + neox);
+      auto xb = upload(be(), x);
+      be().rope(*xb, n_heads, head_dim, cfg);
+      auto ref = to_double(x);
+      for (int64_t t = 0; t < n; ++t)
+        for (int h = 0; h < n_heads; ++h)
+          rope_ref(ref.data() + (t * n_heads + h) * head_dim, b.positions[t], n_rot, neox, cfg.freq_base,
+                   cfg.freq_scale, with_factors ? ff.data() : nullptr);
+      const double err = rel_l2(download(be(), *xb, x.size()), ref);
+      EXPECT_LT(err, 1e-5) << "neox " << neox << " factors " << with_factors;
+      std::printf("rope neox=%d factors=%d rel err %.2e\n", neox, with_factors, err);
+    }
+}
+
+// ---- paged attention
+
+struct AttnCase {
+  int n_head, n_kv, head_dim, block;
+  int window;
+  float softcap;
+  bool f16;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, ctx_len)
+  bool neox = true;
+};
+
+void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "h" << c.n_head << " kv" << c.n_kv << " D" << c.head_dim << " block" << c.block << " window" << c.window
+      << " softcap" << c.softcap << (c.f16 ? " f16" : " f32");
+}
+
+// The cache as the reference sees it: K (rotated) and V per sequence and
+// position, rounded as the cache stores them.
+struct RefCache {
+  std::vector<std::vector<double>> k, v;  // [seq][pos * n_kv * D]
+};
+
+double round_cache(double x, bool f16) { return f16 ? fp16_to_fp32(fp32_to_fp16(static_cast<float>(x))) : static_cast<float>(x); }
+
+// Two steps: the context before each sequence's queries (store_kv only),
+// then the queries (store_kv with fused k-rope, attention), all sequences
+// in one batch with random, non-contiguous block tables.
+class AttentionRun {
+ public:
+  AttentionRun(Backend& be, const AttnCase& c, uint32_t seed) : be_(be), c_(c) {
+    const int D = c.head_dim, row = c.n_kv * D;
+    int total_blocks = 1;
+    for (auto [q, ctx] : c.seqs) total_blocks += (ctx + c.block - 1) / c.block;
+    spec_.n_layers = 2;
+    spec_.n_kv_heads = c.n_kv;
+    spec_.head_dim = D;
+    spec_.block_size = c.block;
+    spec_.num_blocks = total_blocks + 4;  // spare blocks for the copy tests
+    spec_.dtype = c.f16 ? DType::F16 : DType::F32;
+    be.allocate_kv_cache(spec_);
+    std::vector<int32_t> ids(spec_.num_blocks - 1);
+    std::iota(ids.begin(), ids.end(), 1);
+    std::mt19937 rng(seed);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    for (auto [q, ctx] : c.seqs) {
+      tables_.emplace_back();
+      for (int b = 0; b < (ctx + c.block - 1) / c.block; ++b) tables_.back().push_back(ids[next++]);
+    }
+    for (size_t i = next; i < ids.size(); ++i) spare_.push_back(ids[i]);
+    rope_.n_rot = D - 16;
+    rope_.freq_base = 10000.0f;
+    rope_.neox = c.neox;
+    ref_.k.resize(c.seqs.size());
+    ref_.v.resize(c.seqs.size());
+
+    for (int step = 0; step < 2; ++step) {
+      BatchInfo b = step_batch(step);
+      if (b.n_tokens() == 0) continue;
+      const int64_t n = b.n_tokens();
+      const auto k = randn(n * row, seed + 10 * step + 1), v = randn(n * row, seed + 10 * step + 2);
+      auto vb = upload(be, v);
+      be.set_batch(b);
+      // The reference: rotate in double, then round as the cache does.
+      std::vector<double> kr = to_double(k);
+      for (int64_t t = 0; t < n; ++t)
+        for (int g = 0; g < c.n_kv; ++g)
+          rope_ref(kr.data() + (t * c.n_kv + g) * D, b.positions[t], rope_.n_rot, c.neox, rope_.freq_base, 1.0, nullptr);
+      for (int layer = 0; layer < 2; ++layer) {
+        auto kb = upload(be, k);  // each layer its own k: store_kv rotates it in place
+        be.store_kv(layer, *kb, *vb, &rope_);
+        if (step == 1 && layer == 1) {
+          EXPECT_LT(rel_l2(download(be, *kb, n * row), kr), 1e-5) << "k rotated in place";
+        }
+      }
+      for (size_t s = 0; s < c.seqs.size(); ++s) {
+        const auto& si = seq_of_step_[s];
+        for (int i = 0; i < si.second; ++i)
+          for (int e = 0; e < row; ++e) {
+            ref_.k[s].push_back(round_cache(kr[(si.first + i) * row + e], c.f16));
+            ref_.v[s].push_back(round_cache(v[(si.first + i) * row + e], c.f16));
+          }
+      }
+      if (step == 1) batch_ = b;
+    }
+    q_ = randn(batch_.n_tokens() * c.n_head * D, seed + 99);
+    qb_ = upload(be, q_);
+  }
+
+  AttentionConfig config() const {
+    AttentionConfig a;
+    a.n_head = c_.n_head;
+    a.n_head_kv = c_.n_kv;
+    a.head_dim = c_.head_dim;
+    a.scale = c_.softcap > 0 ? 2.0f / std::sqrt(static_cast<float>(c_.head_dim)) : 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+    a.sliding_window = c_.window;
+    a.softcap = c_.softcap;
+    return a;
+  }
+
+  std::vector<float> run(int layer) {
+    be_.set_batch(batch_);
+    auto out = be_.alloc(DType::F32, q_.size());
+    be_.attention(layer, *qb_, *out, config());
+    return download(be_, *out, q_.size());
+  }
+
+  std::vector<double> reference() const {
+    const AttentionConfig a = config();
+    const int D = c_.head_dim, G = c_.n_head / c_.n_kv, row = c_.n_kv * D;
+    std::vector<double> out(q_.size());
+    for (size_t s = 0; s < c_.seqs.size(); ++s) {
+      const auto [q_len, ctx] = c_.seqs[s];
+      const int q_start = batch_.seqs[s].q_start;
+      for (int i = 0; i < q_len; ++i) {
+        const int p = ctx - q_len + i;
+        for (int h = 0; h < c_.n_head; ++h) {
+          const int g = h / G;
+          const float* qv = q_.data() + (static_cast<size_t>(q_start + i) * c_.n_head + h) * D;
+          std::vector<double> sc;
+          std::vector<int> js;
+          for (int j = 0; j <= p; ++j) {
+            if (a.sliding_window > 0 && j <= p - a.sliding_window) continue;
+            double d = 0;
+            for (int e = 0; e < D; ++e) d += qv[e] * ref_.k[s][static_cast<size_t>(j) * row + g * D + e];
+            d *= a.scale;
+            if (a.softcap > 0) d = a.softcap * std::tanh(d / a.softcap);
+            sc.push_back(d);
+            js.push_back(j);
+          }
+          const double mx = *std::max_element(sc.begin(), sc.end());
+          double l = 0;
+          for (double& x : sc) l += (x = std::exp(x - mx));
+          double* o = out.data() + (static_cast<size_t>(q_start + i) * c_.n_head + h) * D;
+          for (size_t k = 0; k < js.size(); ++k)
+            for (int e = 0; e < D; ++e) o[e] += sc[k] / l * ref_.v[s][static_cast<size_t>(js[k]) * row + g * D + e];
+        }
+      }
+    }
+    return out;
+  }
+
+  BatchInfo& batch() { return batch_; }
+  std::vector<std::vector<int32_t>>& tables() { return tables_; }
+  const std::vector<int32_t>& spare() const { return spare_; }
+
+ private:
+  // Step 0: positions [0, ctx - q_len); step 1: [ctx - q_len, ctx).
+  BatchInfo step_batch(int step) {
+    BatchInfo b;
+    seq_of_step_.clear();
+    for (size_t s = 0; s < c_.seqs.size(); ++s) {
+      const auto [q_len, ctx] = c_.seqs[s];
+      const int p0 = step == 0 ? 0 : ctx - q_len, p1 = step == 0 ? ctx - q_len : ctx;
+      seq_of_step_.emplace_back(static_cast<int>(b.n_tokens()), p1 - p0);
+      if (p1 == p0) continue;
+      SeqInfo si;
+      si.q_start = static_cast<int32_t>(b.n_tokens());
+      si.q_len = p1 - p0;
+      si.ctx_len = p1;
+      si.block_table = tables_[s];
+      for (int p = p0; p < p1; ++p) {
+        b.token_ids.push_back(0);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(static_cast<int64_t>(tables_[s][p / c_.block]) * c_.block + p % c_.block);
+      }
+      b.seqs.push_back(si);
+    }
+    return b;
+  }
+
+  Backend& be_;
+  AttnCase c_;
+  KVCacheSpec spec_;
+  RopeConfig rope_;
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<int32_t> spare_;
+  std::vector<std::pair<int, int>> seq_of_step_;  // (first row, tokens) of each sequence in the step
+  RefCache ref_;
+  BatchInfo batch_;
+  std::vector<float> q_;
+  BufferPtr qb_;
+};
+
+class OpenClAttention : public OpenClOps, public ::testing::WithParamInterface<AttnCase> {};
+
+TEST_P(OpenClAttention, MatchesReference) {
+  const AttnCase& c = GetParam();
+  AttentionRun run(be(), c, 1234);
+  const auto ref = run.reference();
+  for (int layer = 0; layer < 2; ++layer) {
+    const double err = rel_l2(run.run(layer), ref);
+    EXPECT_LT(err, c.f16 ? 1e-3 : 1e-5) << "layer " << layer;
+    if (layer == 0) {
+      std::printf("attention h=%d kv=%d D=%d block=%d window=%d softcap=%g %s: rel err %.2e\n", c.n_head, c.n_kv,
+                  c.head_dim, c.block, c.window, c.softcap, c.f16 ? "f16" : "f32", err);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, OpenClAttention,
+    ::testing::Values(
+        // Gemma 3 270M shapes: head_dim 256, 4 query heads on 1 KV head.
+        AttnCase{4, 1, 256, 16, 0, 0.0f, true, {{1, 40}, {5, 37}, {16, 16}}},
+        AttnCase{4, 1, 256, 16, 24, 0.0f, false, {{7, 60}, {1, 100}}},
+        AttnCase{8, 2, 64, 16, 0, 2.0f, false, {{3, 50}, {1, 1}, {20, 20}}, false},
+        // More query heads per KV head than rows of a work-group.
+        AttnCase{12, 1, 64, 32, 0, 0.0f, true, {{2, 33}, {9, 9}}},
+        AttnCase{6, 2, 128, 8, 10, 20.0f, true, {{4, 30}, {1, 13}}},
+        // Long decodes: keys split across work-groups, then merged.
+        AttnCase{4, 1, 64, 16, 0, 0.0f, false, {{1, 1500}}},
+        AttnCase{4, 1, 64, 16, 700, 0.0f, true, {{1, 1500}, {2, 900}}}));
+
+// copy_blocks and a swap round trip, seen through attention: a sequence
+// whose table names the copies attends exactly as over the originals.
+TEST_F(OpenClOps, CopyBlocksAndSwap) {
+  AttnCase c{4, 2, 64, 16, 0, 0.0f, true, {{3, 40}}};
+  AttentionRun run(be(), c, 77);
+  const auto base = run.run(1);
+  std::vector<int32_t>& table = run.tables()[0];
+  ASSERT_GE(run.spare().size(), 3u);
+  // Copy-on-write of the table's three blocks into the spare ones.
+  BlockPairs copies;
+  std::vector<int32_t> copied;
+  for (size_t i = 0; i < table.size(); ++i) {
+    copies.emplace_back(table[i], run.spare()[i]);
+    copied.push_back(run.spare()[i]);
+  }
+  be().copy_blocks(copies);
+  const auto original = table;
+  run.batch().seqs[0].block_table = copied;
+  EXPECT_EQ(run.run(1), base);
+
+  // Swap the copies out, overwrite them on the device, swap them back in.
+  be().allocate_swap_space(8);
+  BlockPairs out, in, clobber;
+  for (size_t i = 0; i < copied.size(); ++i) {
+    out.emplace_back(copied[i], static_cast<int32_t>(7 - i));
+    in.emplace_back(static_cast<int32_t>(7 - i), copied[i]);
+    clobber.emplace_back(original[(i + 1) % original.size()], copied[i]);
+  }
+  be().swap_out(out);
+  be().copy_blocks(clobber);
+  EXPECT_NE(run.run(1), base);
+  be().swap_in(in);
+  EXPECT_EQ(run.run(1), base);
+}
+
+// ---- elementwise
+
+TEST_F(OpenClOps, Glu) {
+  const int64_t n = 1000;
+  const auto gate = randn(n, 41, 2.0f), up = randn(n, 42);
+  for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
+    auto gb = upload(be(), gate), ub = upload(be(), up);
+    std::vector<double> ref(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      const double a = act == Activation::Silu
+                           ? g / (1 + std::exp(-g))
+                           : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+      ref[i] = a * up[i];
+    }
+    auto ob = be().alloc(DType::F32, n);
+    be().glu(*gb, *ub, n, act, *ob);
+    EXPECT_LT(rel_l2(download(be(), *ob, n), ref), 1e-6);
+    be().glu(*gb, *ub, n, act, *gb);  // out may be gate
+    EXPECT_LT(rel_l2(download(be(), *gb, n), ref), 1e-6);
+  }
+}
+
+TEST_F(OpenClOps, AddAndBias) {
+  const int64_t rows = 7, dim = 300;
+  const auto y = randn(rows * dim, 51), x = randn(rows * dim, 52), bias = randn(dim, 53);
+  auto yb = upload(be(), y), xb = upload(be(), x);
+  auto bw = vector_weight(be(), bias, "bias");
+  be().add(*yb, *xb, rows * dim - 5);  // the last 5 stay
+  be().add_bias(*yb, *bw, rows);
+  std::vector<double> ref(rows * dim);
+  for (int64_t i = 0; i < rows * dim; ++i)
+    ref[i] = static_cast<double>(y[i]) + (i < rows * dim - 5 ? x[i] : 0.0) + bias[i % dim];
+  EXPECT_LT(rel_l2(download(be(), *yb, rows * dim), ref), 1e-7);
+}
+
+TEST_F(OpenClOps, GatherRows) {
+  const int64_t rows = 9, dim = 24;
+  const auto x = randn(rows * dim, 61);
+  auto xb = upload(be(), x);
+  const std::vector<int32_t> pick = {3, 4, 5, 0, 8, 2, 2};
+  auto ob = be().alloc(DType::F32, pick.size() * dim);
+  be().gather_rows(*xb, dim, pick, *ob);
+  const auto got = download(be(), *ob, pick.size() * dim);
+  for (size_t i = 0; i < pick.size(); ++i)
+    for (int64_t c = 0; c < dim; ++c) ASSERT_EQ(got[i * dim + c], x[pick[i] * dim + c]);
+  EXPECT_THROW(be().gather_rows(*xb, dim, {9}, *ob), Error);
+}
+
+}  // namespace
+}  // namespace pagellm
