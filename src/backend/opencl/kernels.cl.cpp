@@ -96,14 +96,16 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
 // mm: a TM x TN tile of y (tokens x weight rows) per 16 x 16 work-group,
 // each thread 2 tokens x 4 rows. Per step of TK = 32 columns, the x tile is
 // loaded (float4 per thread, coalesced) and the weight tile dequantized
-// (8 values per thread) into padded local arrays, then multiplied there.
+// (8 values per thread) into local memory, transposed so that neighbouring
+// threads read neighbouring weight rows (conflict-free banks on a GPU,
+// vector loads where PoCL vectorizes across work-items).
 #define TK 32
 #define DEFINE_MM(T)                                                                          \
   kernel __attribute__((reqd_work_group_size(16, 16, 1))) void mm_##T(                        \
       global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n,    \
       global float* y) {                                                                      \
     local float xs[TM][TK + 1];                                                               \
-    local float ws[TN][TK + 1];                                                               \
+    local float ws[TK][TN + 1];                                                               \
     const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * 16 + tx;                 \
     const int r0 = get_group_id(0) * TN, t0 = get_group_id(1) * TM;                           \
     const int wr = lid >> 2, wc = (lid & 3) * 8;                                              \
@@ -117,9 +119,9 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
     for (int k0 = 0; k0 < cols; k0 += TK) {                                                   \
       float8 wv = (float8)(0.0f);                                                             \
       if (wok && k0 + wc < cols) wv = deq8_##T(w, dofs, wbase + (ulong)(k0 + wc));            \
-      local float* wp = &ws[wr][wc];                                                          \
-      wp[0] = wv.s0; wp[1] = wv.s1; wp[2] = wv.s2; wp[3] = wv.s3;                             \
-      wp[4] = wv.s4; wp[5] = wv.s5; wp[6] = wv.s6; wp[7] = wv.s7;                             \
+      ws[wc][wr] = wv.s0; ws[wc + 1][wr] = wv.s1; ws[wc + 2][wr] = wv.s2;                     \
+      ws[wc + 3][wr] = wv.s3; ws[wc + 4][wr] = wv.s4; ws[wc + 5][wr] = wv.s5;                 \
+      ws[wc + 6][wr] = wv.s6; ws[wc + 7][wr] = wv.s7;                                         \
       float4 xv = (float4)(0.0f);                                                             \
       if (xok && k0 + xc < cols) xv = vload4(0, xrow + k0 + xc);                              \
       local float* xp = &xs[xr][xc];                                                          \
@@ -127,8 +129,8 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
       barrier(CLK_LOCAL_MEM_FENCE);                                                           \
       for (int k = 0; k < TK; ++k) {                                                          \
         const float a0 = xs[ty][k], a1 = xs[ty + 16][k];                                      \
-        const float b0 = ws[tx][k], b1 = ws[tx + 16][k], b2 = ws[tx + 32][k],                 \
-                    b3 = ws[tx + 48][k];                                                      \
+        const float b0 = ws[k][tx], b1 = ws[k][tx + 16], b2 = ws[k][tx + 32],                 \
+                    b3 = ws[k][tx + 48];                                                      \
         acc[0][0] = mad(a0, b0, acc[0][0]); acc[0][1] = mad(a0, b1, acc[0][1]);               \
         acc[0][2] = mad(a0, b2, acc[0][2]); acc[0][3] = mad(a0, b3, acc[0][3]);               \
         acc[1][0] = mad(a1, b0, acc[1][0]); acc[1][1] = mad(a1, b1, acc[1][1]);               \
