@@ -58,23 +58,25 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
 }
 
 // ---------------------------------------------------------------- matmul
-// mv: y[t, row] for up to MV_NT tokens; one work-group per weight row reads
-// the row once for all of them, each thread striding over 8-value chunks
-// (consecutive threads, consecutive chunks), then a tree reduction in local
-// memory.
+// mv: y[t, row] for up to MV_NT tokens. A work-group of MV_WG threads takes
+// MV_ROWS weight rows, MV_WG / MV_ROWS lanes per row; a row is read once for
+// all tokens, consecutive lanes reading consecutive 8-value chunks; the lanes'
+// sums meet in a tree reduction in local memory.
+#define MV_LANES (MV_WG / MV_ROWS)
 #define DEFINE_MV(T)                                                                          \
   kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_##T(                      \
       global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n,    \
       global float* y) {                                                                      \
     local float red[MV_NT][MV_WG];                                                            \
-    const int row = get_group_id(0), lid = get_local_id(0);                                   \
+    const int lid = get_local_id(0), lane = lid % MV_LANES;                                   \
+    const int row = get_group_id(0) * MV_ROWS + lid / MV_LANES;                               \
     const int t0 = get_group_id(1) * MV_NT, nt = min(MV_NT, n - t0);                          \
     float acc[MV_NT];                                                                         \
     for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;                                            \
     const ulong base = (ulong)row * (ulong)cols;                                              \
-    const int n8 = cols >> 3;                                                                 \
+    const int n8 = row < rows ? cols >> 3 : 0;                                                \
     global const float* xt = x + (size_t)t0 * cols;                                           \
-    for (int c = lid; c < n8; c += MV_WG) {                                                   \
+    for (int c = lane; c < n8; c += MV_LANES) {                                               \
       const float8 wv = deq8_##T(w, dofs, base + (ulong)c * 8);                               \
       for (int t = 0; t < MV_NT; ++t) {                                                       \
         if (t < nt) {                                                                         \
@@ -85,12 +87,12 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
     }                                                                                         \
     for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];                                     \
     barrier(CLK_LOCAL_MEM_FENCE);                                                             \
-    for (int s = MV_WG / 2; s > 0; s >>= 1) {                                                 \
-      if (lid < s)                                                                            \
+    for (int s = MV_LANES / 2; s > 0; s >>= 1) {                                              \
+      if (lane < s)                                                                           \
         for (int t = 0; t < MV_NT; ++t) red[t][lid] += red[t][lid + s];                       \
       barrier(CLK_LOCAL_MEM_FENCE);                                                           \
     }                                                                                         \
-    if (lid < nt) y[(size_t)(t0 + lid) * rows + row] = red[lid][0];                           \
+    if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane]; \
   }
 
 // mm: a TM x TN tile of y (tokens x weight rows) per 16 x 16 work-group,

@@ -6,9 +6,10 @@ namespace pagellm::opencl {
 
 extern const char* const kKernelSource;
 
-// Matmul: a row-per-work-group reduction for up to kMvTokens activation
-// rows, else tiles of kTileTokens x kTileRows outputs.
-constexpr int kMvGroup = 64, kMvTokens = 8;
+// Matmul: a reduction over each weight row (kMvRows rows per work-group)
+// for up to kMvTokens activation rows, else tiles of kTileTokens x kTileRows
+// outputs.
+constexpr int kMvGroup = 64, kMvRows = 4, kMvTokens = 8;
 constexpr int kTileTokens = 32, kTileRows = 64;
 constexpr int kNormGroup = 256;
 // Attention: 128 threads = up to 8 query rows x 16 lanes; keys in chunks of 16.

@@ -263,9 +263,9 @@ OpenClBackend::OpenClBackend(int platform_index, int device_index) {
   program_ = clCreateProgramWithSource(context_, 1, &source, nullptr, &err);
   cl_check(err, "clCreateProgramWithSource");
   const std::string opts = fmt::format(
-      "-cl-std=CL1.2 -DMV_WG={} -DMV_NT={} -DTM={} -DTN={} -DNORM_WG={} -DATT_WG={} -DATT_ROWS={} -DATT_LANES={} "
+      "-cl-std=CL1.2 -DMV_WG={} -DMV_ROWS={} -DMV_NT={} -DTM={} -DTN={} -DNORM_WG={} -DATT_WG={} -DATT_ROWS={} -DATT_LANES={} "
       "-DATT_CHUNK={} -DATT_MAX_D={}",
-      kMvGroup, kMvTokens, kTileTokens, kTileRows, kNormGroup, kAttnGroup, kAttnRows, kAttnLanes, kAttnChunk,
+      kMvGroup, kMvRows, kMvTokens, kTileTokens, kTileRows, kNormGroup, kAttnGroup, kAttnRows, kAttnLanes, kAttnChunk,
       kAttnMaxHeadDim);
   if (clBuildProgram(program_, 1, &device_, opts.c_str(), nullptr, nullptr) != CL_SUCCESS) {
     size_t n = 0;
@@ -561,7 +561,7 @@ void OpenClBackend::matmul(const Weight& weight, const Buffer& x, int64_t n, Buf
   const WeightKind kind = weight_kind(w.held_type);
   const auto rows = static_cast<cl_int>(w.rows), cols = static_cast<cl_int>(w.cols), nn = static_cast<cl_int>(n);
   if (n <= kMvTokens) {
-    const size_t global[2] = {static_cast<size_t>(w.rows) * kMvGroup, 1};
+    const size_t global[2] = {round_up(static_cast<size_t>(w.rows), kMvRows) / kMvRows * kMvGroup, 1};
     const size_t local[2] = {kMvGroup, 1};
     launch(mv_[kind], 2, global, local, w.mem.get(), w.scale_offset, rows, cols, mem_of(x), nn, mem_of(y));
   } else {
