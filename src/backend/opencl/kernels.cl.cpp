@@ -367,25 +367,36 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
       kv[kk * KS + (i - kk * D)] = kv_at(vc, f16, base + i);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    // Constant trip counts with guards: the private arrays stay in registers.
     if (active) {
       local const float* sr = sc + r * ATT_CHUNK;
+      float pk[ATT_CHUNK];
       float mx = m;
-      for (int k = 0; k < cnt; ++k) mx = fmax(mx, sr[k]);
+#pragma unroll
+      for (int k = 0; k < ATT_CHUNK; ++k) {
+        pk[k] = sr[k];  // -INFINITY past cnt and where masked
+        mx = fmax(mx, pk[k]);
+      }
       if (mx != -INFINITY) {
-        float pk[ATT_CHUNK];
         float sum = 0.0f;
-        for (int k = 0; k < cnt; ++k) {
-          pk[k] = exp(sr[k] - mx);
+#pragma unroll
+        for (int k = 0; k < ATT_CHUNK; ++k) {
+          pk[k] = exp(pk[k] - mx);
           sum += pk[k];
         }
         const float corr = exp(m - mx);
         l = l * corr + sum;
         m = mx;
-        for (int e = 0; e < nd; ++e) {
-          local const float* vv = kv + lane + e * ATT_LANES;
-          float a = acc[e] * corr;
-          for (int k = 0; k < cnt; ++k) a = mad(pk[k], vv[k * KS], a);
-          acc[e] = a;
+#pragma unroll
+        for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e) {
+          if (e < nd) {
+            local const float* vv = kv + lane + e * ATT_LANES;
+            float a = acc[e] * corr;
+#pragma unroll
+            for (int k = 0; k < ATT_CHUNK; ++k)
+              if (k < cnt) a = mad(pk[k], vv[k * KS], a);
+            acc[e] = a;
+          }
         }
       }
     }
@@ -402,11 +413,15 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
       pr[0] = m;
       pr[1] = l;
     }
-    for (int e = 0; e < nd; ++e) pr[2 + lane + e * ATT_LANES] = acc[e];
+#pragma unroll
+    for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e)
+      if (e < nd) pr[2 + lane + e * ATT_LANES] = acc[e];
     return;
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int e = 0; e < nd; ++e) out[orow + lane + e * ATT_LANES] = acc[e] * inv;
+#pragma unroll
+  for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e)
+    if (e < nd) out[orow + lane + e * ATT_LANES] = acc[e] * inv;
 }
 
 // Joins the n_split partial results of each (token, head) row: value d of

@@ -519,6 +519,8 @@ INSTANTIATE_TEST_SUITE_P(
         // More query heads per KV head than rows of a work-group.
         AttnCase{12, 1, 64, 32, 0, 0.0f, true, {{2, 33}, {9, 9}}},
         AttnCase{6, 2, 128, 8, 10, 20.0f, true, {{4, 30}, {1, 13}}},
+        // No GQA (tiles of 8 tokens); head_dim 80; blocks larger than a key chunk.
+        AttnCase{8, 8, 80, 64, 0, 0.0f, false, {{13, 70}, {1, 130}}, false},
         // Long decodes: keys split across work-groups, then merged.
         AttnCase{4, 1, 64, 16, 0, 0.0f, false, {{1, 1500}}},
         AttnCase{4, 1, 64, 16, 700, 0.0f, true, {{1, 1500}, {2, 900}}}));
