@@ -136,7 +136,10 @@ class OpenClBackend : public Backend {
   BufferPtr alloc(DType type, size_t n) override;
   void copy_from_host(const void* src, Buffer& dst, size_t offset, size_t bytes) override;
   void copy_to_host(const Buffer& src, size_t offset, size_t bytes, void* dst) override;
-  void synchronize() override { cl_check(clFinish(queue_), "clFinish"); }
+  void synchronize() override {
+    cl_check(clFinish(queue_), "clFinish");
+    collect_profile();
+  }
 
   bool supports_weight(DType t) const override { return native_matrix_type(t) || convertible_matrix_type(t); }
   std::unique_ptr<Weight> upload(const TensorData& t) override;
@@ -161,13 +164,22 @@ class OpenClBackend : public Backend {
   void add(Buffer& y, const Buffer& x, int64_t n) override;
   void gather_rows(const Buffer& x, int64_t dim, const std::vector<int32_t>& rows, Buffer& out) override;
 
+  void set_profiling(bool on) override;
+  std::string profile_report() const override;
+
  private:
+  // Op categories of the profile breakdown.
+  enum Category { kMatmul, kAttention, kOther, kNumCategories };
+  void collect_profile();
   cl_kernel kernel(const char* name);
   template <typename... Args>
-  void launch(cl_kernel k, cl_uint dims, const size_t* global, const size_t* local, const Args&... args) {
+  void launch(Category c, cl_kernel k, cl_uint dims, const size_t* global, const size_t* local,
+              const Args&... args) {
     set_args(k, 0, args...);
-    cl_check(clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, nullptr),
+    cl_event ev = nullptr;
+    cl_check(clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr, profiling_ ? &ev : nullptr),
              "clEnqueueNDRangeKernel");
+    if (ev) timed_.emplace_back(c, ev);
   }
   ClMem create_buffer(cl_mem_flags flags, size_t bytes, const void* host, const char* what);
   cl_mem rope_table(const RopeConfig& cfg);
@@ -221,6 +233,11 @@ class OpenClBackend : public Backend {
 
   ClMem attn_part_;  // split attention partials, grow-only
   size_t attn_part_bytes_ = 0;
+
+  // --profile: kernel times from events (a queue with profiling on only then).
+  bool profiling_ = false;
+  std::vector<std::pair<Category, cl_event>> timed_;
+  double category_ns_[kNumCategories] = {};
 };
 
 OpenClBackend::OpenClBackend(int platform_index, int device_index) {
@@ -293,6 +310,7 @@ OpenClBackend::OpenClBackend(int platform_index, int device_index) {
 
 OpenClBackend::~OpenClBackend() {
   if (queue_) clFinish(queue_);
+  for (auto& [c, e] : timed_) clReleaseEvent(e);
   for (cl_event& e : meta_done_)
     if (e) clReleaseEvent(e);
   for (auto& [name, k] : kernels_) clReleaseKernel(k);
@@ -548,7 +566,7 @@ void OpenClBackend::embed(const Weight& table, float scale, Buffer& out) {
   need(out, n_tokens_ * w.cols, "embed");
   if (n_tokens_ == 0) return;
   const size_t global[2] = {round_up(static_cast<size_t>(w.cols / 8), 64), static_cast<size_t>(n_tokens_)};
-  launch(embed_[weight_kind(w.held_type)], 2, global, nullptr, w.mem.get(), w.scale_offset,
+  launch(kOther, embed_[weight_kind(w.held_type)], 2, global, nullptr, w.mem.get(), w.scale_offset,
          static_cast<cl_int>(w.cols), meta_.get(), static_cast<cl_int>(ids_off_), scale, mem_of(out));
 }
 
@@ -563,12 +581,12 @@ void OpenClBackend::matmul(const Weight& weight, const Buffer& x, int64_t n, Buf
   if (n <= kMvTokens) {
     const size_t global[2] = {round_up(static_cast<size_t>(w.rows), kMvRows) / kMvRows * kMvGroup, 1};
     const size_t local[2] = {kMvGroup, 1};
-    launch(mv_[kind], 2, global, local, w.mem.get(), w.scale_offset, rows, cols, mem_of(x), nn, mem_of(y));
+    launch(kMatmul, mv_[kind], 2, global, local, w.mem.get(), w.scale_offset, rows, cols, mem_of(x), nn, mem_of(y));
   } else {
     const size_t global[2] = {round_up(static_cast<size_t>(w.rows), kTileRows) / kTileRows * 16,
                               round_up(static_cast<size_t>(n), kTileTokens) / kTileTokens * 16};
     const size_t local[2] = {16, 16};
-    launch(mm_[kind], 2, global, local, w.mem.get(), w.scale_offset, rows, cols, mem_of(x), nn, mem_of(y));
+    launch(kMatmul, mm_[kind], 2, global, local, w.mem.get(), w.scale_offset, rows, cols, mem_of(x), nn, mem_of(y));
   }
 }
 
@@ -578,7 +596,7 @@ void OpenClBackend::add_bias(Buffer& y, const Weight& bias, int64_t n) {
   need(y, n * b.cols, "add_bias");
   if (n == 0) return;
   const size_t global[2] = {round_up(static_cast<size_t>(b.cols), 64), static_cast<size_t>(n)};
-  launch(kernel("add_bias"), 2, global, nullptr, mem_of(y), b.mem.get(), static_cast<cl_int>(b.cols),
+  launch(kOther, kernel("add_bias"), 2, global, nullptr, mem_of(y), b.mem.get(), static_cast<cl_int>(b.cols),
          static_cast<cl_int>(n));
 }
 
@@ -590,7 +608,7 @@ void OpenClBackend::rms_norm(const Buffer& x, const Weight* w, int64_t n_rows, i
                   w->name, w->cols, dim);
   if (n_rows == 0) return;
   const size_t global = static_cast<size_t>(n_rows) * kNormGroup, local = kNormGroup;
-  launch(kernel("rms_norm"), 1, &global, &local, mem_of(x), w ? as_cl(*w).mem.get() : dummy_.get(),
+  launch(kOther, kernel("rms_norm"), 1, &global, &local, mem_of(x), w ? as_cl(*w).mem.get() : dummy_.get(),
          static_cast<cl_int>(w != nullptr), static_cast<cl_int>(dim), eps, mem_of(y));
 }
 
@@ -633,7 +651,7 @@ void OpenClBackend::rope(Buffer& x, int n_heads, int head_dim, const RopeConfig&
   cl_mem table = rope_table(cfg);
   const size_t global[3] = {static_cast<size_t>(cfg.n_rot / 2), static_cast<size_t>(n_heads),
                             static_cast<size_t>(n_tokens_)};
-  launch(kernel("rope"), 3, global, nullptr, mem_of(x), static_cast<cl_int>(n_heads), static_cast<cl_int>(head_dim),
+  launch(kOther, kernel("rope"), 3, global, nullptr, mem_of(x), static_cast<cl_int>(n_heads), static_cast<cl_int>(head_dim),
          static_cast<cl_int>(cfg.n_rot), static_cast<cl_int>(cfg.neox), table, meta_.get(),
          static_cast<cl_int>(pos_off_));
 }
@@ -653,7 +671,7 @@ void OpenClBackend::store_kv(int layer, Buffer& k, const Buffer& v, const RopeCo
   cl_mem table = k_rope ? rope_table(*k_rope) : dummy_.get();
   const size_t global[3] = {static_cast<size_t>(D / 2), static_cast<size_t>(kv_.n_kv_heads),
                             static_cast<size_t>(n_tokens_)};
-  launch(kernel("store_kv"), 3, global, nullptr, mem_of(k), mem_of(v), k_cache_[layer].get(), v_cache_[layer].get(),
+  launch(kAttention, kernel("store_kv"), 3, global, nullptr, mem_of(k), mem_of(v), k_cache_[layer].get(), v_cache_[layer].get(),
          static_cast<cl_int>(kv_.dtype == DType::F16), static_cast<cl_int>(kv_.n_kv_heads),
          static_cast<cl_int>(kv_.block_size), static_cast<cl_int>(D), meta_.get(), static_cast<cl_int>(slot_off_),
          static_cast<cl_int>(pos_off_), static_cast<cl_int>(k_rope ? k_rope->n_rot : 0),
@@ -709,7 +727,7 @@ void OpenClBackend::attention(int layer, const Buffer& q, Buffer& out, const Att
   const size_t global[3] = {static_cast<size_t>(n_tiles) * kAttnGroup,
                             static_cast<size_t>(cfg.n_head_kv) * head_splits, static_cast<size_t>(n_split)};
   const size_t local[3] = {kAttnGroup, 1, 1};
-  launch(kernel("attention"), 3, global, local, mem_of(q), mem_of(out), k_cache_[layer].get(), v_cache_[layer].get(),
+  launch(kAttention, kernel("attention"), 3, global, local, mem_of(q), mem_of(out), k_cache_[layer].get(), v_cache_[layer].get(),
          static_cast<cl_int>(kv_.dtype == DType::F16), meta_.get(), static_cast<cl_int>(tiles_off_[ti]),
          static_cast<cl_int>(seqs_off_), static_cast<cl_int>(bt_off_), static_cast<cl_int>(cfg.n_head),
          static_cast<cl_int>(G), static_cast<cl_int>(heads_per_wg), static_cast<cl_int>(head_splits),
@@ -718,7 +736,7 @@ void OpenClBackend::attention(int layer, const Buffer& q, Buffer& out, const Att
          static_cast<cl_int>(part_rows), part, LocalBytes{qs_bytes}, LocalBytes{kv_bytes}, LocalBytes{sc_bytes});
   if (n_split > 1) {
     const size_t mg[2] = {static_cast<size_t>(D), static_cast<size_t>(part_rows)};
-    launch(kernel("attention_merge"), 2, mg, nullptr, part, static_cast<cl_int>(n_split),
+    launch(kAttention, kernel("attention_merge"), 2, mg, nullptr, part, static_cast<cl_int>(n_split),
            static_cast<cl_int>(part_rows), static_cast<cl_int>(D), mem_of(out));
   }
 }
@@ -730,7 +748,7 @@ void OpenClBackend::glu(const Buffer& gate, const Buffer& up, int64_t n, Activat
   PAGELLM_CHECK(n < INT32_MAX, "glu of {} values", n);
   if (n == 0) return;
   const size_t global = round_up(static_cast<size_t>(n), 256);
-  launch(kernel("glu"), 1, &global, nullptr, mem_of(gate), mem_of(up), static_cast<cl_int>(n),
+  launch(kOther, kernel("glu"), 1, &global, nullptr, mem_of(gate), mem_of(up), static_cast<cl_int>(n),
          static_cast<cl_int>(act == Activation::Silu ? 0 : 1), mem_of(out));
 }
 
@@ -740,7 +758,7 @@ void OpenClBackend::add(Buffer& y, const Buffer& x, int64_t n) {
   PAGELLM_CHECK(n < INT32_MAX, "add of {} values", n);
   if (n == 0) return;
   const size_t global = round_up(static_cast<size_t>(n), 256);
-  launch(kernel("add"), 1, &global, nullptr, mem_of(y), mem_of(x), static_cast<cl_int>(n));
+  launch(kOther, kernel("add"), 1, &global, nullptr, mem_of(y), mem_of(x), static_cast<cl_int>(n));
 }
 
 // Runs of consecutive rows (all of a decode step's last tokens) are one copy
@@ -759,6 +777,40 @@ void OpenClBackend::gather_rows(const Buffer& x, int64_t dim, const std::vector<
                "clEnqueueCopyBuffer (gather_rows)");
     i = e;
   }
+}
+
+void OpenClBackend::collect_profile() {
+  for (auto& [c, e] : timed_) {
+    cl_ulong t0 = 0, t1 = 0;
+    if (clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) == CL_SUCCESS &&
+        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) == CL_SUCCESS && t1 > t0)
+      category_ns_[c] += static_cast<double>(t1 - t0);
+    clReleaseEvent(e);
+  }
+  timed_.clear();
+}
+
+// Profiling is a property of the queue: switch to a new one (buffers belong
+// to the context, so nothing else changes).
+void OpenClBackend::set_profiling(bool on) {
+  synchronize();
+  for (double& c : category_ns_) c = 0;
+  if (on == profiling_) return;
+  cl_int err = CL_SUCCESS;
+  cl_command_queue q = clCreateCommandQueue(context_, device_, on ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
+  cl_check(err, "clCreateCommandQueue");
+  clReleaseCommandQueue(queue_);
+  queue_ = q;
+  profiling_ = on;
+}
+
+std::string OpenClBackend::profile_report() const {
+  const double total = category_ns_[kMatmul] + category_ns_[kAttention] + category_ns_[kOther];
+  if (total <= 0) return "no profile (run with profiling on)";
+  auto pct = [&](int c) { return 100.0 * category_ns_[c] / total; };
+  return fmt::format("kernels: matmul {:.1f} ms ({:.0f}%), attention {:.1f} ms ({:.0f}%), other {:.1f} ms ({:.0f}%)",
+                     category_ns_[kMatmul] / 1e6, pct(kMatmul), category_ns_[kAttention] / 1e6, pct(kAttention),
+                     category_ns_[kOther] / 1e6, pct(kOther));
 }
 
 }  // namespace

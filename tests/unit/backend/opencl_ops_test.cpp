@@ -153,6 +153,20 @@ TEST_F(OpenClOps, RefusesUnknownOptions) {
   EXPECT_THROW(make_opencl_backend(99, {}), Error);
 }
 
+TEST_F(OpenClOps, ProfilesKernels) {
+  auto w = random_weight(be(), DType::Q8_0, 64, 256, 3, nullptr);
+  auto x = upload(be(), randn(256, 4));
+  auto y = be().alloc(DType::F32, 64);
+  be().set_profiling(true);
+  be().matmul(*w, *x, 1, *y);
+  be().synchronize();
+  const std::string report = be().profile_report();
+  be().set_profiling(false);
+  EXPECT_NE(report.find("matmul"), std::string::npos) << report;
+  EXPECT_EQ(report.find("no profile"), std::string::npos) << report;
+  std::printf("%s\n", report.c_str());
+}
+
 struct MatmulCase {
   DType type;
   DType held;
