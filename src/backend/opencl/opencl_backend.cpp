@@ -263,8 +263,11 @@ OpenClBackend::OpenClBackend(int platform_index, int device_index) {
   max_alloc_ = device_value<cl_ulong>(device_, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
   local_mem_ = device_value<cl_ulong>(device_, CL_DEVICE_LOCAL_MEM_SIZE);
   compute_units_ = std::max<cl_uint>(1, device_value<cl_uint>(device_, CL_DEVICE_MAX_COMPUTE_UNITS));
-  host_memory_ = device_value<cl_bool>(device_, CL_DEVICE_HOST_UNIFIED_MEMORY) ||
-                 (device_value<cl_device_type>(device_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU);
+  // Deprecated after 1.2: a driver that no longer answers means "no".
+  cl_bool unified = CL_FALSE;
+  if (clGetDeviceInfo(device_, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, nullptr) != CL_SUCCESS)
+    unified = CL_FALSE;
+  host_memory_ = unified || (device_value<cl_device_type>(device_, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_CPU);
   const size_t max_wg = device_value<size_t>(device_, CL_DEVICE_MAX_WORK_GROUP_SIZE);
   const std::string dev_name = device_string(device_, CL_DEVICE_NAME);
   PAGELLM_CHECK(max_wg >= 256, "OpenCL device '{}' allows work-groups of {} threads; the kernels need 256", dev_name,
