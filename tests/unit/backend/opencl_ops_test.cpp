@@ -214,6 +214,27 @@ INSTANTIATE_TEST_SUITE_P(Types, OpenClMatmul,
                                            MatmulCase{DType::Q5_0, DType::Q8_0}),
                          [](const auto& info) { return dtype_name(info.param.type); });
 
+// Float rows need only a multiple of 8 values: the tiled kernel's last
+// 32-column step is partly empty.
+TEST_F(OpenClOps, MatmulShortFloatRows) {
+  for (DType type : {DType::F32, DType::F16}) {
+    const int64_t rows = 70, cols = 264;
+    std::vector<float> wf;
+    auto w = random_weight(be(), type, rows, cols, 9, &wf);
+    for (int64_t n : {1, 17}) {
+      const auto x = randn(n * cols, 10);
+      auto xb = upload(be(), x);
+      auto yb = be().alloc(DType::F32, n * rows);
+      be().matmul(*w, *xb, n, *yb);
+      std::vector<double> ref(n * rows);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) ref[t * rows + r] += static_cast<double>(x[t * cols + c]) * wf[r * cols + c];
+      EXPECT_LT(rel_l2(download(be(), *yb, n * rows), ref), 1e-5) << dtype_name(type) << " n=" << n;
+    }
+  }
+}
+
 // A converted weight equals the reference conversion exactly: Q8_0 of the
 // dequantized file values.
 TEST_F(OpenClOps, ConvertedWeightIsTheReferenceQ8) {
