@@ -165,7 +165,68 @@ DEFINE_WEIGHT_KERNELS(f32)
 DEFINE_WEIGHT_KERNELS(f16)
 DEFINE_WEIGHT_KERNELS(q8_0)
 DEFINE_WEIGHT_KERNELS(q4_0)
-DEFINE_WEIGHT_KERNELS(q4_k)
+DEFINE_MM(q4_k)
+DEFINE_EMBED(q4_k)
+
+inline float hsum16(float16 v) {
+  const float8 a = v.lo + v.hi;
+  const float4 b = a.lo + a.hi;
+  return b.x + b.y + b.z + b.w;
+}
+
+// mv for Q4_K: a lane takes a whole 32-value sub-block, so its scale and
+// min are decoded once per 32 values rather than per 8.
+kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_q4_k(
+    global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n, global float* y) {
+  local float red[MV_NT][MV_WG];
+  const int lid = get_local_id(0), lane = lid % MV_LANES;
+  const int row = get_group_id(0) * MV_ROWS + lid / MV_LANES;
+  const int t0 = get_group_id(1) * MV_NT, nt = min(MV_NT, n - t0);
+  float acc[MV_NT];
+  for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;
+  const int n32 = row < rows ? cols >> 5 : 0;
+  global const uchar* wr = w + (size_t)row * (size_t)(cols >> 8) * 144;
+  global const float* xt = x + (size_t)t0 * cols;
+  for (int c = lane; c < n32; c += MV_LANES) {
+    const int j = c & 7;
+    global const uchar* blk = wr + (size_t)(c >> 3) * 144;
+    const float d = vload_half(0, (global const half*)blk), dmin = vload_half(1, (global const half*)blk);
+    global const uchar* s = blk + 4;
+    uint sc, m;
+    if (j < 4) {
+      sc = s[j] & 63u;
+      m = s[j + 4] & 63u;
+    } else {
+      sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
+      m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    global const uchar* q = blk + 16 + 32 * (j >> 1);
+    uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
+    if (j & 1) {
+      q0 >>= (uchar)4;
+      q1 >>= (uchar)4;
+    } else {
+      q0 &= (uchar)15;
+      q1 &= (uchar)15;
+    }
+    const float d1 = d * (float)sc, m1 = dmin * (float)m;
+    const float16 w0 = convert_float16(q0) * d1 - m1, w1 = convert_float16(q1) * d1 - m1;
+    for (int t = 0; t < MV_NT; ++t) {
+      if (t < nt) {
+        global const float* xc = xt + (size_t)t * cols + (size_t)c * 32;
+        acc[t] += hsum16(w0 * vload16(0, xc) + w1 * vload16(1, xc));
+      }
+    }
+  }
+  for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int st = MV_LANES / 2; st > 0; st >>= 1) {
+    if (lane < st)
+      for (int t = 0; t < MV_NT; ++t) red[t][lid] += red[t][lid + st];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane];
+}
 
 // ---------------------------------------------------------------- elementwise
 kernel void add(global float* y, global const float* x, int n) {
