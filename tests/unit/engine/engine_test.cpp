@@ -436,5 +436,14 @@ void check_swap_equals_recompute(const std::string& device) {
 
 TEST(EngineSwap, SwapEqualsRecomputeOnOpenCl) { check_swap_equals_recompute("opencl"); }
 
+// The 64-request batch-invariance check of the CPU, on the OpenCL backend.
+TEST(EngineDevices, BatchInvarianceWithPreemptionOnOpenCl) {
+  if (!device_available("opencl")) GTEST_SKIP() << "opencl is not in this build or has no device here";
+  EngineConfig c = tiny_config(6 * 176);
+  c.device = "opencl";
+  c.backend_options.clear();
+  check_batch_invariance(c, 512, false);
+}
+
 }  // namespace
 }  // namespace pagellm
