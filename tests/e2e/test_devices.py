@@ -118,3 +118,11 @@ def test_gpu_memory_utilization_sizes_the_kv_cache(pagellm_bin, stories_model):
     code, out, err = run(pagellm_bin, "generate", "-m", stories_model, "-p", "Once upon a time", "-n", "8",
                          "--temp", "0", "--gpu-memory-utilization", "0.05")
     assert code == 0, err
+
+
+def test_info_lists_devices(pagellm_bin):
+    code, out, err = run(pagellm_bin, "info", "--devices")
+    assert code == 0, err
+    assert "device cpu (built in" in out
+    if PLUGIN.exists():
+        assert "device opencl (" + str(PLUGIN) in out
