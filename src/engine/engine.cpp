@@ -136,13 +136,16 @@ void Engine::load(const LoadProgress& progress) {
     if (!mem.host_memory || config_.gpu_memory_utilization > 0) {
       const int64_t activations = static_cast<int64_t>(
           model_->activation_bytes(sched_config_.max_num_batched_tokens, sched_config_.max_num_seqs));
-      const int64_t used = static_cast<int64_t>(mem.total_bytes - std::min(mem.free_bytes, mem.total_bytes));
-      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - used - activations;
+      // This instance's share of the device (vLLM's rule): the fraction, less
+      // its weights and a full step's activations, and never more than is free.
+      const int64_t weights = static_cast<int64_t>(model_->held_weight_bytes());
+      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - weights - activations;
+      budget = std::min(budget, static_cast<int64_t>(mem.free_bytes) - activations);
       PAGELLM_CHECK(budget >= 2 * per_block,
-                    "--gpu-memory-utilization {:.2f} of the {} device's {} leaves no room for the KV cache after "
-                    "{} in use (weights {}) and {} of activations; raise it or pass --kv-cache-memory",
-                    util, backend_->name(), format_bytes(static_cast<int64_t>(mem.total_bytes)), format_bytes(used),
-                    format_bytes(static_cast<int64_t>(model_->held_weight_bytes())), format_bytes(activations));
+                    "--gpu-memory-utilization {} of the {} device's {} leaves no room for the KV cache after "
+                    "weights of {} and {} of activations ({} free now); raise it or pass --kv-cache-memory",
+                    util, backend_->name(), format_bytes(static_cast<int64_t>(mem.total_bytes)), format_bytes(weights),
+                    format_bytes(activations), format_bytes(static_cast<int64_t>(mem.free_bytes)));
     } else {
       const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, sched_config_.max_num_seqs);
       budget = std::min(static_cast<int64_t>(mem.free_bytes) / 4, all_seqs);
