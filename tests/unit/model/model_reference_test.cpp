@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/dummy.h"
 #include "model/model.h"
@@ -97,14 +99,25 @@ struct GreedyCheck {
   // the other's top 5 (vLLM's check_logprobs_close): near-ties flip under the
   // 8-bit activation noise of the fast path.
   bool allow_close_divergence = false;
+  // The backend: "cpu" (with exact_matmul as above) or a plugin device.
+  std::string device = "cpu";
 };
 
 void check_greedy(const std::string& model_path, const std::string& fixture_name, const GreedyCheck& check) {
   const auto fx = read_json(test::fixture("models/" + fixture_name));
-  CpuBackendOptions opts;
-  opts.threads = 2;
-  opts.exact_matmul = check.exact_matmul;
-  auto backend = make_cpu_backend(opts);
+  std::unique_ptr<Backend> backend;
+  if (check.device == "cpu") {
+    CpuBackendOptions opts;
+    opts.threads = 2;
+    opts.exact_matmul = check.exact_matmul;
+    backend = make_cpu_backend(opts);
+  } else {
+    try {
+      backend = create_backend(check.device);
+    } catch (const Error& e) {
+      GTEST_SKIP() << check.device << ": " << e.what();
+    }
+  }
   auto model = Model::load(model_path, *backend);
   const int V = model->config().n_vocab;
   double sum_sq = 0;
@@ -199,6 +212,18 @@ TEST(TrainedModelVsLlamaCpp, Gemma3_270M_FastPathGreedy) {
   check.logit_tol = 2.5;
   check.allow_close_divergence = true;
   check_greedy(path, "gemma3-270m-greedy.json", check);
+}
+
+// The same trained-model checks on the OpenCL backend (PoCL in CI). Its
+// matmuls take float activations, like the CPU's exact path.
+TEST(TrainedModelOnOpenCl, Stories260KGreedy) {
+  const std::string path = test::shared_data("models/stories260K.gguf");
+  REQUIRE_FILE(path);
+  GreedyCheck check;
+  check.device = "opencl";
+  check.min_identical = 40;
+  check.logit_tol = 4e-3;
+  check_greedy(path, "stories260K-greedy.json", check);
 }
 
 }  // namespace
