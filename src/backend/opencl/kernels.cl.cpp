@@ -168,6 +168,30 @@ DEFINE_WEIGHT_KERNELS(q4_0)
 DEFINE_MM(q4_k)
 DEFINE_EMBED(q4_k)
 
+// Float rows whose length is not a multiple of 8 (tiny models): one
+// work-item per output, scalar loads; f16 says the matrix is half.
+inline float wf_at(global const uchar* w, int f16, size_t i) {
+  return f16 ? vload_half(i, (global const half*)w) : ((global const float*)w)[i];
+}
+
+kernel void matmul_any(global const uchar* w, int f16, int rows, int cols, global const float* x, int n,
+                       global float* y) {
+  const int row = get_global_id(0), t = get_global_id(1);
+  if (row >= rows || t >= n) return;
+  const size_t wb = (size_t)row * cols;
+  global const float* xt = x + (size_t)t * cols;
+  float acc = 0.0f;
+  for (int c = 0; c < cols; ++c) acc = mad(wf_at(w, f16, wb + c), xt[c], acc);
+  y[(size_t)t * rows + row] = acc;
+}
+
+kernel void embed_any(global const uchar* w, int f16, int cols, global const int* meta, int ids_off, float scale,
+                      global float* out) {
+  const int c = get_global_id(0), t = get_global_id(1);
+  if (c >= cols) return;
+  out[(size_t)t * cols + c] = wf_at(w, f16, (size_t)meta[ids_off + t] * cols + c) * scale;
+}
+
 inline float hsum16(float16 v) {
   const float8 a = v.lo + v.hi;
   const float4 b = a.lo + a.hi;

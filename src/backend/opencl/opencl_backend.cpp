@@ -568,6 +568,12 @@ void OpenClBackend::embed(const Weight& table, float scale, Buffer& out) {
   PAGELLM_CHECK(max_token_ < w.rows, "token id {} outside the vocabulary ({})", max_token_, w.rows);
   need(out, n_tokens_ * w.cols, "embed");
   if (n_tokens_ == 0) return;
+  if (w.cols % 8 != 0) {  // a float table (pack_matrix): values one by one
+    const size_t global[2] = {round_up(static_cast<size_t>(w.cols), 64), static_cast<size_t>(n_tokens_)};
+    launch(kOther, kernel("embed_any"), 2, global, nullptr, w.mem.get(), static_cast<cl_int>(w.held_type == DType::F16),
+           static_cast<cl_int>(w.cols), meta_.get(), static_cast<cl_int>(ids_off_), scale, mem_of(out));
+    return;
+  }
   const size_t global[2] = {round_up(static_cast<size_t>(w.cols / 8), 64), static_cast<size_t>(n_tokens_)};
   launch(kOther, embed_[weight_kind(w.held_type)], 2, global, nullptr, w.mem.get(), w.scale_offset,
          static_cast<cl_int>(w.cols), meta_.get(), static_cast<cl_int>(ids_off_), scale, mem_of(out));
@@ -581,6 +587,12 @@ void OpenClBackend::matmul(const Weight& weight, const Buffer& x, int64_t n, Buf
   if (n == 0) return;
   const WeightKind kind = weight_kind(w.held_type);
   const auto rows = static_cast<cl_int>(w.rows), cols = static_cast<cl_int>(w.cols), nn = static_cast<cl_int>(n);
+  if (w.cols % 8 != 0) {  // a float matrix (pack_matrix): the vector kernels read 8 at a time
+    const size_t global[2] = {round_up(static_cast<size_t>(w.rows), 64), static_cast<size_t>(n)};
+    launch(kMatmul, kernel("matmul_any"), 2, global, nullptr, w.mem.get(),
+           static_cast<cl_int>(w.held_type == DType::F16), rows, cols, mem_of(x), nn, mem_of(y));
+    return;
+  }
   if (n <= kMvTokens) {
     const size_t global[2] = {round_up(static_cast<size_t>(w.rows), kMvRows) / kMvRows * kMvGroup, 1};
     const size_t local[2] = {kMvGroup, 1};

@@ -51,8 +51,8 @@ bool convertible_matrix_type(DType t) {
 
 PackedMatrix pack_matrix(DType type, int64_t rows, int64_t cols, const void* data) {
   PAGELLM_CHECK(rows > 0 && cols > 0, "matrix of {} x {} values", rows, cols);
-  // The kernels read 8 values at a time and quant blocks never straddle rows.
-  PAGELLM_CHECK(cols % 8 == 0, "OpenCL matmul needs rows of a multiple of 8 values, not {}", cols);
+  // Quant blocks never straddle rows. Float rows of any length: those not a
+  // multiple of 8 take the scalar kernels (matmul_any, embed_any).
   const int bs = dtype_block_size(type);
   PAGELLM_CHECK(cols % bs == 0, "{} rows of {} values are not whole blocks", dtype_name(type), cols);
   const auto* src = static_cast<const uint8_t*>(data);

@@ -236,6 +236,31 @@ TEST_F(OpenClOps, MatmulShortFloatRows) {
   }
 }
 
+// Float rows of any length (stories260K's ffn_down has 172 columns): the
+// scalar kernel, for decode and prefill sizes alike.
+TEST_F(OpenClOps, MatmulFloatRowsOfAnyLength) {
+  for (DType type : {DType::F32, DType::F16})
+    for (int64_t cols : {172, 20}) {
+      const int64_t rows = 70;
+      std::vector<float> wf;
+      auto w = random_weight(be(), type, rows, cols, 12, &wf);
+      EXPECT_EQ(w->held_bytes, dtype_row_bytes(type, cols) * rows);
+      for (int64_t n : {1, 5, 40}) {
+        const auto x = randn(n * cols, 13 + static_cast<uint32_t>(n));
+        auto xb = upload(be(), x);
+        auto yb = be().alloc(DType::F32, n * rows);
+        be().matmul(*w, *xb, n, *yb);
+        std::vector<double> ref(n * rows);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              ref[t * rows + r] += static_cast<double>(x[t * cols + c]) * wf[r * cols + c];
+        EXPECT_LT(rel_l2(download(be(), *yb, n * rows), ref), 1e-5)
+            << dtype_name(type) << " cols=" << cols << " n=" << n;
+      }
+    }
+}
+
 // A converted weight equals the reference conversion exactly: Q8_0 of the
 // dequantized file values.
 TEST_F(OpenClOps, ConvertedWeightIsTheReferenceQ8) {
@@ -282,6 +307,25 @@ TEST_F(OpenClOps, Embed) {
     for (int32_t id : b.token_ids)
       for (int64_t c = 0; c < cols; ++c) ref.push_back(static_cast<double>(held[id * cols + c]) * scale);
     EXPECT_LT(rel_l2(got, ref), 1e-6) << dtype_name(type);
+  }
+}
+
+TEST_F(OpenClOps, EmbedFloatRowsOfAnyLength) {
+  for (DType type : {DType::F32, DType::F16}) {
+    const int64_t vocab = 30, cols = 20;
+    std::vector<float> table;
+    auto w = random_weight(be(), type, vocab, cols, 6, &table);
+    BatchInfo b;
+    b.token_ids = {29, 0, 7, 7, 13};
+    b.positions = {0, 1, 2, 3, 4};
+    b.slot_mapping = {0, 1, 2, 3, 4};
+    be().set_batch(b);
+    auto out = be().alloc(DType::F32, b.token_ids.size() * cols);
+    be().embed(*w, 0.5f, *out);
+    std::vector<double> ref;
+    for (int32_t id : b.token_ids)
+      for (int64_t c = 0; c < cols; ++c) ref.push_back(static_cast<double>(table[id * cols + c]) * 0.5);
+    EXPECT_LT(rel_l2(download(be(), *out, b.token_ids.size() * cols), ref), 1e-7) << dtype_name(type);
   }
 }
 
