@@ -414,7 +414,6 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
   const int r = lid / ATT_LANES, lane = lid - r * ATT_LANES;
   const bool active = r < R;
   const int p = pos0 + (active ? r / nh : 0);
-  const int nd = D / ATT_LANES;
   float acc[ATT_MAX_D / ATT_LANES];
   for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e) acc[e] = 0.0f;
   float m = -INFINITY, l = 0.0f;
@@ -457,9 +456,13 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
       local const float* sr = sc + r * ATT_CHUNK;
       float pk[ATT_CHUNK];
       float mx = m;
+      // Keys in range and unmasked. Others' values are skipped, not weighted
+      // by 0: a slot never written (the cache is not cleared) may hold NaN.
+      uint live = 0;
 #pragma unroll
       for (int k = 0; k < ATT_CHUNK; ++k) {
         pk[k] = sr[k];  // -INFINITY past cnt and where masked
+        if (pk[k] != -INFINITY) live |= 1u << k;
         mx = fmax(mx, pk[k]);
       }
       if (mx != -INFINITY) {
@@ -474,12 +477,12 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
         m = mx;
 #pragma unroll
         for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e) {
-          if (e < nd) {
+          if (lane + e * ATT_LANES < D) {
             local const float* vv = kv + lane + e * ATT_LANES;
             float a = acc[e] * corr;
 #pragma unroll
             for (int k = 0; k < ATT_CHUNK; ++k)
-              if (k < cnt) a = mad(pk[k], vv[k * KS], a);
+              if (live & (1u << k)) a = mad(pk[k], vv[k * KS], a);
             acc[e] = a;
           }
         }
@@ -500,13 +503,13 @@ kernel __attribute__((reqd_work_group_size(ATT_WG, 1, 1))) void attention(
     }
 #pragma unroll
     for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e)
-      if (e < nd) pr[2 + lane + e * ATT_LANES] = acc[e];
+      if (lane + e * ATT_LANES < D) pr[2 + lane + e * ATT_LANES] = acc[e];
     return;
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int e = 0; e < ATT_MAX_D / ATT_LANES; ++e)
-    if (e < nd) out[orow + lane + e * ATT_LANES] = acc[e] * inv;
+    if (lane + e * ATT_LANES < D) out[orow + lane + e * ATT_LANES] = acc[e] * inv;
 }
 
 // Joins the n_split partial results of each (token, head) row: value d of

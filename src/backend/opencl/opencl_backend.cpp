@@ -420,13 +420,11 @@ void OpenClBackend::allocate_kv_cache(const KVCacheSpec& spec) {
   kv_ = spec;
   block_bytes_ = static_cast<size_t>(spec.n_kv_heads) * spec.block_size * spec.head_dim * dtype_size(spec.dtype);
   const size_t layer_bytes = block_bytes_ * static_cast<size_t>(spec.num_blocks);
-  // Zeroed: a never-written slot must not put NaN bits into a chunk's math.
-  const cl_uchar zero = 0;
+  // Not cleared: attention skips masked slots' values rather than weighting
+  // them by 0, and a fill would make all of it resident on a host device.
   for (int l = 0; l < spec.n_layers; ++l) {
     k_cache_.push_back(create_buffer(CL_MEM_READ_WRITE, layer_bytes, nullptr, "KV cache"));
     v_cache_.push_back(create_buffer(CL_MEM_READ_WRITE, layer_bytes, nullptr, "KV cache"));
-    for (cl_mem m : {k_cache_.back().get(), v_cache_.back().get()})
-      cl_check(clEnqueueFillBuffer(queue_, m, &zero, 1, 0, layer_bytes, 0, nullptr, nullptr), "clEnqueueFillBuffer");
   }
   kv_tracked_.reset();
   kv_tracked_ = std::make_unique<Tracked>(usage_, layer_bytes * 2 * static_cast<size_t>(spec.n_layers));
@@ -701,8 +699,8 @@ void OpenClBackend::attention(int layer, const Buffer& q, Buffer& out, const Att
                     cfg.head_dim == kv_.head_dim,
                 "attention shape does not match the KV cache");
   const int D = cfg.head_dim, G = cfg.n_head / cfg.n_head_kv;
-  PAGELLM_CHECK(D % kAttnLanes == 0 && D <= kAttnMaxHeadDim, "OpenCL attention needs head_dim a multiple of {} up to {}, not {}",
-                kAttnLanes, kAttnMaxHeadDim, D);
+  PAGELLM_CHECK(D > 0 && D <= kAttnMaxHeadDim, "OpenCL attention needs head_dim up to {}, not {}", kAttnMaxHeadDim,
+                D);
   const int64_t q_values = n_tokens_ * cfg.n_head * D;
   need(q, q_values, "attention q");
   need(out, q_values, "attention out");

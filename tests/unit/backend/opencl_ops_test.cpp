@@ -1,8 +1,9 @@
 // Every op of the OpenCL backend against plain double-precision references
 // on random data, through the Backend interface only (alloc, copy_from_host,
-// copy_to_host, synchronize): matmul per weight type and batch size, embed,
-// rms_norm, rope, store_kv + paged attention (GQA, sliding window, softcap,
-// split keys, f16 / f32 caches), glu, add, add_bias, gather_rows,
+// copy_to_host, synchronize): matmul per weight type and batch size (float
+// rows of any length too), embed, rms_norm, rope, store_kv + paged attention
+// (GQA, sliding window, softcap, split keys, f16 / f32 caches, head_dim 8 to
+// 256, masked NaN values), glu, add, add_bias, gather_rows,
 // copy_blocks and swap. Skipped where no OpenCL device exists.
 //
 // The helpers in `backend_test` know nothing of OpenCL: a suite
@@ -439,7 +440,7 @@ class AttentionRun {
       for (int b = 0; b < (ctx + c.block - 1) / c.block; ++b) tables_.back().push_back(ids[next++]);
     }
     for (size_t i = next; i < ids.size(); ++i) spare_.push_back(ids[i]);
-    rope_.n_rot = D - 16;
+    rope_.n_rot = D > 16 ? D - 16 : D;
     rope_.freq_base = 10000.0f;
     rope_.neox = c.neox;
     ref_.k.resize(c.seqs.size());
@@ -603,7 +604,75 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{8, 8, 80, 64, 0, 0.0f, false, {{13, 70}, {1, 130}}, false},
         // Long decodes: keys split across work-groups, then merged.
         AttnCase{4, 1, 64, 16, 0, 0.0f, false, {{1, 1500}}},
-        AttnCase{4, 1, 64, 16, 700, 0.0f, true, {{1, 1500}, {2, 900}}}));
+        AttnCase{4, 1, 64, 16, 700, 0.0f, true, {{1, 1500}, {2, 900}}},
+        // stories260K: head_dim 8 (lanes 8..15 own no output), 8 heads on 4 KV heads.
+        AttnCase{8, 4, 8, 16, 0, 0.0f, true, {{1, 40}, {5, 37}, {16, 16}, {1, 1}}},
+        AttnCase{8, 4, 8, 16, 0, 0.0f, false, {{3, 50}, {9, 9}, {1, 600}}},
+        AttnCase{8, 4, 8, 32, 6, 0.0f, true, {{4, 30}, {1, 13}}},
+        AttnCase{8, 4, 8, 16, 0, 0.0f, false, {{1, 1500}}},  // split keys
+        // head_dim a multiple of 8, not of 16.
+        AttnCase{6, 2, 40, 16, 0, 0.0f, false, {{7, 60}, {1, 700}}}));
+
+// The cache is not cleared and a masked key's value is skipped, not
+// weighted by 0: a NaN value of the last query token reaches only its own row.
+TEST_F(OpenClOps, AttentionIgnoresMaskedValues) {
+  const int n = 4, heads = 2, D = 8;
+  KVCacheSpec spec;
+  spec.n_layers = 1;
+  spec.n_kv_heads = heads;
+  spec.head_dim = D;
+  spec.block_size = 16;
+  spec.num_blocks = 2;
+  spec.dtype = DType::F32;
+  be().allocate_kv_cache(spec);
+  BatchInfo b;
+  SeqInfo s;
+  s.q_start = 0;
+  s.q_len = n;
+  s.ctx_len = n;
+  s.block_table = {1};
+  b.seqs.push_back(s);
+  for (int t = 0; t < n; ++t) {
+    b.token_ids.push_back(0);
+    b.positions.push_back(t);
+    b.slot_mapping.push_back(16 + t);
+  }
+  be().set_batch(b);
+  const auto k = randn(n * heads * D, 71), q = randn(n * heads * D, 72);
+  auto v = randn(n * heads * D, 73);
+  for (int e = 0; e < heads * D; ++e) v[(n - 1) * heads * D + e] = std::nanf("");
+  auto kb = upload(be(), k), vb = upload(be(), v), qb = upload(be(), q);
+  be().store_kv(0, *kb, *vb);
+  AttentionConfig a;
+  a.n_head = heads;
+  a.n_head_kv = heads;
+  a.head_dim = D;
+  a.scale = 0.35f;
+  auto ob = be().alloc(DType::F32, q.size());
+  be().attention(0, *qb, *ob, a);
+  const auto got = download(be(), *ob, q.size());
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const size_t o = (static_cast<size_t>(t) * heads + h) * D;
+      if (t == n - 1) {
+        EXPECT_TRUE(std::isnan(got[o])) << "the last token attends to its own value";
+        continue;
+      }
+      std::vector<double> sc(t + 1);
+      double mx = -1e300, l = 0;
+      for (int j = 0; j <= t; ++j) {
+        double d = 0;
+        for (int e = 0; e < D; ++e) d += static_cast<double>(q[o + e]) * k[(j * heads + h) * D + e];
+        mx = std::max(mx, sc[j] = d * a.scale);
+      }
+      for (double& x : sc) l += (x = std::exp(x - mx));
+      for (int e = 0; e < D; ++e) {
+        double want = 0;
+        for (int j = 0; j <= t; ++j) want += sc[j] / l * v[(j * heads + h) * D + e];
+        EXPECT_NEAR(got[o + e], want, 1e-5) << "token " << t << " head " << h << " dim " << e;
+      }
+    }
+}
 
 // copy_blocks and a swap round trip, seen through attention: a sequence
 // whose table names the copies attends exactly as over the originals.
