@@ -31,9 +31,9 @@ needs_opencl = pytest.mark.skipif(not opencl_device_present(), reason="no OpenCL
 
 @pytest.fixture(scope="module")
 def opencl_server():
-    # A KV pool of ~10 blocks of 16 tokens: 8 concurrent stories overflow it.
+    # A KV pool of 14 blocks of 16 tokens (10 KiB each): 8 concurrent stories of ~65 tokens overflow it.
     s = Server(["--device", "opencl", "--preemption-mode", "swap", "--swap-space", "0.01",
-                "--kv-cache-memory", "400KiB", "--max-num-seqs", "16"]).start()
+                "--kv-cache-memory", "150KiB", "--max-model-len", "128", "--max-num-seqs", "16"]).start()
     yield s
     code = s.stop()
     assert code == 0, s.output()
