@@ -353,6 +353,10 @@ std::vector<RequestOutput> Engine::step() {
       r.num_cached_tokens = std::max(0, e.seq->num_cached_tokens);
     }
   }
+  if (plan.empty() && plan.has_block_moves()) {
+    trace::Scope s("block moves", "engine");
+    runner_->execute(plan, runner_output_);
+  }
   if (!plan.empty()) {
     metrics_.num_steps++;
     metrics_.iteration_tokens.observe(plan.num_batched_tokens);

@@ -6,7 +6,6 @@ namespace pagellm {
 
 void ModelRunner::execute(const StepPlan& plan, Output& out) {
   out.entries.clear();
-  if (plan.empty()) return;
   Backend& be = model_.backend();
   // Block moves first, in the plan's order: a block swapped out may be
   // written by this very step's forward pass.
@@ -18,6 +17,10 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
   if (!plan.swap_out.empty()) be.swap_out(pairs(plan.swap_out));
   if (!plan.swap_in.empty()) be.swap_in(pairs(plan.swap_in));
   if (!plan.block_copies.empty()) be.copy_blocks(pairs(plan.block_copies));
+  if (plan.empty()) {
+    be.synchronize();  // the moves are done before the next plan reuses their blocks
+    return;
+  }
 
   batch_.token_ids.clear();
   batch_.positions.clear();

@@ -22,7 +22,8 @@ class ModelRunner {
     const float* row(size_t i, int n_vocab) const { return logits.data() + i * static_cast<size_t>(n_vocab); }
   };
 
-  // Performs the plan's copy-on-write block copies, then the forward pass.
+  // Performs the plan's block moves (swap-out, swap-in, copy-on-write), then
+  // the forward pass over its tokens, if any.
   void execute(const StepPlan& plan, Output& out);
 
  private:

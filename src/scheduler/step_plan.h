@@ -45,7 +45,11 @@ struct StepPlan {
   std::vector<SeqId> length_capped;       // finished by the scheduler at max_model_len
   int32_t num_batched_tokens = 0;         // sum of num_new_tokens
 
+  // No token to compute. A plan may still move blocks (a swap-out of the
+  // only running sequence, a swap-in without room for its next token): the
+  // runner must do those whatever else the plan holds.
   bool empty() const { return seqs.empty(); }
+  bool has_block_moves() const { return !swap_out.empty() || !swap_in.empty() || !block_copies.empty(); }
 
   // The slot (flat token index into the paged cache) of position `pos`:
   // block_table[pos / block_size] * block_size + pos % block_size.
