@@ -34,6 +34,37 @@ inline float8 deq8_q4_0(global const uchar* w, ulong dofs, ulong e) {
   return (convert_float8(nib) - 8.0f) * d;
 }
 
+// 20-byte records: qh (bit i: the fifth bit of value i) then 16 bytes of
+// nibbles as in Q4_0; the value is (nibble | high bit << 4) - 16.
+inline float8 deq8_q5_0(global const uchar* w, ulong dofs, ulong e) {
+  const ulong b = e >> 5;
+  const uint c = (uint)(e >> 3) & 3u;
+  global const uchar* blk = w + b * 20;
+  const float d = vload_half(b, (global const half*)(w + dofs));
+  const uint h = (*(global const uint*)blk >> (8u * c)) & 255u;
+  const uchar8 q = vload8(0, blk + 4 + 8 * (c & 1u));
+  const uchar8 nib = c >= 2 ? (q >> (uchar)4) : (q & (uchar)15);
+  const uchar8 hb = ((uchar8)((uchar)h) >> (uchar8)(0, 1, 2, 3, 4, 5, 6, 7)) & (uchar)1;
+  return (convert_float8(nib | (hb << (uchar)4)) - 16.0f) * d;
+}
+
+// 208-byte records of 256 values: ql[128], qh[64], int8 scales[16] (d apart).
+// Value 128 h + 32 k + l (k < 4, l < 32): low 4 bits from the low (k < 2) or
+// high nibble of ql[64 h + 32 (k & 1) + l], bits 4-5 from qh[32 h + l] >>
+// 2 k, scale scales[8 h + 2 k + l / 16]; the value is (q - 32) * d * scale.
+inline float8 deq8_q6_k(global const uchar* w, ulong dofs, ulong e) {
+  const ulong b = e >> 8;
+  const uint i = (uint)e & 255u, h = i >> 7, k = (i >> 5) & 3u, l = i & 31u;
+  global const uchar* blk = w + b * 208;
+  const float d = vload_half(b, (global const half*)(w + dofs));
+  const float sc = (float)((global const char*)blk)[192 + 8 * h + 2 * k + (l >> 4)];
+  const uchar8 ql = vload8(0, blk + 64 * h + 32 * (k & 1u) + l);
+  const uchar8 qh = vload8(0, blk + 128 + 32 * h + l);
+  const uchar8 lo = k >= 2 ? (ql >> (uchar)4) : (ql & (uchar)15);
+  const uchar8 hi = (qh >> (uchar)(2 * k)) & (uchar)3;
+  return (convert_float8(lo | (hi << (uchar)4)) - 32.0f) * (d * sc);
+}
+
 // 144-byte super-blocks of 256: d, dmin (fp16), 12 bytes of 6-bit sub-block
 // scales and mins, 128 bytes of nibbles. Sub-block j (32 values) is the low
 // (j even) or high (j odd) nibbles of bytes 32 * (j / 2) .. + 31.
@@ -165,6 +196,8 @@ DEFINE_WEIGHT_KERNELS(f32)
 DEFINE_WEIGHT_KERNELS(f16)
 DEFINE_WEIGHT_KERNELS(q8_0)
 DEFINE_WEIGHT_KERNELS(q4_0)
+DEFINE_WEIGHT_KERNELS(q5_0)
+DEFINE_WEIGHT_KERNELS(q6_k)
 DEFINE_MM(q4_k)
 DEFINE_EMBED(q4_k)
 

@@ -50,7 +50,7 @@ class ClWeight : public Weight {
  public:
   ClWeight(ClMem m, Usage u, size_t bytes) : mem(std::move(m)), tracked_(std::move(u), bytes) {}
   ClMem mem;
-  cl_ulong scale_offset = 0;  // byte offset of the scales (split Q8_0 / Q4_0)
+  cl_ulong scale_offset = 0;  // byte offset of the scales (split types, weight_pack.h)
   std::vector<float> host;    // vectors only: a host copy (rope factors are read on the host)
 
  private:
@@ -109,8 +109,8 @@ T device_value(cl_device_id d, cl_device_info what) {
 }
 
 // Kernel name suffix of each held matrix type.
-enum WeightKind { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kNumWeightKinds };
-const char* const kWeightSuffix[kNumWeightKinds] = {"f32", "f16", "q8_0", "q4_0", "q4_k"};
+enum WeightKind { kF32, kF16, kQ8_0, kQ4_0, kQ4_K, kQ5_0, kQ6_K, kNumWeightKinds };
+const char* const kWeightSuffix[kNumWeightKinds] = {"f32", "f16", "q8_0", "q4_0", "q4_k", "q5_0", "q6_k"};
 
 WeightKind weight_kind(DType t) {
   switch (t) {
@@ -119,6 +119,8 @@ WeightKind weight_kind(DType t) {
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_0: return kQ4_0;
     case DType::Q4_K: return kQ4_K;
+    case DType::Q5_0: return kQ5_0;
+    case DType::Q6_K: return kQ6_K;
     default: fail("no OpenCL kernel reads {} weights", dtype_name(t));
   }
 }

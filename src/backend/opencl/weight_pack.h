@@ -9,10 +9,15 @@
 //   Q4_0      the same: packed nibbles [rows * cols / 2] (each block's 16
 //             bytes unchanged), then the fp16 scales. The 34- and 18-byte
 //             blocks of the file would leave the quants unaligned.
-//   others    (Q4_1, Q5_0, Q5_1, Q5_K, Q6_K, BF16, Q8_1) converted to Q8_0
-//             through the scalar references: 34 bytes per 32 values, i.e.
-//             +30% memory for Q6_K, +55% for Q5_0, -47% for BF16, and one
-//             extra rounding to 8 bits.
+//   Q5_0      the same: per block qh (4 bytes) then qs (16), i.e. 20-byte
+//             records (4-byte aligned: qh is one uint load), then the scales.
+//   Q6_K      the same: per block ql, qh, scales (208 bytes, 16-byte
+//             aligned, where the file's 210 are not), then the fp16 d's.
+//             The split types take the file's bytes plus < 64 of padding.
+//   others    (Q4_1, Q5_1, Q5_K, BF16, Q8_1) converted to Q8_0 through the
+//             scalar references: 34 bytes per 32 values, i.e. +70% memory
+//             for Q4_1, +55% for Q5_K, -47% for BF16, and one extra
+//             rounding to 8 bits.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +36,7 @@ bool convertible_matrix_type(DType t);
 struct PackedMatrix {
   DType held_type = DType::F32;
   std::vector<uint8_t> bytes;  // the device image; empty: upload the source bytes as they are
-  size_t scale_offset = 0;     // Q8_0 / Q4_0: byte offset of the scales in the image
+  size_t scale_offset = 0;     // split types: byte offset of the scales in the image
   size_t device_bytes = 0;     // size of the device image
 };
 

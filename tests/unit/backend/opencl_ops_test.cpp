@@ -212,8 +212,9 @@ TEST_P(OpenClMatmul, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Types, OpenClMatmul,
                          ::testing::Values(MatmulCase{DType::F32, DType::F32}, MatmulCase{DType::F16, DType::F16},
                                            MatmulCase{DType::Q8_0, DType::Q8_0}, MatmulCase{DType::Q4_0, DType::Q4_0},
-                                           MatmulCase{DType::Q4_K, DType::Q4_K}, MatmulCase{DType::Q6_K, DType::Q8_0},
-                                           MatmulCase{DType::Q5_0, DType::Q8_0}),
+                                           MatmulCase{DType::Q4_K, DType::Q4_K}, MatmulCase{DType::Q5_0, DType::Q5_0},
+                                           MatmulCase{DType::Q6_K, DType::Q6_K}, MatmulCase{DType::Q5_K, DType::Q8_0},
+                                           MatmulCase{DType::Q4_1, DType::Q8_0}),
                          [](const auto& info) { return dtype_name(info.param.type); });
 
 // Float rows need only a multiple of 8 values: the tiled kernel's last
@@ -267,7 +268,7 @@ TEST_F(OpenClOps, MatmulFloatRowsOfAnyLength) {
 TEST_F(OpenClOps, ConvertedWeightIsTheReferenceQ8) {
   const int64_t rows = 3, cols = 256;
   std::vector<float> wf;
-  auto w = random_weight(be(), DType::Q6_K, rows, cols, 11, &wf);
+  auto w = random_weight(be(), DType::Q5_K, rows, cols, 11, &wf);
   std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, cols) * rows);
   std::vector<float> want(rows * cols);
   quantize_row_ref(DType::Q8_0, wf.data(), q8.data(), rows * cols);
@@ -284,7 +285,7 @@ TEST_F(OpenClOps, ConvertedWeightIsTheReferenceQ8) {
 }
 
 TEST_F(OpenClOps, Embed) {
-  for (DType type : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType type : {DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_0, DType::Q6_K, DType::Q5_K}) {
     const int64_t vocab = 50, cols = 256;
     std::vector<float> table;
     auto w = random_weight(be(), type, vocab, cols, 5, &table);
@@ -299,7 +300,7 @@ TEST_F(OpenClOps, Embed) {
     const auto got = download(be(), *out, b.token_ids.size() * cols);
     // A converted table is held as Q8_0 of the file's values.
     std::vector<float> held = table;
-    if (type == DType::Q6_K) {
+    if (type == DType::Q5_K) {
       std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, cols) * vocab);
       quantize_row_ref(DType::Q8_0, table.data(), q8.data(), vocab * cols);
       dequantize_row_ref(DType::Q8_0, q8.data(), held.data(), vocab * cols);
