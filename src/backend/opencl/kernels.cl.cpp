@@ -196,10 +196,12 @@ DEFINE_WEIGHT_KERNELS(f32)
 DEFINE_WEIGHT_KERNELS(f16)
 DEFINE_WEIGHT_KERNELS(q8_0)
 DEFINE_WEIGHT_KERNELS(q4_0)
-DEFINE_WEIGHT_KERNELS(q5_0)
-DEFINE_WEIGHT_KERNELS(q6_k)
 DEFINE_MM(q4_k)
 DEFINE_EMBED(q4_k)
+DEFINE_MM(q5_0)
+DEFINE_EMBED(q5_0)
+DEFINE_MM(q6_k)
+DEFINE_EMBED(q6_k)
 
 // Float rows whose length is not a multiple of 8 (tiny models): one
 // work-item per output, scalar loads; f16 says the matrix is half.
@@ -231,59 +233,108 @@ inline float hsum16(float16 v) {
   return b.x + b.y + b.z + b.w;
 }
 
-// mv for Q4_K: a lane takes a whole 32-value sub-block, so its scale and
-// min are decoded once per 32 values rather than per 8.
-kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_q4_k(
-    global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n, global float* y) {
-  local float red[MV_NT][MV_WG];
-  const int lid = get_local_id(0), lane = lid % MV_LANES;
-  const int row = get_group_id(0) * MV_ROWS + lid / MV_LANES;
-  const int t0 = get_group_id(1) * MV_NT, nt = min(MV_NT, n - t0);
-  float acc[MV_NT];
-  for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;
-  const int n32 = row < rows ? cols >> 5 : 0;
-  global const uchar* wr = w + (size_t)row * (size_t)(cols >> 8) * 144;
-  global const float* xt = x + (size_t)t0 * cols;
-  for (int c = lane; c < n32; c += MV_LANES) {
-    const int j = c & 7;
-    global const uchar* blk = wr + (size_t)(c >> 3) * 144;
-    const float d = vload_half(0, (global const half*)blk), dmin = vload_half(1, (global const half*)blk);
-    global const uchar* s = blk + 4;
-    uint sc, m;
-    if (j < 4) {
-      sc = s[j] & 63u;
-      m = s[j + 4] & 63u;
-    } else {
-      sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
-      m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    global const uchar* q = blk + 16 + 32 * (j >> 1);
-    uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
-    if (j & 1) {
-      q0 >>= (uchar)4;
-      q1 >>= (uchar)4;
-    } else {
-      q0 &= (uchar)15;
-      q1 &= (uchar)15;
-    }
-    const float d1 = d * (float)sc, m1 = dmin * (float)m;
-    const float16 w0 = convert_float16(q0) * d1 - m1, w1 = convert_float16(q1) * d1 - m1;
-    for (int t = 0; t < MV_NT; ++t) {
-      if (t < nt) {
-        global const float* xc = xt + (size_t)t * cols + (size_t)c * 32;
-        acc[t] += hsum16(w0 * vload16(0, xc) + w1 * vload16(1, xc));
-      }
-    }
+// deq32_T(w, dofs, e, lo, hi): the 32 values at element e (a multiple of 32)
+// as two float16, for the mv kernels below: a lane takes a whole block or
+// sub-block, so its scales and high bits are decoded once per 32 values.
+inline void deq32_q4_k(global const uchar* w, ulong dofs, ulong e, float16* lo, float16* hi) {
+  const uint j = (uint)(e >> 5) & 7u;
+  global const uchar* blk = w + (e >> 8) * 144;
+  const float d = vload_half(0, (global const half*)blk), dmin = vload_half(1, (global const half*)blk);
+  global const uchar* s = blk + 4;
+  uint sc, m;
+  if (j < 4) {
+    sc = s[j] & 63u;
+    m = s[j + 4] & 63u;
+  } else {
+    sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
-  for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int st = MV_LANES / 2; st > 0; st >>= 1) {
-    if (lane < st)
-      for (int t = 0; t < MV_NT; ++t) red[t][lid] += red[t][lid + st];
-    barrier(CLK_LOCAL_MEM_FENCE);
+  global const uchar* q = blk + 16 + 32 * (j >> 1);
+  uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
+  if (j & 1) {
+    q0 >>= (uchar)4;
+    q1 >>= (uchar)4;
+  } else {
+    q0 &= (uchar)15;
+    q1 &= (uchar)15;
   }
-  if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane];
+  const float d1 = d * (float)sc, m1 = dmin * (float)m;
+  *lo = convert_float16(q0) * d1 - m1;
+  *hi = convert_float16(q1) * d1 - m1;
 }
+
+inline void deq32_q5_0(global const uchar* w, ulong dofs, ulong e, float16* lo, float16* hi) {
+  const ulong b = e >> 5;
+  global const uchar* blk = w + b * 20;
+  const float d = vload_half(b, (global const half*)(w + dofs));
+  const uint qh = *(global const uint*)blk;
+  const uchar16 q = vload16(0, blk + 4);
+  const uint16 sh = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const uint16 h0 = (((uint16)(qh) >> sh) & 1u) << 4, h1 = (((uint16)(qh >> 16) >> sh) & 1u) << 4;
+  *lo = (convert_float16(convert_uint16(q & (uchar)15) | h0) - 16.0f) * d;
+  *hi = (convert_float16(convert_uint16(q >> (uchar)4) | h1) - 16.0f) * d;
+}
+
+// Values 0-15 and 16-31 of a 32-value quarter have one scale each.
+inline void deq32_q6_k(global const uchar* w, ulong dofs, ulong e, float16* lo, float16* hi) {
+  const ulong b = e >> 8;
+  const uint c = (uint)(e >> 5) & 7u, h = c >> 2, k = c & 3u;
+  global const uchar* blk = w + b * 208;
+  const float d = vload_half(b, (global const half*)(w + dofs));
+  global const char* sc = (global const char*)blk + 192 + 8 * h + 2 * k;
+  global const uchar* ql = blk + 64 * h + 32 * (k & 1u);
+  global const uchar* qh = blk + 128 + 32 * h;
+  uchar16 l0 = vload16(0, ql), l1 = vload16(1, ql);
+  if (k >= 2) {
+    l0 >>= (uchar)4;
+    l1 >>= (uchar)4;
+  } else {
+    l0 &= (uchar)15;
+    l1 &= (uchar)15;
+  }
+  const uchar sh = (uchar)(2 * k);
+  const uchar16 h0 = ((vload16(0, qh) >> sh) & (uchar)3) << (uchar)4;
+  const uchar16 h1 = ((vload16(1, qh) >> sh) & (uchar)3) << (uchar)4;
+  *lo = (convert_float16(l0 | h0) - 32.0f) * (d * (float)sc[0]);
+  *hi = (convert_float16(l1 | h1) - 32.0f) * (d * (float)sc[1]);
+}
+
+// mv as DEFINE_MV, a lane taking 32 values at a time.
+#define DEFINE_MV32(T)                                                                        \
+  kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_##T(                      \
+      global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n,    \
+      global float* y) {                                                                      \
+    local float red[MV_NT][MV_WG];                                                            \
+    const int lid = get_local_id(0), lane = lid % MV_LANES;                                   \
+    const int row = get_group_id(0) * MV_ROWS + lid / MV_LANES;                               \
+    const int t0 = get_group_id(1) * MV_NT, nt = min(MV_NT, n - t0);                          \
+    float acc[MV_NT];                                                                         \
+    for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;                                            \
+    const ulong base = (ulong)row * (ulong)cols;                                              \
+    const int n32 = row < rows ? cols >> 5 : 0;                                               \
+    global const float* xt = x + (size_t)t0 * cols;                                           \
+    for (int c = lane; c < n32; c += MV_LANES) {                                              \
+      float16 w0, w1;                                                                         \
+      deq32_##T(w, dofs, base + (ulong)c * 32, &w0, &w1);                                     \
+      for (int t = 0; t < MV_NT; ++t) {                                                       \
+        if (t < nt) {                                                                         \
+          global const float* xc = xt + (size_t)t * cols + (size_t)c * 32;                    \
+          acc[t] += hsum16(w0 * vload16(0, xc) + w1 * vload16(1, xc));                        \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+    for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];                                     \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                             \
+    for (int s = MV_LANES / 2; s > 0; s >>= 1) {                                              \
+      if (lane < s)                                                                           \
+        for (int t = 0; t < MV_NT; ++t) red[t][lid] += red[t][lid + s];                       \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+    }                                                                                         \
+    if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane]; \
+  }
+DEFINE_MV32(q4_k)
+DEFINE_MV32(q5_0)
+DEFINE_MV32(q6_k)
 
 // ---------------------------------------------------------------- elementwise
 kernel void add(global float* y, global const float* x, int n) {
