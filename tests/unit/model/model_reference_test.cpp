@@ -226,5 +226,20 @@ TEST(TrainedModelOnOpenCl, Stories260KGreedy) {
   check_greedy(path, "stories260K-greedy.json", check);
 }
 
+// Gemma 3 270M Q4_K_M on OpenCL: every weight type of the file (Q4_K, Q5_0,
+// Q6_K, Q8_0) is held as itself and multiplied with float activations, so
+// it must follow transformers' float32 run like the CPU's exact path.
+TEST(TrainedModelOnOpenCl, Gemma3_270M_ExactGreedy) {
+  const std::string path = test::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "default model not installed (run tools/setup.sh)";
+  GreedyCheck check;
+  check.device = "opencl";
+  check.kv = DType::F32;
+  check.min_identical = 40;
+  check.logit_rms_tol = 1e-5;
+  check.logit_tol = 1e-4;
+  check_greedy(path, "gemma3-270m-exact-greedy.json", check);
+}
+
 }  // namespace
 }  // namespace pagellm
