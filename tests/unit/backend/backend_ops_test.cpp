@@ -321,6 +321,12 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
       {4, 4, 128, 64, 0, 0, true, {{1, 700}}},
       {2, 1, 64, 8, 0, 0, false, {{1, 1000}}},
       {16, 16, 64, 16, 0, 0, true, {{3, 3}, {2, 50}}},
+      // stories260K-like: head_dim 8, GQA 8:4; an odd head_dim of 40; more
+      // query heads per KV head than a GPU work-group row set (12:1)
+      {8, 4, 8, 16, 0, 0, true, {{1, 40}, {5, 37}, {16, 16}, {1, 1}}},
+      {8, 4, 8, 16, 0, 0, false, {{1, 1500}}},
+      {6, 2, 40, 16, 0, 0, false, {{7, 60}, {1, 700}}},
+      {12, 1, 64, 32, 0, 0, true, {{2, 33}, {9, 9}}},
   };
   uint32_t seed = 100;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
