@@ -290,6 +290,9 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         __m256 a8[8];
         for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), vcorr);
         for (int k = 0; k < cnt; ++k) {
+          // A masked key (weight 0) is skipped, not weighted by 0: its value
+          // may hold any bits (0 x NaN is NaN). For finite values the sum is the same.
+          if (s[k] == 0.0f) continue;
           const __m256 w = _mm256_set1_ps(s[k]);
           const float* v = vb + k * D + d0;
           for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_fmadd_ps(w, _mm256_load_ps(v + 8 * i), a8[i]);
