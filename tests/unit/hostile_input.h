@@ -17,6 +17,8 @@
 #include <typeinfo>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "test_paths.h"
 
@@ -64,6 +66,32 @@ inline std::string read_bytes(const std::string& path) {
 inline void write_bytes(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Rewrites the JSON header of a safetensors file through `edit`, keeping the
+// data bytes (the header is padded with spaces to a multiple of 8 again).
+inline void edit_safetensors_header(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string bytes = read_bytes(path);
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, len));
+  edit(header);
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t new_len = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &new_len, 8);
+  write_bytes(path, out + text + bytes.substr(8 + len));
+}
+
+// The message of the pagellm::Error `f` throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Checks that f throws pagellm::Error whose message contains `needle`.

@@ -7,18 +7,12 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "hostile_input.h"
 
 namespace pagellm {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(DeviceSpec, ParsesKindAndIndex) {
   EXPECT_EQ(DeviceSpec::parse("cpu").kind, "cpu");

@@ -8,12 +8,14 @@
 #include <functional>
 
 #include "core/error.h"
+#include "hostile_input.h"
 #include "test_paths.h"
 
 namespace pagellm {
 namespace {
 
 using nlohmann::json;
+using test::error_of;
 
 std::string nested_objects(size_t depth, const std::string& inner = "1") {
   std::string s;
@@ -25,16 +27,6 @@ std::string nested_objects(size_t depth, const std::string& inner = "1") {
 }
 
 std::string nested_arrays(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
-
-// The message of the Error `f` throws ("" when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string repeated(const std::string& item, size_t n, const char* open = "[", const char* close = "]") {
   std::string s = open;

@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "hostile_input.h"
 #include "model/dummy.h"
 #include "model/hf_writer.h"
 #include "model/model.h"
@@ -372,31 +373,6 @@ std::string make_folder(const std::string& name, int shards = 1, const std::stri
   return dir;
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// Rewrites a safetensors header through `edit`, keeping the data bytes.
-void edit_header(const std::string& path, const std::function<void(json&)>& edit) {
-  const std::string bytes = read_bytes(path);
-  uint64_t len = 0;
-  std::memcpy(&len, bytes.data(), 8);
-  json header = json::parse(bytes.substr(8, len));
-  edit(header);
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t new_len = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &new_len, 8);
-  write_bytes(path, out + text + bytes.substr(8 + len));
-}
-
 std::unique_ptr<Model> load(const std::string& dir) {
   static auto backend = make_cpu_backend(1);
   return Model::load(dir, *backend);
@@ -418,7 +394,7 @@ TEST(HFModelErrors, UnsupportedArchitecture) {
 
 TEST(HFModelErrors, ConfigIsNotJson) {
   const std::string dir = make_folder("bad-json");
-  write_bytes(dir + "/config.json", "{\"architectures\": [");
+  test::write_bytes(dir + "/config.json", "{\"architectures\": [");
   expect_error([&] { load(dir); }, "is not valid JSON");
 }
 
@@ -431,56 +407,56 @@ TEST(HFModelErrors, NoWeights) {
 TEST(HFModelErrors, TruncatedSafetensors) {
   const std::string dir = make_folder("truncated");
   const std::string path = dir + "/model.safetensors";
-  const std::string bytes = read_bytes(path);
-  write_bytes(path, bytes.substr(0, bytes.size() / 2));
+  const std::string bytes = test::read_bytes(path);
+  test::write_bytes(path, bytes.substr(0, bytes.size() / 2));
   expect_error([&] { load(dir); }, "data offsets exceed the file");
-  write_bytes(path, bytes.substr(0, 100));  // inside the header
+  test::write_bytes(path, bytes.substr(0, 100));  // inside the header
   expect_error([&] { load(dir); }, "header length");
-  write_bytes(path, bytes.substr(0, 5));
+  test::write_bytes(path, bytes.substr(0, 5));
   expect_error([&] { load(dir); }, "truncated (no safetensors header)");
-  write_bytes(path, "");
+  test::write_bytes(path, "");
   expect_error([&] { load(dir); }, "truncated (no safetensors header)");
 }
 
 TEST(HFModelErrors, HeaderOffsetsExceedTheFile) {
   const std::string dir = make_folder("offsets");
   const std::string path = dir + "/model.safetensors";
-  edit_header(path, [](json& h) { h["model.norm.weight"]["data_offsets"][1] = uint64_t{1} << 40; });
+  test::edit_safetensors_header(path, [](json& h) { h["model.norm.weight"]["data_offsets"][1] = uint64_t{1} << 40; });
   expect_error([&] { load(dir); }, "tensor model.norm.weight data offsets exceed the file");
 }
 
 TEST(HFModelErrors, BadHeaderEntries) {
   const std::string dir = make_folder("entries");
   const std::string path = dir + "/model.safetensors";
-  const std::string good = read_bytes(path);
-  edit_header(path, [](json& h) { h["model.norm.weight"]["shape"] = {128}; });
+  const std::string good = test::read_bytes(path);
+  test::edit_safetensors_header(path, [](json& h) { h["model.norm.weight"]["shape"] = {128}; });
   expect_error([&] { load(dir); }, "size does not match its shape");
-  write_bytes(path, good);
-  edit_header(path, [](json& h) { h["model.norm.weight"]["dtype"] = "I64"; });
+  test::write_bytes(path, good);
+  test::edit_safetensors_header(path, [](json& h) { h["model.norm.weight"]["dtype"] = "I64"; });
   expect_error([&] { load(dir); }, "dtype I64 is not supported");
-  write_bytes(path, good);
-  edit_header(path, [](json& h) { h["model.norm.weight"].erase("data_offsets"); });
+  test::write_bytes(path, good);
+  test::edit_safetensors_header(path, [](json& h) { h["model.norm.weight"].erase("data_offsets"); });
   expect_error([&] { load(dir); }, "bad safetensors entry model.norm.weight");
-  write_bytes(path, good);
-  edit_header(path, [](json& h) { h["model.norm.weight"]["shape"] = {-4, -64}; });
+  test::write_bytes(path, good);
+  test::edit_safetensors_header(path, [](json& h) { h["model.norm.weight"]["shape"] = {-4, -64}; });
   expect_error([&] { load(dir); }, "invalid dimension");
-  write_bytes(path, good);
+  test::write_bytes(path, good);
   // Transposed: right size, wrong shape.
-  edit_header(path, [](json& h) { h["model.layers.0.mlp.up_proj.weight"]["shape"] = {256, 512}; });
+  test::edit_safetensors_header(path, [](json& h) { h["model.layers.0.mlp.up_proj.weight"]["shape"] = {256, 512}; });
   expect_error([&] { load(dir); }, "tensor 'blk.0.ffn_up.weight' has shape [512, 256], expected [256, 512]");
-  write_bytes(path, good);
-  edit_header(path, [](json& h) { h = json::array({1}); });
+  test::write_bytes(path, good);
+  test::edit_safetensors_header(path, [](json& h) { h = json::array({1}); });
   expect_error([&] { load(dir); }, "header is not a JSON object");
-  write_bytes(path, good);
+  test::write_bytes(path, good);
   std::string bad = good;
   bad[8] = 'x';  // header JSON broken
-  write_bytes(path, bad);
+  test::write_bytes(path, bad);
   expect_error([&] { load(dir); }, "header is not valid JSON");
 }
 
 TEST(HFModelErrors, MissingTensor) {
   const std::string dir = make_folder("missing");
-  edit_header(dir + "/model.safetensors", [](json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); });
+  test::edit_safetensors_header(dir + "/model.safetensors", [](json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); });
   expect_error([&] { load(dir); }, "model is missing tensor 'blk.1.ffn_up.weight'");
 }
 
@@ -539,13 +515,13 @@ TEST(HFModelErrors, BrokenShardIndex) {
   write_json(index, json{{"metadata", json::object()}});
   expect_error([&] { load(dir); }, "not a valid safetensors index");
 
-  write_bytes(index, "not json");
+  test::write_bytes(index, "not json");
   expect_error([&] { load(dir); }, "not a valid safetensors index");
 
   // The same tensor in two shards.
   write_json(index, good);
   const std::string first = dir + "/model-00001-of-00002.safetensors";
-  edit_header(first, [](json& h) {
+  test::edit_safetensors_header(first, [](json& h) {
     for (auto& [name, info] : h.items())
       if (name != "__metadata__") {
         h["model.norm.weight"] = info;  // bytes of another tensor: only the name matters here

@@ -232,21 +232,6 @@ std::string hf_folder(const test::ScratchDir& dir) {
   return dir.file("model.safetensors");
 }
 
-// Rewrites the header of a safetensors file through `edit`, keeping the data.
-void edit_header(const std::string& path, const std::function<void(json&)>& edit) {
-  const std::string bytes = test::read_bytes(path);
-  uint64_t len = 0;
-  std::memcpy(&len, bytes.data(), 8);
-  json header = json::parse(bytes.substr(8, len));
-  edit(header);
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t new_len = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &new_len, 8);
-  test::write_bytes(path, out + text + bytes.substr(8 + len));
-}
-
 }  // namespace
 
 TEST(SafetensorsLimits, HeaderLengthIsBoundedByTheFileAndTheLimit) {
@@ -326,7 +311,7 @@ TEST(SafetensorsLimits, EntriesAreValidated) {
   for (size_t k = 0; k < std::size(cases); ++k) {
     SCOPED_TRACE(k);
     test::write_bytes(st, good);
-    edit_header(st, cases[k].edit);
+    test::edit_safetensors_header(st, cases[k].edit);
     expect_error_with([&] { load(dir.path()); }, cases[k].needle);
   }
 }
