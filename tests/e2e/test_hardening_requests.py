@@ -47,17 +47,6 @@ def check_works(server, chat=False):
     assert r.json()["usage"]["completion_tokens"] >= 1
 
 
-@pytest.fixture(scope="module")
-def gemma():
-    """Gemma 3 270M with a 2048-token context (long token-id prompts, chat)."""
-    model = default_model_path()
-    if model is None:
-        pytest.skip("the default model is not installed (make setup)")
-    s = Server(["--max-model-len", "2048", "--kv-cache-memory", "128MiB"], model=model).start()
-    yield s
-    assert s.stop() == 0, s.output()
-
-
 # --- integers are exact -------------------------------------------------------
 
 @pytest.mark.parametrize("field,value,contains", [
@@ -117,18 +106,18 @@ def test_non_finite_and_huge_numbers(stories_server, data):
 
 # --- one token-id prompt of any length ------------------------------------------
 
-def test_token_id_prompt_longer_than_the_batch_limit_is_one_prompt(stories_server, gemma):
+def test_token_id_prompt_longer_than_the_batch_limit_is_one_prompt(stories_server, gemma_server):
     # stories260K's context is 512: 1025 ids get the context error, not "'prompt' holds 1025 prompts".
     e = check_400(post(stories_server, "/v1/completions", {**OK, "prompt": [5] * 1025}), "prompt",
                   "maximum context length is 512")
     assert "prompts" not in e["message"], e["message"]
     # Gemma with 2048 tokens of context: 1030 ids are one prompt and run.
     ids = [2] + [1596] * 1029
-    r = post(gemma, "/v1/completions", {"prompt": ids, "max_tokens": 2}, timeout=300)
+    r = post(gemma_server, "/v1/completions", {"prompt": ids, "max_tokens": 2}, timeout=300)
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == 1030
     assert len(r.json()["choices"]) == 1
-    check_400(post(gemma, "/v1/completions", {"prompt": [2] * 2100, "max_tokens": 2}), "prompt",
+    check_400(post(gemma_server, "/v1/completions", {"prompt": [2] * 2100, "max_tokens": 2}), "prompt",
               "maximum context length is 2048")
     # Batches are what the limit counts.
     check_400(post(stories_server, "/v1/completions", {**OK, "prompt": ["Hi"] * 1025}), "prompt",
@@ -137,19 +126,19 @@ def test_token_id_prompt_longer_than_the_batch_limit_is_one_prompt(stories_serve
 
 # --- chat bounds ------------------------------------------------------------------
 
-def test_chat_values_and_bounds(gemma):
-    check_400(post(gemma, "/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": -1}),
+def test_chat_values_and_bounds(gemma_server):
+    check_400(post(gemma_server, "/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": -1}),
               "top_logprobs", "[0, 20], got -1")
-    check_400(post(gemma, "/v1/chat/completions", {"messages": USER, "max_completion_tokens": U64_MAX}),
+    check_400(post(gemma_server, "/v1/chat/completions", {"messages": USER, "max_completion_tokens": U64_MAX}),
               "max_completion_tokens", "18446744073709551615")
     kwargs = {f"k{i}": i for i in range(100_000)}
     t0 = time.time()
-    check_400(post(gemma, "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": kwargs}),
+    check_400(post(gemma_server, "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": kwargs}),
               "chat_template_kwargs", "100000 keys; at most 1024")
     assert time.time() - t0 < 10  # was 33-50 s of template CPU
-    check_400(post(gemma, "/v1/chat/completions", {"messages": USER * 10_001, "max_tokens": 1}), "messages",
+    check_400(post(gemma_server, "/v1/chat/completions", {"messages": USER * 10_001, "max_tokens": 1}), "messages",
               "10001 messages; at most 10000")
-    check_works(gemma, chat=True)
+    check_works(gemma_server, chat=True)
 
 
 # --- one request cannot take the whole queue -----------------------------------------
@@ -232,7 +221,7 @@ def test_serve_help_documents_the_limits():
         assert flag in out, out
 
 
-def test_normal_requests_still_work(stories_server, gemma):
+def test_normal_requests_still_work(stories_server, gemma_server):
     check_works(stories_server)
-    check_works(gemma)
-    check_works(gemma, chat=True)
+    check_works(gemma_server)
+    check_works(gemma_server, chat=True)
