@@ -170,7 +170,9 @@ class Backend {
   virtual void swap_out(const BlockPairs& device_to_host);
   virtual void swap_in(const BlockPairs& host_to_device);
 
-  // ---- the step's batch (see the top of this file)
+  // ---- the step's batch (see the top of this file). The caller keeps
+  // `batch` alive and unchanged until the next set_batch (a host backend may
+  // read it in place rather than copy it).
   virtual void set_batch(const BatchInfo& batch) = 0;
 
   // ---- ops. `n` is a row count; matrices are row-major [n, cols]; buffers

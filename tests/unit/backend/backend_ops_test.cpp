@@ -18,9 +18,12 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
+#include "backend_test_util.h"
 
 namespace pagellm {
 namespace {
+
+using namespace backend_test;
 
 struct BackendCase {
   const char* label;   // test name suffix
@@ -58,19 +61,11 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
     if (GetParam().isa) unsetenv("PAGELLM_ISA");
   }
 
-  BufferPtr put(const std::vector<float>& v) {
-    BufferPtr b = be_->alloc(DType::F32, v.size());
-    be_->copy_from_host(v.data(), *b, 0, v.size() * sizeof(float));
-    return b;
-  }
+  BufferPtr put(const std::vector<float>& v) { return upload(*be_, v); }
   BufferPtr zeros_like(size_t n, float fill = -7.0f) { return put(std::vector<float>(n, fill)); }
-  std::vector<float> get(const Buffer& b, size_t n) {
-    std::vector<float> v(n);
-    be_->copy_to_host(b, 0, n * sizeof(float), v.data());
-    be_->synchronize();
-    return v;
-  }
-  std::unique_ptr<Weight> upload(const std::string& name, DType type, std::vector<int64_t> shape, const void* data) {
+  std::vector<float> get(const Buffer& b, size_t n) { return download(*be_, b, n); }
+  std::unique_ptr<Weight> upload_weight(const std::string& name, DType type, std::vector<int64_t> shape,
+                                       const void* data) {
     TensorData t{name, type, std::move(shape), data};
     return be_->upload(t);
   }
@@ -78,44 +73,13 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
   std::unique_ptr<Backend> be_;
 };
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double norm_err(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 // ---------------------------------------------------------------- matmul, embed
-
-std::vector<uint8_t> quantize(DType t, const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<uint8_t> q(dtype_row_bytes(t, cols) * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row_ref(t, x.data() + r * cols, q.data() + r * dtype_row_bytes(t, cols), cols);
-  return q;
-}
-
-std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t rows, int64_t cols) {
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row_ref(t, q.data() + r * dtype_row_bytes(t, cols), w.data() + r * cols, cols);
-  return w;
-}
 
 // The values a backend multiplies with: the file's, or, when it converted the
 // type at upload (Weight::held_type), those of the reference conversion.
 std::vector<float> as_held(const Weight& w, std::vector<float> values) {
   if (w.held_type == w.type || w.rows == 1) return values;
-  return dequantize(w.held_type, quantize(w.held_type, values, w.rows, w.cols), w.rows, w.cols);
+  return dequantize_rows(w.held_type, quantize_rows(w.held_type, values, w.rows, w.cols), w.rows, w.cols);
 }
 
 TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
@@ -123,9 +87,9 @@ TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                   DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     if (!be_->supports_weight(t)) continue;
-    const auto q = quantize(t, randn(static_cast<size_t>(rows * cols), 11), rows, cols);
-    auto w = upload("w", t, {cols, rows}, q.data());
-    const auto wref = as_held(*w, dequantize(t, q, rows, cols));
+    const auto q = quantize_rows(t, randn(static_cast<size_t>(rows * cols), 11), rows, cols);
+    auto w = upload_weight("w", t, {cols, rows}, q.data());
+    const auto wref = as_held(*w, dequantize_rows(t, q, rows, cols));
     EXPECT_GT(w->held_bytes, 0u) << dtype_name(t);
     for (int64_t n : {1, 3, 17, 64}) {
       const auto x = randn(static_cast<size_t>(n * cols), 12 + static_cast<uint32_t>(n));
@@ -143,7 +107,7 @@ TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
       // Float weights: float accumulation. Quantized ones may round the
       // activations to 8 bits (the CPU does): about 1% relative.
       const double tol = dtype_is_quantized(w->held_type) ? 2e-2 : 1e-5;
-      EXPECT_LT(norm_err(y, ref), tol) << dtype_name(t) << " n " << n;
+      EXPECT_LT(rel_l2(y, ref), tol) << dtype_name(t) << " n " << n;
     }
   }
 }
@@ -152,9 +116,9 @@ TEST_P(BackendOps, EmbedLooksUpScaledRows) {
   const int64_t vocab = 300, dim = 256;
   for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (!be_->supports_weight(t)) continue;
-    const auto q = quantize(t, randn(static_cast<size_t>(vocab * dim), 21), vocab, dim);
-    auto table = upload("token_embd.weight", t, {dim, vocab}, q.data());
-    const auto ref_table = as_held(*table, dequantize(t, q, vocab, dim));
+    const auto q = quantize_rows(t, randn(static_cast<size_t>(vocab * dim), 21), vocab, dim);
+    auto table = upload_weight("token_embd.weight", t, {dim, vocab}, q.data());
+    const auto ref_table = as_held(*table, dequantize_rows(t, q, vocab, dim));
     BatchInfo b;
     for (int32_t id : {5, 0, 299, 17, 5}) {
       b.token_ids.push_back(id);
@@ -168,7 +132,7 @@ TEST_P(BackendOps, EmbedLooksUpScaledRows) {
     std::vector<double> ref(y.size());
     for (int64_t i = 0; i < b.n_tokens(); ++i)
       for (int64_t c = 0; c < dim; ++c) ref[i * dim + c] = 1.5 * ref_table[b.token_ids[i] * dim + c];
-    EXPECT_LT(norm_err(y, ref), 1e-6) << dtype_name(t);
+    EXPECT_LT(rel_l2(y, ref), 1e-6) << dtype_name(t);
   }
 }
 
@@ -304,7 +268,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
       }
     }
   }
-  EXPECT_LT(norm_err(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << D << " B " << B
+  EXPECT_LT(rel_l2(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << D << " B " << B
                                        << " window " << c.window << " softcap " << c.softcap << " f16 " << c.f16;
 }
 
@@ -337,26 +301,8 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
 // own row may see it. Masking by multiplying with 0 fails this.
 TEST_P(BackendOps, AttentionIgnoresMaskedValues) {
   const int n = 4, heads = 2, D = 8;
-  KVCacheSpec spec;
-  spec.n_layers = 1;
-  spec.n_kv_heads = heads;
-  spec.head_dim = D;
-  spec.block_size = 16;
-  spec.num_blocks = 2;
-  spec.dtype = DType::F32;
-  be_->allocate_kv_cache(spec);
-  BatchInfo b;
-  SeqInfo s;
-  s.q_start = 0;
-  s.q_len = n;
-  s.ctx_len = n;
-  s.block_table = {1};
-  b.seqs.push_back(s);
-  for (int t = 0; t < n; ++t) {
-    b.token_ids.push_back(0);
-    b.positions.push_back(t);
-    b.slot_mapping.push_back(16 + t);
-  }
+  be_->allocate_kv_cache(cache_spec(1, heads, D, 2));
+  const BatchInfo b = one_sequence(n, {1}, 16);  // the backend may keep a pointer to it
   be_->set_batch(b);
   const auto k = randn(n * heads * D, 71), q = randn(n * heads * D, 72);
   auto v = randn(n * heads * D, 73);
@@ -400,7 +346,7 @@ TEST_P(BackendOps, RmsNormWithAndWithoutWeightInPlace) {
   const int rows = 37, dim = 640;
   const auto x = randn(rows * dim, 1, 30.0f);
   const auto wv = randn(dim, 2);
-  auto w = upload("w", DType::F32, {dim}, wv.data());
+  auto w = upload_weight("w", DType::F32, {dim}, wv.data());
   for (bool weighted : {true, false})
     for (bool in_place : {false, true}) {
       auto xb = put(x);
@@ -415,7 +361,7 @@ TEST_P(BackendOps, RmsNormWithAndWithoutWeightInPlace) {
         const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
         for (int i = 0; i < dim; ++i) ref[r * dim + i] = x[r * dim + i] * inv * (weighted ? wv[i] : 1.0);
       }
-      EXPECT_LT(norm_err(got, ref), 1e-6) << "weighted " << weighted << " in place " << in_place;
+      EXPECT_LT(rel_l2(got, ref), 1e-6) << "weighted " << weighted << " in place " << in_place;
     }
 }
 
@@ -424,7 +370,7 @@ TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
   const int n = 9, heads = 3, hd = 64, n_rot = 48;
   std::vector<float> factors(n_rot / 2);
   for (int i = 0; i < n_rot / 2; ++i) factors[i] = 1.0f + 0.37f * static_cast<float>(i % 5);
-  auto fw = upload("rope_freqs.weight", DType::F32, {n_rot / 2}, factors.data());
+  auto fw = upload_weight("rope_freqs.weight", DType::F32, {n_rot / 2}, factors.data());
   BatchInfo b;
   for (int t = 0; t < n; ++t) {
     b.token_ids.push_back(0);
@@ -455,7 +401,7 @@ TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
             rr[o + a] = orig[o + a] * std::cos(th) - orig[o + c2] * std::sin(th);
             rr[o + c2] = orig[o + a] * std::sin(th) + orig[o + c2] * std::cos(th);
           }
-      EXPECT_LT(norm_err(xr, rr), 1e-6) << "neox " << neox << " factors " << with_factors;
+      EXPECT_LT(rel_l2(xr, rr), 1e-6) << "neox " << neox << " factors " << with_factors;
     }
 }
 
@@ -464,26 +410,8 @@ TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
 // both layers must then agree exactly.
 TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
   const int n = 5, kvh = 2, hd = 64;
-  KVCacheSpec spec;
-  spec.n_layers = 2;
-  spec.n_kv_heads = kvh;
-  spec.head_dim = hd;
-  spec.block_size = 16;
-  spec.num_blocks = 2;
-  spec.dtype = DType::F32;
-  be_->allocate_kv_cache(spec);
-  BatchInfo b;
-  SeqInfo s;
-  s.q_start = 0;
-  s.q_len = n;
-  s.ctx_len = n;
-  s.block_table = {1};
-  b.seqs.push_back(s);
-  for (int t = 0; t < n; ++t) {
-    b.token_ids.push_back(0);
-    b.positions.push_back(t);
-    b.slot_mapping.push_back(16 + t);
-  }
+  be_->allocate_kv_cache(cache_spec(2, kvh, hd, 2));
+  const BatchInfo b = one_sequence(n, {1}, 16);  // the backend may keep a pointer to it
   be_->set_batch(b);
   RopeConfig rc;
   rc.n_rot = hd;
@@ -526,7 +454,7 @@ TEST_P(BackendOps, GluAddBiasAndGather) {
                              : 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
         r[i] = f * u[i];
       }
-      EXPECT_LT(norm_err(got, r), 1e-6) << "act " << static_cast<int>(act) << " in place " << in_place;
+      EXPECT_LT(rel_l2(got, r), 1e-6) << "act " << static_cast<int>(act) << " in place " << in_place;
     }
 
   // add: y += x
@@ -536,20 +464,20 @@ TEST_P(BackendOps, GluAddBiasAndGather) {
     const auto got = get(*yb, n);
     std::vector<double> r(n);
     for (int i = 0; i < n; ++i) r[i] = static_cast<double>(g[i]) + u[i];
-    EXPECT_LT(norm_err(got, r), 1e-7);
+    EXPECT_LT(rel_l2(got, r), 1e-7);
   }
   // add_bias over rows
   {
     const int rows = 7, cols = 384;
     const auto y0 = randn(rows * cols, 31), bias = randn(cols, 32);
-    auto bw = upload("b", DType::F32, {cols}, bias.data());
+    auto bw = upload_weight("b", DType::F32, {cols}, bias.data());
     auto yb = put(y0);
     be_->add_bias(*yb, *bw, rows);
     const auto got = get(*yb, y0.size());
     std::vector<double> r(y0.size());
     for (int i = 0; i < rows; ++i)
       for (int c = 0; c < cols; ++c) r[i * cols + c] = static_cast<double>(y0[i * cols + c]) + bias[c];
-    EXPECT_LT(norm_err(got, r), 1e-7);
+    EXPECT_LT(rel_l2(got, r), 1e-7);
   }
   // gather_rows, repeats and any order
   {
@@ -589,16 +517,7 @@ TEST_P(BackendOps, CopiesAtOffsetsAndMemoryInfo) {
 // a one-token query that sees only that block (one key): out == v of the key.
 std::vector<float> read_v_of_slot(BackendOps& t, Backend& be, int layer, int32_t block, int kvh, int hd,
                                   int block_size) {
-  BatchInfo b;
-  SeqInfo s;
-  s.q_start = 0;
-  s.q_len = 1;
-  s.ctx_len = 1;
-  s.block_table = {block};
-  b.seqs.push_back(s);
-  b.token_ids = {0};
-  b.positions = {0};
-  b.slot_mapping = {static_cast<int64_t>(block) * block_size};
+  const BatchInfo b = one_sequence(1, {block}, block_size);
   be.set_batch(b);
   auto q = t.put(std::vector<float>(static_cast<size_t>(kvh * hd), 0.5f));
   auto o = t.zeros_like(static_cast<size_t>(kvh * hd));
@@ -612,16 +531,7 @@ std::vector<float> read_v_of_slot(BackendOps& t, Backend& be, int layer, int32_t
 }
 
 void write_slot0(BackendOps& t, Backend& be, int layer, int32_t block, const std::vector<float>& kv, int block_size) {
-  BatchInfo b;
-  SeqInfo s;
-  s.q_start = 0;
-  s.q_len = 1;
-  s.ctx_len = 1;
-  s.block_table = {block};
-  b.seqs.push_back(s);
-  b.token_ids = {0};
-  b.positions = {0};
-  b.slot_mapping = {static_cast<int64_t>(block) * block_size};
+  const BatchInfo b = one_sequence(1, {block}, block_size);
   be.set_batch(b);
   auto kb = t.put(kv), vb = t.put(kv);
   be.store_kv(layer, *kb, *vb);
@@ -630,14 +540,7 @@ void write_slot0(BackendOps& t, Backend& be, int layer, int32_t block, const std
 
 TEST_P(BackendOps, CopyBlocksAndSwapRoundTrip) {
   const int kvh = 2, hd = 64, bs = 16;
-  KVCacheSpec spec;
-  spec.n_layers = 2;
-  spec.n_kv_heads = kvh;
-  spec.head_dim = hd;
-  spec.block_size = bs;
-  spec.num_blocks = 6;
-  spec.dtype = DType::F32;
-  be_->allocate_kv_cache(spec);
+  be_->allocate_kv_cache(cache_spec(2, kvh, hd, 6));
   EXPECT_EQ(be_->kv_cache_spec().num_blocks, 6);
   const auto a = randn(kvh * hd, 51), c = randn(kvh * hd, 52);
   for (int l = 0; l < 2; ++l) {

@@ -22,81 +22,12 @@
 
 #include "backend/backend.h"
 #include "backend/opencl/opencl_backend.h"
+#include "backend_test_util.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
 
 namespace pagellm {
-namespace backend_test {
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-// ||got - ref|| / ||ref||.
-double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
-  EXPECT_EQ(got.size(), ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-BufferPtr upload(Backend& be, const std::vector<float>& v) {
-  BufferPtr b = be.alloc(DType::F32, v.size());
-  be.copy_from_host(v.data(), *b, 0, v.size() * sizeof(float));
-  be.synchronize();  // v may go away after this
-  return b;
-}
-
-std::vector<float> download(Backend& be, const Buffer& b, size_t n) {
-  std::vector<float> v(n);
-  be.copy_to_host(b, 0, n * sizeof(float), v.data());
-  be.synchronize();
-  return v;
-}
-
-// A [rows, cols] weight of `type` quantized from random values; `dequant`
-// gets what the file holds, dequantized by the reference.
-std::unique_ptr<Weight> random_weight(Backend& be, DType type, int64_t rows, int64_t cols, uint32_t seed,
-                                      std::vector<float>* dequant, const std::string& name = "w") {
-  const auto values = randn(static_cast<size_t>(rows * cols), seed, 0.5f);
-  const size_t row_bytes = dtype_row_bytes(type, cols);
-  std::vector<uint8_t> q(row_bytes * rows);
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row_ref(type, values.data() + r * cols, q.data() + r * row_bytes, cols);
-  if (dequant) {
-    dequant->resize(values.size());
-    for (int64_t r = 0; r < rows; ++r) dequantize_row_ref(type, q.data() + r * row_bytes, dequant->data() + r * cols, cols);
-  }
-  TensorData t{name, type, {cols, rows}, q.data()};
-  return be.upload(t);
-}
-
-// In place on one head: the first n_rot dims rotate, at position pos.
-void rope_ref(double* v, int64_t pos, int n_rot, bool neox, double base, double scale, const float* factors) {
-  const int half = n_rot / 2;
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(base, -2.0 * i / n_rot);
-    if (factors) f /= factors[i];
-    const double th = pos * scale * f, c = std::cos(th), s = std::sin(th);
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const double x = v[a], y = v[b];
-    v[a] = x * c - y * s;
-    v[b] = x * s + y * c;
-  }
-}
-
-}  // namespace backend_test
-
 namespace {
 
 using namespace backend_test;
