@@ -94,7 +94,26 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
 // all tokens, consecutive lanes reading consecutive 8-value chunks; the lanes'
 // sums meet in a tree reduction in local memory.
 #define MV_LANES (MV_WG / MV_ROWS)
-#define DEFINE_MV(T)                                                                          \
+// One chunk of a row for every token: VALS = 8 values through deq8_T, or
+// 32 through deq32_T (scales and high bits decoded once per 32).
+#define MV_CHUNK_8(T)                                                                         \
+  const float8 wv = deq8_##T(w, dofs, base + (ulong)c * 8);                                   \
+  for (int t = 0; t < MV_NT; ++t) {                                                           \
+    if (t < nt) {                                                                             \
+      const float8 xv = vload8(c, xt + (size_t)t * cols);                                     \
+      acc[t] += dot(wv.lo, xv.lo) + dot(wv.hi, xv.hi);                                        \
+    }                                                                                         \
+  }
+#define MV_CHUNK_32(T)                                                                        \
+  float16 w0, w1;                                                                             \
+  deq32_##T(w, dofs, base + (ulong)c * 32, &w0, &w1);                                         \
+  for (int t = 0; t < MV_NT; ++t) {                                                           \
+    if (t < nt) {                                                                             \
+      global const float* xc = xt + (size_t)t * cols + (size_t)c * 32;                        \
+      acc[t] += hsum16(w0 * vload16(0, xc) + w1 * vload16(1, xc));                            \
+    }                                                                                         \
+  }
+#define DEFINE_MV_OF(T, VALS)                                                                 \
   kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_##T(                      \
       global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n,    \
       global float* y) {                                                                      \
@@ -105,16 +124,10 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
     float acc[MV_NT];                                                                         \
     for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;                                            \
     const ulong base = (ulong)row * (ulong)cols;                                              \
-    const int n8 = row < rows ? cols >> 3 : 0;                                                \
+    const int n_chunks = row < rows ? cols / VALS : 0;                                        \
     global const float* xt = x + (size_t)t0 * cols;                                           \
-    for (int c = lane; c < n8; c += MV_LANES) {                                               \
-      const float8 wv = deq8_##T(w, dofs, base + (ulong)c * 8);                               \
-      for (int t = 0; t < MV_NT; ++t) {                                                       \
-        if (t < nt) {                                                                         \
-          const float8 xv = vload8(c, xt + (size_t)t * cols);                                 \
-          acc[t] += dot(wv.lo, xv.lo) + dot(wv.hi, xv.hi);                                    \
-        }                                                                                     \
-      }                                                                                       \
+    for (int c = lane; c < n_chunks; c += MV_LANES) {                                         \
+      MV_CHUNK_##VALS(T)                                                                      \
     }                                                                                         \
     for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];                                     \
     barrier(CLK_LOCAL_MEM_FENCE);                                                             \
@@ -125,6 +138,8 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
     }                                                                                         \
     if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane]; \
   }
+#define DEFINE_MV(T) DEFINE_MV_OF(T, 8)
+
 
 // mm: a TM x TN tile of y (tokens x weight rows) per 16 x 16 work-group,
 // each thread 2 tokens x 4 rows. Per step of TK = 32 columns, the x tile is
@@ -299,39 +314,9 @@ inline void deq32_q6_k(global const uchar* w, ulong dofs, ulong e, float16* lo, 
   *hi = (convert_float16(l1 | h1) - 32.0f) * (d * (float)sc[1]);
 }
 
-// mv as DEFINE_MV, a lane taking 32 values at a time.
-#define DEFINE_MV32(T)                                                                        \
-  kernel __attribute__((reqd_work_group_size(MV_WG, 1, 1))) void mv_##T(                      \
-      global const uchar* w, ulong dofs, int rows, int cols, global const float* x, int n,    \
-      global float* y) {                                                                      \
-    local float red[MV_NT][MV_WG];                                                            \
-    const int lid = get_local_id(0), lane = lid % MV_LANES;                                   \
-    const int row = get_group_id(0) * MV_ROWS + lid / MV_LANES;                               \
-    const int t0 = get_group_id(1) * MV_NT, nt = min(MV_NT, n - t0);                          \
-    float acc[MV_NT];                                                                         \
-    for (int t = 0; t < MV_NT; ++t) acc[t] = 0.0f;                                            \
-    const ulong base = (ulong)row * (ulong)cols;                                              \
-    const int n32 = row < rows ? cols >> 5 : 0;                                               \
-    global const float* xt = x + (size_t)t0 * cols;                                           \
-    for (int c = lane; c < n32; c += MV_LANES) {                                              \
-      float16 w0, w1;                                                                         \
-      deq32_##T(w, dofs, base + (ulong)c * 32, &w0, &w1);                                     \
-      for (int t = 0; t < MV_NT; ++t) {                                                       \
-        if (t < nt) {                                                                         \
-          global const float* xc = xt + (size_t)t * cols + (size_t)c * 32;                    \
-          acc[t] += hsum16(w0 * vload16(0, xc) + w1 * vload16(1, xc));                        \
-        }                                                                                     \
-      }                                                                                       \
-    }                                                                                         \
-    for (int t = 0; t < MV_NT; ++t) red[t][lid] = acc[t];                                     \
-    barrier(CLK_LOCAL_MEM_FENCE);                                                             \
-    for (int s = MV_LANES / 2; s > 0; s >>= 1) {                                              \
-      if (lane < s)                                                                           \
-        for (int t = 0; t < MV_NT; ++t) red[t][lid] += red[t][lid + s];                       \
-      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-    }                                                                                         \
-    if (lane < nt && row < rows) y[(size_t)(t0 + lane) * rows + row] = red[lane][lid - lane]; \
-  }
+// mv with a lane taking 32 values at a time.
+#define DEFINE_MV32(T) DEFINE_MV_OF(T, 32)
+
 DEFINE_MV32(q4_k)
 DEFINE_MV32(q5_0)
 DEFINE_MV32(q6_k)

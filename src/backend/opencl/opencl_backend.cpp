@@ -185,6 +185,7 @@ class OpenClBackend : public Backend {
   }
   ClMem create_buffer(cl_mem_flags flags, size_t bytes, const void* host, const char* what);
   cl_mem rope_table(const RopeConfig& cfg);
+  void move_block(int32_t dev, int32_t host, bool to_host);
   void check_block(int32_t b) const {
     PAGELLM_CHECK(b >= 0 && b < kv_.num_blocks, "KV block {} out of range [0, {})", b, kv_.num_blocks);
   }
@@ -453,36 +454,33 @@ void OpenClBackend::allocate_swap_space(int num_blocks) {
   swap_blocks_ = num_blocks;
 }
 
-void OpenClBackend::swap_out(const BlockPairs& device_to_host) {
-  for (const auto& [dev, host] : device_to_host) {
-    check_block(dev);
-    PAGELLM_CHECK(host >= 0 && host < swap_blocks_, "swap block {} out of range [0, {})", host, swap_blocks_);
-    uint8_t* h = swap_.data() + static_cast<size_t>(host) * kv_.bytes_per_block();
-    for (int l = 0; l < kv_.n_layers; ++l) {
-      cl_check(clEnqueueReadBuffer(queue_, k_cache_[l].get(), CL_FALSE, dev * block_bytes_, block_bytes_,
-                                   h + (2 * l) * block_bytes_, 0, nullptr, nullptr),
-               "clEnqueueReadBuffer (swap out)");
-      cl_check(clEnqueueReadBuffer(queue_, v_cache_[l].get(), CL_FALSE, dev * block_bytes_, block_bytes_,
-                                   h + (2 * l + 1) * block_bytes_, 0, nullptr, nullptr),
-               "clEnqueueReadBuffer (swap out)");
+// One device block <-> one host block of the pool, every layer, K then V;
+// non-blocking, ordered by the queue like every op.
+void OpenClBackend::move_block(int32_t dev, int32_t host, bool to_host) {
+  check_block(dev);
+  PAGELLM_CHECK(host >= 0 && host < swap_blocks_, "swap block {} out of range [0, {})", host, swap_blocks_);
+  uint8_t* h = swap_.data() + static_cast<size_t>(host) * kv_.bytes_per_block();
+  for (int l = 0; l < kv_.n_layers; ++l) {
+    cl_mem caches[2] = {k_cache_[l].get(), v_cache_[l].get()};
+    for (int kv = 0; kv < 2; ++kv) {
+      uint8_t* part = h + (2 * l + kv) * block_bytes_;
+      const size_t offset = dev * block_bytes_;
+      if (to_host)
+        cl_check(clEnqueueReadBuffer(queue_, caches[kv], CL_FALSE, offset, block_bytes_, part, 0, nullptr, nullptr),
+                 "clEnqueueReadBuffer (swap out)");
+      else
+        cl_check(clEnqueueWriteBuffer(queue_, caches[kv], CL_FALSE, offset, block_bytes_, part, 0, nullptr, nullptr),
+                 "clEnqueueWriteBuffer (swap in)");
     }
   }
 }
 
+void OpenClBackend::swap_out(const BlockPairs& device_to_host) {
+  for (const auto& [dev, host] : device_to_host) move_block(dev, host, true);
+}
+
 void OpenClBackend::swap_in(const BlockPairs& host_to_device) {
-  for (const auto& [host, dev] : host_to_device) {
-    check_block(dev);
-    PAGELLM_CHECK(host >= 0 && host < swap_blocks_, "swap block {} out of range [0, {})", host, swap_blocks_);
-    const uint8_t* h = swap_.data() + static_cast<size_t>(host) * kv_.bytes_per_block();
-    for (int l = 0; l < kv_.n_layers; ++l) {
-      cl_check(clEnqueueWriteBuffer(queue_, k_cache_[l].get(), CL_FALSE, dev * block_bytes_, block_bytes_,
-                                    h + (2 * l) * block_bytes_, 0, nullptr, nullptr),
-               "clEnqueueWriteBuffer (swap in)");
-      cl_check(clEnqueueWriteBuffer(queue_, v_cache_[l].get(), CL_FALSE, dev * block_bytes_, block_bytes_,
-                                    h + (2 * l + 1) * block_bytes_, 0, nullptr, nullptr),
-               "clEnqueueWriteBuffer (swap in)");
-    }
-  }
+  for (const auto& [host, dev] : host_to_device) move_block(dev, host, false);
 }
 
 // Metadata layout (int32): token ids [n], positions [n], slots [n], per
