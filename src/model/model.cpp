@@ -117,37 +117,33 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) co
   return kv;
 }
 
-size_t Model::activation_bytes(int64_t n, int64_t m) const {
+// Each activation buffer and its values per token of the step (per_row
+// false: per sampled row), so allocation and the size estimate agree.
+std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  const int64_t per_token = 3 * c.n_embd + 2 * qd + 2 * kd + 2 * c.n_ff;
-  return static_cast<size_t>(n * per_token + m * (c.n_embd + c.n_vocab)) * sizeof(float);
+  return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, qd, true},
+          {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
+          {&Buffers::o, c.n_embd, true},   {&Buffers::gate, c.n_ff, true},    {&Buffers::up, c.n_ff, true},
+          {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, c.n_vocab, false}};
+}
+
+size_t Model::activation_bytes(int64_t n, int64_t m) const {
+  int64_t values = 0;
+  for (const BufferShape& b : buffer_shapes()) values += b.values * (b.per_token ? n : m);
+  return static_cast<size_t>(values) * sizeof(float);
 }
 
 void Model::ensure_buffers(int64_t n, int64_t m) {
-  const ModelConfig& c = cfg_;
-  auto grow = [&](BufferPtr& p, int64_t count) {
+  const bool grow_tokens = n > buf_.cap_tokens, grow_rows = m > buf_.cap_logits;
+  for (const BufferShape& b : buffer_shapes()) {
+    if (!(b.per_token ? grow_tokens : grow_rows)) continue;
+    BufferPtr& p = buf_.*b.member;
     p.reset();  // the old one goes first: device memory is tight
-    p = backend_.alloc(DType::F32, static_cast<size_t>(count));
-  };
-  if (n > buf_.cap_tokens) {
-    const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-    grow(buf_.x, n * c.n_embd);
-    grow(buf_.h, n * c.n_embd);
-    grow(buf_.q, n * qd);
-    grow(buf_.k, n * kd);
-    grow(buf_.v, n * kd);
-    grow(buf_.attn, n * qd);
-    grow(buf_.o, n * c.n_embd);
-    grow(buf_.gate, n * c.n_ff);
-    grow(buf_.up, n * c.n_ff);
-    buf_.cap_tokens = n;
+    p = backend_.alloc(DType::F32, static_cast<size_t>(b.values * (b.per_token ? n : m)));
   }
-  if (m > buf_.cap_logits) {
-    grow(buf_.sel, m * c.n_embd);
-    grow(buf_.logits, m * c.n_vocab);
-    buf_.cap_logits = m;
-  }
+  if (grow_tokens) buf_.cap_tokens = n;
+  if (grow_rows) buf_.cap_logits = m;
 }
 
 // One transformer block over all n tokens of the step.

@@ -66,6 +66,13 @@ class Model {
   Model(const ModelConfig& cfg, Backend& backend);
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
+  struct Buffers;
+  struct BufferShape {
+    std::unique_ptr<Buffer> Buffers::*member;
+    int64_t values;  // per token, or per sampled row
+    bool per_token;
+  };
+  std::vector<BufferShape> buffer_shapes() const;
   void layer(int il, int64_t n);
 
   ModelConfig cfg_;
