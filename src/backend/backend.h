@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kv_layout.h"
 
 namespace pagellm {
 
@@ -97,9 +98,10 @@ struct KVCacheSpec {
   int block_size = 16;
   int num_blocks = 0;        // including block 0 (reserved padding block)
   DType dtype = DType::F16;  // F32 or F16
-  // Bytes of one block across all layers, K and V.
+  // Bytes of one block across all layers, K and V (core/kv_layout.h).
   size_t bytes_per_block() const {
-    return size_t{2} * n_layers * n_kv_heads * block_size * head_dim * dtype_size(dtype);
+    return static_cast<size_t>(kv_bytes_per_block(
+        KVCacheLayout{n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype))}));
   }
 };
 

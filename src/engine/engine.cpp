@@ -176,9 +176,7 @@ void Engine::load(const LoadProgress& progress) {
 }
 
 std::string Engine::describe() const {
-  const int64_t per_block = kv_bytes_per_block(KVCacheLayout{model_config().n_layer, model_config().n_head_kv,
-                                                             model_config().head_dim, config_.block_size,
-                                                             config_.kv_cache_dtype == DType::F16 ? 2 : 4});
+  const int64_t per_block = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}, {} tokens); max_model_len {}; {}",
                      model_config().describe(), format_bytes(static_cast<int64_t>(model_->weight_bytes())),
                      kv_config_.num_blocks - 1, kv_config_.block_size,

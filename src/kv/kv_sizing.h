@@ -3,19 +3,9 @@
 
 #include <cstdint>
 
+#include "core/kv_layout.h"
+
 namespace pagellm {
-
-struct KVCacheLayout {
-  int32_t n_layers = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  int32_t block_size = 16;        // tokens per block
-  int32_t bytes_per_element = 2;  // 2 for f16/bf16, 4 for f32, 1 for 8-bit caches
-};
-
-// 2 (K and V) * n_layers * n_kv_heads * head_dim * block_size * bytes_per_element.
-// Throws Error for non-positive fields.
-int64_t kv_bytes_per_block(const KVCacheLayout& layout);
 
 // Blocks that fit in `budget_bytes`, including the reserved null block 0
 // (the value to pass as KVCacheConfig::num_blocks). Throws Error when the
