@@ -65,6 +65,18 @@ inline float8 deq8_q6_k(global const uchar* w, ulong dofs, ulong e) {
   return (convert_float8(lo | (hi << (uchar)4)) - 32.0f) * (d * sc);
 }
 
+// The 6-bit scale and min of Q4_K sub-block j (0..7) from the 12-byte
+// scales field s (core's kquant_scale_min).
+inline void q4k_scale_min(global const uchar* s, uint j, uint* sc, uint* m) {
+  if (j < 4) {
+    *sc = s[j] & 63u;
+    *m = s[j + 4] & 63u;
+  } else {
+    *sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 // 144-byte super-blocks of 256: d, dmin (fp16), 12 bytes of 6-bit sub-block
 // scales and mins, 128 bytes of nibbles. Sub-block j (32 values) is the low
 // (j even) or high (j odd) nibbles of bytes 32 * (j / 2) .. + 31.
@@ -76,13 +88,7 @@ inline float8 deq8_q4_k(global const uchar* w, ulong dofs, ulong e) {
   const float dmin = vload_half(1, (global const half*)blk);
   global const uchar* s = blk + 4;
   uint sc, m;
-  if (j < 4) {
-    sc = s[j] & 63u;
-    m = s[j + 4] & 63u;
-  } else {
-    sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+  q4k_scale_min(s, j, &sc, &m);
   const uchar8 q = vload8((b * 144 + 16 + 32 * (j >> 1) + o) >> 3, w);
   const uchar8 nib = (j & 1u) ? (q >> (uchar)4) : (q & (uchar)15);
   return convert_float8(nib) * (d * (float)sc) - dmin * (float)m;
@@ -257,13 +263,7 @@ inline void deq32_q4_k(global const uchar* w, ulong dofs, ulong e, float16* lo, 
   const float d = vload_half(0, (global const half*)blk), dmin = vload_half(1, (global const half*)blk);
   global const uchar* s = blk + 4;
   uint sc, m;
-  if (j < 4) {
-    sc = s[j] & 63u;
-    m = s[j + 4] & 63u;
-  } else {
-    sc = (s[j + 4] & 15u) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+  q4k_scale_min(s, j, &sc, &m);
   global const uchar* q = blk + 16 + 32 * (j >> 1);
   uchar16 q0 = vload16(0, q), q1 = vload16(1, q);
   if (j & 1) {

@@ -138,14 +138,6 @@ TEST_P(BackendOps, EmbedLooksUpScaledRows) {
 
 // ---------------------------------------------------------------- attention
 
-struct AttnCase {
-  int n_head, n_kv, head_dim, block;
-  int window;
-  float softcap;
-  bool f16;
-  std::vector<std::pair<int, int>> seqs;  // (q_len, ctx_len)
-};
-
 // Writes random K/V for every position of each sequence into a paged cache
 // (shuffled, non-contiguous block tables), runs attention, and compares with a
 // full-softmax reference computed from the same (rounded) K/V.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,6 +92,22 @@ inline void rope_ref(double* v, int64_t pos, int n_rot, bool neox, double base, 
     v[a] = x * c - y * s;
     v[b] = x * s + y * c;
   }
+}
+
+// An attention case: heads, cache block size, sliding window (0: none),
+// softcap (0: none), F16 or F32 cache, and each sequence's (q_len, ctx_len).
+struct AttnCase {
+  int n_head, n_kv, head_dim, block;
+  int window;
+  float softcap;
+  bool f16;
+  std::vector<std::pair<int, int>> seqs;
+  bool neox = true;  // RoPE pairing, where the case rotates k
+};
+
+inline void PrintTo(const AttnCase& c, std::ostream* os) {
+  *os << "h" << c.n_head << " kv" << c.n_kv << " D" << c.head_dim << " block" << c.block << " window" << c.window
+      << " softcap" << c.softcap << (c.f16 ? " f16" : " f32");
 }
 
 // A paged cache of num_blocks blocks of 16 tokens.

@@ -231,20 +231,6 @@ TEST_F(OpenClOps, EmbedFloatRowsOfAnyLength) {
 
 // ---- paged attention
 
-struct AttnCase {
-  int n_head, n_kv, head_dim, block;
-  int window;
-  float softcap;
-  bool f16;
-  std::vector<std::pair<int, int>> seqs;  // (q_len, ctx_len)
-  bool neox = true;
-};
-
-void PrintTo(const AttnCase& c, std::ostream* os) {
-  *os << "h" << c.n_head << " kv" << c.n_kv << " D" << c.head_dim << " block" << c.block << " window" << c.window
-      << " softcap" << c.softcap << (c.f16 ? " f16" : " f32");
-}
-
 // The cache as the reference sees it: K (rotated) and V per sequence and
 // position, rounded as the cache stores them.
 struct RefCache {

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "backend/cpu/quants.h"
+#include "backend_test_util.h"
 
 namespace pagellm::cpu::test {
 
 // Normally distributed values (mean 0, stddev `scale`), seeded.
 inline std::vector<float> normal_values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return backend_test::randn(n, seed, scale);
 }
 
 // ||a - b|| / ||b||.
