@@ -136,6 +136,7 @@ size_t Model::activation_bytes(int64_t n, int64_t m) const {
 
 void Model::ensure_buffers(int64_t n, int64_t m) {
   const bool grow_tokens = n > buf_.cap_tokens, grow_rows = m > buf_.cap_logits;
+  if (!grow_tokens && !grow_rows) return;  // every step but the first few
   for (const BufferShape& b : buffer_shapes()) {
     if (!(b.per_token ? grow_tokens : grow_rows)) continue;
     BufferPtr& p = buf_.*b.member;
