@@ -348,6 +348,15 @@ struct Template {
   std::vector<int32_t> prefix, suffix;
 };
 
+// A post-processor id is added to every encoded prompt: one past the
+// vocabulary would index past the embedding table.
+int32_t vocab_token_id(const json& v, const tok::Vocabulary& vocab) {
+  const int32_t id = json_token_id(v);
+  if (id >= vocab.size())
+    fail("tokenizer.json: post-processor token id {} is outside the vocabulary [0, {})", id, vocab.size());
+  return id;
+}
+
 void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template& tpl, int depth = 0) {
   if (p.is_null()) return;
   const std::string type = p.value("type", "");
@@ -368,7 +377,7 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       std::vector<int32_t> ids;
       if (p.contains("special_tokens") && p.at("special_tokens").contains(name)) {
-        for (const auto& id : p.at("special_tokens").at(name).at("ids")) ids.push_back(json_token_id(id));
+        for (const auto& id : p.at("special_tokens").at(name).at("ids")) ids.push_back(vocab_token_id(id, vocab));
       } else if (int32_t id = vocab.find(name); id >= 0) {
         ids.push_back(id);
       } else {
@@ -379,8 +388,8 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
     }
   } else if (type == "BertProcessing" || type == "RobertaProcessing") {
     tpl.found = true;
-    tpl.prefix = {json_token_id(p.at("cls").at(1))};
-    tpl.suffix = {json_token_id(p.at("sep").at(1))};
+    tpl.prefix = {vocab_token_id(p.at("cls").at(1), vocab)};
+    tpl.suffix = {vocab_token_id(p.at("sep").at(1), vocab)};
   } else if (type == "ByteLevel") {
     // offsets only
   } else {

@@ -107,6 +107,23 @@ TEST(TokenizerLimits, MissingAndMistypedFieldsAreErrors) {
   expect_error_with([&] { load_text(dir, tokenizer_json("")); }, "added_tokens_decoder key 'abc' is not a token id");
 }
 
+TEST(TokenizerLimits, PostProcessorIdsOutsideTheVocabularyAreErrors) {
+  test::ScratchDir dir("tok-post");
+  // These ids went into every encoded prompt unchecked (a fuzzer finding):
+  // the model would read past its embedding table.
+  const char* extras[] = {
+      R"(, "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},)"
+      R"( {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"ids": [5000]}}})",
+      R"(, "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 5000], "sep": ["[SEP]", 0]})",
+      R"(, "post_processor": {"type": "RobertaProcessing", "cls": ["<s>", 0], "sep": ["</s>", 5000]})",
+  };
+  for (const char* extra : extras) {
+    SCOPED_TRACE(extra);
+    expect_error_with([&] { load_text(dir, tokenizer_json(extra)); },
+                      "post-processor token id 5000 is outside the vocabulary");
+  }
+}
+
 TEST(TokenizerLimits, SparseIdsAreRefusedBeforeSizingTheVocabulary) {
   test::ScratchDir dir("tok-ids");
   // One id of 10^9 sized a 10^9-entry table (~40 GB) before.
