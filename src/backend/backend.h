@@ -44,6 +44,10 @@ struct TensorData {
   }
 };
 
+// Expert e of a stacked expert tensor (shape [cols, rows, n_expert]) as a
+// 2-D view [cols, rows] of the same bytes, named "<name>[e]".
+TensorData expert_slice(const TensorData& experts, int64_t e);
+
 // A weight as the backend holds it: a matrix [rows = out features, cols = in
 // features] or a vector (rows == 1) such as a norm weight or a bias. `type`
 // is the type as stored in the file; `held_type` what the backend keeps
@@ -77,6 +81,17 @@ class Buffer {
 using BufferPtr = std::unique_ptr<Buffer>;
 
 enum class Activation { Silu, GeluTanh };
+
+// Mixture-of-experts routing: how router logits become each token's experts
+// and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).
+enum class RouterScoring { Softmax, Sigmoid };
+struct MoeRouting {
+  int n_expert = 0;           // experts in the layer
+  int k = 0;                  // experts each token uses
+  RouterScoring scoring = RouterScoring::Softmax;
+  bool normalize = false;     // the k chosen weights are rescaled to sum to 1
+  float scale = 1.0f;         // applied to the chosen weights last
+};
 
 struct RopeConfig {
   int n_rot = 0;             // leading dims of each head that rotate (== head_dim usually)
@@ -132,6 +147,7 @@ struct MemoryInfo {
 enum class Feature {
   SwapToHost,  // allocate_swap_space / swap_out / swap_in
   AsyncOps,    // ops return before their work is done
+  MixtureOfExperts,  // moe_route / matmul_experts / moe_combine / scale_rows_sigmoid
 };
 
 // (source, destination) block pairs.
@@ -198,6 +214,21 @@ class Backend {
   virtual void add(Buffer& y, const Buffer& x, int64_t n) = 0;  // y += x
   // out[i] = x[rows[i]] for rows of length dim.
   virtual void gather_rows(const Buffer& x, int64_t dim, const std::vector<int32_t>& rows, Buffer& out) = 0;
+
+  // ---- Mixture-of-experts (Feature::MixtureOfExperts); the defaults throw.
+  // ids[n, k] (an I32 buffer) and weights[n, k] from router logits[n, n_expert].
+  // Ties go to the lower expert id, so a token's route never depends on its batch.
+  virtual void moe_route(const Buffer& logits, int64_t n, const MoeRouting& r, Buffer& ids, Buffer& weights);
+  // Expert-grouped products: y[t*k + j] = x_row * experts[ids[t, j]]^T, where
+  // x_row is x[t] (x_per_slot false: the layer input, shared by a token's k
+  // experts) or x[t*k + j]. Each routed expert's weights stream once for all
+  // the step's tokens routed to it; unrouted experts are not read.
+  virtual void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& x, int64_t n, int k,
+                              bool x_per_slot, const Buffer& ids, Buffer& y);
+  // out[t] = sum_j weights[t, j] * y[t*k + j], rows of dim values.
+  virtual void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out);
+  // y[t] *= sigmoid(s[t]) for rows of dim values (Qwen2-MoE's shared-expert gate).
+  virtual void scale_rows_sigmoid(Buffer& y, const Buffer& s, int64_t n, int64_t dim);
 
   // ---- optional per-op timing (the --profile breakdown)
   virtual void set_profiling(bool on) { (void)on; }

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
 #include "core/aligned_buffer.h"
@@ -47,6 +48,14 @@ float* f32(Buffer& b, int64_t need) {
   return reinterpret_cast<float*>(static_cast<CpuBuffer&>(b).bytes_ptr());
 }
 const float* f32(const Buffer& b, int64_t need) { return f32(const_cast<Buffer&>(b), need); }
+
+int32_t* i32(Buffer& b, int64_t need) {
+  PAGELLM_CHECK(b.dtype() == DType::I32, "cpu backend: an op got a {} buffer (I32 expected)", dtype_name(b.dtype()));
+  PAGELLM_CHECK(need >= 0 && static_cast<size_t>(need) <= b.size(), "cpu backend: buffer of {} values, op needs {}",
+                b.size(), need);
+  return reinterpret_cast<int32_t*>(static_cast<CpuBuffer&>(b).bytes_ptr());
+}
+const int32_t* i32(const Buffer& b, int64_t need) { return i32(const_cast<Buffer&>(b), need); }
 
 size_t meminfo_bytes(const char* key) {
   std::ifstream in("/proc/meminfo");
@@ -102,6 +111,7 @@ class CpuBackend : public Backend {
   }
   void synchronize() override {}  // every op is done when it returns
 
+  bool supports(Feature f) const override { return f == Feature::MixtureOfExperts; }
   bool supports_weight(DType t) const override { return cpu::matmul_supported(t); }
 
   std::unique_ptr<Weight> upload(const TensorData& t) override {
@@ -280,6 +290,77 @@ class CpuBackend : public Backend {
       std::memcpy(out + i * dim, x + static_cast<int64_t>(rows[i]) * dim, dim * sizeof(float));
   }
 
+  void moe_route(const Buffer& logits_b, int64_t n, const MoeRouting& r, Buffer& ids_b, Buffer& w_b) override {
+    Timer t(this, kOther, "moe_route");
+    PAGELLM_CHECK(r.n_expert > 0 && r.n_expert <= cpu::kMaxExperts && r.k > 0 && r.k <= r.n_expert,
+                  "moe_route: {} of {} experts", r.k, r.n_expert);
+    const float* logits = f32(logits_b, n * r.n_expert);
+    int32_t* ids = i32(ids_b, n * r.k);
+    float* w = f32(w_b, n * r.k);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) cpu::route_token(logits + i * r.n_expert, r, ids + i * r.k, w + i * r.k);
+    });
+  }
+
+  void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& xb, int64_t n, int k, bool x_per_slot,
+                      const Buffer& ids_b, Buffer& yb) override {
+    Timer t(this, kMatmul, "matmul_experts");
+    PAGELLM_CHECK(!experts.empty() && k > 0, "matmul_experts: no experts");
+    const int64_t rows = experts[0]->rows, cols = experts[0]->cols;
+    for (const Weight* w : experts)
+      PAGELLM_CHECK(w->rows == rows && w->cols == cols, "matmul_experts: expert '{}' is [{}, {}], not [{}, {}]",
+                    w->name, w->rows, w->cols, rows, cols);
+    const int64_t slots = n * k;
+    const float* x = f32(xb, (x_per_slot ? slots : n) * cols);
+    float* y = f32(yb, slots * rows);
+    cpu::group_by_expert(i32(ids_b, slots), slots, static_cast<int>(experts.size()), moe_groups_);
+    // Each routed expert multiplies its tokens' rows, gathered contiguous, in one product.
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int64_t m = moe_groups_.count(static_cast<int>(e));
+      if (m == 0) continue;
+      const int32_t* group = moe_groups_.slots.data() + moe_groups_.offsets[e];
+      if (moe_in_.size() < static_cast<size_t>(m * cols)) moe_in_.resize(m * cols);
+      if (moe_out_.size() < static_cast<size_t>(m * rows)) moe_out_.resize(m * rows);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t src = x_per_slot ? group[i] : group[i] / k;
+        std::memcpy(moe_in_.data() + i * cols, x + src * cols, cols * sizeof(float));
+      }
+      const cpu::MatmulWeight& w = *as_cpu(*experts[e]).matrix;
+      if (exact_matmul_) matmul_exact(w, moe_in_.data(), m, moe_out_.data());
+      else cpu::matmul(pool_, w, moe_in_.data(), m, moe_out_.data());
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(y + static_cast<int64_t>(group[i]) * rows, moe_out_.data() + i * rows, rows * sizeof(float));
+    }
+  }
+
+  void moe_combine(const Buffer& yb, const Buffer& wb, int64_t n, int k, int64_t dim, Buffer& out_b) override {
+    Timer t(this, kOther, "moe_combine");
+    const float* y = f32(yb, n * k * dim);
+    const float* w = f32(wb, n * k);
+    float* out = f32(out_b, n * dim);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* o = out + i * dim;
+        for (int64_t c = 0; c < dim; ++c) o[c] = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          const float wj = w[i * k + j];
+          const float* yj = y + (i * k + j) * dim;
+          for (int64_t c = 0; c < dim; ++c) o[c] += wj * yj[c];
+        }
+      }
+    });
+  }
+
+  void scale_rows_sigmoid(Buffer& yb, const Buffer& sb, int64_t n, int64_t dim) override {
+    Timer t(this, kOther, "scale_rows_sigmoid");
+    float* y = f32(yb, n * dim);
+    const float* s = f32(sb, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = 1.0f / (1.0f + std::exp(-s[i]));
+      for (int64_t c = 0; c < dim; ++c) y[i * dim + c] *= g;
+    }
+  }
+
   void set_profiling(bool on) override {
     profiling_ = on;
     for (auto& c : category_ns_) c = 0;
@@ -389,6 +470,8 @@ class CpuBackend : public Backend {
   std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
   bool exact_matmul_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
+  cpu::ExpertGroups moe_groups_;      // matmul_experts: slots per expert
+  std::vector<float> moe_in_, moe_out_;  // one expert's gathered input rows and its output rows
 };
 
 void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {

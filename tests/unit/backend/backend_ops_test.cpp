@@ -558,6 +558,144 @@ TEST_P(BackendOps, CopyBlocksAndSwapRoundTrip) {
   }
 }
 
+// ---------------------------------------------------------------- mixture of experts
+
+// The plain definition: scores, the k best by (score desc, id asc), renormalised, scaled.
+void reference_route(const std::vector<float>& logits, int64_t n, const MoeRouting& r, std::vector<int32_t>& ids,
+                     std::vector<double>& w) {
+  ids.assign(static_cast<size_t>(n * r.k), -1);
+  w.assign(static_cast<size_t>(n * r.k), 0);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> p(r.n_expert);
+    const float* l = logits.data() + t * r.n_expert;
+    for (int e = 0; e < r.n_expert; ++e)
+      p[e] = r.scoring == RouterScoring::Sigmoid ? 1 / (1 + std::exp(-double(l[e]))) : std::exp(double(l[e]));
+    if (r.scoring == RouterScoring::Softmax) {
+      double s = 0;
+      for (double v : p) s += v;
+      for (double& v : p) v /= s;
+    }
+    std::vector<int> order(r.n_expert);
+    for (int e = 0; e < r.n_expert; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    double sum = 0;
+    for (int j = 0; j < r.k; ++j) sum += p[order[j]];
+    for (int j = 0; j < r.k; ++j) {
+      ids[t * r.k + j] = order[j];
+      w[t * r.k + j] = p[order[j]] / (r.normalize ? sum : 1.0) * r.scale;
+    }
+  }
+}
+
+TEST_P(BackendOps, MoeRouteTopKMatchesReference) {
+  if (!be_->supports(Feature::MixtureOfExperts)) {
+    auto b = put(randn(8, 1));
+    EXPECT_THROW(be_->moe_route(*b, 1, MoeRouting{8, 2}, *b, *b), Error);
+    return;
+  }
+  const int64_t n = 37;
+  for (const MoeRouting r : {MoeRouting{8, 2, RouterScoring::Softmax, true, 1.0f},
+                             MoeRouting{64, 8, RouterScoring::Softmax, false, 1.0f},
+                             MoeRouting{16, 4, RouterScoring::Sigmoid, true, 2.5f}}) {
+    SCOPED_TRACE(r.n_expert);
+    auto logits = randn(static_cast<size_t>(n * r.n_expert), 3 + r.n_expert, 2.0f);
+    logits[5] = logits[6];  // a tie: the lower id must win
+    auto lb = put(logits);
+    auto ids_b = be_->alloc(DType::I32, static_cast<size_t>(n * r.k));
+    auto wb = zeros_like(static_cast<size_t>(n * r.k));
+    be_->moe_route(*lb, n, r, *ids_b, *wb);
+    std::vector<int32_t> ids(static_cast<size_t>(n * r.k));
+    be_->copy_to_host(*ids_b, 0, ids.size() * sizeof(int32_t), ids.data());
+    be_->synchronize();
+    std::vector<int32_t> ref_ids;
+    std::vector<double> ref_w;
+    reference_route(logits, n, r, ref_ids, ref_w);
+    EXPECT_EQ(ids, ref_ids);
+    EXPECT_LT(rel_l2(get(*wb, ref_w.size()), ref_w), 1e-6);
+  }
+}
+
+TEST_P(BackendOps, MatmulExpertsMatchesPerSlotProducts) {
+  if (!be_->supports(Feature::MixtureOfExperts)) return;  // refusal checked by the routing test
+  const int n_expert = 6, k = 2;
+  const int64_t rows = 40, cols = 256;
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
+    // One stacked tensor, as a GGUF file holds experts; the CPU borrows its bytes.
+    const auto q = quantize_rows(t, randn(static_cast<size_t>(n_expert * rows * cols), 100 + n_expert, 0.5f),
+                                 n_expert * rows, cols);
+    const TensorData stack{"exps", t, {cols, rows, n_expert}, q.data()};
+    std::vector<std::vector<float>> wref(n_expert);
+    std::vector<std::unique_ptr<Weight>> owned;
+    std::vector<const Weight*> experts;
+    for (int e = 0; e < n_expert; ++e) {
+      const TensorData slice = expert_slice(stack, e);
+      owned.push_back(be_->upload(slice));
+      experts.push_back(owned.back().get());
+      const auto* bytes = static_cast<const uint8_t*>(slice.data);
+      wref[e] = dequantize_rows(t, std::vector<uint8_t>(bytes, bytes + dtype_row_bytes(t, cols) * rows), rows, cols);
+    }
+    for (int64_t n : {1, 7, 33}) {
+      for (bool per_slot : {false, true}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(t) << " n " << n << " per_slot " << per_slot);
+        // Expert 5 is never routed: only routed experts may be read.
+        std::vector<int32_t> ids(static_cast<size_t>(n * k));
+        for (int64_t s = 0; s < n * k; ++s) ids[s] = static_cast<int32_t>((s * 7 + s / 3) % (n_expert - 1));
+        auto ids_b = be_->alloc(DType::I32, ids.size());
+        be_->copy_from_host(ids.data(), *ids_b, 0, ids.size() * sizeof(int32_t));
+        const int64_t x_rows = per_slot ? n * k : n;
+        const auto x = randn(static_cast<size_t>(x_rows * cols), 50 + static_cast<uint32_t>(n));
+        auto xb = put(x);
+        auto yb = zeros_like(static_cast<size_t>(n * k * rows));
+        be_->matmul_experts(experts, *xb, n, k, per_slot, *ids_b, *yb);
+        const auto y = get(*yb, static_cast<size_t>(n * k * rows));
+        std::vector<double> ref(y.size());
+        for (int64_t s = 0; s < n * k; ++s) {
+          const float* xr = x.data() + (per_slot ? s : s / k) * cols;
+          for (int64_t r = 0; r < rows; ++r) {
+            double acc = 0;
+            for (int64_t c = 0; c < cols; ++c) acc += double(xr[c]) * wref[ids[s]][r * cols + c];
+            ref[s * rows + r] = acc;
+          }
+        }
+        EXPECT_LT(rel_l2(y, ref), t == DType::F32 ? 1e-5 : 2e-2);
+      }
+    }
+  }
+}
+
+TEST_P(BackendOps, MoeCombineAndSigmoidRowScale) {
+  if (!be_->supports(Feature::MixtureOfExperts)) return;
+  const int64_t n = 5, dim = 24;
+  const int k = 3;
+  const auto y = randn(static_cast<size_t>(n * k * dim), 7), w = randn(static_cast<size_t>(n * k), 8);
+  auto yb = put(y), wb = put(w), out = zeros_like(static_cast<size_t>(n * dim));
+  be_->moe_combine(*yb, *wb, n, k, dim, *out);
+  std::vector<double> ref(static_cast<size_t>(n * dim), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < k; ++j)
+      for (int64_t c = 0; c < dim; ++c) ref[t * dim + c] += double(w[t * k + j]) * y[(t * k + j) * dim + c];
+  EXPECT_LT(rel_l2(get(*out, ref.size()), ref), 1e-6);
+
+  const auto s = randn(static_cast<size_t>(n), 9);
+  auto sb = put(s);
+  be_->scale_rows_sigmoid(*out, *sb, n, dim);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < dim; ++c) ref[t * dim + c] *= 1 / (1 + std::exp(-double(s[t])));
+  EXPECT_LT(rel_l2(get(*out, ref.size()), ref), 1e-6);
+}
+
+TEST(ExpertSlice, ViewsOneExpertOfAStack) {
+  std::vector<float> data(3 * 4 * 2);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+  const TensorData t{"blk.0.ffn_up_exps.weight", DType::F32, {3, 4, 2}, data.data()};
+  const TensorData e1 = expert_slice(t, 1);
+  EXPECT_EQ(e1.shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(e1.name, "blk.0.ffn_up_exps.weight[1]");
+  EXPECT_EQ(static_cast<const float*>(e1.data)[0], 12.0f);
+  EXPECT_THROW(expert_slice(t, 2), Error);
+  EXPECT_THROW(expert_slice(e1, 0), Error);
+}
+
 const BackendCase kCases[] = {
     {"cpu_scalar", "cpu", "scalar"},
     {"cpu_avx2", "cpu", "avx2"},

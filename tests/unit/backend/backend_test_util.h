@@ -71,7 +71,8 @@ inline std::vector<float> dequantize_rows(DType t, const std::vector<uint8_t>& q
 }
 
 // A [rows, cols] weight of `type` quantized from random values; `dequant`
-// gets what the file holds, dequantized by the reference.
+// gets what the file holds, dequantized by the reference. The bytes are gone
+// on return: only for backends that copy at upload (the CPU borrows them).
 inline std::unique_ptr<Weight> random_weight(Backend& be, DType type, int64_t rows, int64_t cols, uint32_t seed,
                                              std::vector<float>* dequant, const std::string& name = "w") {
   const auto q = quantize_rows(type, randn(static_cast<size_t>(rows * cols), seed, 0.5f), rows, cols);
