@@ -314,23 +314,29 @@ class CpuBackend : public Backend {
     const float* x = f32(xb, (x_per_slot ? slots : n) * cols);
     float* y = f32(yb, slots * rows);
     cpu::group_by_expert(i32(ids_b, slots), slots, static_cast<int>(experts.size()), moe_groups_);
-    // Each routed expert multiplies its tokens' rows, gathered contiguous, in one product.
-    for (size_t e = 0; e < experts.size(); ++e) {
-      const int64_t m = moe_groups_.count(static_cast<int>(e));
-      if (m == 0) continue;
-      const int32_t* group = moe_groups_.slots.data() + moe_groups_.offsets[e];
-      if (moe_in_.size() < static_cast<size_t>(m * cols)) moe_in_.resize(m * cols);
-      if (moe_out_.size() < static_cast<size_t>(m * rows)) moe_out_.resize(m * rows);
-      for (int64_t i = 0; i < m; ++i) {
-        const int64_t src = x_per_slot ? group[i] : group[i] / k;
-        std::memcpy(moe_in_.data() + i * cols, x + src * cols, cols * sizeof(float));
-      }
-      const cpu::MatmulWeight& w = *as_cpu(*experts[e]).matrix;
-      if (exact_matmul_) matmul_exact(w, moe_in_.data(), m, moe_out_.data());
-      else cpu::matmul(pool_, w, moe_in_.data(), m, moe_out_.data());
-      for (int64_t i = 0; i < m; ++i)
-        std::memcpy(y + static_cast<int64_t>(group[i]) * rows, moe_out_.data() + i * rows, rows * sizeof(float));
+    // Each routed expert multiplies its tokens' rows, gathered contiguous (in
+    // expert order), and all of them run in one parallel region.
+    if (moe_in_.size() < static_cast<size_t>(slots * cols)) moe_in_.resize(slots * cols);
+    if (moe_out_.size() < static_cast<size_t>(slots * rows)) moe_out_.resize(slots * rows);
+    for (int64_t i = 0; i < slots; ++i) {
+      const int64_t src = x_per_slot ? moe_groups_.slots[i] : moe_groups_.slots[i] / k;
+      std::memcpy(moe_in_.data() + i * cols, x + src * cols, cols * sizeof(float));
     }
+    moe_problems_.clear();
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const int64_t m = moe_groups_.count(static_cast<int>(e)), first = moe_groups_.offsets[e];
+      if (m > 0)
+        moe_problems_.push_back({as_cpu(*experts[e]).matrix.get(), moe_in_.data() + first * cols, m,
+                                 moe_out_.data() + first * rows});
+    }
+    if (exact_matmul_) {
+      for (const auto& p : moe_problems_) matmul_exact(*p.w, p.x, p.n, p.y);
+    } else {
+      cpu::matmul_many(pool_, moe_problems_.data(), moe_problems_.size());
+    }
+    for (int64_t i = 0; i < slots; ++i)
+      std::memcpy(y + static_cast<int64_t>(moe_groups_.slots[i]) * rows, moe_out_.data() + i * rows,
+                  rows * sizeof(float));
   }
 
   void moe_combine(const Buffer& yb, const Buffer& wb, int64_t n, int k, int64_t dim, Buffer& out_b) override {
@@ -471,7 +477,8 @@ class CpuBackend : public Backend {
   bool exact_matmul_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
   cpu::ExpertGroups moe_groups_;      // matmul_experts: slots per expert
-  std::vector<float> moe_in_, moe_out_;  // one expert's gathered input rows and its output rows
+  std::vector<float> moe_in_, moe_out_;  // input rows gathered by expert, and their outputs
+  std::vector<cpu::MatmulProblem> moe_problems_;
 };
 
 void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {

@@ -127,73 +127,161 @@ std::unique_ptr<MatmulWeight> prepare_matmul_weight(DType type, int64_t rows, in
 }
 
 void matmul(ThreadPool& pool, const MatmulWeight& weight, const float* x, int64_t n, float* y) {
-  const PreparedWeight& w = prepared(weight);
-  PAGELLM_CHECK(n >= 0, "matmul: negative token count {}", n);
-  if (n == 0) return;
+  const MatmulProblem p{&weight, x, n, y};
+  matmul_many(pool, &p, 1);
+}
+
+namespace {
+
+// One problem of matmul_many, with its activations quantized and its share
+// of the work items.
+struct Plan {
+  const PreparedWeight* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t n = 0;
+  DType act = DType::F32;
+  size_t block_stride = 0, side_stride = 0;
+  uint8_t* scratch = nullptr;  // [n][block_stride] blocks, then [n][side_stride] extras
+  int64_t chunk = 0, run = 0, runs = 0, items = 0, first_item = 0;
+};
+
+void quantize_plan(const Plan& p, int64_t t0, int64_t t1) {
+  const int64_t cols = p.w->cols();
+  const int offset = zero_point(p.w->type());
+  uint8_t* side = p.scratch + static_cast<size_t>(p.n) * p.block_stride;
+  for (int64_t t = t0; t < t1; ++t)
+    avx2::quantize_act_row(p.act, offset, p.x + t * cols, cols, p.scratch + t * p.block_stride,
+                           side + t * p.side_stride);
+}
+
+void run_item(const Plan& p, int64_t item) {
+  const PreparedWeight& w = *p.w;
+  const int64_t rows = w.rows(), groups = w.groups();
+  const int64_t nb = w.cols() / dtype_block_size(w.type());
+  const ActRows a{p.scratch, p.block_stride, p.scratch + static_cast<size_t>(p.n) * p.block_stride, p.side_stride};
+  const int64_t t0 = (item / p.runs) * p.chunk, nt = std::min(p.chunk, p.n - t0);
+  const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
+  for (int64_t g = g0; g < g1; ++g) {
+    const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
+    avx2::gemm_x8(w.type(), w.packed() + g * w.group_bytes(), nb, a, t0, nt, p.y + t0 * rows + g * kGroupRows, rows,
+                  nrows);
+  }
+}
+
+// The unpacked paths (float weights, scalar kernels): one problem at a time.
+void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, int64_t n, float* y) {
   const DType type = w.type();
   if (!dtype_is_quantized(type)) return matmul_float(pool, w, x, n, y);
-
   const int64_t rows = w.rows(), cols = w.cols();
   const bool avx2 = kernel_isa() >= Isa::Avx2;
-  const bool packed = avx2 && w.packed() != nullptr;
   const DType act = vec_dot_type(type);
-  const int64_t act_blocks = cols / dtype_block_size(act);
   const size_t block_stride = round_up64(dtype_row_bytes(act, cols));
-  const size_t side_stride = packed ? round_up64(static_cast<size_t>(act_blocks) * side_bytes_per_block(act)) : 0;
-
-  // [n][block_stride] activation blocks, then [n][side_stride] extras.
-  uint8_t* scratch = t_scratch.get(static_cast<size_t>(n) * (block_stride + side_stride));
-  uint8_t* side = scratch + static_cast<size_t>(n) * block_stride;
-  const ActRows a{scratch, block_stride, side, side_stride};
-  const int offset = zero_point(type);
+  uint8_t* scratch = t_scratch.get(static_cast<size_t>(n) * block_stride);
   auto quantize_tokens = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      uint8_t* blocks = scratch + t * block_stride;
-      if (packed) avx2::quantize_act_row(act, offset, x + t * cols, cols, blocks, side + t * side_stride);
-      else quantize_row(act, x + t * cols, blocks, cols);
-    }
+    for (int64_t t = t0; t < t1; ++t) quantize_row(act, x + t * cols, scratch + t * block_stride, cols);
   };
   if (n > 1 && n * cols >= kParallelQuantizeMin) pool.parallel_for(n, quantize_tokens);
   else quantize_tokens(0, n);
+  const auto* base = static_cast<const uint8_t*>(w.data());
+  const size_t row_bytes = w.row_bytes();
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* wr = base + r * row_bytes;
+      for (int64_t t = 0; t < n; ++t) {
+        const uint8_t* at = scratch + t * block_stride;
+        y[t * rows + r] = avx2 ? avx2::vec_dot(type, cols, wr, at) : scalar::vec_dot(type, cols, wr, at);
+      }
+    }
+  });
+}
 
-  if (!packed) {
-    const auto* base = static_cast<const uint8_t*>(w.data());
-    const size_t row_bytes = w.row_bytes();
-    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* wr = base + r * row_bytes;
-        for (int64_t t = 0; t < n; ++t) {
-          const uint8_t* at = a.blocks + t * block_stride;
-          y[t * rows + r] = avx2 ? avx2::vec_dot(type, cols, wr, at) : scalar::vec_dot(type, cols, wr, at);
-        }
+}  // namespace
+
+void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) {
+  // Problems the packed kernels run share one parallel region; the rest go one by one.
+  thread_local std::vector<Plan> t_plans;  // reused: no allocation per product after warm-up
+  std::vector<Plan>& plans = t_plans;
+  plans.clear();
+  size_t scratch_bytes = 0;
+  int64_t total_values = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const MatmulProblem& pr = problems[i];
+    const PreparedWeight& w = prepared(*pr.w);
+    PAGELLM_CHECK(pr.n >= 0, "matmul: negative token count {}", pr.n);
+    if (pr.n == 0) continue;
+    const bool packed = kernel_isa() >= Isa::Avx2 && w.packed() != nullptr && dtype_is_quantized(w.type());
+    if (!packed) {
+      matmul_unpacked(pool, w, pr.x, pr.n, pr.y);
+      continue;
+    }
+    Plan p;
+    p.w = &w;
+    p.x = pr.x;
+    p.y = pr.y;
+    p.n = pr.n;
+    p.act = vec_dot_type(w.type());
+    const int64_t act_blocks = w.cols() / dtype_block_size(p.act);
+    p.block_stride = round_up64(dtype_row_bytes(p.act, w.cols()));
+    p.side_stride = round_up64(static_cast<size_t>(act_blocks) * side_bytes_per_block(p.act));
+    scratch_bytes += static_cast<size_t>(p.n) * (p.block_stride + p.side_stride);
+    total_values += p.n * w.cols();
+    plans.push_back(p);
+  }
+  if (plans.empty()) return;
+  uint8_t* scratch = t_scratch.get(scratch_bytes);
+  for (Plan& p : plans) {
+    p.scratch = scratch;
+    scratch += static_cast<size_t>(p.n) * (p.block_stride + p.side_stride);
+  }
+  // Quantize every problem's activations first, in parallel over all their
+  // tokens when there are many (plans[i].first_item holds the first token here).
+  int64_t total_tokens = 0;
+  for (Plan& p : plans) {
+    p.first_item = total_tokens;
+    total_tokens += p.n;
+  }
+  if (total_tokens > 1 && total_values >= kParallelQuantizeMin) {
+    pool.parallel_for(total_tokens, [&](int64_t b, int64_t e) {
+      size_t pi = 0;
+      while (plans[pi].first_item + plans[pi].n <= b) ++pi;
+      for (int64_t t = b; t < e;) {
+        const Plan& p = plans[pi];
+        const int64_t t1 = std::min(e, p.first_item + p.n);
+        quantize_plan(p, t - p.first_item, t1 - p.first_item);
+        t = t1;
+        ++pi;
       }
     });
-    return;
+  } else {
+    for (const Plan& p : plans) quantize_plan(p, 0, p.n);
   }
 
-  // Work items: (token chunk, run of row groups), handed out in order from a
-  // shared counter, so a thread that the OS preempts does not hold up the
-  // others (this machine is shared), and threads working at the same time
-  // share the token chunk's activations in L3.
-  const int64_t groups = w.groups();
-  const int64_t nb = cols / dtype_block_size(type);
-  int64_t chunk = static_cast<int64_t>(kChunkBytes / (block_stride + side_stride));
-  chunk = std::max<int64_t>(avx2::kTileTokens, chunk / avx2::kTileTokens * avx2::kTileTokens);
-  const int64_t token_chunks = (n + chunk - 1) / chunk;
-  int64_t run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / w.group_bytes()));
-  run = std::min(run, std::max<int64_t>(1, groups / (4 * pool.size())));  // enough items to balance
-  const int64_t runs = (groups + run - 1) / run;
+  // Work items: (problem, token chunk, run of row groups), handed out in
+  // order from a shared counter, so a thread that the OS preempts does not
+  // hold up the others (this machine is shared), and threads working at the
+  // same time share the token chunk's activations in L3.
+  int64_t total_groups = 0;
+  for (const Plan& p : plans) total_groups += p.w->groups();
+  int64_t items = 0;
+  for (Plan& p : plans) {
+    const int64_t groups = p.w->groups();
+    p.chunk = static_cast<int64_t>(kChunkBytes / (p.block_stride + p.side_stride));
+    p.chunk = std::max<int64_t>(avx2::kTileTokens, p.chunk / avx2::kTileTokens * avx2::kTileTokens);
+    p.run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / p.w->group_bytes()));
+    p.run = std::min(p.run, std::max<int64_t>(1, total_groups / (4 * pool.size())));  // enough items to balance
+    p.runs = (groups + p.run - 1) / p.run;
+    p.items = ((p.n + p.chunk - 1) / p.chunk) * p.runs;
+    p.first_item = items;
+    items += p.items;
+  }
   std::atomic<int64_t> next{0};
   pool.run_dynamic([&](int, int) {
-    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < token_chunks * runs;
+    size_t pi = 0;
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
          item = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t t0 = (item / runs) * chunk, nt = std::min(chunk, n - t0);
-      const int64_t g0 = (item % runs) * run, g1 = std::min(groups, g0 + run);
-      for (int64_t g = g0; g < g1; ++g) {
-        const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
-        avx2::gemm_x8(type, w.packed() + g * w.group_bytes(), nb, a, t0, nt, y + t0 * rows + g * kGroupRows, rows,
-                      nrows);
-      }
+      while (item >= plans[pi].first_item + plans[pi].items) ++pi;  // items only grow
+      run_item(plans[pi], item - plans[pi].first_item);
     }
   });
 }

@@ -43,6 +43,16 @@ bool matmul_supported(DType type);
 // allocation after warm-up (scratch grows once and is reused).
 void matmul(ThreadPool& pool, const MatmulWeight& w, const float* x, int64_t n, float* y);
 
+// Several independent products in one parallel region (a step's routed
+// experts): one wake-up of the pool instead of one per product.
+struct MatmulProblem {
+  const MatmulWeight* w = nullptr;
+  const float* x = nullptr;  // [n, w->cols()]
+  int64_t n = 0;
+  float* y = nullptr;        // [n, w->rows()]
+};
+void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count);
+
 // Reference: dequantize_row_ref + double-precision dot products, one thread.
 void matmul_ref(const MatmulWeight& w, const float* x, int64_t n, float* y);
 

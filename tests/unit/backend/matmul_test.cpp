@@ -116,6 +116,32 @@ TEST_P(MatmulTypes, BatchAndThreadInvariant) {
   }
 }
 
+// A step's routed experts run as one matmul_many: each product must give the
+// very bits it gives alone (routing must not make a token depend on its batch).
+TEST_P(MatmulTypes, ManyProductsEqualEachAlone) {
+  const DType type = GetParam();
+  const int64_t cols = 512;
+  const std::vector<int64_t> rows{24, 9, 40}, ns{1, 7, 0};
+  for (Isa isa : test::testable_isas()) {
+    IsaGuard guard(isa);
+    ThreadPool pool(2);
+    std::vector<std::vector<uint8_t>> wq;
+    std::vector<std::unique_ptr<MatmulWeight>> ws;
+    std::vector<std::vector<float>> xs, ys;
+    std::vector<MatmulProblem> problems;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      wq.push_back(random_weight(type, rows[i], cols, 30 + static_cast<uint32_t>(i)));
+      ws.push_back(prepare_matmul_weight(type, rows[i], cols, wq.back().data()));
+      xs.push_back(normal_values(static_cast<size_t>(std::max<int64_t>(ns[i], 1) * cols), 40 + static_cast<uint32_t>(i)));
+      ys.emplace_back(static_cast<size_t>(ns[i] * rows[i]), std::nanf(""));
+    }
+    for (size_t i = 0; i < rows.size(); ++i) problems.push_back({ws[i].get(), xs[i].data(), ns[i], ys[i].data()});
+    matmul_many(pool, problems.data(), problems.size());
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_EQ(ys[i], run_matmul(pool, *ws[i], xs[i], ns[i])) << isa_name(isa) << " problem " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes, ::testing::ValuesIn(test::weight_types()),
                          [](const auto& info) { return dtype_name(info.param); });
 
