@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -10,6 +12,34 @@ namespace pagellm {
 void Backend::allocate_swap_space(int) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_out(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_in(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
+
+double rope_pair_frequencies(const RopeConfig& c, const float* factors, std::vector<double>& inv_freq) {
+  const int half = c.n_rot / 2;
+  inv_freq.resize(static_cast<size_t>(std::max(half, 0)));
+  const double base = c.freq_base, scale = c.freq_scale;
+  // The pair index where a frequency completes `turns` rotations over n_ctx_orig tokens.
+  auto pair_of_turns = [&](double turns) {
+    return c.n_rot * std::log(c.n_ctx_orig / (turns * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = 0, high = 0;
+  const bool yarn = c.ext_factor > 0 && c.n_ctx_orig > 0;
+  if (yarn) {
+    low = std::max(0.0, std::floor(pair_of_turns(c.beta_fast)));
+    high = std::min(c.n_rot - 1.0, std::ceil(pair_of_turns(c.beta_slow)));
+  }
+  for (int i = 0; i < half; ++i) {
+    const double extrapolated = std::pow(base, -2.0 * i / c.n_rot);
+    double f = extrapolated * scale;  // interpolated
+    if (yarn) {
+      const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+      const double mix = ramp * c.ext_factor;
+      f = f * (1 - mix) + extrapolated * mix;
+    }
+    if (factors) f /= factors[i];
+    inv_freq[i] = f;
+  }
+  return yarn ? c.attn_factor * (1.0 + 0.1 * std::log(1.0 / scale)) : 1.0;
+}
 
 TensorData expert_slice(const TensorData& t, int64_t e) {
   PAGELLM_CHECK(t.shape.size() == 3, "tensor '{}' is not a stack of experts (it has {} dimensions)", t.name,

@@ -99,7 +99,27 @@ struct RopeConfig {
   float freq_scale = 1.0f;   // 1 / linear scaling factor
   bool neox = false;         // rotate (i, i + n_rot/2) pairs; else adjacent (2i, 2i+1) pairs
   const Weight* freq_factors = nullptr;  // [n_rot / 2] divisors (Llama 3.1 style), optional
+  // YaRN context extension (ext_factor > 0; Qwen long-context configs,
+  // gpt-oss): pairs that turn fewer than beta_slow times over n_ctx_orig
+  // tokens are interpolated by freq_scale, pairs that turn more than
+  // beta_fast times keep their frequency, with a linear ramp between; cos and
+  // sin are scaled by attn_factor * (1 + 0.1 ln(1 / freq_scale)).
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+
+  bool same_table(const RopeConfig& o) const {
+    return freq_base == o.freq_base && freq_scale == o.freq_scale && n_rot == o.n_rot &&
+           freq_factors == o.freq_factors && ext_factor == o.ext_factor && attn_factor == o.attn_factor &&
+           beta_fast == o.beta_fast && beta_slow == o.beta_slow && n_ctx_orig == o.n_ctx_orig;
+  }
 };
+
+// Every backend's RoPE angles: pair i of a head turns by pos * inv_freq[i]
+// (n_rot / 2 pairs; factors: freq_factors' values or null), and cos / sin
+// are multiplied by the returned scale (1 unless YaRN).
+double rope_pair_frequencies(const RopeConfig& cfg, const float* factors, std::vector<double>& inv_freq);
 
 struct AttentionConfig {
   int n_head = 0, n_head_kv = 0, head_dim = 0;

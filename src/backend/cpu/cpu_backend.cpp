@@ -428,24 +428,22 @@ class CpuBackend : public Backend {
   // cos/sin of every batch position for one RoPE configuration, computed once
   // per step (in double, then rounded) and shared by all layers using it.
   const float* rope_table(const RopeConfig& cfg) {
-    const auto key = std::make_tuple(cfg.freq_base, cfg.freq_scale, cfg.n_rot, cfg.freq_factors);
     for (size_t i = 0; i < rope_tables_used_; ++i)
-      if (rope_tables_[i].first == key) return rope_tables_[i].second.data();
+      if (rope_tables_[i].first.same_table(cfg)) return rope_tables_[i].second.data();
     const int half = cfg.n_rot / 2;
     const int64_t n = batch_->n_tokens();
     // Buffers are kept across steps: no allocation once they have grown.
     if (rope_tables_used_ == rope_tables_.size()) rope_tables_.emplace_back();
     auto& [slot_key, table] = rope_tables_[rope_tables_used_++];
-    slot_key = key;
+    slot_key = cfg;
     table.resize(static_cast<size_t>(n * half * 2));
     const float* factors = cfg.freq_factors ? as_cpu(*cfg.freq_factors).vec.data() : nullptr;
+    const double mscale = rope_pair_frequencies(cfg, factors, rope_freqs_);
     for (int i = 0; i < half; ++i) {
-      double inv_freq = std::pow(static_cast<double>(cfg.freq_base), -2.0 * i / cfg.n_rot);
-      if (factors) inv_freq /= factors[i];
       for (int64_t t = 0; t < n; ++t) {
-        const double theta = static_cast<double>(batch_->positions[t]) * cfg.freq_scale * inv_freq;
-        table[(t * half + i) * 2] = static_cast<float>(std::cos(theta));
-        table[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta));
+        const double theta = static_cast<double>(batch_->positions[t]) * rope_freqs_[i];
+        table[(t * half + i) * 2] = static_cast<float>(std::cos(theta) * mscale);
+        table[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(theta) * mscale);
       }
     }
     return table.data();
@@ -458,7 +456,8 @@ class CpuBackend : public Backend {
   size_t block_bytes_ = 0;
   std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
   const BatchInfo* batch_ = nullptr;
-  std::vector<std::pair<std::tuple<float, float, int, const Weight*>, std::vector<float>>> rope_tables_;
+  std::vector<std::pair<RopeConfig, std::vector<float>>> rope_tables_;
+  std::vector<double> rope_freqs_;  // [n_rot / 2] of the table being built
   size_t rope_tables_used_ = 0;  // tables valid for the current batch
   bool profiling_ = false;
   int64_t category_ns_[kNumCategories] = {};

@@ -371,12 +371,12 @@ kernel __attribute__((reqd_work_group_size(NORM_WG, 1, 1))) void rms_norm(
 // a float pair hi + lo computed in double on the host. theta = pos * freq is
 // kept as hi + lo too (fma gives the product's rounding error), so large
 // positions keep their angle to double-like accuracy.
-inline float2 rope_cos_sin(int pos, global const float* inv_freq, int i) {
+inline float2 rope_cos_sin(int pos, global const float* inv_freq, int i, float mscale) {
   const float p = (float)pos, fh = inv_freq[2 * i], fl = inv_freq[2 * i + 1];
   const float hi = p * fh;
   const float lo = fma(p, fh, -hi) + p * fl;
   const float c = cos(hi), s = sin(hi);
-  return (float2)(c - s * lo, s + c * lo);
+  return (float2)(c - s * lo, s + c * lo) * mscale;
 }
 
 // Pair i of a head: (i, i + n_rot/2) for neox, else (2i, 2i + 1).
@@ -386,10 +386,10 @@ inline int2 rope_pair(int i, int n_rot, int neox) {
 
 // x[t, h, :] in place; one work-item per rotated pair.
 kernel void rope(global float* x, int n_heads, int head_dim, int n_rot, int neox, global const float* inv_freq,
-                 global const int* meta, int pos_off) {
+                 float mscale, global const int* meta, int pos_off) {
   const int i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
   if (i >= n_rot / 2) return;
-  const float2 cs = rope_cos_sin(meta[pos_off + t], inv_freq, i);
+  const float2 cs = rope_cos_sin(meta[pos_off + t], inv_freq, i, mscale);
   const int2 ab = rope_pair(i, n_rot, neox);
   global float* v = x + ((size_t)t * n_heads + h) * head_dim;
   const float a = v[ab.x], b = v[ab.y];
@@ -403,7 +403,7 @@ kernel void rope(global float* x, int n_heads, int head_dim, int n_rot, int neox
 // Cache: [block][kv head][offset in block][head_dim], f32 or f16.
 kernel void store_kv(global float* k, global const float* v, global uchar* kc, global uchar* vc, int f16,
                      int n_kv_heads, int block_size, int head_dim, global const int* meta, int slot_off, int pos_off,
-                     int n_rot, int neox, global const float* inv_freq) {
+                     int n_rot, int neox, global const float* inv_freq, float mscale) {
   const int i = get_global_id(0), g = get_global_id(1), t = get_global_id(2);
   if (i >= head_dim / 2) return;
   const int half_rot = n_rot / 2;
@@ -412,7 +412,7 @@ kernel void store_kv(global float* k, global const float* v, global uchar* kc, g
   float ka, kb;
   if (i < half_rot) {
     ab = rope_pair(i, n_rot, neox);
-    const float2 cs = rope_cos_sin(meta[pos_off + t], inv_freq, i);
+    const float2 cs = rope_cos_sin(meta[pos_off + t], inv_freq, i, mscale);
     const float a = k[src + ab.x], b = k[src + ab.y];
     ka = a * cs.x - b * cs.y;
     kb = a * cs.y + b * cs.x;

@@ -184,7 +184,7 @@ class OpenClBackend : public Backend {
     if (ev) timed_.emplace_back(c, ev);
   }
   ClMem create_buffer(cl_mem_flags flags, size_t bytes, const void* host, const char* what);
-  cl_mem rope_table(const RopeConfig& cfg);
+  cl_mem rope_table(const RopeConfig& cfg, float* mscale);
   void move_block(int32_t dev, int32_t host, bool to_host);
   void check_block(int32_t b) const {
     PAGELLM_CHECK(b >= 0 && b < kv_.num_blocks, "KV block {} out of range [0, {})", b, kv_.num_blocks);
@@ -226,9 +226,8 @@ class OpenClBackend : public Backend {
   int64_t max_span_ = 0;                      // the longest sequence's context
 
   struct RopeTable {
-    float base, scale;
-    int n_rot;
-    const Weight* factors;
+    RopeConfig cfg;
+    float mscale = 1.0f;      // cos / sin scale (YaRN)
     std::vector<float> host;  // kept: the upload is non-blocking
     ClMem mem;
   };
@@ -627,10 +626,12 @@ void OpenClBackend::rms_norm(const Buffer& x, const Weight* w, int64_t n_rows, i
 
 // Each pair's frequency in double, stored as float hi + lo; uploaded once
 // per configuration and kept for the backend's life.
-cl_mem OpenClBackend::rope_table(const RopeConfig& cfg) {
+cl_mem OpenClBackend::rope_table(const RopeConfig& cfg, float* mscale) {
   for (const auto& t : rope_tables_)
-    if (t.base == cfg.freq_base && t.scale == cfg.freq_scale && t.n_rot == cfg.n_rot && t.factors == cfg.freq_factors)
+    if (t.cfg.same_table(cfg)) {
+      *mscale = t.mscale;
       return t.mem.get();
+    }
   const int half = cfg.n_rot / 2;
   const std::vector<float>* factors = nullptr;
   if (cfg.freq_factors) {
@@ -638,20 +639,22 @@ cl_mem OpenClBackend::rope_table(const RopeConfig& cfg) {
     PAGELLM_CHECK(static_cast<int>(factors->size()) >= half, "rope factors '{}' have {} values, need {}",
                   cfg.freq_factors->name, factors->size(), half);
   }
-  RopeTable t{cfg.freq_base, cfg.freq_scale, cfg.n_rot, cfg.freq_factors, {}, {}};
+  RopeTable t;
+  t.cfg = cfg;
+  std::vector<double> freqs;
+  t.mscale = static_cast<float>(rope_pair_frequencies(cfg, factors ? factors->data() : nullptr, freqs));
   t.host.resize(static_cast<size_t>(std::max(half, 1)) * 2);
   for (int i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(cfg.freq_base), -2.0 * i / cfg.n_rot) * cfg.freq_scale;
-    if (factors) f /= (*factors)[i];
-    const float hi = static_cast<float>(f);
+    const float hi = static_cast<float>(freqs[i]);
     t.host[2 * i] = hi;
-    t.host[2 * i + 1] = static_cast<float>(f - hi);
+    t.host[2 * i + 1] = static_cast<float>(freqs[i] - hi);
   }
   t.mem = create_buffer(CL_MEM_READ_ONLY, t.host.size() * sizeof(float), nullptr, "rope table");
   cl_check(clEnqueueWriteBuffer(queue_, t.mem.get(), CL_FALSE, 0, t.host.size() * sizeof(float), t.host.data(), 0,
                                 nullptr, nullptr),
            "clEnqueueWriteBuffer (rope)");
   rope_tables_.push_back(std::move(t));
+  *mscale = rope_tables_.back().mscale;
   return rope_tables_.back().mem.get();
 }
 
@@ -661,11 +664,12 @@ void OpenClBackend::rope(Buffer& x, int n_heads, int head_dim, const RopeConfig&
                 cfg.n_rot, head_dim);
   need(x, n_tokens_ * n_heads * head_dim, "rope");
   if (n_tokens_ == 0) return;
-  cl_mem table = rope_table(cfg);
+  float mscale = 1.0f;
+  cl_mem table = rope_table(cfg, &mscale);
   const size_t global[3] = {static_cast<size_t>(cfg.n_rot / 2), static_cast<size_t>(n_heads),
                             static_cast<size_t>(n_tokens_)};
   launch(kOther, kernel("rope"), 3, global, nullptr, mem_of(x), static_cast<cl_int>(n_heads), static_cast<cl_int>(head_dim),
-         static_cast<cl_int>(cfg.n_rot), static_cast<cl_int>(cfg.neox), table, meta_.get(),
+         static_cast<cl_int>(cfg.n_rot), static_cast<cl_int>(cfg.neox), table, mscale, meta_.get(),
          static_cast<cl_int>(pos_off_));
 }
 
@@ -681,14 +685,15 @@ void OpenClBackend::store_kv(int layer, Buffer& k, const Buffer& v, const RopeCo
     PAGELLM_CHECK(k_rope->n_rot > 0 && k_rope->n_rot % 2 == 0 && k_rope->n_rot <= D, "rope: n_rot {} with head_dim {}",
                   k_rope->n_rot, D);
   if (n_tokens_ == 0) return;
-  cl_mem table = k_rope ? rope_table(*k_rope) : dummy_.get();
+  float mscale = 1.0f;
+  cl_mem table = k_rope ? rope_table(*k_rope, &mscale) : dummy_.get();
   const size_t global[3] = {static_cast<size_t>(D / 2), static_cast<size_t>(kv_.n_kv_heads),
                             static_cast<size_t>(n_tokens_)};
   launch(kAttention, kernel("store_kv"), 3, global, nullptr, mem_of(k), mem_of(v), k_cache_[layer].get(), v_cache_[layer].get(),
          static_cast<cl_int>(kv_.dtype == DType::F16), static_cast<cl_int>(kv_.n_kv_heads),
          static_cast<cl_int>(kv_.block_size), static_cast<cl_int>(D), meta_.get(), static_cast<cl_int>(slot_off_),
          static_cast<cl_int>(pos_off_), static_cast<cl_int>(k_rope ? k_rope->n_rot : 0),
-         static_cast<cl_int>(k_rope && k_rope->neox), table);
+         static_cast<cl_int>(k_rope && k_rope->neox), table, mscale);
 }
 
 void OpenClBackend::attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) {

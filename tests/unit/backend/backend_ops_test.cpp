@@ -400,6 +400,62 @@ TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
 // store_kv with RoPE fused: the cache holds the rotated k, the same as rope
 // then store; k itself is rotated in place. Attention with the same q over
 // both layers must then agree exactly.
+// YaRN as transformers computes it (_compute_yarn_parameters): inverse
+// frequencies blended between interpolated and original by a linear ramp over
+// the correction range, cos / sin times 0.1 ln(factor) + 1.
+std::vector<double> yarn_reference_inv_freq(double base, int n_rot, double factor, double beta_fast, double beta_slow,
+                                            int orig_ctx) {
+  auto correction_dim = [&](double rotations) {
+    return (n_rot * std::log(orig_ctx / (rotations * 2 * M_PI))) / (2 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(correction_dim(beta_fast)));
+  const double high = std::min(n_rot - 1.0, std::ceil(correction_dim(beta_slow)));
+  std::vector<double> inv(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double pos_freq = std::pow(base, 2.0 * i / n_rot);
+    const double extrapolation = 1.0 / pos_freq, interpolation = 1.0 / (factor * pos_freq);
+    const double ramp = std::clamp((i - low) / (high - low == 0 ? 0.001 : high - low), 0.0, 1.0);
+    const double extrapolation_factor = 1 - ramp;
+    inv[i] = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  return inv;
+}
+
+TEST_P(BackendOps, RopeYarnMatchesTransformersFormula) {
+  const int n = 7, heads = 2, hd = 128, n_rot = 128;
+  const double factor = 4.0, base = 1000000.0;
+  BatchInfo b;
+  for (int t = 0; t < n; ++t) {
+    b.token_ids.push_back(0);
+    b.positions.push_back(t * 5111 + 3);  // far past the original context
+    b.slot_mapping.push_back(0);
+  }
+  be_->set_batch(b);
+  const auto orig = randn(n * heads * hd, 4);
+  auto xb = put(orig);
+  RopeConfig rc;
+  rc.n_rot = n_rot;
+  rc.freq_base = static_cast<float>(base);
+  rc.freq_scale = static_cast<float>(1 / factor);
+  rc.neox = true;
+  rc.ext_factor = 1.0f;
+  rc.n_ctx_orig = 32768;
+  be_->rope(*xb, heads, hd, rc);
+  const auto inv = yarn_reference_inv_freq(base, n_rot, factor, 32, 1, 32768);
+  const double mscale = 0.1 * std::log(factor) + 1;
+  std::vector<double> rr(orig.begin(), orig.end());
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < n_rot / 2; ++i) {
+        const double th = b.positions[t] * inv[i];
+        const int64_t o = (t * heads + h) * hd;
+        const double x0 = orig[o + i], x1 = orig[o + i + n_rot / 2];
+        rr[o + i] = (x0 * std::cos(th) - x1 * std::sin(th)) * mscale;
+        rr[o + i + n_rot / 2] = (x0 * std::sin(th) + x1 * std::cos(th)) * mscale;
+      }
+  EXPECT_LT(rel_l2(get(*xb, orig.size()), rr), 1e-6);
+}
+
 TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
   const int n = 5, kvh = 2, hd = 64;
   be_->allocate_kv_cache(cache_spec(2, kvh, hd, 2));
