@@ -126,6 +126,9 @@ struct AttentionConfig {
   float scale = 1.0f;        // applied to q.k
   int sliding_window = 0;    // > 0: a query at position p sees keys at p - window < j <= p
   float softcap = 0.0f;      // > 0: scores = softcap * tanh(scores / softcap)
+  // [n_head] per-head logits of a "sink": one more key, with a zero value,
+  // in every softmax (gpt-oss). Feature::AttentionSinks; null: none.
+  const Weight* sinks = nullptr;
 };
 
 struct KVCacheSpec {
@@ -168,6 +171,7 @@ enum class Feature {
   SwapToHost,  // allocate_swap_space / swap_out / swap_in
   AsyncOps,    // ops return before their work is done
   MixtureOfExperts,  // moe_route / matmul_experts / moe_combine / scale_rows_sigmoid
+  AttentionSinks,    // AttentionConfig::sinks
 };
 
 // (source, destination) block pairs.

@@ -111,7 +111,7 @@ class CpuBackend : public Backend {
   }
   void synchronize() override {}  // every op is done when it returns
 
-  bool supports(Feature f) const override { return f == Feature::MixtureOfExperts; }
+  bool supports(Feature f) const override { return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks; }
   bool supports_weight(DType t) const override { return cpu::matmul_supported(t); }
 
   std::unique_ptr<Weight> upload(const TensorData& t) override {
@@ -491,6 +491,10 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(D % 8 == 0 && D <= 256 && kv_cfg_.block_size <= 64 && G <= 64,
                 "attention kernel limits: head_dim {} (multiple of 8, <= 256), block size {} (<= 64)", D,
                 kv_cfg_.block_size);
+  const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
+  if (sinks)
+    PAGELLM_CHECK(cfg.sinks->cols == cfg.n_head, "attention sinks '{}' have {} values for {} heads", cfg.sinks->name,
+                  cfg.sinks->cols, cfg.n_head);
   const int nth = pool_.size();
   // Tiles of consecutive query tokens of one sequence (about 32 query rows
   // with their heads), so each key block loaded serves many rows.
@@ -551,11 +555,13 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
     while (e < n_units && units_[e].row == units_[u].row && units_[e].g == units_[u].g) ++e;
     const int rows = units_[u].n_tokens * G;
     for (int r = 0; r < rows; ++r) {
-      float m = -INFINITY;
+      const int head = units_[u].g * G + r % G;
+      // A sink is one more score in the softmax, whose value adds nothing.
+      float m = sinks ? sinks[head] : -INFINITY;
       for (int64_t k = u; k < e; ++k) m = std::max(m, partials_[k * unit_floats + r]);
-      float* o = out + static_cast<int64_t>(units_[u].row + r / G) * q_stride + (units_[u].g * G + r % G) * D;
+      float* o = out + static_cast<int64_t>(units_[u].row + r / G) * q_stride + head * D;
       for (int d = 0; d < D; ++d) o[d] = 0;
-      float l = 0;
+      float l = sinks ? std::exp(sinks[head] - m) : 0.0f;
       for (int64_t k = u; k < e; ++k) {
         const float* p = partials_.data() + k * unit_floats;
         if (p[r] == -INFINITY) continue;  // this part saw no key of this row

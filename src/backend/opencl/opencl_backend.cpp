@@ -698,6 +698,7 @@ void OpenClBackend::store_kv(int layer, Buffer& k, const Buffer& v, const RopeCo
 
 void OpenClBackend::attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) {
   check_batch();
+  PAGELLM_CHECK(cfg.sinks == nullptr, "the opencl backend does not support attention sinks (use --device cpu)");
   PAGELLM_CHECK(layer >= 0 && layer < static_cast<int>(k_cache_.size()), "attention: layer {} without a KV cache",
                 layer);
   PAGELLM_CHECK(cfg.n_head_kv > 0 && cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_.n_kv_heads &&

@@ -221,6 +221,13 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   ac.scale = 1.0f / std::sqrt(static_cast<float>(D));
   ac.sliding_window = c.window;
   ac.softcap = c.softcap;
+  std::vector<float> sinks;
+  std::unique_ptr<Weight> sink_w;
+  if (c.sinks) {
+    sinks = randn(static_cast<size_t>(c.n_head), seed + 4, 2.0f);
+    sink_w = t.upload_weight("attn_sinks.weight", DType::F32, {c.n_head}, sinks.data());
+    ac.sinks = sink_w.get();
+  }
   be.set_batch(qb);
   auto qbuf = t.put(q);
   auto obuf = t.zeros_like(q.size());
@@ -249,7 +256,8 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
           js.push_back(j);
           mx = std::max(mx, s);
         }
-        double l = 0;
+        if (c.sinks) mx = std::max(mx, static_cast<double>(sinks[h]));
+        double l = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
         for (auto& x : w) l += (x = std::exp(x - mx));
         for (int d = 0; d < D; ++d) {
           double acc = 0;
@@ -285,6 +293,21 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
       {12, 1, 64, 32, 0, 0, true, {{2, 33}, {9, 9}}},
   };
   uint32_t seed = 100;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+TEST_P(BackendOps, AttentionSinksJoinEverySoftmax) {
+  // gpt-oss-like: GQA 8:1, head_dim 64, sliding and full, prefill, decode and split decode.
+  const std::vector<AttnCase> cases = {
+      {8, 1, 64, 16, 0, 0, false, {{20, 20}, {1, 90}}, true, true},
+      {8, 1, 64, 16, 32, 0, true, {{40, 70}, {1, 1}}, true, true},
+      {4, 2, 64, 16, 0, 0, false, {{1, 1000}}, true, true},
+  };
+  if (!be_->supports(Feature::AttentionSinks)) {
+    EXPECT_THROW(check_attention(*this, *be_, cases[0], 300), Error);
+    return;
+  }
+  uint32_t seed = 300;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
 }
 
