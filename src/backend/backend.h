@@ -80,7 +80,9 @@ class Buffer {
 };
 using BufferPtr = std::unique_ptr<Buffer>;
 
-enum class Activation { Silu, GeluTanh };
+// SwigluOai is gpt-oss's clamped form: gate clamped above at 7, up to [-7, 7],
+// act(g) * (up + 1) with act(g) = g * sigmoid(1.702 g).
+enum class Activation { Silu, GeluTanh, SwigluOai };
 
 // Mixture-of-experts routing: how router logits become each token's experts
 // and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).

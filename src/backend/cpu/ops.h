@@ -45,7 +45,7 @@ struct OpsTable {
   void (*rms_norm)(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
   // x[n_tokens, n_heads, head_dim]; cos_sin[n_tokens, n_rot / 2, 2].
   void (*rope)(float* x, int64_t n_tokens, int n_heads, int head_dim, int n_rot, bool neox, const float* cos_sin);
-  void (*glu)(const float* gate, const float* up, int64_t n, int act, float* out);  // act: 0 silu, 1 gelu-tanh
+  void (*glu)(const float* gate, const float* up, int64_t n, int act, float* out);  // act: 0 silu, 1 gelu-tanh, 2 swiglu-oai
   void (*add)(float* y, const float* x, int64_t n);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*add_rows)(float* y, const float* b, int64_t n_rows, int64_t dim);  // y[r] += b

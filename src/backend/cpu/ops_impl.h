@@ -2,6 +2,7 @@
 // ISA inside a distinct namespace (OPS_NS), so no symbol is shared between the
 // two compilations. Plain loops with `omp simd` reductions: the compiler
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -350,12 +351,21 @@ static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) 
 // path gets tanh from the vector exp: tanh(u) = 1 - 2 / (exp(2u) + 1)).
 static void glu(const float* gate, const float* up, int64_t n, int act, float* out) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;  // gpt-oss's clamped SwiGLU (act 2)
   int64_t i = 0;
 #if defined(OPS_AVX2)
   const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
   for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 g = _mm256_loadu_ps(gate + i);
     __m256 a;
+    if (act == 2) {
+      const __m256 lim = _mm256_set1_ps(kOaiLimit);
+      g = _mm256_min_ps(g, lim);
+      const __m256 u = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(up + i), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+      a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_mul_ps(_mm256_set1_ps(-kOaiAlpha), g))));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
+      continue;
+    }
     if (act == 0) {
       a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
     } else {
@@ -368,6 +378,11 @@ static void glu(const float* gate, const float* up, int64_t n, int act, float* o
   }
 #endif
   for (; i < n; ++i) {
+    if (act == 2) {
+      const float g = std::min(gate[i], kOaiLimit), u = std::min(std::max(up[i], -kOaiLimit), kOaiLimit);
+      out[i] = g / (1.0f + std::exp(-kOaiAlpha * g)) * (u + 1.0f);
+      continue;
+    }
     const float g = gate[i];
     const float a = act == 0 ? g / (1.0f + std::exp(-g))
                              : 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));

@@ -332,10 +332,15 @@ kernel void add_bias(global float* y, global const float* b, int dim, int n_rows
   if (c < dim && r < n_rows) y[(size_t)r * dim + c] += b[c];
 }
 
-// act 0: silu; 1: gelu, tanh form. out may be gate (same index).
+// act 0: silu; 1: gelu, tanh form; 2: gpt-oss's clamped swiglu. out may be gate (same index).
 kernel void glu(global const float* gate, global const float* up, int n, int act, global float* out) {
   const int i = get_global_id(0);
   if (i >= n) return;
+  if (act == 2) {
+    const float g = fmin(gate[i], 7.0f), u = clamp(up[i], -7.0f, 7.0f);
+    out[i] = g / (1.0f + exp(-1.702f * g)) * (u + 1.0f);
+    return;
+  }
   const float g = gate[i];
   const float a = act == 0 ? g / (1.0f + exp(-g))
                            : 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));

@@ -510,9 +510,12 @@ TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
 TEST_P(BackendOps, GluAddBiasAndGather) {
   const int n = 10000;
   const auto g = randn(n, 4, 3.0f), u = randn(n, 5);
-  for (Activation act : {Activation::Silu, Activation::GeluTanh})
+  for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::SwigluOai})
     for (bool in_place : {false, true}) {
-      auto gb = put(g), ub = put(u);
+      std::vector<float> up = u;
+      if (act == Activation::SwigluOai)
+        for (auto& x : up) x *= 4;  // past the clamp at 7 now and then
+      auto gb = put(g), ub = put(up);
       auto ob = in_place ? BufferPtr{} : zeros_like(n);
       Buffer& o = in_place ? *gb : *ob;
       be_->glu(*gb, *ub, n, act, o);
@@ -520,6 +523,11 @@ TEST_P(BackendOps, GluAddBiasAndGather) {
       std::vector<double> r(n);
       for (int i = 0; i < n; ++i) {
         const double a = g[i];
+        if (act == Activation::SwigluOai) {  // g = 3 sigma: both clamps are hit
+          const double c = std::min(a, 7.0), up = std::clamp(static_cast<double>(u[i]) * 4, -7.0, 7.0);
+          r[i] = c / (1 + std::exp(-1.702 * c)) * (up + 1);
+          continue;
+        }
         const double f = act == Activation::Silu
                              ? a / (1 + std::exp(-a))
                              : 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
