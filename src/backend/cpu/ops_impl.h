@@ -2,7 +2,6 @@
 // ISA inside a distinct namespace (OPS_NS), so no symbol is shared between the
 // two compilations. Plain loops with `omp simd` reductions: the compiler
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -379,7 +378,8 @@ static void glu(const float* gate, const float* up, int64_t n, int act, float* o
 #endif
   for (; i < n; ++i) {
     if (act == 2) {
-      const float g = std::min(gate[i], kOaiLimit), u = std::min(std::max(up[i], -kOaiLimit), kOaiLimit);
+      const float g = gate[i] < kOaiLimit ? gate[i] : kOaiLimit;
+      const float u = up[i] < -kOaiLimit ? -kOaiLimit : (up[i] > kOaiLimit ? kOaiLimit : up[i]);
       out[i] = g / (1.0f + std::exp(-kOaiAlpha * g)) * (u + 1.0f);
       continue;
     }
