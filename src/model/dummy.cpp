@@ -7,6 +7,7 @@
 #include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/arch.h"
 #include "model/gguf.h"
 
 namespace pagellm {
@@ -77,45 +78,31 @@ void fill_normal(float* out, int64_t n, uint64_t seed, float stddev) {
 
 class DummySource : public TensorSource {
  public:
+  // Every tensor the architecture table requires for cfg, plus output.weight
+  // for untied shapes.
   DummySource(const ModelConfig& cfg, const DummySpec& spec, ThreadPool& pool) {
-    const int64_t hd = cfg.head_dim, E = cfg.n_embd;
-    auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
-      add(name, dummy_tensor_type(spec.wtype, cols), {cols, rows}, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
-          spec.seed, pool);
+    const ArchInfo& arch = arch_info(cfg.arch);
+    const bool tied = find_shape(spec.shape).tied;
+    auto make = [&](const TensorSpec& t, const std::string& name) {
+      const bool wanted = t.slots[0] == Slot::Output ? !tied : tensor_required(t, cfg);
+      if (!wanted) return;
+      const Dims shape = t.shape(cfg);
+      const int64_t cols = shape[0];
+      if (t.slots[0] == Slot::TokEmbd) {
+        // Unit variance for models that do not scale embeddings up.
+        add(name, dummy_tensor_type(spec.wtype, cols), shape, arch.embd_scale_sqrt ? 0.05f : 1.0f, 0.0f, spec.seed,
+            pool);
+      } else if (t.matrix) {
+        add(name, dummy_tensor_type(spec.wtype, cols), shape, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
+            spec.seed, pool);
+      } else {
+        const bool bias = std::string_view(t.gguf).ends_with(".bias");  // norms center on 1
+        add(name, DType::F32, shape, 0.1f, bias ? 0.0f : 1.0f, spec.seed, pool);
+      }
     };
-    auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
-      add(name, DType::F32, {n}, stddev, mean, spec.seed, pool);
-    };
-    // Embeddings: unit variance for models that do not scale them up.
-    add("token_embd.weight", dummy_tensor_type(spec.wtype, E), {E, cfg.n_vocab},
-        cfg.arch == Arch::Gemma3 ? 0.05f : 1.0f, 0.0f, spec.seed, pool);
-    vec("output_norm.weight", E, 0.1f, 1.0f);
-    if (!find_shape(spec.shape).tied) matrix("output.weight", E, cfg.n_vocab);
-    for (int il = 0; il < cfg.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      vec(p + "attn_norm.weight", E, 0.1f, 1.0f);
-      matrix(p + "attn_q.weight", E, cfg.n_head * hd);
-      matrix(p + "attn_k.weight", E, cfg.n_head_kv * hd);
-      matrix(p + "attn_v.weight", E, cfg.n_head_kv * hd);
-      matrix(p + "attn_output.weight", cfg.n_head * hd, E);
-      if (cfg.qkv_bias) {
-        vec(p + "attn_q.bias", cfg.n_head * hd, 0.1f, 0.0f);
-        vec(p + "attn_k.bias", cfg.n_head_kv * hd, 0.1f, 0.0f);
-        vec(p + "attn_v.bias", cfg.n_head_kv * hd, 0.1f, 0.0f);
-      }
-      if (cfg.qk_norm) {
-        vec(p + "attn_q_norm.weight", hd, 0.1f, 1.0f);
-        vec(p + "attn_k_norm.weight", hd, 0.1f, 1.0f);
-      }
-      if (cfg.post_norms) {
-        vec(p + "post_attention_norm.weight", E, 0.1f, 1.0f);
-        vec(p + "post_ffw_norm.weight", E, 0.1f, 1.0f);
-      }
-      vec(p + "ffn_norm.weight", E, 0.1f, 1.0f);
-      matrix(p + "ffn_gate.weight", E, cfg.n_ff);
-      matrix(p + "ffn_up.weight", E, cfg.n_ff);
-      matrix(p + "ffn_down.weight", cfg.n_ff, E);
-    }
+    for (const TensorSpec& t : arch.globals) make(t, t.gguf);
+    for (int il = 0; il < cfg.n_layer; ++il)
+      for (const TensorSpec& t : arch.layer) make(t, layer_tensor_name(t, il));
   }
 
   const TensorData* find(const std::string& name) const override {

@@ -12,6 +12,7 @@
 #include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/arch.h"
 
 namespace pagellm {
 namespace {
@@ -49,53 +50,34 @@ const char* torch_dtype_name(DType t) {
   }
 }
 
-// The tensors the model uses, in file order, with their HF names.
+// The tensors the model uses, in file order (embedding, layers, the rest),
+// with their HF names, from the architecture table.
 std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
+  const ArchInfo& arch = arch_info(c.arch);
   std::vector<Entry> out;
-  const bool gemma = c.arch == Arch::Gemma3;
-  auto add = [&](const std::string& gguf, const std::string& hf, bool required, int permute_heads = 0) {
+  auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
     const TensorData* t = src.find(gguf);
+    if (!*spec.hf) {
+      PAGELLM_CHECK(!t, "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
+      return;
+    }
+    const bool required = tensor_required(spec, c);
     if (!t) {
       PAGELLM_CHECK(!required, "cannot write a Hugging Face folder: the model has no tensor '{}'", gguf);
       return;
     }
-    const bool norm = gemma && gguf.ends_with("norm.weight");
-    out.push_back({t, hf, norm, permute_heads});
+    if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
+    // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
+    const bool unpermute = spec.transform == Transform::RopePermute && !c.rope.neox;
+    out.push_back({t, hf, spec.transform == Transform::NormPlusOne,
+                   unpermute ? static_cast<int>(t->rows() / c.head_dim) : 0});
   };
-  PAGELLM_CHECK(!src.find("rope_freqs.weight"),
-                "cannot write a Hugging Face folder: RoPE frequency factors (rope_freqs.weight) have no config.json "
-                "equivalent here");
-  // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
-  const bool unpermute = c.arch == Arch::Llama && !c.rope.neox;
-  add("token_embd.weight", "model.embed_tokens.weight", true);
-  for (int il = 0; il < c.n_layer; ++il) {
-    const std::string g = fmt::format("blk.{}.", il), h = fmt::format("model.layers.{}.", il);
-    add(g + "attn_norm.weight", h + "input_layernorm.weight", true);
-    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", true, unpermute ? c.n_head : 0);
-    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", true, unpermute ? c.n_head_kv : 0);
-    add(g + "attn_v.weight", h + "self_attn.v_proj.weight", true);
-    add(g + "attn_output.weight", h + "self_attn.o_proj.weight", true);
-    if (c.qkv_bias) {
-      add(g + "attn_q.bias", h + "self_attn.q_proj.bias", true);
-      add(g + "attn_k.bias", h + "self_attn.k_proj.bias", true);
-      add(g + "attn_v.bias", h + "self_attn.v_proj.bias", true);
-    }
-    if (c.qk_norm) {
-      add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", true);
-      add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", true);
-    }
-    if (c.post_norms) add(g + "post_attention_norm.weight", h + "post_attention_layernorm.weight", true);
-    // Llama-style models call the FFN norm post_attention_layernorm; Gemma has
-    // both a post-attention norm and a pre-FFN norm.
-    add(g + "ffn_norm.weight", h + (gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
-        true);
-    if (c.post_norms) add(g + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", true);
-    add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", true);
-    add(g + "ffn_up.weight", h + "mlp.up_proj.weight", true);
-    add(g + "ffn_down.weight", h + "mlp.down_proj.weight", true);
-  }
-  add("output_norm.weight", "model.norm.weight", true);
-  add("output.weight", "lm_head.weight", false);
+  const TensorSpec& embd = arch.globals.front();
+  add(embd, embd.gguf, embd.hf);
+  for (int il = 0; il < c.n_layer; ++il)
+    for (const TensorSpec& spec : arch.layer)
+      add(spec, layer_tensor_name(spec, il), fmt::format("model.layers.{}.{}", il, spec.hf));
+  for (size_t k = 1; k < arch.globals.size(); ++k) add(arch.globals[k], arch.globals[k].gguf, arch.globals[k].hf);
   return out;
 }
 
@@ -197,22 +179,15 @@ void remove_old_weights(const fs::path& dir) {
 nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dtype) {
   PAGELLM_CHECK(c.rope.n_rot == c.head_dim, "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot,
                 c.head_dim);
-  PAGELLM_CHECK(c.qkv_bias == (c.arch == Arch::Qwen2),
-                "cannot write config.json: q/k/v biases are only expressible for qwen2 here");
+  const ArchInfo& arch = arch_info(c.arch);
+  PAGELLM_CHECK(c.qkv_bias == arch.qkv_bias, "cannot write config.json: q/k/v biases are fixed per family ({})",
+                arch.gguf_name);
   const bool any_swa = std::any_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; });
-  PAGELLM_CHECK(c.arch == Arch::Gemma3 || !any_swa,
-                "cannot write config.json: sliding-window layers are only written for gemma3");
+  PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || !any_swa,
+                "cannot write config.json: sliding-window layers are only written for families with layer_types");
   nlohmann::ordered_json j;
-  const char* cls = "";
-  const char* type = "";
-  switch (c.arch) {
-    case Arch::Llama: cls = "LlamaForCausalLM", type = "llama"; break;
-    case Arch::Qwen2: cls = "Qwen2ForCausalLM", type = "qwen2"; break;
-    case Arch::Qwen3: cls = "Qwen3ForCausalLM", type = "qwen3"; break;
-    case Arch::Gemma3: cls = "Gemma3ForCausalLM", type = "gemma3_text"; break;
-  }
-  j["architectures"] = nlohmann::ordered_json::array({cls});
-  j["model_type"] = type;
+  j["architectures"] = nlohmann::ordered_json::array({arch.hf_classes[0].name});
+  j["model_type"] = arch.hf_model_type;
   j["vocab_size"] = c.n_vocab;
   j["hidden_size"] = c.n_embd;
   j["intermediate_size"] = c.n_ff;

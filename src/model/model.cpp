@@ -43,18 +43,54 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSo
   return m;
 }
 
+std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
+  switch (s) {
+    case Slot::TokEmbd: return tok_embd_;
+    case Slot::OutputNorm: return output_norm_;
+    case Slot::Output: return output_;
+    case Slot::RopeFreqs: return rope_freqs_;
+    default: break;
+  }
+  AttnWeights& A = layers_.at(il).attn;
+  FfnWeights& F = layers_.at(il).ffn;
+  switch (s) {
+    case Slot::AttnNorm: return A.norm;
+    case Slot::Q: return A.wq;
+    case Slot::K: return A.wk;
+    case Slot::V: return A.wv;
+    case Slot::O: return A.wo;
+    case Slot::QBias: return A.bq;
+    case Slot::KBias: return A.bk;
+    case Slot::VBias: return A.bv;
+    case Slot::QNorm: return A.q_norm;
+    case Slot::KNorm: return A.k_norm;
+    case Slot::PostAttnNorm: return A.post_norm;
+    case Slot::FfnNorm: return F.norm;
+    case Slot::Gate: return F.gate;
+    case Slot::Up: return F.up;
+    case Slot::Down: return F.down;
+    case Slot::PostFfnNorm: return F.post_norm;
+    default: break;
+  }
+  fail("unknown weight slot {}", static_cast<int>(s));
+}
+
 void Model::load_weights(const TensorSource& src, const LoadProgress& progress) {
   const ModelConfig& c = cfg_;
-  const int64_t hd = c.head_dim;
+  const ArchInfo& arch = arch_info(c.arch);
   size_t total = 0, done = 0;
+  layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
-    // Pass 0 counts the tensors (for progress), pass 1 uploads them.
-    auto get = [&](const std::string& name, std::vector<int64_t> shape, bool required) -> std::unique_ptr<Weight> {
+    // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
+    auto get = [&](const TensorSpec& spec, const std::string& name, int il) {
       const TensorData* t = src.find(name);
       if (!t) {
-        if (required) fail("model is missing tensor '{}'", name);
-        return nullptr;
+        if (tensor_required(spec, c)) fail("model is missing tensor '{}'", name);
+        return;
       }
+      const Dims shape = spec.shape(c);
+      std::vector<int64_t> parts{t->rows()};
+      if (spec.split_rows) parts = spec.split_rows(c);
       if (pass == 0) {
         // Checked before anything is uploaded, so a bad file fails fast.
         if (t->shape != shape) {
@@ -66,42 +102,35 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         if (t->shape.size() > 1 && !backend_.supports_weight(t->type))
           fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),
                backend_.name());
-        ++total;
-        return nullptr;
+        int64_t rows = 0;
+        for (int64_t r : parts) rows += r;
+        PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size(),
+                      "tensor '{}': {} rows do not split into the parts the architecture expects", name, t->rows());
+        total += parts.size();
+        return;
       }
-      const size_t bytes = dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+      const size_t row_bytes = dtype_row_bytes(t->type, t->cols());
+      const size_t bytes = row_bytes * static_cast<size_t>(t->rows());
       weight_bytes_ += bytes;
-      if (name == "token_embd.weight") tok_embd_bytes_ = bytes;
-      auto w = backend_.upload(*t);
-      held_weight_bytes_ += w->held_bytes;
-      if (progress) progress(++done, total);
-      return w;
+      if (spec.slots[0] == Slot::TokEmbd) tok_embd_bytes_ = bytes;
+      // A fused tensor is uploaded as one Weight per row range.
+      int64_t row0 = 0;
+      for (size_t k = 0; k < spec.slots.size(); ++k) {
+        TensorData part = *t;
+        if (spec.slots.size() > 1) {
+          part.shape = {t->cols(), parts[k]};
+          part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;
+        }
+        row0 += parts[k];
+        auto& w = slot(spec.slots[k], il);
+        w = backend_.upload(part);
+        held_weight_bytes_ += w->held_bytes;
+        if (progress) progress(++done, total);
+      }
     };
-    tok_embd_ = get("token_embd.weight", {c.n_embd, c.n_vocab}, true);
-    output_norm_ = get("output_norm.weight", {c.n_embd}, true);
-    output_ = get("output.weight", {c.n_embd, c.n_vocab}, false);
-    rope_freqs_ = get("rope_freqs.weight", {c.rope.n_rot / 2}, false);
-    layers_.resize(c.n_layer);
-    for (int il = 0; il < c.n_layer; ++il) {
-      LayerWeights& L = layers_[il];
-      const std::string p = "blk." + std::to_string(il) + ".";
-      L.attn_norm = get(p + "attn_norm.weight", {c.n_embd}, true);
-      L.wq = get(p + "attn_q.weight", {c.n_embd, c.n_head * hd}, true);
-      L.wk = get(p + "attn_k.weight", {c.n_embd, c.n_head_kv * hd}, true);
-      L.wv = get(p + "attn_v.weight", {c.n_embd, c.n_head_kv * hd}, true);
-      L.wo = get(p + "attn_output.weight", {c.n_head * hd, c.n_embd}, true);
-      L.bq = get(p + "attn_q.bias", {c.n_head * hd}, c.qkv_bias);
-      L.bk = get(p + "attn_k.bias", {c.n_head_kv * hd}, c.qkv_bias);
-      L.bv = get(p + "attn_v.bias", {c.n_head_kv * hd}, c.qkv_bias);
-      L.q_norm = get(p + "attn_q_norm.weight", {hd}, c.qk_norm);
-      L.k_norm = get(p + "attn_k_norm.weight", {hd}, c.qk_norm);
-      L.post_attn_norm = get(p + "post_attention_norm.weight", {c.n_embd}, c.post_norms);
-      L.ffn_norm = get(p + "ffn_norm.weight", {c.n_embd}, true);
-      L.ffn_gate = get(p + "ffn_gate.weight", {c.n_embd, c.n_ff}, true);
-      L.ffn_up = get(p + "ffn_up.weight", {c.n_embd, c.n_ff}, true);
-      L.ffn_down = get(p + "ffn_down.weight", {c.n_ff, c.n_embd}, true);
-      L.post_ffn_norm = get(p + "post_ffw_norm.weight", {c.n_embd}, c.post_norms);
-    }
+    for (const TensorSpec& spec : arch.globals) get(spec, spec.gguf, 0);
+    for (int il = 0; il < c.n_layer; ++il)
+      for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il);
   }
   cfg_.rope.freq_factors = rope_freqs_.get();
 }
@@ -147,27 +176,35 @@ void Model::ensure_buffers(int64_t n, int64_t m) {
   if (grow_rows) buf_.cap_logits = m;
 }
 
-// One transformer block over all n tokens of the step.
 void Model::layer(int il, int64_t n) {
+  attention(il, n);
+  switch (arch_info(cfg_.arch).ffn) {
+    case FfnKind::Dense: ffn_dense(il, n); break;
+    // FfnKind::Moe: router top-k, routed experts, optional shared expert.
+  }
+}
+
+// x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend -> o
+// -> (post norm) -> x += o.
+void Model::attention(int il, int64_t n) {
   const ModelConfig& c = cfg_;
-  const LayerWeights& L = layers_[il];
+  const AttnWeights& A = layers_[il].attn;
   Backend& be = backend_;
   const int hd = c.head_dim;
   const bool swa = c.is_swa[il];
 
-  // Attention: x -> norm -> q, k, v -> (q/k norm) -> rope -> cache -> attend -> o.
-  be.rms_norm(*buf_.x, L.attn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  be.matmul(*L.wq, *buf_.h, n, *buf_.q);
-  be.matmul(*L.wk, *buf_.h, n, *buf_.k);
-  be.matmul(*L.wv, *buf_.h, n, *buf_.v);
-  if (L.bq) {
-    be.add_bias(*buf_.q, *L.bq, n);
-    be.add_bias(*buf_.k, *L.bk, n);
-    be.add_bias(*buf_.v, *L.bv, n);
+  be.rms_norm(*buf_.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
+  be.matmul(*A.wq, *buf_.h, n, *buf_.q);
+  be.matmul(*A.wk, *buf_.h, n, *buf_.k);
+  be.matmul(*A.wv, *buf_.h, n, *buf_.v);
+  if (A.bq) {
+    be.add_bias(*buf_.q, *A.bq, n);
+    be.add_bias(*buf_.k, *A.bk, n);
+    be.add_bias(*buf_.v, *A.bv, n);
   }
-  if (L.q_norm) {
-    be.rms_norm(*buf_.q, L.q_norm.get(), n * c.n_head, hd, c.norm_eps, *buf_.q);
-    be.rms_norm(*buf_.k, L.k_norm.get(), n * c.n_head_kv, hd, c.norm_eps, *buf_.k);
+  if (A.q_norm) {
+    be.rms_norm(*buf_.q, A.q_norm.get(), n * c.n_head, hd, c.norm_eps, *buf_.q);
+    be.rms_norm(*buf_.k, A.k_norm.get(), n * c.n_head_kv, hd, c.norm_eps, *buf_.k);
   }
   const RopeConfig& rope = swa ? c.rope_swa : c.rope;
   be.rope(*buf_.q, c.n_head, hd, rope);
@@ -180,17 +217,22 @@ void Model::layer(int il, int64_t n) {
   ac.sliding_window = swa ? c.sliding_window : 0;
   ac.softcap = c.attn_softcap;
   be.attention(il, *buf_.q, *buf_.attn, ac);
-  be.matmul(*L.wo, *buf_.attn, n, *buf_.o);
-  if (L.post_attn_norm) be.rms_norm(*buf_.o, L.post_attn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
+  be.matmul(*A.wo, *buf_.attn, n, *buf_.o);
+  if (A.post_norm) be.rms_norm(*buf_.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
+}
 
-  // Feed-forward: x -> norm -> act(gate) * up -> down.
-  be.rms_norm(*buf_.x, L.ffn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  be.matmul(*L.ffn_gate, *buf_.h, n, *buf_.gate);
-  be.matmul(*L.ffn_up, *buf_.h, n, *buf_.up);
+// x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
+void Model::ffn_dense(int il, int64_t n) {
+  const ModelConfig& c = cfg_;
+  const FfnWeights& F = layers_[il].ffn;
+  Backend& be = backend_;
+  be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
+  be.matmul(*F.gate, *buf_.h, n, *buf_.gate);
+  be.matmul(*F.up, *buf_.h, n, *buf_.up);
   be.glu(*buf_.gate, *buf_.up, n * c.n_ff, c.act, *buf_.gate);
-  be.matmul(*L.ffn_down, *buf_.gate, n, *buf_.o);
-  if (L.post_ffn_norm) be.rms_norm(*buf_.o, L.post_ffn_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
+  be.matmul(*F.down, *buf_.gate, n, *buf_.o);
+  if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
 

@@ -1,6 +1,7 @@
 // A loaded decoder-only transformer: its config, its weights on a backend, and
 // one forward pass over a batch of sequences that reads and writes the paged KV
-// cache. Families (llama, qwen2, qwen3, gemma3) differ only by config flags.
+// cache. Families differ by config flags and by the tensors their
+// architecture table (model/arch.h) lists.
 #pragma once
 
 #include <functional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/arch.h"
 #include "model/model_config.h"
 
 namespace pagellm {
@@ -16,15 +18,27 @@ namespace pagellm {
 class GGUFFile;
 class TensorSource;
 
+// One layer's weights: an attention block and a feed-forward block, each run
+// by its own function (Model::attention, Model::ffn_dense). Which tensors a
+// family has is its table in model/arch.cpp.
+struct AttnWeights {
+  std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> wq, wk, wv, wo;       // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
+  std::unique_ptr<Weight> bq, bk, bv;           // optional biases
+  std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
+  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
+};
+
+struct FfnWeights {
+  std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff]
+  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
+  // A Mixture-of-Experts block adds its router and experts here.
+};
+
 struct LayerWeights {
-  std::unique_ptr<Weight> attn_norm;                        // [n_embd]
-  std::unique_ptr<Weight> wq, wk, wv, wo;                   // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
-  std::unique_ptr<Weight> bq, bk, bv;                       // optional biases
-  std::unique_ptr<Weight> q_norm, k_norm;                   // [head_dim], optional
-  std::unique_ptr<Weight> post_attn_norm;                   // [n_embd], optional
-  std::unique_ptr<Weight> ffn_norm;                         // [n_embd]
-  std::unique_ptr<Weight> ffn_gate, ffn_up, ffn_down;       // [n_ff, n_embd] x2, [n_embd, n_ff]
-  std::unique_ptr<Weight> post_ffn_norm;                    // [n_embd], optional
+  AttnWeights attn;
+  FfnWeights ffn;
 };
 
 // Reports loading progress: (tensors done, tensors total).
@@ -73,7 +87,11 @@ class Model {
     bool per_token;
   };
   std::vector<BufferShape> buffer_shapes() const;
+  std::unique_ptr<Weight>& slot(Slot s, int il);
+  // One layer: x += attention(x); x += ffn(x), over all n tokens of the step.
   void layer(int il, int64_t n);
+  void attention(int il, int64_t n);
+  void ffn_dense(int il, int64_t n);
 
   ModelConfig cfg_;
   Backend& backend_;

@@ -11,56 +11,33 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "model/arch.h"
 #include "model/gguf.h"
 
 namespace pagellm {
 
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
-    case Arch::Gemma3: return "gemma3";
-  }
-  return "?";
-}
-
-namespace {
-
-// Gemma 3: every 6th layer is global, the rest use a 512-token window; local
-// layers use RoPE base 10000 without scaling.
-constexpr int kGemma3SwaPattern = 6;
-constexpr float kGemma3LocalRopeBase = 10000.0f;
-
-}  // namespace
-
 void finalize_config(ModelConfig& c, bool gguf_layout) {
   c.check_sizes();  // before is_swa and anything else is sized from them
+  const ArchInfo& a = arch_info(c.arch);
   c.rope.n_rot = c.rope.n_rot ? c.rope.n_rot : c.head_dim;
   c.attn_scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.is_swa.empty()) {
-    // GGUF files carry no per-layer flags: Gemma 3's fixed pattern applies.
+    // GGUF files carry no per-layer flags: the family's fixed pattern applies.
     c.is_swa.assign(c.n_layer, false);
-    if (c.arch == Arch::Gemma3 && c.sliding_window > 0)
-      for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % kGemma3SwaPattern != 0;
+    if (a.swa_pattern > 0 && c.sliding_window > 0)
+      for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % a.swa_pattern != 0;
   }
-  switch (c.arch) {
-    case Arch::Llama: c.act = Activation::Silu; break;
-    case Arch::Qwen2: c.qkv_bias = true; break;
-    case Arch::Qwen3: c.qk_norm = true; break;
-    case Arch::Gemma3:
-      c.qk_norm = true;
-      c.post_norms = true;
-      c.act = Activation::GeluTanh;
-      c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-      break;
-  }
+  if (a.qkv_bias) c.qkv_bias = true;
+  if (a.qk_norm) c.qk_norm = true;
+  if (a.post_norms) c.post_norms = true;
+  c.act = a.act;
+  if (a.embd_scale_sqrt) c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   // GGUF llama files store Q/K permuted for adjacent-pair rotation; HF
   // checkpoints and the other families rotate halves.
-  c.rope.neox = !(gguf_layout && c.arch == Arch::Llama);
+  c.rope.neox = !(gguf_layout && a.gguf_permuted_qk);
   c.rope_swa = c.rope;
-  if (c.arch == Arch::Gemma3) {
-    c.rope_swa.freq_base = c.rope_swa_base > 0 ? c.rope_swa_base : kGemma3LocalRopeBase;
+  if (a.swa_rope_base > 0) {
+    c.rope_swa.freq_base = c.rope_swa_base > 0 ? c.rope_swa_base : a.swa_rope_base;
     c.rope_swa.freq_scale = 1.0f;
   }
   c.validate();
@@ -68,12 +45,11 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
 
 namespace {
 
-Arch arch_from_gguf_name(const std::string& a, const std::string& path) {
-  if (a == "llama") return Arch::Llama;
-  if (a == "qwen2") return Arch::Qwen2;
-  if (a == "qwen3") return Arch::Qwen3;
-  if (a == "gemma3") return Arch::Gemma3;
-  fail("'{}': unsupported architecture '{}' (supported: llama, qwen2, qwen3, gemma3)", path, a);
+const ArchInfo& arch_from_gguf_name(const std::string& a, const std::string& path) {
+  if (const ArchInfo* info = arch_by_gguf_name(a)) return *info;
+  const bool moe = a.ends_with("moe") || a == "mixtral" || a == "deepseek2" || a == "dbrx";
+  fail("'{}': unsupported architecture '{}'{} (supported: {})", path, a,
+       moe ? " (Mixture-of-Experts models are not supported yet)" : "", supported_gguf_names());
 }
 
 // An integer key in [lo, hi] (the fallback when absent); narrowing to int is
@@ -101,6 +77,16 @@ int64_t layers_in_tensors(const GGUFFile& f) {
       layers = std::max(layers, std::min(il, ModelSizeLimits::kLayers) + 1);
   }
   return layers;
+}
+
+// The value a size takes when its key is absent and it is derived.
+std::optional<int64_t> derived_size(Derived d, const ModelConfig& c) {
+  switch (d) {
+    case Derived::None: return std::nullopt;
+    case Derived::HeadCount: return c.n_head;
+    case Derived::EmbdOverHeads: return c.n_embd / c.n_head;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -146,27 +132,43 @@ void ModelConfig::validate() const {
 
 ModelConfig config_from_gguf(const GGUFFile& f) {
   const std::string a = f.get_string("general.architecture");
+  const ArchInfo& info = arch_from_gguf_name(a, f.path());
   ModelConfig c;
-  c.arch = arch_from_gguf_name(a, f.path());
+  c.arch = info.arch;
   c.name = f.get_string("general.name", a);
   auto key = [&](const std::string& k) { return a + "." + k; };
+  // Mixtral-style files keep arch llama and add experts the dense blocks would ignore.
+  if (f.get_int(key("expert_count"), 0) > 0)
+    fail("'{}': Mixture-of-Experts models are not supported yet for architecture '{}' ({} = {})", f.path(), a,
+         key("expert_count"), f.get_int(key("expert_count"), 0));
   // Every size is range-checked as it is read, and the layer count against
   // the tensors, before anything is sized from them.
   using L = ModelSizeLimits;
-  c.n_embd = gguf_size(f, key("embedding_length"), std::nullopt, 1, L::kEmbd);
-  c.n_layer = gguf_size(f, key("block_count"), std::nullopt, 1, L::kLayers);
-  // A file without any layer tensors is left to the loader, which names the
-  // first missing tensor.
-  const int64_t tensor_layers = layers_in_tensors(f);
-  if (tensor_layers > 0 && c.n_layer != tensor_layers)
-    fail("'{}': {} = {} does not match the tensors, which hold {} layers", f.path(), key("block_count"), c.n_layer,
-         tensor_layers);
-  c.n_ff = gguf_size(f, key("feed_forward_length"), std::nullopt, 1, L::kFeedForward);
-  c.n_head = gguf_size(f, key("attention.head_count"), std::nullopt, 1, L::kHeads);
-  c.n_head_kv = gguf_size(f, key("attention.head_count_kv"), c.n_head, 1, L::kHeads);
-  c.n_ctx_train = gguf_size(f, key("context_length"), 2048, 1, L::kContext);
+  for (const SizeParam& p : size_params()) {
+    if (p.field == &ModelConfig::n_vocab) {
+      int64_t embd_rows = 0;
+      if (const auto* t = f.find_tensor("token_embd.weight")) embd_rows = t->rows();
+      if (embd_rows > L::kVocab)
+        fail("'{}': token_embd.weight has {} rows, more than the vocabulary limit of {}", f.path(), embd_rows,
+             L::kVocab);
+      if (embd_rows == 0 && !f.has(key(p.gguf)))
+        fail("'{}': neither a token_embd.weight tensor nor {} gives the vocabulary size", f.path(), key(p.gguf));
+      c.n_vocab = gguf_size(f, key(p.gguf), embd_rows, 1, p.max);
+      continue;
+    }
+    std::optional<int64_t> fallback = derived_size(p.derived, c);
+    if (p.gguf_default) fallback = *p.gguf_default;
+    c.*p.field = gguf_size(f, key(p.gguf), fallback, 1, p.max);
+    if (p.field == &ModelConfig::n_layer) {
+      // A file without any layer tensors is left to the loader, which names
+      // the first missing tensor.
+      const int64_t tensor_layers = layers_in_tensors(f);
+      if (tensor_layers > 0 && c.n_layer != tensor_layers)
+        fail("'{}': {} = {} does not match the tensors, which hold {} layers", f.path(), key(p.gguf), c.n_layer,
+             tensor_layers);
+    }
+  }
   c.norm_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
-  c.head_dim = gguf_size(f, key("attention.key_length"), c.n_embd / c.n_head, 1, L::kHeadDim);
   const int head_dim_v = gguf_size(f, key("attention.value_length"), c.head_dim, 1, L::kHeadDim);
   PAGELLM_CHECK(head_dim_v == c.head_dim, "'{}': different key and value head sizes are not supported", f.path());
   c.rope.n_rot = gguf_size(f, key("rope.dimension_count"), c.head_dim, 1, L::kHeadDim);
@@ -178,14 +180,12 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   } else if (scaling != "none" && !scaling.empty()) {
     fail("'{}': RoPE scaling type '{}' is not supported", f.path(), scaling);
   }
-  int64_t embd_rows = 0;
-  if (const auto* t = f.find_tensor("token_embd.weight")) embd_rows = t->rows();
-  if (embd_rows > L::kVocab)
-    fail("'{}': token_embd.weight has {} rows, more than the vocabulary limit of {}", f.path(), embd_rows, L::kVocab);
-  if (embd_rows == 0 && !f.has(key("vocab_size")))
-    fail("'{}': neither a token_embd.weight tensor nor {} gives the vocabulary size", f.path(), key("vocab_size"));
-  c.n_vocab = gguf_size(f, key("vocab_size"), embd_rows, 1, L::kVocab);
-  if (c.arch == Arch::Gemma3) c.sliding_window = gguf_size(f, key("attention.sliding_window"), 512, 0, L::kContext);
+  if (info.gguf_sliding_window > 0)
+    c.sliding_window = gguf_size(f, key("attention.sliding_window"), info.gguf_sliding_window, 0, L::kContext);
+  if (info.softcaps) {
+    c.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping"), 0.0));
+    c.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping"), 0.0));
+  }
   finalize_config(c, true);
   return c;
 }
@@ -248,8 +248,9 @@ std::vector<bool> swa_from_layer_types(const json& types, int n_layer, const std
 
 }  // namespace
 
-// Field defaults follow transformers' config classes for each family, so a
-// config.json that omits a field means what it means to transformers.
+// Field defaults follow transformers' config classes for each family
+// (ArchInfo::hf), so a config.json that omits a field means what it means to
+// transformers.
 ModelConfig config_from_hf_json(const std::string& path) {
   json j = read_json_file_bounded(path, kConfigJsonLimits);
   PAGELLM_CHECK(j.is_object(), "'{}' is not a JSON object", path);
@@ -264,68 +265,60 @@ ModelConfig config_from_hf_json(const std::string& path) {
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
     a = j["architectures"][0].get<std::string>();
+  HfSwa swa_rule = HfSwa::None;
+  const ArchInfo* found = arch_by_hf_class(a, &swa_rule);
+  if (!found) {
+    const bool moe = a.find("Moe") != std::string::npos || a.starts_with("Mixtral") || a.starts_with("Deepseek");
+    fail("'{}': unsupported architecture '{}'{} (supported: {})", path, a,
+         moe ? " (Mixture-of-Experts models are not supported yet)" : "", supported_hf_classes());
+  }
+  const ArchInfo& info = *found;
+  const HfDefaults& d = info.hf;
+  using L = ModelSizeLimits;
   ModelConfig c;
-  bool mistral = false;
-  if (a == "LlamaForCausalLM") c.arch = Arch::Llama;
-  else if (a == "MistralForCausalLM") c.arch = Arch::Llama, mistral = true;
-  else if (a == "Qwen2ForCausalLM") c.arch = Arch::Qwen2;
-  else if (a == "Qwen3ForCausalLM") c.arch = Arch::Qwen3;
-  else if (a == "Gemma3ForCausalLM" || a == "Gemma3ForConditionalGeneration") c.arch = Arch::Gemma3;
-  else fail("'{}': unsupported architecture '{}' (supported: Llama, Mistral, Qwen2, Qwen3, Gemma3)", path, a);
-  const bool gemma = c.arch == Arch::Gemma3;
+  c.arch = info.arch;
   try {
+    for (const char* experts : {"num_local_experts", "num_experts", "n_routed_experts"})
+      if (is_number(j, experts) && j[experts].get<double>() > 0)
+        fail("'{}': Mixture-of-Experts models are not supported yet for architecture '{}' ({} = {})", path, a,
+             experts, j[experts].dump());
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
     c.name = j.value("_name_or_path", folder.filename().string());
     if (c.name.empty()) c.name = arch_name(c.arch);
-    // Multimodal Gemma 3 text_configs leave out what equals Gemma3TextConfig's
-    // defaults (vocabulary, heads); other families must say.
     // Sizes are range-checked as they are read: is_swa and the weights are
-    // sized from them.
-    using L = ModelSizeLimits;
-    auto size = [&](const char* key, int gemma_default, int64_t max) {
-      if (gemma && !j.contains(key)) return gemma_default;
-      return hf_int(j, key, 1, max, path);
-    };
-    c.n_vocab = size("vocab_size", 262208, L::kVocab);
-    c.n_embd = size("hidden_size", 2304, L::kEmbd);
-    c.n_layer = size("num_hidden_layers", 26, L::kLayers);
-    c.n_head = size("num_attention_heads", 8, L::kHeads);
-    c.n_head_kv = is_number(j, "num_key_value_heads") ? hf_int(j, "num_key_value_heads", 1, L::kHeads, path)
-                  : gemma                              ? 4
-                                                       : c.n_head;
-    c.n_ff = size("intermediate_size", 9216, L::kFeedForward);
-    const int default_head_dim = gemma ? 256 : c.arch == Arch::Qwen3 ? 128 : c.n_embd / c.n_head;
-    c.head_dim = is_number(j, "head_dim") ? hf_int(j, "head_dim", 1, L::kHeadDim, path) : default_head_dim;
-    c.n_ctx_train = is_number(j, "max_position_embeddings") ? hf_int(j, "max_position_embeddings", 1, L::kContext, path)
-                    : gemma                                  ? 131072
-                                                             : 2048;
-    c.norm_eps = is_number(j, "rms_norm_eps") ? j["rms_norm_eps"].get<float>() : 1e-6f;
+    // sized from them. An absent (or null) field takes the family's default,
+    // then the derived value; without either it is an error.
+    for (const SizeParam& p : size_params()) {
+      const bool absent = !j.contains(p.hf) || j[p.hf].is_null();
+      const std::optional<int> def = d.*p.hf_default;
+      if (absent && def) c.*p.field = *def;
+      else if (absent && p.derived != Derived::None) c.*p.field = static_cast<int>(*derived_size(p.derived, c));
+      else c.*p.field = hf_int(j, p.hf, 1, p.max, path);
+    }
+    c.norm_eps = is_number(j, "rms_norm_eps") ? j["rms_norm_eps"].get<float>() : d.rms_norm_eps;
     c.tie_word_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
                                 ? j["tie_word_embeddings"].get<bool>()
-                                : gemma;
+                                : d.tie_word_embeddings;
 
     // Activation and biases: what the forward pass computes is fixed per
     // family; refuse configs that ask for something else.
-    const std::string act = gemma ? j.value("hidden_activation", j.value("hidden_act", std::string("gelu_pytorch_tanh")))
-                                  : j.value("hidden_act", std::string("silu"));
-    if (gemma)
-      PAGELLM_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_tanh", "'{}': activation '{}' is not supported for {}",
-                    path, act, a);
-    else
-      PAGELLM_CHECK(act == "silu", "'{}': activation '{}' is not supported for {}", path, act, a);
-    PAGELLM_CHECK(!j.value("attention_bias", false) || c.arch == Arch::Qwen2,
+    const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string(d.hidden_act)));
+    const bool act_ok = info.act == Activation::Silu ? act == "silu" : act == "gelu_pytorch_tanh" || act == "gelu_tanh";
+    PAGELLM_CHECK(act_ok, "'{}': activation '{}' is not supported for {}", path, act, a);
+    PAGELLM_CHECK(!j.value("attention_bias", false) || info.qkv_bias,
                   "'{}': attention_bias (biases on q/k/v/o projections) is not supported for {}", path, a);
     PAGELLM_CHECK(!j.value("mlp_bias", false), "'{}': mlp_bias is not supported", path);
 
     // RoPE: legacy keys first, then transformers-5 rope_parameters (which win,
-    // as in transformers). Gemma 3 keeps one set per layer type.
-    c.rope.freq_base = is_number(j, "rope_theta") ? j["rope_theta"].get<float>() : gemma ? 1e6f : 10000.0f;
+    // as in transformers). Families with local layers keep one set per layer type.
+    const bool local_rope = info.swa_rope_base > 0;
+    c.rope.freq_base = is_number(j, "rope_theta") ? j["rope_theta"].get<float>() : d.rope_theta;
     if (j.contains("rope_scaling")) apply_rope_params(j["rope_scaling"], c.rope, path);
     RopeConfig local;
-    local.freq_base = is_number(j, "rope_local_base_freq") ? j["rope_local_base_freq"].get<float>() : kGemma3LocalRopeBase;
+    local.freq_base = is_number(j, "rope_local_base_freq") ? j["rope_local_base_freq"].get<float>() : info.swa_rope_base;
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
       const json& rp = j["rope_parameters"];
-      if (gemma && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
+      if (local_rope && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
         if (rp.contains("full_attention")) apply_rope_params(rp["full_attention"], c.rope, path);
         if (rp.contains("sliding_attention")) apply_rope_params(rp["sliding_attention"], local, path);
       } else {
@@ -336,43 +329,60 @@ ModelConfig config_from_hf_json(const std::string& path) {
       PAGELLM_CHECK(j["partial_rotary_factor"].get<float>() == 1.0f, "'{}': partial_rotary_factor is not supported",
                     path);
 
+    // Attention scale and logit softcapping (Gemma).
+    if (d.query_pre_attn_scalar > 0)
+      c.attn_scale = 1.0f / std::sqrt(is_number(j, "query_pre_attn_scalar") ? j["query_pre_attn_scalar"].get<float>()
+                                                                             : d.query_pre_attn_scalar);
+    if (info.softcaps) {
+      // A null cap means none; an absent one the family's default.
+      auto cap = [&](const char* key, float def) {
+        if (!j.contains(key)) return def;
+        return is_number(j, key) ? j[key].get<float>() : 0.0f;
+      };
+      c.final_softcap = cap("final_logit_softcapping", d.final_logit_softcapping);
+      c.attn_softcap = cap("attn_logit_softcapping", d.attn_logit_softcapping);
+    }
+
     // Sliding-window layers.
     c.is_swa.assign(c.n_layer, false);
-    if (gemma) {
-      PAGELLM_CHECK(!j.value("use_bidirectional_attention", false),
-                    "'{}': use_bidirectional_attention is not supported", path);
-      PAGELLM_CHECK(local.freq_scale == 1.0f, "'{}': scaled RoPE on sliding-window layers is not supported", path);
-      c.rope_swa_base = local.freq_base;
-      c.sliding_window = is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : 4096;
-      if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-        c.is_swa = swa_from_layer_types(j["layer_types"], c.n_layer, path);
-      } else {
-        const int pattern = is_number(j, "sliding_window_pattern")
-                                ? hf_int(j, "sliding_window_pattern", 1, L::kLayers, path)
-                                : kGemma3SwaPattern;
-        for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % pattern != 0;
-      }
-      c.attn_scale = 1.0f / std::sqrt(is_number(j, "query_pre_attn_scalar") ? j["query_pre_attn_scalar"].get<float>()
-                                                                             : 256.0f);
-      c.final_softcap = is_number(j, "final_logit_softcapping") ? j["final_logit_softcapping"].get<float>() : 0.0f;
-      c.attn_softcap = is_number(j, "attn_logit_softcapping") ? j["attn_logit_softcapping"].get<float>() : 0.0f;
-    } else if (mistral) {
-      // Mistral: every layer uses the window when one is set (v0.1).
-      c.sliding_window = is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : 0;
-      c.is_swa.assign(c.n_layer, c.sliding_window > 0);
-    } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
-      // Qwen: the window applies only with use_sliding_window, to the layers
-      // layer_types marks (by default those from max_window_layers on).
-      if (j.value("use_sliding_window", false) && is_number(j, "sliding_window")) {
-        c.sliding_window = hf_int(j, "sliding_window", 0, L::kContext, path);
+    switch (swa_rule) {
+      case HfSwa::None: break;
+      case HfSwa::Pattern: {
+        PAGELLM_CHECK(!j.value("use_bidirectional_attention", false),
+                      "'{}': use_bidirectional_attention is not supported", path);
+        PAGELLM_CHECK(local.freq_scale == 1.0f, "'{}': scaled RoPE on sliding-window layers is not supported", path);
+        c.rope_swa_base = local.freq_base;
+        c.sliding_window =
+            is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : d.sliding_window;
         if (j.contains("layer_types") && !j["layer_types"].is_null()) {
           c.is_swa = swa_from_layer_types(j["layer_types"], c.n_layer, path);
         } else {
-          const int first =
-              is_number(j, "max_window_layers") ? hf_int(j, "max_window_layers", 0, INT32_MAX, path) : 28;
-          for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = il >= first;
+          const int pattern = is_number(j, "sliding_window_pattern")
+                                  ? hf_int(j, "sliding_window_pattern", 1, L::kLayers, path)
+                                  : info.swa_pattern;
+          for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % pattern != 0;
         }
+        break;
       }
+      case HfSwa::EveryLayer:
+        // Mistral: every layer uses the window when one is set (v0.1).
+        c.sliding_window = is_number(j, "sliding_window") ? hf_int(j, "sliding_window", 0, L::kContext, path) : 0;
+        c.is_swa.assign(c.n_layer, c.sliding_window > 0);
+        break;
+      case HfSwa::UseFlag:
+        // Qwen: the window applies only with use_sliding_window, to the layers
+        // layer_types marks (by default those from max_window_layers on).
+        if (j.value("use_sliding_window", false) && is_number(j, "sliding_window")) {
+          c.sliding_window = hf_int(j, "sliding_window", 0, L::kContext, path);
+          if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+            c.is_swa = swa_from_layer_types(j["layer_types"], c.n_layer, path);
+          } else {
+            const int first =
+                is_number(j, "max_window_layers") ? hf_int(j, "max_window_layers", 0, INT32_MAX, path) : 28;
+            for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = il >= first;
+          }
+        }
+        break;
     }
     PAGELLM_CHECK(c.sliding_window >= 0, "'{}': invalid sliding_window {}", path, c.sliding_window);
   } catch (const nlohmann::json::exception& e) {

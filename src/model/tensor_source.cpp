@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <cstring>
 #include <unordered_map>
@@ -14,6 +14,7 @@
 #include "core/fp16.h"
 #include "core/json_limits.h"
 #include "core/mmap_file.h"
+#include "model/arch.h"
 #include "model/gguf.h"
 
 namespace pagellm {
@@ -33,47 +34,6 @@ class GGUFSource : public TensorSource {
  private:
   std::unordered_map<std::string, TensorData> tensors_;
 };
-
-// HF parameter name -> GGUF tensor name ("" when not a weight we use).
-std::string gguf_name(const std::string& hf, Arch arch) {
-  static const std::regex layer_re(R"(^(?:model\.|language_model\.model\.|model\.language_model\.)layers\.(\d+)\.(.+)$)");
-  static const std::map<std::string, std::string> per_layer = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-  };
-  std::smatch m;
-  if (std::regex_match(hf, m, layer_re)) {
-    const std::string rest = m[2];
-    std::string base;
-    if (rest == "post_attention_layernorm.weight")
-      base = arch == Arch::Gemma3 ? "post_attention_norm.weight" : "ffn_norm.weight";
-    else if (auto it = per_layer.find(rest); it != per_layer.end())
-      base = it->second;
-    else
-      return "";
-    return "blk." + m[1].str() + "." + base;
-  }
-  if (hf == "model.embed_tokens.weight" || hf == "language_model.model.embed_tokens.weight" ||
-      hf == "model.language_model.embed_tokens.weight")
-    return "token_embd.weight";
-  if (hf == "model.norm.weight" || hf == "language_model.model.norm.weight" || hf == "model.language_model.norm.weight")
-    return "output_norm.weight";
-  if (hf == "lm_head.weight" || hf == "language_model.lm_head.weight") return "output.weight";
-  return "";
-}
 
 float element_as_float(const TensorData& t, int64_t i) {
   const auto* p = static_cast<const uint8_t*>(t.data);
@@ -235,6 +195,7 @@ class SafetensorsSource : public TensorSource {
     PAGELLM_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
     const uint8_t* data = base + 8 + header_len;
     const size_t data_size = size - 8 - header_len;
+    const ArchInfo& arch = arch_info(cfg.arch);
     std::set<std::string> names;
     for (auto& [hf_name, info] : header.items()) {
       if (hf_name == "__metadata__") continue;
@@ -242,7 +203,8 @@ class SafetensorsSource : public TensorSource {
       try {
         // Every entry is checked, used or not: a corrupt header is refused whole.
         const SafetensorsEntry e = parse_entry(info, hf_name, data_size, path);
-        const std::string name = gguf_name(hf_name, cfg.arch);
+        const std::optional<HfTensor> known = hf_tensor(arch, hf_name);
+        const std::string name = known ? known->gguf : "";
         const DType type = name.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
         check_entry_size(e, hf_name, path);
         if (name.empty()) continue;
@@ -263,8 +225,7 @@ class SafetensorsSource : public TensorSource {
         PAGELLM_CHECK(reinterpret_cast<uintptr_t>(t.data) % elem_bytes == 0,
                       "'{}': tensor {} data (file offset {}) is not aligned to its {}-byte elements", path, hf_name,
                       8 + header_len + e.begin, elem_bytes);
-        // Gemma's RMSNorm multiplies by (1 + w); GGUF conversion stores w + 1.
-        if (cfg.arch == Arch::Gemma3 && name.size() > 11 && name.ends_with("norm.weight")) {
+        if (known->spec->transform == Transform::NormPlusOne) {  // GGUF conversion stores w + 1
           auto& owned = owned_.emplace_back(static_cast<size_t>(n));
           for (uint64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, static_cast<int64_t>(i)) + 1.0f;
           t.type = DType::F32;

@@ -1,0 +1,166 @@
+// One table per model family, in the spirit of llama.cpp's llama-arch: the
+// GGUF architecture name, the Hugging Face classes, the family's fixed
+// features and config defaults, and every tensor with its GGUF and HF names,
+// shape, presence rule and load-time transform. The loader, the dummy-weight
+// generator, the HF writer and the safetensors source all read this table;
+// adding a family is adding an entry here (plus a block in model.cpp when the
+// forward pass needs one it does not have yet).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+
+namespace pagellm {
+
+// Where a loaded tensor goes (Model's weight slots). Global tensors, then
+// one layer's attention block, then its feed-forward block.
+enum class Slot {
+  TokEmbd, OutputNorm, Output, RopeFreqs,
+  AttnNorm, Q, K, V, O, QBias, KBias, VBias, QNorm, KNorm, PostAttnNorm,
+  FfnNorm, Gate, Up, Down, PostFfnNorm,
+  // A Mixture-of-Experts FFN adds its slots here (router, stacked experts
+  // [n_expert, rows, cols], shared expert) with FfnKind::Moe.
+};
+
+// When a tensor must be in the file.
+enum class Need {
+  Required,
+  Optional,    // loaded when present (output.weight: absent means tied)
+  IfQkvBias,   // required when cfg.qkv_bias, else loaded when present
+  IfQkNorm,    // required when cfg.qk_norm
+  IfPostNorms, // required when cfg.post_norms
+};
+
+// How a tensor differs between the GGUF layout (what the forward pass
+// computes with) and the HF checkpoint.
+enum class Transform {
+  None,
+  // Gemma's RMSNorm multiplies by (1 + w); GGUF stores w + 1, so HF weights
+  // get 1 added at load (and the HF writer subtracts it).
+  NormPlusOne,
+  // GGUF llama files permute Q/K rows per head for adjacent-pair RoPE; HF
+  // rotates halves. The loader keeps each file's layout (cfg.rope.neox says
+  // which); the HF writer un-permutes GGUF rows.
+  RopePermute,
+};
+
+using Dims = std::vector<int64_t>;  // ne order: Dims[0] is the row length
+
+struct TensorSpec {
+  const char* gguf;  // "attn_q.weight" (per layer: after "blk.N.")
+  const char* hf;    // "self_attn.q_proj.weight" (per layer: after "model.layers.N."); "" when HF has none
+  Dims (*shape)(const ModelConfig&);
+  Need need = Need::Required;
+  Transform transform = Transform::None;
+  // Where it is loaded. A fused tensor (Phi-3's qkv) lists several slots and
+  // split_rows gives each one's rows, in storage order: each part is uploaded
+  // as its own Weight from a row range of the one tensor.
+  std::vector<Slot> slots;
+  std::vector<int64_t> (*split_rows)(const ModelConfig&) = nullptr;
+  // A weight matrix (random dummy values scaled by 1/sqrt(cols)) rather than
+  // a norm weight or bias.
+  bool matrix = false;
+};
+
+// How config.json marks sliding-window layers.
+enum class HfSwa {
+  None,
+  EveryLayer,   // Mistral v0.1: every layer when sliding_window is set
+  UseFlag,      // Qwen: use_sliding_window, then layer_types or max_window_layers
+  Pattern,      // Gemma: layer_types or every sliding_window_pattern-th layer global
+};
+
+struct HfClass {
+  const char* name;  // architectures[0]
+  HfSwa swa = HfSwa::None;
+};
+
+// Which feed-forward block a layer runs (Model::ffn_*).
+enum class FfnKind { Dense };
+
+// transformers' config-class defaults for fields a config.json may omit.
+// nullopt: the field is required (or derived: num_key_value_heads defaults
+// to num_attention_heads, head_dim to hidden_size / num_attention_heads).
+struct HfDefaults {
+  std::optional<int> vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+      intermediate_size, head_dim;
+  std::optional<int> max_position_embeddings = 2048;
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  const char* hidden_act = "silu";
+  int sliding_window = 0;             // Gemma: the window when config.json omits it
+  float query_pre_attn_scalar = 0;    // > 0: attention scale is its inverse square root
+  float attn_logit_softcapping = 0, final_logit_softcapping = 0;  // when absent (null: none)
+};
+
+struct ArchInfo {
+  Arch arch = Arch::Llama;
+  const char* gguf_name = "";      // general.architecture
+  const char* hf_model_type = "";  // config.json model_type the HF writer writes
+  std::vector<HfClass> hf_classes;  // [0] is what the HF writer writes
+
+  // Fixed features of the family (finalize_config applies them).
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool post_norms = false;
+  Activation act = Activation::Silu;
+  bool embd_scale_sqrt = false;    // token embeddings times sqrt(n_embd)
+  bool gguf_permuted_qk = false;   // GGUF stores Q/K for adjacent-pair RoPE
+  bool softcaps = false;           // reads attn/final logit softcapping (GGUF keys, config.json fields)
+  int swa_pattern = 0;             // > 0: every swa_pattern-th layer is global, the rest sliding
+  float swa_rope_base = 0;         // > 0: RoPE base of sliding-window layers (no scaling there)
+  int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
+  FfnKind ffn = FfnKind::Dense;
+  HfDefaults hf;
+
+  std::vector<TensorSpec> globals;  // token_embd, output_norm, ...
+  std::vector<TensorSpec> layer;    // one layer's tensors (attention, then FFN)
+};
+
+// The sizes every family has, in the order they are read, and where each
+// format keeps them. A size absent from a file takes, in this order: the
+// format's default here (GGUF) or the family's HfDefaults (HF), then the
+// derived value, else it is an error.
+enum class Derived { None, HeadCount, EmbdOverHeads };
+struct SizeParam {
+  int ModelConfig::*field;
+  const char* name;  // in error messages about ModelConfig ("n_layer")
+  const char* gguf;  // key after "<arch>."
+  const char* hf;    // config.json key
+  int64_t max;
+  std::optional<int> gguf_default;
+  std::optional<int> HfDefaults::*hf_default;
+  Derived derived = Derived::None;
+};
+const std::vector<SizeParam>& size_params();
+
+const std::vector<ArchInfo>& all_archs();
+const ArchInfo& arch_info(Arch a);
+const ArchInfo* arch_by_gguf_name(const std::string& name);
+const ArchInfo* arch_by_hf_class(const std::string& cls, HfSwa* swa = nullptr);
+// "llama, qwen2, ..." / "LlamaForCausalLM, ..." for error messages.
+std::string supported_gguf_names();
+std::string supported_hf_classes();
+
+// Whether the tensor must be present for this config.
+bool tensor_required(const TensorSpec& t, const ModelConfig& c);
+// The GGUF tensor name of a per-layer spec ("blk.3.attn_q.weight").
+std::string layer_tensor_name(const TensorSpec& t, int il);
+
+// An HF checkpoint tensor name resolved against the table.
+struct HfTensor {
+  std::string gguf;  // GGUF name ("blk.3.attn_q.weight")
+  const TensorSpec* spec;
+};
+// HF parameter name -> its tensor, or nullopt when the model does not use it.
+// Accepts the prefixes multimodal checkpoints put before "model."
+// ("language_model.model.", "model.language_model.").
+std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name);
+
+}  // namespace pagellm
