@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf")
 MODEL_FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "models")
 
-SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
+SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe"]
 # (shape, type, shards): every shape in F32 and BF16, plus a sharded F16 Llama
 # (untied lm_head in the last shard, un-permuted Q/K).
 CASES = [(s, t, 1) for s in SHAPES for t in ["f32", "bf16"]] + [("tiny-llama", "f16", 3)]
@@ -89,12 +89,16 @@ def run(model, tokens):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", required=True, help="path to the pagellm binary")
+    ap.add_argument("--only", default="", help="comma-separated shapes to regenerate (default: all)")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     tokens = fixture_tokens()
     with tempfile.TemporaryDirectory() as tmp:
         for shape, wtype, shards in CASES:
+            if only and shape not in only:
+                continue
             name = case_name(shape, wtype, shards)
             folder = os.path.join(tmp, name)
             subprocess.run([args.pagellm, "make-dummy", "--format", "hf", "--shape", shape, "--type", wtype,

@@ -1,6 +1,8 @@
 #include "model/arch.h"
 
+#include <algorithm>
 #include <cctype>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -19,6 +21,11 @@ Dims q_vec(const ModelConfig& c) { return {int64_t{c.n_head} * c.head_dim}; }
 Dims kv_vec(const ModelConfig& c) { return {int64_t{c.n_head_kv} * c.head_dim}; }
 Dims ff_mat(const ModelConfig& c) { return {c.n_embd, c.n_ff}; }
 Dims down_mat(const ModelConfig& c) { return {c.n_ff, c.n_embd}; }
+Dims router_mat(const ModelConfig& c) { return {c.n_embd, c.n_expert}; }
+Dims ff_exps(const ModelConfig& c) { return {c.n_embd, c.n_ff_exp, c.n_expert}; }
+Dims down_exps(const ModelConfig& c) { return {c.n_ff_exp, c.n_embd, c.n_expert}; }
+Dims ff_shexp(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
+Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
 
 TensorSpec vec(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s, Need need = Need::Required,
                Transform tr = Transform::None) {
@@ -27,6 +34,41 @@ TensorSpec vec(const char* g, const char* h, Dims (*shape)(const ModelConfig&), 
 TensorSpec mat(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s, Need need = Need::Required,
                Transform tr = Transform::None) {
   return TensorSpec{g, h, shape, need, tr, {s}, nullptr, true};
+}
+
+TensorSpec experts(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s) {
+  TensorSpec t = mat(g, h, shape, s, Need::IfMoe);
+  t.experts = true;
+  return t;
+}
+
+// The FFN of a Llama-style layer: dense, or (with experts in the config) a
+// router and experts, HF names as Mixtral's (moe_hf: "block_sparse_moe") or
+// Qwen-MoE's ("mlp", with a shared expert behind a sigmoid gate).
+void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
+  l.push_back(mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate, Need::IfDense));
+  l.push_back(mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up, Need::IfDense));
+  l.push_back(mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down, Need::IfDense));
+  if (!moe_hf) return;
+  const bool mixtral = std::string_view(moe_hf) == "block_sparse_moe";
+  l.push_back(mat("ffn_gate_inp.weight", mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", router_mat,
+                  Slot::Router, Need::IfMoe));
+  l.push_back(experts("ffn_gate_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w1.weight" : "mlp.experts.{}.gate_proj.weight",
+                      ff_exps, Slot::GateExps));
+  l.push_back(experts("ffn_up_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w3.weight" : "mlp.experts.{}.up_proj.weight",
+                      ff_exps, Slot::UpExps));
+  l.push_back(experts("ffn_down_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w2.weight" : "mlp.experts.{}.down_proj.weight",
+                      down_exps, Slot::DownExps));
+  if (mixtral) return;
+  // The gate is one row; llama.cpp's GGUF files store it as a vector.
+  l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", embd_vec, Slot::ShexpGate,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ff_shexp, Slot::GateShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ff_shexp, Slot::UpShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", down_shexp, Slot::DownShexp,
+                  Need::IfSharedExpert));
 }
 
 // token_embd, output_norm, output (absent: tied), rope_freqs (GGUF only).
@@ -39,7 +81,7 @@ std::vector<TensorSpec> globals(Transform norm) {
 
 // Llama-style layer (Llama, Qwen 2, Qwen 3): one norm before attention, one
 // before the FFN (HF calls it post_attention_layernorm).
-std::vector<TensorSpec> llama_layer(Transform qk, bool qk_norm) {
+std::vector<TensorSpec> llama_layer(Transform qk, bool qk_norm, const char* moe_hf = nullptr) {
   std::vector<TensorSpec> l = {
       vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
       mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q, Need::Required, qk),
@@ -55,9 +97,7 @@ std::vector<TensorSpec> llama_layer(Transform qk, bool qk_norm) {
     l.push_back(vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, Need::IfQkNorm));
   }
   l.push_back(vec("ffn_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm));
-  l.push_back(mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate));
-  l.push_back(mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up));
-  l.push_back(mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down));
+  add_ffn(l, moe_hf);
   return l;
 }
 
@@ -99,11 +139,16 @@ ArchInfo family(Arch arch, const char* gguf, const char* model_type, std::vector
 std::vector<ArchInfo> make_archs() {
   std::vector<ArchInfo> v;
   {
+    // Mixtral is llama with experts (llama.cpp's files say arch llama too).
     ArchInfo a = family(Arch::Llama, "llama", "llama",
-                        {{"LlamaForCausalLM", HfSwa::None}, {"MistralForCausalLM", HfSwa::EveryLayer}});
+                        {{"LlamaForCausalLM", HfSwa::None},
+                         {"MistralForCausalLM", HfSwa::EveryLayer},
+                         {"MixtralForCausalLM", HfSwa::EveryLayer}});
     a.gguf_permuted_qk = true;
+    a.moe = true;
+    a.moe_norm_topk = true;  // Mixtral renormalises its top-2
     a.globals = globals(Transform::None);
-    a.layer = llama_layer(Transform::RopePermute, false);
+    a.layer = llama_layer(Transform::RopePermute, false, "block_sparse_moe");
     v.push_back(std::move(a));
   }
   {
@@ -119,6 +164,25 @@ std::vector<ArchInfo> make_archs() {
     a.hf.head_dim = 128;
     a.globals = globals(Transform::None);
     a.layer = llama_layer(Transform::None, true);
+    v.push_back(std::move(a));
+  }
+  {
+    ArchInfo a = family(Arch::Qwen2Moe, "qwen2moe", "qwen2_moe", {{"Qwen2MoeForCausalLM", HfSwa::UseFlag}});
+    a.qkv_bias = true;
+    a.moe = a.moe_only = true;
+    a.moe_norm_topk = false;  // Qwen2MoeConfig.norm_topk_prob defaults to false
+    a.globals = globals(Transform::None);
+    a.layer = llama_layer(Transform::None, false, "mlp");
+    v.push_back(std::move(a));
+  }
+  {
+    ArchInfo a = family(Arch::Qwen3Moe, "qwen3moe", "qwen3_moe", {{"Qwen3MoeForCausalLM", HfSwa::UseFlag}});
+    a.qk_norm = true;
+    a.moe = a.moe_only = true;
+    a.moe_norm_topk = true;  // llama.cpp's qwen3moe graph always renormalises
+    a.hf.head_dim = 128;
+    a.globals = globals(Transform::None);
+    a.layer = llama_layer(Transform::None, true, "mlp");
     v.push_back(std::move(a));
   }
   {
@@ -227,6 +291,9 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c) {
     case Need::IfQkvBias: return c.qkv_bias;
     case Need::IfQkNorm: return c.qk_norm;
     case Need::IfPostNorms: return c.post_norms;
+    case Need::IfDense: return !c.moe();
+    case Need::IfMoe: return c.moe();
+    case Need::IfSharedExpert: return c.n_ff_shexp > 0;
   }
   return true;
 }
@@ -246,8 +313,21 @@ std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name)
     if (i == layers.size() || i >= n.size() || n[i] != '.') return std::nullopt;
     const std::string index = n.substr(layers.size(), i - layers.size());
     const std::string rest = n.substr(i + 1);
-    for (const TensorSpec& t : a.layer)
-      if (rest == t.hf) return HfTensor{"blk." + index + "." + t.gguf, &t};
+    for (const TensorSpec& t : a.layer) {
+      if (!t.experts) {
+        if (rest == t.hf) return HfTensor{"blk." + index + "." + t.gguf, &t};
+        continue;
+      }
+      // "mlp.experts.{}.up_proj.weight": the digits in place of {} name the expert.
+      const std::string_view pattern = t.hf;
+      const size_t at = pattern.find("{}");
+      const std::string_view head = pattern.substr(0, at), tail = pattern.substr(at + 2);
+      if (rest.size() <= head.size() + tail.size() || !rest.starts_with(head) || !rest.ends_with(tail)) continue;
+      const std::string e = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+      if (e.size() > 6 || !std::all_of(e.begin(), e.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+        continue;
+      return HfTensor{"blk." + index + "." + t.gguf + "[" + std::to_string(std::stoi(e)) + "]", &t};
+    }
     return std::nullopt;
   }
   for (const TensorSpec& t : a.globals)

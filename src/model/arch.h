@@ -23,8 +23,9 @@ enum class Slot {
   TokEmbd, OutputNorm, Output, RopeFreqs,
   AttnNorm, Q, K, V, O, QBias, KBias, VBias, QNorm, KNorm, PostAttnNorm,
   FfnNorm, Gate, Up, Down, PostFfnNorm,
-  // A Mixture-of-Experts FFN adds its slots here (router, stacked experts
-  // [n_expert, rows, cols], shared expert) with FfnKind::Moe.
+  // Mixture of experts: the router, the experts (TensorSpec::experts), and
+  // the shared expert with its gate.
+  Router, GateExps, UpExps, DownExps, GateShexp, UpShexp, DownShexp, ShexpGate,
 };
 
 // When a tensor must be in the file.
@@ -34,6 +35,9 @@ enum class Need {
   IfQkvBias,   // required when cfg.qkv_bias, else loaded when present
   IfQkNorm,    // required when cfg.qk_norm
   IfPostNorms, // required when cfg.post_norms
+  IfDense,     // required when the config has no experts (the dense FFN)
+  IfMoe,       // required when cfg.n_expert > 0
+  IfSharedExpert,  // required when cfg.n_ff_shexp > 0
 };
 
 // How a tensor differs between the GGUF layout (what the forward pass
@@ -65,6 +69,9 @@ struct TensorSpec {
   // A weight matrix (random dummy values scaled by 1/sqrt(cols)) rather than
   // a norm weight or bias.
   bool matrix = false;
+  // One matrix per expert: GGUF stacks them ([cols, rows, n_expert], shape
+  // gives that), HF names each one ("{}" in `hf` is the expert index).
+  bool experts = false;
 };
 
 // How config.json marks sliding-window layers.
@@ -80,8 +87,6 @@ struct HfClass {
   HfSwa swa = HfSwa::None;
 };
 
-// Which feed-forward block a layer runs (Model::ffn_*).
-enum class FfnKind { Dense };
 
 // transformers' config-class defaults for fields a config.json may omit.
 // nullopt: the field is required (or derived: num_key_value_heads defaults
@@ -116,7 +121,9 @@ struct ArchInfo {
   int swa_pattern = 0;             // > 0: every swa_pattern-th layer is global, the rest sliding
   float swa_rope_base = 0;         // > 0: RoPE base of sliding-window layers (no scaling there)
   int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
-  FfnKind ffn = FfnKind::Dense;
+  bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)
+  bool moe_only = false;       // ... and must be (Qwen-MoE files always have experts)
+  bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say
   HfDefaults hf;
 
   std::vector<TensorSpec> globals;  // token_embd, output_norm, ...

@@ -19,6 +19,7 @@ struct Shape {
   float rope_base, norm_eps;
   bool tied;
   int sliding_window;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // Mixture of experts
 };
 
 // Real shapes (for benchmarks) and tiny ones (for tests; sized so K-quants fit:
@@ -33,6 +34,13 @@ const std::map<std::string, Shape>& shapes() {
       {"tiny-qwen2", {Arch::Qwen2, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
       {"tiny-qwen3", {Arch::Qwen3, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
       {"tiny-gemma3", {Arch::Gemma3, 512, 256, 6, 2, 1, 128, 512, 512, 1000000.f, 1e-6f, true, 32}},
+      // Mixture of experts. Mixtral-style files are llama with experts (the
+      // expert FFN is feed_forward_length); olmoe-1b-7b is OLMoE's sizes in
+      // that form, which llama.cpp loads as it loads Mixtral.
+      {"olmoe-1b-7b", {Arch::Llama, 50304, 2048, 16, 16, 16, 128, 1024, 4096, 10000.f, 1e-5f, false, 0, 64, 8, 1024}},
+      {"tiny-mixtral", {Arch::Llama, 512, 256, 2, 4, 2, 64, 256, 512, 1000000.f, 1e-5f, false, 0, 4, 2, 256}},
+      {"tiny-qwen2moe", {Arch::Qwen2Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, false, 0, 8, 2, 256, 512}},
+      {"tiny-qwen3moe", {Arch::Qwen3Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0, 8, 3, 256}},
   };
   return s;
 }
@@ -121,7 +129,8 @@ class DummySource : public TensorSource {
   void add(const std::string& name, DType type, std::vector<int64_t> shape, float stddev, float mean, uint64_t seed,
            ThreadPool& pool) {
     const int64_t cols = shape[0];
-    const int64_t rows = shape.size() > 1 ? shape[1] : 1;
+    int64_t rows = 1;  // stacked experts: every expert's rows
+    for (size_t d = 1; d < shape.size(); ++d) rows *= shape[d];
     const size_t row_bytes = dtype_row_bytes(type, cols);
     Owned t;
     t.bytes.resize(row_bytes * static_cast<size_t>(rows));
@@ -210,6 +219,11 @@ ModelConfig dummy_config(const std::string& shape, int n_vocab) {
   c.norm_eps = s.norm_eps;
   c.rope.freq_base = s.rope_base;
   c.sliding_window = s.sliding_window;
+  c.n_expert = s.n_expert;
+  c.n_expert_used = s.n_expert_used;
+  c.n_ff_exp = s.n_ff_exp;
+  c.n_ff_shexp = s.n_ff_shexp;
+  c.expert_norm_topk = s.n_expert > 0 && arch_info(s.arch).moe_norm_topk;
   finalize_config(c, true);  // the weights are laid out as a GGUF file's
   return c;
 }
@@ -241,6 +255,13 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
   if (s.sliding_window) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.n_expert) {
+    w.set_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    if (s.arch != Arch::Llama) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+    if (s.n_ff_shexp)
+      w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+  }
   if (vocab) {
     for (const auto& [k, v] : vocab->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);

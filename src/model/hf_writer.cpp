@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // One tensor to write: where it comes from, its HF name, and how it is transformed.
 struct Entry {
-  const TensorData* src;
+  TensorData src;  // a view (one expert of a stacked tensor is a slice)
   std::string hf_name;
   bool gemma_norm = false;  // write w - 1
   int permute_heads = 0;    // > 0: un-permute GGUF llama Q/K rows over this many heads
@@ -67,9 +67,19 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
       return;
     }
     if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
+    if (spec.experts) {
+      // HF keeps one matrix per expert: "...experts.{}.w1.weight".
+      const std::string pattern = hf;
+      const size_t at = pattern.find("{}");
+      for (int64_t e = 0; e < t->shape[2]; ++e)
+        out.push_back({expert_slice(*t, e), pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 2)});
+      return;
+    }
     // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
     const bool unpermute = spec.transform == Transform::RopePermute && !c.rope.neox;
-    out.push_back({t, hf, spec.transform == Transform::NormPlusOne,
+    TensorData view = *t;
+    if (spec.matrix && view.shape.size() == 1) view.shape = {view.cols(), 1};  // HF: [1, cols]
+    out.push_back({view, hf, spec.transform == Transform::NormPlusOne,
                    unpermute ? static_cast<int>(t->rows() / c.head_dim) : 0});
   };
   const TensorSpec& embd = arch.globals.front();
@@ -107,7 +117,7 @@ std::string shard_file_name(int k, int shards) {
 
 // Converts one tensor to `dtype` in HF row order and appends it to `out`.
 void write_tensor(std::ofstream& out, const Entry& e, DType dtype) {
-  const TensorData& t = *e.src;
+  const TensorData& t = e.src;
   const int64_t cols = t.cols(), rows = t.rows();
   const size_t src_row_bytes = dtype_row_bytes(t.type, cols);
   const size_t dst_row_bytes = dtype_row_bytes(dtype, cols);
@@ -136,7 +146,7 @@ void write_shard(const fs::path& path, const std::vector<const Entry*>& entries,
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const Entry* e : entries) {
-    const TensorData& t = *e->src;
+    const TensorData& t = e->src;
     const uint64_t size = dtype_row_bytes(dtype, t.cols()) * static_cast<uint64_t>(t.rows());
     header[e->hf_name] = {{"dtype", hf_dtype_name(dtype)},
                           {"shape", std::vector<int64_t>(t.shape.rbegin(), t.shape.rend())},
@@ -186,11 +196,13 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || !any_swa,
                 "cannot write config.json: sliding-window layers are only written for families with layer_types");
   nlohmann::ordered_json j;
-  j["architectures"] = nlohmann::ordered_json::array({arch.hf_classes[0].name});
-  j["model_type"] = arch.hf_model_type;
+  // Llama with experts is Mixtral in transformers.
+  const bool mixtral = c.arch == Arch::Llama && c.moe();
+  j["architectures"] = nlohmann::ordered_json::array({mixtral ? "MixtralForCausalLM" : arch.hf_classes[0].name});
+  j["model_type"] = mixtral ? "mixtral" : arch.hf_model_type;
   j["vocab_size"] = c.n_vocab;
   j["hidden_size"] = c.n_embd;
-  j["intermediate_size"] = c.n_ff;
+  j["intermediate_size"] = mixtral ? c.n_ff_exp : c.n_ff;
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
   j["num_key_value_heads"] = c.n_head_kv;
@@ -204,11 +216,32 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   j["dtype"] = torch_dtype_name(dtype);
   j["bos_token_id"] = 1;  // the synthetic vocabulary's <s> and </s>
   j["eos_token_id"] = 2;
+  if (mixtral) {
+    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Mixtral always renormalises its experts' weights");
+    j["num_local_experts"] = c.n_expert;
+    j["num_experts_per_tok"] = c.n_expert_used;
+  } else if (c.moe()) {
+    j["num_experts"] = c.n_expert;
+    j["num_experts_per_tok"] = c.n_expert_used;
+    j["moe_intermediate_size"] = c.n_ff_exp;
+    if (c.n_ff_shexp) j["shared_expert_intermediate_size"] = c.n_ff_shexp;
+    j["norm_topk_prob"] = c.expert_norm_topk;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+  }
   switch (c.arch) {
     case Arch::Llama:
       j["hidden_act"] = "silu";
-      j["attention_bias"] = false;
-      j["mlp_bias"] = false;
+      if (!mixtral) {
+        j["attention_bias"] = false;
+        j["mlp_bias"] = false;
+      }
+      break;
+    case Arch::Qwen2Moe:
+    case Arch::Qwen3Moe:
+      j["hidden_act"] = "silu";
+      if (c.arch == Arch::Qwen3Moe) j["attention_bias"] = false;
+      j["use_sliding_window"] = false;
       break;
     case Arch::Qwen2:  // q/k/v always have biases in Qwen 2
     case Arch::Qwen3:
@@ -245,7 +278,7 @@ void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const Tenso
   const auto config = hf_config_json(cfg, tied, opts.dtype);
   std::vector<size_t> bytes;
   for (const Entry& e : entries)
-    bytes.push_back(dtype_row_bytes(opts.dtype, e.src->cols()) * static_cast<size_t>(e.src->rows()));
+    bytes.push_back(dtype_row_bytes(opts.dtype, e.src.cols()) * static_cast<size_t>(e.src.rows()));
   assign_shards(entries, opts.shards, bytes);
 
   const fs::path root(dir);

@@ -70,19 +70,98 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::Up: return F.up;
     case Slot::Down: return F.down;
     case Slot::PostFfnNorm: return F.post_norm;
+    case Slot::Router: return F.router;
+    case Slot::GateShexp: return F.gate_shexp;
+    case Slot::UpShexp: return F.up_shexp;
+    case Slot::DownShexp: return F.down_shexp;
+    case Slot::ShexpGate: return F.shexp_gate;
     default: break;
   }
   fail("unknown weight slot {}", static_cast<int>(s));
 }
 
+std::vector<std::unique_ptr<Weight>>& Model::expert_slot(Slot s, int il) {
+  FfnWeights& F = layers_.at(il).ffn;
+  switch (s) {
+    case Slot::GateExps: return F.gate_exps;
+    case Slot::UpExps: return F.up_exps;
+    case Slot::DownExps: return F.down_exps;
+    default: break;
+  }
+  fail("weight slot {} does not hold experts", static_cast<int>(s));
+}
+
+namespace {
+
+// Shapes equal up to trailing 1s: a one-row matrix is [n] in GGUF, [n, 1] in HF.
+bool same_shape(std::vector<int64_t> a, std::vector<int64_t> b) {
+  while (a.size() > 1 && a.back() == 1) a.pop_back();
+  while (b.size() > 1 && b.back() == 1) b.pop_back();
+  return a == b;
+}
+
+std::string dims_text(const std::vector<int64_t>& d) {
+  std::string s;
+  for (auto v : d) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
+}  // namespace
+
 void Model::load_weights(const TensorSource& src, const LoadProgress& progress) {
   const ModelConfig& c = cfg_;
   const ArchInfo& arch = arch_info(c.arch);
   size_t total = 0, done = 0;
+  if (c.moe() && !backend_.supports(Feature::MixtureOfExperts))
+    fail("the {} backend does not run Mixture-of-Experts models ({} has {} experts per layer); use --device cpu",
+         backend_.name(), arch.gguf_name, c.n_expert);
   layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
     // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
+    // An expert tensor is one stacked GGUF tensor or one tensor per expert
+    // ("<name>[e]", as the HF source names them); either way each expert is
+    // uploaded as its own matrix.
+    auto get_experts = [&](const TensorSpec& spec, const std::string& name, int il) {
+      const Dims shape = spec.shape(c);  // [cols, rows, n_expert]
+      std::vector<TensorData> parts;
+      const bool any = src.find(name) || src.find(name + "[0]");
+      if (!any && !tensor_required(spec, c)) return;
+      if (const TensorData* t = src.find(name)) {
+        if (t->shape != shape)
+          fail("tensor '{}' has shape [{}], expected [{}]", name, dims_text(t->shape), dims_text(shape));
+        for (int64_t e = 0; e < shape[2]; ++e) parts.push_back(expert_slice(*t, e));
+      } else {
+        for (int64_t e = 0; e < shape[2]; ++e) {
+          const std::string one = fmt::format("{}[{}]", name, e);
+          const TensorData* p = src.find(one);
+          if (!p) {
+            if (!tensor_required(spec, c)) return;
+            fail("model is missing tensor '{}' (expert {} of {}; architecture {} with {} experts)",
+                 e == 0 ? name : one, e, shape[2], arch.gguf_name, c.n_expert);
+          }
+          if (p->shape != Dims{shape[0], shape[1]})
+            fail("tensor '{}' has shape [{}], expected [{}]", one, dims_text(p->shape), dims_text({shape[0], shape[1]}));
+          parts.push_back(*p);
+        }
+      }
+      if (pass == 0) {
+        if (!backend_.supports_weight(parts[0].type))
+          fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(parts[0].type),
+               backend_.name());
+        total += parts.size();
+        return;
+      }
+      auto& ws = expert_slot(spec.slots[0], il);
+      ws.clear();
+      for (const TensorData& p : parts) {
+        weight_bytes_ += dtype_row_bytes(p.type, p.cols()) * static_cast<size_t>(p.rows());
+        ws.push_back(backend_.upload(p));
+        held_weight_bytes_ += ws.back()->held_bytes;
+        if (progress) progress(++done, total);
+      }
+    };
     auto get = [&](const TensorSpec& spec, const std::string& name, int il) {
+      if (spec.experts) return get_experts(spec, name, il);
       const TensorData* t = src.find(name);
       if (!t) {
         if (tensor_required(spec, c)) fail("model is missing tensor '{}'", name);
@@ -93,12 +172,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       if (spec.split_rows) parts = spec.split_rows(c);
       if (pass == 0) {
         // Checked before anything is uploaded, so a bad file fails fast.
-        if (t->shape != shape) {
-          std::string want, got;
-          for (auto d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-          for (auto d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-          fail("tensor '{}' has shape [{}], expected [{}]", name, got, want);
-        }
+        if (!same_shape(t->shape, shape))
+          fail("tensor '{}' has shape [{}], expected [{}]", name, dims_text(t->shape), dims_text(shape));
         if (t->shape.size() > 1 && !backend_.supports_weight(t->type))
           fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),
                backend_.name());
@@ -120,6 +195,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         if (spec.slots.size() > 1) {
           part.shape = {t->cols(), parts[k]};
           part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;
+        } else if (spec.matrix && part.shape.size() == 1) {
+          part.shape = {t->cols(), 1};  // a one-row matrix stored as a vector
         }
         row0 += parts[k];
         auto& w = slot(spec.slots[k], il);
@@ -133,6 +210,13 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il);
   }
   cfg_.rope.freq_factors = rope_freqs_.get();
+  for (LayerWeights& L : layers_) {
+    FfnWeights& F = L.ffn;
+    for (auto [from, to] : {std::pair{&F.gate_exps, &F.gate_view}, {&F.up_exps, &F.up_view}, {&F.down_exps, &F.down_view}}) {
+      to->clear();
+      for (const auto& w : *from) to->push_back(w.get());
+    }
+  }
 }
 
 KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) const {
@@ -151,26 +235,31 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) co
 std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t ff = c.moe() ? c.n_ff_shexp : c.n_ff;  // the dense (or shared expert) FFN
+  const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
   return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, qd, true},
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
-          {&Buffers::o, c.n_embd, true},   {&Buffers::gate, c.n_ff, true},    {&Buffers::up, c.n_ff, true},
-          {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, c.n_vocab, false}};
+          {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},
+          {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, c.n_vocab, false},
+          {&Buffers::router, c.n_expert, true}, {&Buffers::ids, k, true, DType::I32},
+          {&Buffers::route_w, k, true},    {&Buffers::eg, k * c.n_ff_exp, true}, {&Buffers::eu, k * c.n_ff_exp, true},
+          {&Buffers::ed, k * c.n_embd, true}, {&Buffers::sh, shared * c.n_embd, true}, {&Buffers::sg, shared, true}};
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
   int64_t values = 0;
   for (const BufferShape& b : buffer_shapes()) values += b.values * (b.per_token ? n : m);
-  return static_cast<size_t>(values) * sizeof(float);
+  return static_cast<size_t>(values) * sizeof(float);  // I32 ids are as large
 }
 
 void Model::ensure_buffers(int64_t n, int64_t m) {
   const bool grow_tokens = n > buf_.cap_tokens, grow_rows = m > buf_.cap_logits;
   if (!grow_tokens && !grow_rows) return;  // every step but the first few
   for (const BufferShape& b : buffer_shapes()) {
-    if (!(b.per_token ? grow_tokens : grow_rows)) continue;
+    if (!(b.per_token ? grow_tokens : grow_rows) || b.values == 0) continue;
     BufferPtr& p = buf_.*b.member;
     p.reset();  // the old one goes first: device memory is tight
-    p = backend_.alloc(DType::F32, static_cast<size_t>(b.values * (b.per_token ? n : m)));
+    p = backend_.alloc(b.type, static_cast<size_t>(b.values * (b.per_token ? n : m)));
   }
   if (grow_tokens) buf_.cap_tokens = n;
   if (grow_rows) buf_.cap_logits = m;
@@ -178,10 +267,8 @@ void Model::ensure_buffers(int64_t n, int64_t m) {
 
 void Model::layer(int il, int64_t n) {
   attention(il, n);
-  switch (arch_info(cfg_.arch).ffn) {
-    case FfnKind::Dense: ffn_dense(il, n); break;
-    // FfnKind::Moe: router top-k, routed experts, optional shared expert.
-  }
+  if (cfg_.moe()) ffn_moe(il, n);
+  else ffn_dense(il, n);
 }
 
 // x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend -> o
@@ -232,6 +319,35 @@ void Model::ffn_dense(int il, int64_t n) {
   be.matmul(*F.up, *buf_.h, n, *buf_.up);
   be.glu(*buf_.gate, *buf_.up, n * c.n_ff, c.act, *buf_.gate);
   be.matmul(*F.down, *buf_.gate, n, *buf_.o);
+  if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
+  be.add(*buf_.x, *buf_.o, n * c.n_embd);
+}
+
+// x -> norm -> router -> top-k experts, each act(gate) * up -> down, summed
+// with the router's weights (+ the shared expert, scaled by its sigmoid
+// gate) -> x += out.
+void Model::ffn_moe(int il, int64_t n) {
+  const ModelConfig& c = cfg_;
+  const FfnWeights& F = layers_[il].ffn;
+  Backend& be = backend_;
+  const int k = c.n_expert_used;
+  be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
+  be.matmul(*F.router, *buf_.h, n, *buf_.router);
+  be.moe_route(*buf_.router, n, c.routing(), *buf_.ids, *buf_.route_w);
+  be.matmul_experts(F.gate_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eg);
+  be.matmul_experts(F.up_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eu);
+  be.glu(*buf_.eg, *buf_.eu, n * k * c.n_ff_exp, c.act, *buf_.eg);
+  be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed);
+  be.moe_combine(*buf_.ed, *buf_.route_w, n, k, c.n_embd, *buf_.o);
+  if (F.gate_shexp) {
+    be.matmul(*F.gate_shexp, *buf_.h, n, *buf_.gate);
+    be.matmul(*F.up_shexp, *buf_.h, n, *buf_.up);
+    be.glu(*buf_.gate, *buf_.up, n * c.n_ff_shexp, c.act, *buf_.gate);
+    be.matmul(*F.down_shexp, *buf_.gate, n, *buf_.sh);
+    be.matmul(*F.shexp_gate, *buf_.h, n, *buf_.sg);
+    be.scale_rows_sigmoid(*buf_.sh, *buf_.sg, n, c.n_embd);
+    be.add(*buf_.o, *buf_.sh, n * c.n_embd);
+  }
   if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }

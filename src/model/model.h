@@ -31,9 +31,15 @@ struct AttnWeights {
 
 struct FfnWeights {
   std::unique_ptr<Weight> norm;                 // [n_embd]
-  std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff]
+  std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff] (dense)
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
-  // A Mixture-of-Experts block adds its router and experts here.
+  // Mixture of experts (Model::ffn_moe).
+  std::unique_ptr<Weight> router;                          // [n_expert, n_embd]
+  std::vector<std::unique_ptr<Weight>> gate_exps, up_exps, down_exps;  // [n_expert] of [n_ff_exp, n_embd] ...
+  std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
+  std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
+  // Views for matmul_experts (pointers into the vectors above).
+  std::vector<const Weight*> gate_view, up_view, down_view;
 };
 
 struct LayerWeights {
@@ -83,15 +89,18 @@ class Model {
   struct Buffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;
-    int64_t values;  // per token, or per sampled row
+    int64_t values;  // per token, or per sampled row; 0: not used by this model
     bool per_token;
+    DType type = DType::F32;
   };
   std::vector<BufferShape> buffer_shapes() const;
   std::unique_ptr<Weight>& slot(Slot s, int il);
+  std::vector<std::unique_ptr<Weight>>& expert_slot(Slot s, int il);
   // One layer: x += attention(x); x += ffn(x), over all n tokens of the step.
   void layer(int il, int64_t n);
   void attention(int il, int64_t n);
   void ffn_dense(int il, int64_t n);
+  void ffn_moe(int il, int64_t n);
 
   ModelConfig cfg_;
   Backend& backend_;
@@ -121,6 +130,14 @@ class Model {
     BufferPtr up;      // [n, n_ff]
     BufferPtr sel;     // [m, n_embd] rows that produce logits
     BufferPtr logits;  // [m, n_vocab]
+    // Mixture of experts (k = n_expert_used; empty for dense models).
+    BufferPtr router;  // [n, n_expert] router logits
+    BufferPtr ids;     // [n, k] chosen experts (I32)
+    BufferPtr route_w; // [n, k] their weights
+    BufferPtr eg, eu;  // [n * k, n_ff_exp] expert gate / up
+    BufferPtr ed;      // [n * k, n_embd] expert outputs
+    BufferPtr sh;      // [n, n_embd] shared expert output
+    BufferPtr sg;      // [n] shared expert gate logits
   } buf_;
 };
 

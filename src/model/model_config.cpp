@@ -92,8 +92,12 @@ std::optional<int64_t> derived_size(Derived d, const ModelConfig& c) {
 }  // namespace
 
 std::string ModelConfig::describe() const {
-  return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, ffn {}, vocab {}, ctx {}", arch_name(arch), name,
-                     n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train);
+  std::string ffn = fmt::format("ffn {}", n_ff);
+  if (moe())
+    ffn = fmt::format("{} of {} experts x ffn {}{}", n_expert_used, n_expert, n_ff_exp,
+                      n_ff_shexp ? fmt::format(" + shared {}", n_ff_shexp) : "");
+  return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, {}, vocab {}, ctx {}", arch_name(arch), name,
+                     n_layer, n_embd, n_head, n_head_kv, head_dim, ffn, n_vocab, n_ctx_train);
 }
 
 void ModelConfig::check_sizes() const {
@@ -114,6 +118,17 @@ void ModelConfig::check_sizes() const {
                   s.value, s.max);
   PAGELLM_CHECK(sliding_window >= 0 && sliding_window <= L::kContext,
                 "model hyperparameter sliding_window = {} is out of range (0 to {})", sliding_window, L::kContext);
+  PAGELLM_CHECK(n_expert >= 0 && n_expert <= L::kExperts,
+                "model hyperparameter n_expert = {} is out of range (0 to {})", n_expert, L::kExperts);
+  if (n_expert > 0) {
+    PAGELLM_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert,
+                  "model hyperparameter n_expert_used = {} is out of range (1 to n_expert = {})", n_expert_used,
+                  n_expert);
+    PAGELLM_CHECK(n_ff_exp >= 1 && n_ff_exp <= L::kFeedForward,
+                  "model hyperparameter n_ff_exp = {} is out of range (1 to {})", n_ff_exp, L::kFeedForward);
+  }
+  PAGELLM_CHECK(n_ff_shexp >= 0 && n_ff_shexp <= L::kFeedForward,
+                "model hyperparameter n_ff_shexp = {} is out of range (0 to {})", n_ff_shexp, L::kFeedForward);
 }
 
 void ModelConfig::validate() const {
@@ -137,10 +152,6 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   c.arch = info.arch;
   c.name = f.get_string("general.name", a);
   auto key = [&](const std::string& k) { return a + "." + k; };
-  // Mixtral-style files keep arch llama and add experts the dense blocks would ignore.
-  if (f.get_int(key("expert_count"), 0) > 0)
-    fail("'{}': Mixture-of-Experts models are not supported yet for architecture '{}' ({} = {})", f.path(), a,
-         key("expert_count"), f.get_int(key("expert_count"), 0));
   // Every size is range-checked as it is read, and the layer count against
   // the tensors, before anything is sized from them.
   using L = ModelSizeLimits;
@@ -167,6 +178,20 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
         fail("'{}': {} = {} does not match the tensors, which hold {} layers", f.path(), key(p.gguf), c.n_layer,
              tensor_layers);
     }
+  }
+  // Experts: Mixtral-style files keep arch llama and add expert_count; the
+  // expert FFN size is feed_forward_length there, its own key in Qwen-MoE files.
+  c.n_expert = gguf_size(f, key("expert_count"), 0, 0, L::kExperts);
+  if (c.n_expert > 0) {
+    PAGELLM_CHECK(info.moe, "'{}': architecture '{}' with {} = {}: Mixture-of-Experts layers are not supported for it",
+                  f.path(), a, key("expert_count"), c.n_expert);
+    c.n_expert_used = gguf_size(f, key("expert_used_count"), std::nullopt, 1, c.n_expert);
+    c.n_ff_exp = gguf_size(f, key("expert_feed_forward_length"), c.n_ff, 1, L::kFeedForward);
+    c.n_ff_shexp = gguf_size(f, key("expert_shared_feed_forward_length"), 0, 0, L::kFeedForward);
+    c.expert_norm_topk = f.get_bool(key("expert_weights_norm"), info.moe_norm_topk);
+  } else {
+    PAGELLM_CHECK(!info.moe_only, "'{}': architecture '{}' needs {} (its layers are Mixture-of-Experts)", f.path(), a,
+                  key("expert_count"));
   }
   c.norm_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
   const int head_dim_v = gguf_size(f, key("attention.value_length"), c.head_dim, 1, L::kHeadDim);
@@ -251,6 +276,27 @@ std::vector<bool> swa_from_layer_types(const json& types, int n_layer, const std
 // Field defaults follow transformers' config classes for each family
 // (ArchInfo::hf), so a config.json that omits a field means what it means to
 // transformers.
+// The expert sizes and routing of a MoE config.json (Mixtral: the expert
+// FFN is intermediate_size; Qwen-MoE: moe_intermediate_size, a shared expert,
+// norm_topk_prob, and possibly dense layers, which are refused).
+void read_hf_moe(const json& j, const ArchInfo& info, ModelConfig& c, const std::string& path) {
+  using L = ModelSizeLimits;
+  c.n_expert_used = hf_int(j, "num_experts_per_tok", 1, c.n_expert, path);
+  c.n_ff_exp = is_number(j, "moe_intermediate_size") ? hf_int(j, "moe_intermediate_size", 1, L::kFeedForward, path)
+                                                     : c.n_ff;
+  if (is_number(j, "shared_expert_intermediate_size"))
+    c.n_ff_shexp = hf_int(j, "shared_expert_intermediate_size", 0, L::kFeedForward, path);
+  c.expert_norm_topk = j.contains("norm_topk_prob") && j["norm_topk_prob"].is_boolean()
+                           ? j["norm_topk_prob"].get<bool>()
+                           : info.moe_norm_topk;
+  if (is_number(j, "decoder_sparse_step"))
+    PAGELLM_CHECK(j["decoder_sparse_step"].get<double>() == 1, "'{}': decoder_sparse_step {} (dense layers between "
+                  "MoE layers) is not supported", path, j["decoder_sparse_step"].dump());
+  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+    PAGELLM_CHECK(j["mlp_only_layers"].empty(), "'{}': mlp_only_layers (dense layers in a MoE model) is not supported",
+                  path);
+}
+
 ModelConfig config_from_hf_json(const std::string& path) {
   json j = read_json_file_bounded(path, kConfigJsonLimits);
   PAGELLM_CHECK(j.is_object(), "'{}' is not a JSON object", path);
@@ -279,9 +325,11 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.arch = info.arch;
   try {
     for (const char* experts : {"num_local_experts", "num_experts", "n_routed_experts"})
-      if (is_number(j, experts) && j[experts].get<double>() > 0)
-        fail("'{}': Mixture-of-Experts models are not supported yet for architecture '{}' ({} = {})", path, a,
-             experts, j[experts].dump());
+      if (is_number(j, experts) && j[experts].get<double>() > 0) {
+        PAGELLM_CHECK(info.moe, "'{}': architecture '{}' with {} = {}: Mixture-of-Experts layers are not supported for it",
+                      path, a, experts, j[experts].dump());
+        c.n_expert = hf_int(j, experts, 1, L::kExperts, path);
+      }
     const std::filesystem::path folder = std::filesystem::path(path).parent_path();
     c.name = j.value("_name_or_path", folder.filename().string());
     if (c.name.empty()) c.name = arch_name(c.arch);
@@ -295,6 +343,8 @@ ModelConfig config_from_hf_json(const std::string& path) {
       else if (absent && p.derived != Derived::None) c.*p.field = static_cast<int>(*derived_size(p.derived, c));
       else c.*p.field = hf_int(j, p.hf, 1, p.max, path);
     }
+    if (c.n_expert > 0) read_hf_moe(j, info, c, path);  // after n_ff: Mixtral's experts are intermediate_size
+    else PAGELLM_CHECK(!info.moe_only, "'{}': {} needs num_experts (its layers are Mixture-of-Experts)", path, a);
     c.norm_eps = is_number(j, "rms_norm_eps") ? j["rms_norm_eps"].get<float>() : d.rms_norm_eps;
     c.tie_word_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()
                                 ? j["tie_word_embeddings"].get<bool>()

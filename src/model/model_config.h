@@ -13,7 +13,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma3 };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -27,6 +27,7 @@ struct ModelSizeLimits {
   static constexpr int64_t kFeedForward = int64_t{1} << 20;
   static constexpr int64_t kVocab = int64_t{1} << 24;
   static constexpr int64_t kContext = int64_t{1} << 26;
+  static constexpr int64_t kExperts = 1024;  // DeepSeek V3 / Kimi K2: 256-384
 };
 const char* arch_name(Arch a);
 
@@ -63,6 +64,18 @@ struct ModelConfig {
   // HF configs: the output matrix is the token embedding (lm_head.weight, if
   // stored, is ignored as transformers ignores it). GGUF files tie by omitting output.weight.
   bool tie_word_embeddings = false;
+
+  // Mixture of experts (n_expert > 0): each layer's FFN sends every token to
+  // n_expert_used of n_expert experts (SwiGLU of n_ff_exp hidden units), plus
+  // a shared expert of n_ff_shexp units behind a sigmoid gate (Qwen2-MoE).
+  int n_expert = 0, n_expert_used = 0;
+  int n_ff_exp = 0;
+  int n_ff_shexp = 0;
+  bool expert_norm_topk = false;  // the chosen experts' weights are renormalised to sum to 1
+  bool moe() const { return n_expert > 0; }
+  MoeRouting routing() const {
+    return MoeRouting{n_expert, n_expert_used, RouterScoring::Softmax, expert_norm_topk, 1.0f};
+  }
 
   std::string describe() const;
   // Sizes within ModelSizeLimits (checked before anything is sized from them).

@@ -107,7 +107,18 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
   EXPECT_EQ(a.post_norms, b.post_norms);
   EXPECT_EQ(a.embd_scale, b.embd_scale);
   EXPECT_EQ(a.act, b.act);
+  EXPECT_EQ(a.n_expert, b.n_expert);
+  EXPECT_EQ(a.n_expert_used, b.n_expert_used);
+  EXPECT_EQ(a.n_ff_exp, b.n_ff_exp);
+  EXPECT_EQ(a.n_ff_shexp, b.n_ff_shexp);
+  EXPECT_EQ(a.expert_norm_topk, b.expert_norm_topk);
 }
+
+// The shapes tools/gen_hf_fixtures.py writes fixtures for, and whether each ties its embeddings.
+const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
+    {"tiny-llama", false},   {"tiny-qwen2", true},     {"tiny-qwen3", true},    {"tiny-gemma3", true},
+    {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
+};
 
 struct HFCase {
   std::string shape, type;
@@ -120,7 +131,7 @@ struct HFCase {
 // The cases tools/gen_hf_fixtures.py writes.
 std::vector<HFCase> hf_cases() {
   std::vector<HFCase> cases;
-  for (const char* s : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"})
+  for (auto [s, tied] : kFixtureShapes)
     for (const char* t : {"f32", "bf16"}) cases.push_back({s, t, 1});
   cases.push_back({"tiny-llama", "f16", 3});
   return cases;
@@ -184,7 +195,7 @@ TEST(HFModelFolder, ComputesTheSameFunctionAsTheGGUFDummy) {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 24; ++i) tokens.push_back(1 + (i * 37) % 500);
-  for (const char* shape : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"}) {
+  for (auto [shape, tied] : kFixtureShapes) {
     const int n_vocab = dummy_vocab_size(shape, nullptr);
     const DummySpec spec{shape, DType::F32, 5};
     const ModelConfig cfg = dummy_config(shape, n_vocab);
@@ -208,7 +219,7 @@ TEST(HFModelFolder, ComputesTheSameFunctionAsTheGGUFDummy) {
 // the same config.
 TEST(HFConfig, TransformersSavedConfigsReadTheSame) {
   ThreadPool pool(2);
-  for (const char* shape : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"}) {
+  for (auto [shape, tied] : kFixtureShapes) {
     const std::string saved = test::fixture(std::string("hf/config-") + shape + ".json");
     REQUIRE_FILE(saved);
     const std::string dir = scratch(std::string("cfg-") + shape);
@@ -217,7 +228,7 @@ TEST(HFConfig, TransformersSavedConfigsReadTheSame) {
     const ModelConfig from_saved = config_from_hf_json((fs::path(dir) / "config.json").string());
     const ModelConfig want = dummy_config(shape, dummy_vocab_size(shape, nullptr));
     expect_same_config(from_saved, want, shape);
-    EXPECT_EQ(from_saved.tie_word_embeddings, shape != std::string("tiny-llama")) << shape;
+    EXPECT_EQ(from_saved.tie_word_embeddings, tied) << shape;
     EXPECT_TRUE(read_json(saved).contains("rope_parameters")) << "fixture is not in the current format";
   }
 }
