@@ -70,6 +70,20 @@ def random_blocks(qtype, n_blocks, rng):
         set_half(2, np.abs(scale) / 32)
     elif qtype == T.Q6_K:
         set_half(type_size - 2, scale / 64)
+    elif qtype == T.Q2_K:  # scales[16], qs[64], d, dmin
+        set_half(80, np.abs(scale) / 8)
+        set_half(82, np.abs(scale) / 16)
+    elif qtype == T.Q3_K:  # hmask[32], qs[64], scales[12], d
+        set_half(108, scale / 16)
+    elif qtype == T.IQ4_NL:
+        set_half(0, scale / 64)
+    elif qtype == T.IQ4_XS:  # d, scales_h, scales_l[4], qs[128]
+        set_half(0, scale / 256)
+    elif qtype == T.MXFP4:
+        # e8m0 exponents around 2^0, plus the subnormal and smallest normal
+        # scales (e = 0, 1, 2), which take a separate branch.
+        b[:, 0] = rng.integers(110, 140, size=n_blocks, dtype=np.uint8)
+        b[:3, 0] = [0, 1, 2]
     return b
 
 
@@ -91,6 +105,11 @@ def main():
                             (T.Q5_K, 2), (T.Q6_K, 2)):
         blocks = random_blocks(qtype, n_blocks, rng)
         write(f"dequant_{qtype.name}_random.bin", qtype, blocks, dequantize(blocks, qtype))
+    # Types added later draw from their own generator, so the files above keep their bytes.
+    rng2 = np.random.default_rng(20261201)
+    for qtype, n_blocks in ((T.Q2_K, 4), (T.Q3_K, 4), (T.IQ4_NL, 16), (T.IQ4_XS, 4), (T.MXFP4, 16)):
+        blocks = random_blocks(qtype, n_blocks, rng2)
+        write(f"dequant_{qtype.name}_random.bin", qtype, blocks, dequantize(blocks, qtype))
 
     for qtype in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16):
         values = rng.standard_normal(512).astype(np.float32)
@@ -98,6 +117,11 @@ def main():
         values[100:132] = 0.0  # an all-zero block
         blocks = quantize(values, qtype)
         write(f"quant_{qtype.name}.bin", qtype, blocks, values)
+    # MXFP4's quantizer is fixed by the format (shared exponent, nearest level): ours matches it.
+    values = rng2.standard_normal(512).astype(np.float32)
+    values[7] = 0.0
+    values[100:132] = 0.0
+    write("quant_MXFP4.bin", T.MXFP4, quantize(values, T.MXFP4), values)
 
 
 if __name__ == "__main__":

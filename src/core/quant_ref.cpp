@@ -2,8 +2,9 @@
 // Dequantization does the same float operations in the same order as ggml /
 // gguf-py, so the results are bit-identical to theirs. Quantizers of the
 // legacy formats (Q4_0 .. Q8_0) follow ggml's reference quantizers exactly;
-// the K-quant quantizers use a weighted least-squares search of each
-// sub-block's scale (and min) before the scales themselves are quantized.
+// the K-quant and IQ4 quantizers use a weighted least-squares search of each
+// sub-block's scale (and min) before the scales themselves are quantized
+// (not llama.cpp's searches: their bytes differ; MXFP4 follows gguf-py).
 //
 // No fused multiply-adds: a contracted a*b+c rounds differently, and these
 // functions must give the same bits on every machine and build.
@@ -146,6 +147,70 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
       }
     }
     y += QK_K;
+  }
+}
+
+void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    for (int e = 0; e < QK_K; ++e) {
+      const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+      const uint8_t sc = b[i].scales[e / 16];
+      const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
+      const int q = (b[i].qs[32 * h + l] >> (2 * s)) & 3;
+      y[e] = dl * static_cast<float>(q) - ml;
+    }
+    y += QK_K;
+  }
+}
+
+void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    int8_t sc[16];
+    q3k_scales(b[i].scales, sc);
+    for (int e = 0; e < QK_K; ++e) {
+      const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+      const int low = (b[i].qs[32 * h + l] >> (2 * s)) & 3;
+      const int high = (b[i].hmask[l] >> (e / 32)) & 1;
+      const float dl = d * static_cast<float>(sc[e / 16]);
+      y[e] = dl * static_cast<float>(low - (high ? 0 : 4));
+    }
+    y += QK_K;
+  }
+}
+
+void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += QK4_NL) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < QK4_NL / 2; ++j) {
+      y[j] = d * static_cast<float>(kIQ4NLValues[b[i].qs[j] & 0x0F]);
+      y[j + QK4_NL / 2] = d * static_cast<float>(kIQ4NLValues[b[i].qs[j] >> 4]);
+    }
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < QK_K / 32; ++j, y += 32) {
+      const float dl = d * static_cast<float>(iq4xs_scale(b[i], j));
+      const uint8_t* q = b[i].qs + 16 * j;
+      for (int l = 0; l < 16; ++l) {
+        y[l] = dl * static_cast<float>(kIQ4NLValues[q[l] & 0x0F]);
+        y[l + 16] = dl * static_cast<float>(kIQ4NLValues[q[l] >> 4]);
+      }
+    }
+  }
+}
+
+void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += QK_MXFP4) {
+    const float d = e8m0_to_fp32_half(b[i].e);
+    for (int j = 0; j < QK_MXFP4 / 2; ++j) {
+      y[j] = d * static_cast<float>(kMXFP4Values[b[i].qs[j] & 0x0F]);
+      y[j + QK_MXFP4 / 2] = d * static_cast<float>(kMXFP4Values[b[i].qs[j] >> 4]);
+    }
   }
 }
 
@@ -390,10 +455,10 @@ void quant_q5_k(const float* x, BlockQ5_K* b, int64_t nb) {
   }
 }
 
-// Symmetric fit x ~ scale * L, L in [-32, 31], weighted by x^2: tries step
-// sizes around max / 32 and keeps the one whose least-squares scale explains
-// the most of x.
-float fit_scale_sym6(const float* x, int n, int8_t* L) {
+// Symmetric fit x ~ scale * L, L in [-half, half - 1], weighted by x^2:
+// tries step sizes around max / half and keeps the one whose least-squares
+// scale explains the most of x (n <= 16).
+float fit_scale_sym(const float* x, int n, int half, int8_t* L) {
   float amax = 0, max = 0;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
@@ -407,12 +472,12 @@ float fit_scale_sym6(const float* x, int n, int8_t* L) {
   }
   float best_scale = 0, best_score = -1;
   for (int step = -9; step <= 9; ++step) {
-    // The extreme maps to -32 (the side with one more level).
-    const float iscale = -(32.0f + 0.1f * static_cast<float>(step)) / max;
+    // The extreme maps to -half (the side with one more level).
+    const float iscale = -(static_cast<float>(half) + 0.1f * static_cast<float>(step)) / max;
     float sum_lx = 0, sum_l2 = 0;
     int8_t trial[16];
     for (int i = 0; i < n; ++i) {
-      const int l = std::clamp(round_away(iscale * x[i]), -32, 31);
+      const int l = std::clamp(round_away(iscale * x[i]), -half, half - 1);
       trial[i] = static_cast<int8_t>(l);
       const float w = x[i] * x[i], fl = static_cast<float>(l);
       sum_lx += w * x[i] * fl;
@@ -436,7 +501,7 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
     float scales[kNumSub];
     float max_scale = 0, amax_scale = 0;
     for (int j = 0; j < kNumSub; ++j) {
-      scales[j] = fit_scale_sym6(x + kSub * j, kSub, L + kSub * j);
+      scales[j] = fit_scale_sym(x + kSub * j, kSub, 32, L + kSub * j);
       if (std::fabs(scales[j]) > amax_scale) {
         amax_scale = std::fabs(scales[j]);
         max_scale = scales[j];
@@ -475,6 +540,218 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
         qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
       }
     }
+  }
+}
+
+// ---- Q2_K / Q3_K quantizers ----------------------------------------------------
+// Our own searches (simpler than llama.cpp's make_qkx2 / make_q3_quants, so
+// the bytes differ from its quantizer); the format is the same.
+
+void quant_q2_k(const float* x, BlockQ2_K* b, int64_t nb) {
+  constexpr int kSub = 16, kNumSub = QK_K / kSub;
+  uint8_t L[QK_K];
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    float scales[kNumSub], mins[kNumSub], w[kSub];
+    float sum_x2 = 0;
+    for (int l = 0; l < QK_K; ++l) sum_x2 += x[l] * x[l];
+    const float av_x = std::sqrt(sum_x2 / QK_K);
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < kNumSub; ++j) {
+      for (int l = 0; l < kSub; ++l) w[l] = av_x + std::fabs(x[kSub * j + l]);
+      scales[j] = fit_scale_min(x + kSub * j, w, kSub, 3, L + kSub * j, mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 15.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 15.0f / max_min : 0.0f;
+    uint8_t ls[kNumSub], lm[kNumSub];
+    for (int j = 0; j < kNumSub; ++j) {
+      ls[j] = static_cast<uint8_t>(std::clamp(round_away(inv_scale * scales[j]), 0, 15));
+      lm[j] = static_cast<uint8_t>(std::clamp(round_away(inv_min * mins[j]), 0, 15));
+      b[i].scales[j] = static_cast<uint8_t>(ls[j] | (lm[j] << 4));
+    }
+    b[i].d = fp32_to_fp16(max_scale / 15.0f);
+    b[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    // Requantize against the scales as they will be read back.
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    for (int j = 0; j < kNumSub; ++j) {
+      const float dl = d * static_cast<float>(ls[j]), dm = dmin * static_cast<float>(lm[j]);
+      for (int l = 0; l < kSub; ++l)
+        L[kSub * j + l] =
+            dl == 0 ? 0 : static_cast<uint8_t>(std::clamp(round_away((x[kSub * j + l] + dm) / dl), 0, 3));
+    }
+    std::memset(b[i].qs, 0, sizeof(b[i].qs));
+    for (int e = 0; e < QK_K; ++e) b[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(L[e] << (2 * ((e / 32) % 4)));
+  }
+}
+
+void quant_q3_k(const float* x, BlockQ3_K* b, int64_t nb) {
+  constexpr int kSub = 16, kNumSub = QK_K / kSub;
+  int8_t L[QK_K];
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    float scales[kNumSub];
+    float max_scale = 0, amax_scale = 0;
+    for (int j = 0; j < kNumSub; ++j) {
+      scales[j] = fit_scale_sym(x + kSub * j, kSub, 4, L + kSub * j);
+      if (std::fabs(scales[j]) > amax_scale) {
+        amax_scale = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    int sc[kNumSub];
+    if (amax_scale < 1e-30f) {
+      b[i].d = 0;
+      std::fill(sc, sc + kNumSub, 0);
+      std::fill(L, L + QK_K, 0);
+    } else {
+      const float iscale = -32.0f / max_scale;  // the largest scale maps to -32
+      b[i].d = fp32_to_fp16(1.0f / iscale);
+      const float d = fp16_to_fp32(b[i].d);
+      for (int j = 0; j < kNumSub; ++j) {
+        sc[j] = std::clamp(round_away(iscale * scales[j]), -32, 31);
+        const float dl = d * static_cast<float>(sc[j]);
+        for (int l = 0; l < kSub; ++l)
+          L[kSub * j + l] = static_cast<int8_t>(dl != 0 ? std::clamp(round_away(x[kSub * j + l] / dl), -4, 3) : 0);
+      }
+    }
+    std::memset(b[i].scales, 0, sizeof(b[i].scales));
+    for (int k = 0; k < kNumSub; ++k) {
+      const int v = sc[k] + 32;
+      if (k < 8) b[i].scales[k] |= static_cast<uint8_t>(v & 0x0F);
+      else b[i].scales[k - 8] |= static_cast<uint8_t>((v & 0x0F) << 4);
+      b[i].scales[8 + k % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (k / 4)));
+    }
+    std::memset(b[i].qs, 0, sizeof(b[i].qs));
+    std::memset(b[i].hmask, 0, sizeof(b[i].hmask));
+    for (int e = 0; e < QK_K; ++e) {
+      const int q = L[e] + 4;  // 0..7: low 2 bits in qs, bit 2 in hmask
+      b[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q & 3) << (2 * ((e / 32) % 4)));
+      if (q & 4) b[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+    }
+  }
+}
+
+// ---- IQ4_NL / IQ4_XS / MXFP4 quantizers --------------------------------------
+
+// Index of the IQ4_NL level nearest to v (the levels ascend; ties go up).
+int nearest_iq4(float v) {
+  if (v <= kIQ4NLValues[0]) return 0;
+  if (v >= kIQ4NLValues[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < static_cast<float>(kIQ4NLValues[mid])) hi = mid;
+    else lo = mid;
+  }
+  return v - static_cast<float>(kIQ4NLValues[lo]) < static_cast<float>(kIQ4NLValues[hi]) - v ? lo : hi;
+}
+
+// Fits x ~ s * kIQ4NLValues[q] over n <= 32 values, weighted by av + |x|:
+// tries inverse scales around -127 / max (the extreme on the -127 level) and
+// keeps the least-squares s that explains the most of x. Returns s.
+float fit_iq4(const float* x, int n, float av) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < 1e-30f) return 0;
+  float best_s = max / static_cast<float>(kIQ4NLValues[0]), best_score = -1;
+  for (int step = -7; step <= 7; ++step) {
+    const float id = (static_cast<float>(kIQ4NLValues[0]) + static_cast<float>(step)) / max;
+    float sum_xv = 0, sum_v2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const float v = static_cast<float>(kIQ4NLValues[nearest_iq4(id * x[i])]);
+      const float w = av + std::fabs(x[i]);
+      sum_xv += w * x[i] * v;
+      sum_v2 += w * v * v;
+    }
+    if (!(sum_v2 > 0)) continue;
+    const float score = sum_xv * sum_xv / sum_v2;
+    if (score > best_score) {
+      best_score = score;
+      best_s = sum_xv / sum_v2;
+    }
+  }
+  return best_s;
+}
+
+// Packs the levels nearest to x / dl as IQ4_NL nibbles (elements j, j + 16 in byte j).
+void pack_iq4(const float* x, float dl, uint8_t* qs) {
+  const float id = dl != 0 ? 1.0f / dl : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(nearest_iq4(id * x[j]) | (nearest_iq4(id * x[j + 16]) << 4));
+}
+
+float rms(const float* x, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += x[i] * x[i];
+  return std::sqrt(s / static_cast<float>(n));
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK4_NL) {
+    b[i].d = fp32_to_fp16(fit_iq4(x, QK4_NL, rms(x, QK4_NL)));
+    pack_iq4(x, fp16_to_fp32(b[i].d), b[i].qs);
+  }
+}
+
+void quant_iq4_xs(const float* x, BlockIQ4_XS* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+    const float av = rms(x, QK_K);
+    float scales[8], max_scale = 0, amax_scale = 0;
+    for (int j = 0; j < 8; ++j) {
+      scales[j] = fit_iq4(x + 32 * j, 32, av);
+      if (std::fabs(scales[j]) > amax_scale) {
+        amax_scale = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    b[i].d = fp32_to_fp16(amax_scale < 1e-30f ? 0.0f : -max_scale / 32.0f);  // the largest maps to -32
+    const float d = fp16_to_fp32(b[i].d);
+    b[i].scales_h = 0;
+    std::memset(b[i].scales_l, 0, sizeof(b[i].scales_l));
+    for (int j = 0; j < 8; ++j) {
+      const int ls = d != 0 ? std::clamp(round_away(scales[j] / d), -32, 31) : 0;
+      const int v = ls + 32;
+      b[i].scales_l[j / 2] |= static_cast<uint8_t>((v & 0x0F) << (4 * (j % 2)));
+      b[i].scales_h = static_cast<uint16_t>(b[i].scales_h | ((v >> 4) << (2 * j)));
+      pack_iq4(x + 32 * j, d * static_cast<float>(ls), b[i].qs + 16 * j);
+    }
+  }
+}
+
+// As gguf-py's quantizer: the shared exponent puts the block's largest
+// magnitude in [4, 8) times the halved scale (e2m1 tops out at 6, doubled 12),
+// then each value takes the nearest level (the first one on ties).
+void quant_mxfp4(const float* x, BlockMXFP4* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK_MXFP4) {
+    float amax = 0;
+    for (int j = 0; j < QK_MXFP4; ++j) amax = std::max(amax, std::fabs(x[j]));
+    int e = 0;
+    if (amax > 0) {
+      int ex = 0;
+      std::frexp(amax, &ex);  // amax = m * 2^ex, m in [0.5, 1): floor(log2(amax)) = ex - 1
+      e = std::clamp(ex - 1 - 2 + 127, 0, 255);
+    }
+    b[i].e = static_cast<uint8_t>(e);
+    const float d = e8m0_to_fp32_half(b[i].e);
+    uint8_t q[QK_MXFP4];
+    for (int j = 0; j < QK_MXFP4; ++j) {
+      int best = 0;
+      float best_err = std::fabs(d * static_cast<float>(kMXFP4Values[0]) - x[j]);
+      for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(d * static_cast<float>(kMXFP4Values[k]) - x[j]);
+        if (err < best_err) {
+          best_err = err;
+          best = k;
+        }
+      }
+      q[j] = static_cast<uint8_t>(best);
+    }
+    for (int j = 0; j < QK_MXFP4 / 2; ++j) b[i].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
   }
 }
 
@@ -539,6 +816,14 @@ void kquant_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   }
 }
 
+void q3k_scales(const uint8_t* p, int8_t* out) {
+  for (int k = 0; k < 16; ++k) {
+    const int low = k < 8 ? p[k] & 0x0F : p[k - 8] >> 4;
+    const int high = (p[8 + k % 4] >> (2 * (k / 4))) & 3;
+    out[k] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
 static void check_row(DType type, int64_t n, const char* what) {
   const int bs = dtype_block_size(type);
   PAGELLM_CHECK(n >= 0 && n % bs == 0, "{}: {} elements is not a multiple of {}'s block size {}", what, n,
@@ -570,6 +855,11 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
     case DType::Q5_K: return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
     case DType::Q8_K: return dequant_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
+    case DType::Q2_K: return dequant_q2_k(static_cast<const BlockQ2_K*>(src), dst, nb);
+    case DType::Q3_K: return dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb);
+    case DType::IQ4_NL: return dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb);
+    case DType::IQ4_XS: return dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb);
+    case DType::MXFP4: return dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
     default: fail("dequantize: no kernel for tensor type {}", dtype_name(type));
   }
 }
@@ -599,6 +889,11 @@ void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
     case DType::Q5_K: return quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::Q6_K: return quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
     case DType::Q8_K: return quant_ref::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
+    case DType::Q2_K: return quant_q2_k(src, static_cast<BlockQ2_K*>(dst), nb);
+    case DType::Q3_K: return quant_q3_k(src, static_cast<BlockQ3_K*>(dst), nb);
+    case DType::IQ4_NL: return quant_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb);
+    case DType::IQ4_XS: return quant_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), nb);
+    case DType::MXFP4: return quant_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb);
     default: fail("quantize: no quantizer for tensor type {}", dtype_name(type));
   }
 }

@@ -53,12 +53,17 @@ DType vec_dot_type(DType weight_type) {
     case DType::BF16: return DType::F32;
     case DType::Q4_0:
     case DType::Q5_0:
-    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q8_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1:
     case DType::Q5_1: return DType::Q8_1;
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return DType::Q8_K;
+    case DType::Q6_K:
+    case DType::IQ4_XS: return DType::Q8_K;
     default: fail("no dot-product kernel for weight type {}", dtype_name(weight_type));
   }
 }
@@ -73,9 +78,14 @@ bool vec_dot_supported(DType weight_type) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return true;
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }

@@ -30,6 +30,13 @@ using pagellm::BlockQ4_K;
 using pagellm::BlockQ5_K;
 using pagellm::BlockQ6_K;
 using pagellm::BlockQ8_K;
+using pagellm::BlockQ2_K;
+using pagellm::BlockQ3_K;
+using pagellm::BlockIQ4_NL;
+using pagellm::BlockIQ4_XS;
+using pagellm::BlockMXFP4;
+using pagellm::QK4_NL;
+using pagellm::QK_MXFP4;
 using pagellm::dequantize_row_ref;
 using pagellm::quantize_row_ref;
 using pagellm::kquant_scale_min;
@@ -40,8 +47,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // ---- Dot products of a weight row with an activation row -------------------
 // Activations are quantized to the 8-bit format that pairs with the weight
-// type: Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the
-// K-quants; float weights (F32, F16, BF16) take F32 activations as they are.
+// type: Q8_0 for Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4, Q8_1 for Q4_1 / Q5_1,
+// Q8_K for the K-quants and IQ4_XS (as llama.cpp pairs them); float weights (F32, F16, BF16) take F32 activations as they are.
 DType vec_dot_type(DType weight_type);
 // True if vec_dot / matmul have kernels for this weight type.
 bool vec_dot_supported(DType weight_type);

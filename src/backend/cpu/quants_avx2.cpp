@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/quants_avx2_common.h"
 #include "backend/cpu/quants_kernels.h"
@@ -175,6 +176,121 @@ float dot_q6_k(int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[i].d * half_to_float(w[i].d)), acc);
   }
   return hsum(acc);
+}
+
+// Q2_K / Q3_K: element 128h + 32s + l is bits 2s..2s+1 of qs[32h + l], so
+// one 32-byte load serves four runs of 32 elements (sub-blocks 8h + 2s and
+// 8h + 2s + 1, one per 128-bit lane of the maddubs result).
+//
+// The 16 sub-block scales sit as bytes in both 128-bit lanes of `sc`; this
+// picks scale j (low lane) and j + 1 (high lane) as int16 in every element
+// (signed: into the high byte, then shifted down with its sign).
+template <int J, bool Signed>
+inline __m256i pair_scales(__m256i sc) {
+  constexpr int lo = Signed ? (J << 8) | 0x80 : 0x8000 | J, hi = Signed ? ((J + 1) << 8) | 0x80 : 0x8000 | (J + 1);
+  const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+  const __m256i v = _mm256_shuffle_epi8(sc, pick);
+  return Signed ? _mm256_srai_epi16(v, 8) : v;
+}
+
+// sum over the 8 runs of maddubs(levels of run, activations) * scales, where
+// Levels(q, hm, h, s) gives run (h, s)'s 32 unsigned levels.
+template <bool Signed, typename Levels>
+inline __m256i k_runs(const uint8_t* qs, const int8_t* y, __m256i sc, Levels levels) {
+  __m256i isum = _mm256_setzero_si256();
+  auto run = [&](auto hs) {
+    constexpr int h = decltype(hs)::value / 4, s = decltype(hs)::value % 4;
+    const __m256i lv = levels(load256(qs + 32 * h), h, s);
+    const __m256i p = _mm256_maddubs_epi16(lv, load256(y + 128 * h + 32 * s));
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, pair_scales<8 * h + 2 * s, Signed>(sc)));
+  };
+  [&]<int... I>(std::integer_sequence<int, I...>) { (run(std::integral_constant<int, I>{}), ...); }(
+      std::make_integer_sequence<int, 8>{});
+  return isum;
+}
+
+float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
+  const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales));
+    const __m256i sc = _mm256_and_si256(_mm256_set_m128i(raw, raw), m4);
+    // mins * activation sums of 16: 8 int32 partial sums
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm256_castsi256_si128(m4)));
+    const __m256i imin = _mm256_madd_epi16(mins, load256(a[i].bsums));
+    const __m256i isum = k_runs<false>(w[i].qs, a[i].qs, sc, [&](__m256i q, int, int s) {
+      return _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+    });
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[i].d * half_to_float(w[i].d)), acc);
+    acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_set1_ps(a[i].d * half_to_float(w[i].dmin)), acc_min);
+  }
+  return hsum(acc) - hsum(acc_min);
+}
+
+float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    alignas(16) int8_t sc8[16];
+    q3k_scales(w[i].scales, sc8);
+    const __m128i raw = _mm_load_si128(reinterpret_cast<const __m128i*>(sc8));
+    // Levels are stored as q + 4: take 4 * sum_j sc[j] * bsums[j] out.
+    const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(raw), load256(a[i].bsums));
+    const __m256i hm = load256(w[i].hmask);
+    __m256i isum = k_runs<true>(w[i].qs, a[i].qs, _mm256_set_m128i(raw, raw), [&](__m256i q, int h, int s) {
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
+      return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3), _mm256_slli_epi16(high, 2));
+    });
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(corr, 2));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[i].d * half_to_float(w[i].d)), acc);
+  }
+  return hsum(acc);
+}
+
+// A 16-entry int8 level table in both 128-bit lanes, for pshufb lookups.
+inline __m256i level_table(const int8_t* levels) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels));
+  return _mm256_set_m128i(t, t);
+}
+
+float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* w, const BlockQ8_K* a) {
+  const __m256i table = level_table(kIQ4NLValues);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles_16(w[i].qs + 16 * j));
+      const __m256i y = load256(a[i].qs + 32 * j);
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(static_cast<int16_t>(iq4xs_scale(w[i], j)))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[i].d * half_to_float(w[i].d)), acc);
+  }
+  return hsum(acc);
+}
+
+// IQ4_NL and MXFP4: Q4_0's nibble layout through a level table.
+inline float iq4nl_scale(const BlockIQ4_NL& b) { return half_to_float(b.d); }
+inline float mxfp4_scale(const BlockMXFP4& b) { return e8m0_to_fp32_half(b.e); }
+
+template <typename Block, float (*Scale)(const Block&)>
+float dot_table4(int64_t nb, const Block* w, const BlockQ8_0* a, const int8_t* levels) {
+  const __m256i table = level_table(levels);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {  // two chains: the FMA latency is not the limit
+    const __m256i q0 = _mm256_shuffle_epi8(table, unpack_nibbles_16(w[i].qs));
+    const __m256i q1 = _mm256_shuffle_epi8(table, unpack_nibbles_16(w[i + 1].qs));
+    const __m256i p0 = dot_s8(q0, load256(a[i].qs)), p1 = dot_s8(q1, load256(a[i + 1].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(Scale(w[i]) * half_to_float(a[i].d)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(Scale(w[i + 1]) * half_to_float(a[i + 1].d)), acc1);
+  }
+  for (; i < nb; ++i) {
+    const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles_16(w[i].qs));
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, load256(a[i].qs))),
+                           _mm256_set1_ps(Scale(w[i]) * half_to_float(a[i].d)), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 inline __m256 load_bf16(const uint16_t* p) {
@@ -371,6 +487,15 @@ float vec_dot(DType type, int64_t n, const void* w, const void* a) {
     case DType::Q5_K:
       return dot_q45_k<true>(nb, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q6_K: return dot_q6_k(nb, static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q2_K: return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q3_K: return dot_q3_k(nb, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_XS: return dot_iq4_xs(nb, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_NL:
+      return dot_table4<BlockIQ4_NL, iq4nl_scale>(nb, static_cast<const BlockIQ4_NL*>(w),
+                                                  static_cast<const BlockQ8_0*>(a), kIQ4NLValues);
+    case DType::MXFP4:
+      return dot_table4<BlockMXFP4, mxfp4_scale>(nb, static_cast<const BlockMXFP4*>(w),
+                                                 static_cast<const BlockQ8_0*>(a), kMXFP4Values);
     default: fail("vec_dot: no kernel for weight type {}", dtype_name(type));
   }
 }

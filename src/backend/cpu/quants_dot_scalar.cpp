@@ -162,6 +162,75 @@ float dot_q6_k(int64_t nb, const BlockQ6_K* w, const BlockQ8_K* a) {
   return sum;
 }
 
+// Level sums in the dequantizers' element order (see core/quant_blocks.h):
+// element 128h + 32s + l of a Q2_K / Q3_K block is bits 2s..2s+1 of qs[32h + l].
+float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
+  float sum = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    int isum = 0, imin = 0;
+    for (int j = 0; j < 16; ++j) {
+      int part = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e)
+        part += ((w[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3) * a[i].qs[e];
+      isum += (w[i].scales[j] & 0x0F) * part;
+      imin += (w[i].scales[j] >> 4) * a[i].bsums[j];
+    }
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * static_cast<float>(isum) -
+                     fp16_to_fp32(w[i].dmin) * static_cast<float>(imin));
+  }
+  return sum;
+}
+
+float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
+  float sum = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    int8_t sc[16];
+    q3k_scales(w[i].scales, sc);
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int part = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e) {
+        const int low = (w[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+        const int high = (w[i].hmask[e % 32] >> (e / 32)) & 1;
+        part += (low - (high ? 0 : 4)) * a[i].qs[e];
+      }
+      isum += sc[j] * part;
+    }
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * static_cast<float>(isum));
+  }
+  return sum;
+}
+
+float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* w, const BlockQ8_K* a) {
+  float sum = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    int isum = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* q = w[i].qs + 16 * j;
+      const int8_t* y = a[i].qs + 32 * j;
+      int part = 0;
+      for (int l = 0; l < 16; ++l) part += kIQ4NLValues[q[l] & 0x0F] * y[l] + kIQ4NLValues[q[l] >> 4] * y[l + 16];
+      isum += iq4xs_scale(w[i], j) * part;
+    }
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * static_cast<float>(isum));
+  }
+  return sum;
+}
+
+// IQ4_NL and MXFP4: a 16-entry level table on Q4_0's nibble layout.
+template <typename Block, const int8_t* Levels, float (*Scale)(const Block&)>
+float dot_table4(int64_t nb, const Block* w, const BlockQ8_0* a) {
+  float sum = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) isum += Levels[w[i].qs[j] & 0x0F] * a[i].qs[j] + Levels[w[i].qs[j] >> 4] * a[i].qs[j + 16];
+    sum += static_cast<float>(isum) * (Scale(w[i]) * fp16_to_fp32(a[i].d));
+  }
+  return sum;
+}
+float iq4nl_scale(const BlockIQ4_NL& b) { return fp16_to_fp32(b.d); }
+float mxfp4_scale(const BlockMXFP4& b) { return e8m0_to_fp32_half(b.e); }
+
 float dot_f32(int64_t n, const float* w, const float* x) {
   float s[4] = {};
   int64_t i = 0;
@@ -197,6 +266,15 @@ float vec_dot(DType type, int64_t n, const void* w, const void* a) {
     case DType::Q4_K: return dot_q4_k(nb, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q5_K: return dot_q5_k(nb, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q6_K: return dot_q6_k(nb, static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q2_K: return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q3_K: return dot_q3_k(nb, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_XS: return dot_iq4_xs(nb, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::IQ4_NL:
+      return dot_table4<BlockIQ4_NL, kIQ4NLValues, iq4nl_scale>(nb, static_cast<const BlockIQ4_NL*>(w),
+                                                               static_cast<const BlockQ8_0*>(a));
+    case DType::MXFP4:
+      return dot_table4<BlockMXFP4, kMXFP4Values, mxfp4_scale>(nb, static_cast<const BlockMXFP4*>(w),
+                                                              static_cast<const BlockQ8_0*>(a));
     default: fail("vec_dot: no kernel for weight type {}", dtype_name(type));
   }
 }

@@ -46,7 +46,12 @@ bool convertible_matrix_type(DType t) {
     case DType::Q4_1:
     case DType::Q5_1:
     case DType::Q8_1:
-    case DType::Q5_K: return true;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }

@@ -14,7 +14,8 @@
 //   Q6_K      the same: per block ql, qh, scales (208 bytes, 16-byte
 //             aligned, where the file's 210 are not), then the fp16 d's.
 //             The split types take the file's bytes plus < 64 of padding.
-//   others    (Q4_1, Q5_1, Q5_K, BF16, Q8_1) converted to Q8_0 through the
+//   others    (Q4_1, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4, BF16,
+//             Q8_1) converted to Q8_0 through the
 //             scalar references: 34 bytes per 32 values, i.e. +70% memory
 //             for Q4_1, +55% for Q5_K, -47% for BF16, and one extra
 //             rounding to 8 bits.

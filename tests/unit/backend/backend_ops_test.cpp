@@ -85,7 +85,8 @@ std::vector<float> as_held(const Weight& w, std::vector<float> values) {
 TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
   const int64_t rows = 78, cols = 512;  // rows: not a whole number of tiles or row groups
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                  DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                  DType::IQ4_XS, DType::MXFP4}) {
     if (!be_->supports_weight(t)) continue;
     const auto q = quantize_rows(t, randn(static_cast<size_t>(rows * cols), 11), rows, cols);
     auto w = upload_weight("w", t, {cols, rows}, q.data());
@@ -114,7 +115,8 @@ TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
 
 TEST_P(BackendOps, EmbedLooksUpScaledRows) {
   const int64_t vocab = 300, dim = 256;
-  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::IQ4_XS,
+                  DType::MXFP4}) {
     if (!be_->supports_weight(t)) continue;
     const auto q = quantize_rows(t, randn(static_cast<size_t>(vocab * dim), 21), vocab, dim);
     auto table = upload_weight("token_embd.weight", t, {dim, vocab}, q.data());

@@ -40,8 +40,12 @@ std::vector<uint8_t> random_blocks(DType type, int64_t rows, int64_t cols, uint3
   const size_t block_bytes = row_bytes / static_cast<size_t>(cols / bs);
   const uint16_t d = fp32_to_fp16(0.001f);
   for (size_t off = 0; off < data.size(); off += block_bytes) {
-    // The fp16 scale fields: first for most types, last for Q6_K.
-    if (type == DType::Q6_K) {
+    // The fp16 scale fields: first for most types, last for Q6_K / Q3_K,
+    // last two for Q2_K (MXFP4's e8m0 byte takes the half's low byte).
+    if (type == DType::Q6_K || type == DType::Q3_K) {
+      std::memcpy(data.data() + off + block_bytes - 2, &d, 2);
+    } else if (type == DType::Q2_K) {
+      std::memcpy(data.data() + off + block_bytes - 4, &d, 2);
       std::memcpy(data.data() + off + block_bytes - 2, &d, 2);
     } else {
       std::memcpy(data.data() + off, &d, 2);

@@ -148,7 +148,9 @@ INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes, ::testing::ValuesIn(test::weight_t
 TEST(Matmul, RejectsBadWeights) {
   std::vector<uint8_t> buf(1 << 16);
   EXPECT_THROW(prepare_matmul_weight(DType::Q8_K, 4, 256, buf.data()), Error);
-  EXPECT_THROW(prepare_matmul_weight(DType::Q2_K, 4, 256, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(static_cast<DType>(16), 4, 256, buf.data()), Error);  // IQ2_XXS
+  EXPECT_THROW(prepare_matmul_weight(DType::Q3_K, 4, 128, buf.data()), Error);
+  EXPECT_THROW(prepare_matmul_weight(DType::IQ4_NL, 4, 48, buf.data()), Error);
   EXPECT_THROW(prepare_matmul_weight(DType::Q4_0, 4, 48, buf.data()), Error);
   EXPECT_THROW(prepare_matmul_weight(DType::Q4_K, 4, 128, buf.data()), Error);
   EXPECT_THROW(prepare_matmul_weight(DType::Q4_0, 0, 64, buf.data()), Error);
