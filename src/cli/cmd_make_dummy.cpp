@@ -27,7 +27,8 @@ Command register_make_dummy(CLI::App& app) {
   for (const auto& s : dummy_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   sub->add_option("--shape", o->shape, "Model shape: " + shapes)->capture_default_str();
   sub->add_option("--type", o->type,
-                  "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (hf: f32, f16, bf16)")
+                  "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
+                  "mxfp4 (hf: f32, f16, bf16)")
       ->capture_default_str();
   sub->add_option("--format", o->format, "Output format: gguf (one file) or hf (folder: config.json + safetensors)")
       ->check(CLI::IsMember({"gguf", "hf"}))

@@ -190,6 +190,9 @@ std::vector<std::string> dummy_shape_names() {
 DType dummy_tensor_type(DType wanted, int64_t cols) {
   if (cols % 256 == 0) return wanted;
   switch (wanted) {
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_XS: return DType::IQ4_NL;
     case DType::Q4_K: return DType::Q5_0;
     case DType::Q5_K: return DType::Q5_1;
     case DType::Q6_K: return DType::Q8_0;
