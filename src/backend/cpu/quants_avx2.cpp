@@ -227,13 +227,27 @@ float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
   return hsum(acc) - hsum(acc_min);
 }
 
+// The 16 Q3_K scales (minus 32) as int8, as q3k_scales: low 4 bits from
+// the nibbles of bytes 0-7, high 2 bits from bytes 8-11 (scale k: byte
+// 8 + k % 4, bits 2 (k / 4)), so one variable shift per 32-bit lane.
+inline __m128i q3k_scales_vec(const uint8_t* p) {
+  uint64_t lo;
+  uint32_t hi;
+  std::memcpy(&lo, p, 8);
+  std::memcpy(&hi, p + 8, 4);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i l = _mm_cvtsi64_si128(static_cast<int64_t>(lo));
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+  const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(hi)), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+}
+
 float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    alignas(16) int8_t sc8[16];
-    q3k_scales(w[i].scales, sc8);
-    const __m128i raw = _mm_load_si128(reinterpret_cast<const __m128i*>(sc8));
+    const __m128i raw = q3k_scales_vec(w[i].scales);
     // Levels are stored as q + 4: take 4 * sum_j sc[j] * bsums[j] out.
     const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(raw), load256(a[i].bsums));
     const __m256i hm = load256(w[i].hmask);
