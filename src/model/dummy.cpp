@@ -1,6 +1,7 @@
 #include "model/dummy.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
@@ -41,8 +42,18 @@ const std::map<std::string, Shape>& shapes() {
       {"tiny-mixtral", {Arch::Llama, 512, 256, 2, 4, 2, 64, 256, 512, 1000000.f, 1e-5f, false, 0, 4, 2, 256}},
       {"tiny-qwen2moe", {Arch::Qwen2Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, false, 0, 8, 2, 256, 512}},
       {"tiny-qwen3moe", {Arch::Qwen3Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0, 8, 3, 256}},
+      {"tiny-llama3", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
   };
   return s;
+}
+
+// What a shape sets beyond the common fields (its family's options).
+void shape_extras(const std::string& name, ModelConfig& c) {
+  if (name == "tiny-llama3") {
+    // Llama 3.1's scaling with an original context short enough that the tiny
+    // model's 32 frequencies fall in all three bands (kept, interpolated, divided).
+    c.rope_llama3 = {8.0f, 1.0f, 4.0f, 256};
+  }
 }
 
 const Shape& find_shape(const std::string& name) {
@@ -92,11 +103,15 @@ class DummySource : public TensorSource {
     const ArchInfo& arch = arch_info(cfg.arch);
     const bool tied = find_shape(spec.shape).tied;
     auto make = [&](const TensorSpec& t, const std::string& name) {
-      const bool wanted = t.slots[0] == Slot::Output ? !tied : tensor_required(t, cfg);
+      const bool wanted =
+          t.slots[0] == Slot::Output ? !tied : t.slots[0] == Slot::RopeFreqs || tensor_required(t, cfg);
       if (!wanted) return;
       const Dims shape = t.shape(cfg);
       const int64_t cols = shape[0];
-      if (t.slots[0] == Slot::TokEmbd) {
+      if (t.slots[0] == Slot::RopeFreqs) {
+        // Not random: the divisors the config implies, as a converter writes them.
+        if (!cfg.rope_freq_factors.empty()) add_values(name, shape, cfg.rope_freq_factors);
+      } else if (t.slots[0] == Slot::TokEmbd) {
         // Unit variance for models that do not scale embeddings up.
         add(name, dummy_tensor_type(spec.wtype, cols), shape, arch.embd_scale_sqrt ? 0.05f : 1.0f, 0.0f, spec.seed,
             pool);
@@ -143,6 +158,17 @@ class DummySource : public TensorSource {
         quantize_row_ref(type, row.data(), t.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     });
+    push(std::move(t), name, type, std::move(shape));
+  }
+
+  void add_values(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+    Owned t;
+    t.bytes.resize(values.size() * sizeof(float));
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    push(std::move(t), name, DType::F32, std::move(shape));
+  }
+
+  void push(Owned t, const std::string& name, DType type, std::vector<int64_t> shape) {
     t.info = TensorData{name, type, std::move(shape), nullptr};
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
@@ -227,6 +253,7 @@ ModelConfig dummy_config(const std::string& shape, int n_vocab) {
   c.n_ff_exp = s.n_ff_exp;
   c.n_ff_shexp = s.n_ff_shexp;
   c.expert_norm_topk = s.n_expert > 0 && arch_info(s.arch).moe_norm_topk;
+  shape_extras(shape, c);
   finalize_config(c, true);  // the weights are laid out as a GGUF file's
   return c;
 }

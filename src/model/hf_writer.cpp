@@ -50,6 +50,11 @@ const char* torch_dtype_name(DType t) {
   }
 }
 
+bool same_values(const TensorData& t, const std::vector<float>& values) {
+  return t.type == DType::F32 && t.shape.size() == 1 && t.cols() == static_cast<int64_t>(values.size()) &&
+         std::memcmp(t.data, values.data(), values.size() * sizeof(float)) == 0;
+}
+
 // The tensors the model uses, in file order (embedding, layers, the rest),
 // with their HF names, from the architecture table.
 std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
@@ -58,7 +63,10 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
   auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
     const TensorData* t = src.find(gguf);
     if (!*spec.hf) {
-      PAGELLM_CHECK(!t, "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
+      // Only RoPE divisors the config implies (Llama 3 scaling) have a
+      // config.json form; the loader computes them back from it.
+      PAGELLM_CHECK(!t || same_values(*t, c.rope_freq_factors),
+                    "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
       return;
     }
     const bool required = tensor_required(spec, c);
@@ -210,8 +218,16 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   j["max_position_embeddings"] = c.n_ctx_train;
   j["rms_norm_eps"] = decimal(c.norm_eps);
   j["rope_theta"] = decimal(c.rope.freq_base);
+  PAGELLM_CHECK(c.rope.freq_scale == 1.0f || c.rope_llama3.factor == 0,
+                "cannot write config.json: linear and llama3 RoPE scaling together");
   if (c.rope.freq_scale != 1.0f)
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", decimal(1.0f / c.rope.freq_scale)}};
+  if (const auto& l = c.rope_llama3; l.factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", decimal(l.factor)},
+                         {"low_freq_factor", decimal(l.low_freq_factor)},
+                         {"high_freq_factor", decimal(l.high_freq_factor)},
+                         {"original_max_position_embeddings", l.original_context}};
   j["tie_word_embeddings"] = tied;
   j["dtype"] = torch_dtype_name(dtype);
   j["bos_token_id"] = 1;  // the synthetic vocabulary's <s> and </s>

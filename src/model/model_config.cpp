@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <optional>
 
 #include "core/error.h"
@@ -35,12 +36,32 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
   // GGUF llama files store Q/K permuted for adjacent-pair rotation; HF
   // checkpoints and the other families rotate halves.
   c.rope.neox = !(gguf_layout && a.gguf_permuted_qk);
+  if (c.rope_llama3.factor > 0) c.rope_freq_factors = llama3_rope_factors(c.rope_llama3, c.rope.freq_base, c.rope.n_rot);
   c.rope_swa = c.rope;
   if (a.swa_rope_base > 0) {
     c.rope_swa.freq_base = c.rope_swa_base > 0 ? c.rope_swa_base : a.swa_rope_base;
     c.rope_swa.freq_scale = 1.0f;
   }
   c.validate();
+}
+
+std::vector<float> llama3_rope_factors(const ModelConfig::Llama3Rope& p, float freq_base, int n_rot) {
+  const double low_wavelen = p.original_context / static_cast<double>(p.low_freq_factor);
+  const double high_wavelen = p.original_context / static_cast<double>(p.high_freq_factor);
+  std::vector<float> f(static_cast<size_t>(n_rot / 2));
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+    const double wavelen = 2 * std::numbers::pi / inv_freq;
+    double divisor = 1;
+    if (wavelen > low_wavelen) {
+      divisor = p.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (p.original_context / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
+      divisor = 1 / ((1 - smooth) / p.factor + smooth);
+    }
+    f[i] = static_cast<float>(divisor);
+  }
+  return f;
 }
 
 namespace {
@@ -141,6 +162,8 @@ void ModelConfig::validate() const {
   PAGELLM_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "invalid norm epsilon {}", norm_eps);
   PAGELLM_CHECK(rope.freq_scale > 0 && std::isfinite(rope.freq_scale), "invalid RoPE scale {}", rope.freq_scale);
   PAGELLM_CHECK(attn_scale > 0 && std::isfinite(attn_scale), "invalid attention scale {}", attn_scale);
+  PAGELLM_CHECK(rope_freq_factors.empty() || static_cast<int>(rope_freq_factors.size()) == rope.n_rot / 2,
+                "RoPE frequency factors ({}) do not match the rotary dimension {}", rope_freq_factors.size(), rope.n_rot);
   PAGELLM_CHECK(attn_softcap >= 0 && std::isfinite(attn_softcap) && final_softcap >= 0 && std::isfinite(final_softcap),
                 "invalid logit softcapping ({}, {})", attn_softcap, final_softcap);
 }
@@ -244,8 +267,9 @@ int hf_int(const json& j, const char* key, int64_t lo, int64_t hi, const std::st
 
 // One RoPE parameter set: legacy keys (rope_theta, rope_scaling) or a
 // transformers-5 rope_parameters entry ({"rope_type", "rope_theta", "factor"}).
-// Only plain and linearly scaled RoPE are supported.
-void apply_rope_params(const json& p, RopeConfig& r, const std::string& path) {
+// Plain, linearly scaled and Llama 3 scaled RoPE are supported (llama3: only
+// where `llama3` may receive it).
+void apply_rope_params(const json& p, RopeConfig& r, ModelConfig::Llama3Rope* llama3, const std::string& path) {
   if (!p.is_object()) return;
   if (is_number(p, "rope_theta")) r.freq_base = p["rope_theta"].get<float>();
   const std::string type = p.value("rope_type", p.value("type", std::string("default")));
@@ -253,8 +277,20 @@ void apply_rope_params(const json& p, RopeConfig& r, const std::string& path) {
     const float factor = p.at("factor").get<float>();
     PAGELLM_CHECK(factor > 0, "'{}': invalid linear RoPE scaling factor {}", path, factor);
     r.freq_scale = 1.0f / factor;
+  } else if (type == "llama3" && llama3) {
+    ModelConfig::Llama3Rope l;
+    l.factor = p.at("factor").get<float>();
+    l.low_freq_factor = p.at("low_freq_factor").get<float>();
+    l.high_freq_factor = p.at("high_freq_factor").get<float>();
+    l.original_context = hf_int(p, "original_max_position_embeddings", 1, ModelSizeLimits::kContext, path);
+    PAGELLM_CHECK(l.factor >= 1 && std::isfinite(l.factor) && l.low_freq_factor > 0 &&
+                      l.high_freq_factor > l.low_freq_factor && std::isfinite(l.high_freq_factor),
+                  "'{}': invalid llama3 RoPE scaling (factor {}, low_freq_factor {}, high_freq_factor {})", path,
+                  l.factor, l.low_freq_factor, l.high_freq_factor);
+    *llama3 = l;
   } else if (type != "default") {
-    fail("'{}': RoPE type '{}' is not supported (default and linear are)", path, type);
+    fail("'{}': RoPE type '{}' is not supported{} (default, linear and llama3 are)", path, type,
+         type == "llama3" ? " on sliding-window layers" : "");
   }
 }
 
@@ -363,16 +399,16 @@ ModelConfig config_from_hf_json(const std::string& path) {
     // as in transformers). Families with local layers keep one set per layer type.
     const bool local_rope = info.swa_rope_base > 0;
     c.rope.freq_base = is_number(j, "rope_theta") ? j["rope_theta"].get<float>() : d.rope_theta;
-    if (j.contains("rope_scaling")) apply_rope_params(j["rope_scaling"], c.rope, path);
+    if (j.contains("rope_scaling")) apply_rope_params(j["rope_scaling"], c.rope, &c.rope_llama3, path);
     RopeConfig local;
     local.freq_base = is_number(j, "rope_local_base_freq") ? j["rope_local_base_freq"].get<float>() : info.swa_rope_base;
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
       const json& rp = j["rope_parameters"];
       if (local_rope && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
-        if (rp.contains("full_attention")) apply_rope_params(rp["full_attention"], c.rope, path);
-        if (rp.contains("sliding_attention")) apply_rope_params(rp["sliding_attention"], local, path);
+        if (rp.contains("full_attention")) apply_rope_params(rp["full_attention"], c.rope, &c.rope_llama3, path);
+        if (rp.contains("sliding_attention")) apply_rope_params(rp["sliding_attention"], local, nullptr, path);
       } else {
-        apply_rope_params(rp, c.rope, path);
+        apply_rope_params(rp, c.rope, &c.rope_llama3, path);
       }
     }
     if (is_number(j, "partial_rotary_factor"))

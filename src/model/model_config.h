@@ -47,6 +47,15 @@ struct ModelConfig {
   RopeConfig rope;
   RopeConfig rope_swa;
   float rope_swa_base = 0;      // RoPE base of sliding-window layers (0: family default)
+  // Llama 3 frequency scaling as config.json states it (factor 0: none).
+  struct Llama3Rope {
+    float factor = 0, low_freq_factor = 0, high_freq_factor = 0;
+    int original_context = 0;  // original_max_position_embeddings
+  } rope_llama3;
+  // Per-dimension RoPE divisors [n_rot / 2] a config implies (Llama 3
+  // scaling). GGUF files store them as rope_freqs.weight; the HF source
+  // serves these under that name.
+  std::vector<float> rope_freq_factors;
 
   // Attention.
   float attn_scale = 0;         // 1/sqrt(head_dim) unless the family says otherwise
@@ -87,6 +96,10 @@ struct ModelConfig {
 // and derived defaults, then validates. gguf_layout: Q/K stored as GGUF's
 // llama converter permutes them (adjacent-pair RoPE for llama).
 void finalize_config(ModelConfig& c, bool gguf_layout);
+
+// The divisors of transformers' _compute_llama3_parameters: 1 for short
+// wavelengths, `factor` for long ones, interpolated between.
+std::vector<float> llama3_rope_factors(const ModelConfig::Llama3Rope& p, float freq_base, int n_rot);
 
 // Reads the architecture's GGUF keys. Throws Error for unknown architectures.
 ModelConfig config_from_gguf(const GGUFFile& f);

@@ -164,6 +164,12 @@ class SafetensorsSource : public TensorSource {
         PAGELLM_CHECK(names.contains(want), "'{}' lists tensor '{}' in '{}', which does not contain it",
                       index.string(), want, f);
     }
+    // RoPE divisors the config implies (Llama 3 scaling), as GGUF files store them.
+    if (!cfg.rope_freq_factors.empty()) {
+      const auto& f = owned_.emplace_back(cfg.rope_freq_factors);
+      tensors_["rope_freqs.weight"] =
+          TensorData{"rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())}, f.data()};
+    }
     // transformers ties lm_head to the embedding when the config says so; an
     // untied model without lm_head would get a random output matrix there.
     if (cfg.tie_word_embeddings) tensors_.erase("output.weight");

@@ -261,7 +261,9 @@ TEST(HFConfig, RopeParametersAndLegacyKeys) {
   EXPECT_EQ(c.rope.freq_base, 250000.0f);
   EXPECT_EQ(c.rope.freq_scale, 0.5f);
   j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 500000.0}};
-  expect_error([&] { config_of(j); }, "RoPE type 'llama3' is not supported");
+  expect_error([&] { config_of(j); }, "missing or invalid field");  // llama3 needs its band factors
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
+  expect_error([&] { config_of(j); }, "RoPE type 'yarn' is not supported");
 
   // Gemma 3: one set per layer type; scaling applies to global layers only.
   json g = small_config("Gemma3ForCausalLM");

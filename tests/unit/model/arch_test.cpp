@@ -1,0 +1,187 @@
+// The architecture table (model/arch): names map both ways, unknown and
+// Mixture-of-Experts families are refused by name, RoPE variants read from
+// configs, and every dummy shape computes the same function loaded from its
+// GGUF file and from its Hugging Face folder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "hostile_input.h"
+#include "model/arch.h"
+#include "model/dummy.h"
+#include "model/gguf.h"
+#include "model/hf_writer.h"
+#include "model/model.h"
+#include "model/model_test_util.h"
+#include "test_paths.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::expect_error_with;
+
+std::string scratch(const std::string& name) {
+  const fs::path p = fs::path(test::temp_dir()) / "arch_test" / name;
+  fs::create_directories(p.parent_path());
+  return p.string();
+}
+
+ModelConfig config_of(const json& j, const std::string& name = "cfg") {
+  const std::string dir = scratch(name);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.json") << j.dump(2);
+  return config_from_hf_json(dir + "/config.json");
+}
+
+json small_config(const char* arch) {
+  return {{"architectures", {arch}}, {"vocab_size", 512},       {"hidden_size", 256}, {"intermediate_size", 512},
+          {"num_hidden_layers", 2},  {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64}};
+}
+
+TEST(ArchTable, HfNamesMapBackToTheirTensors) {
+  for (const ArchInfo& a : all_archs()) {
+    EXPECT_EQ(arch_by_gguf_name(a.gguf_name), &a);
+    for (const HfClass& h : a.hf_classes) EXPECT_EQ(arch_by_hf_class(h.name), &a);
+    for (const TensorSpec& t : a.layer) {
+      ASSERT_TRUE(*t.hf) << a.gguf_name << " " << t.gguf;
+      for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
+        const auto got = hf_tensor(a, std::string(prefix) + "11." + t.hf);
+        ASSERT_TRUE(got) << a.gguf_name << " " << prefix << t.hf;
+        EXPECT_EQ(got->gguf, std::string("blk.11.") + t.gguf);
+        EXPECT_EQ(got->spec, &t);
+      }
+    }
+    for (const TensorSpec& t : a.globals) {
+      if (!*t.hf) continue;  // rope_freqs: GGUF only
+      EXPECT_EQ(hf_tensor(a, t.hf)->gguf, t.gguf) << a.gguf_name;
+    }
+    EXPECT_FALSE(hf_tensor(a, "model.layers.x.self_attn.q_proj.weight"));
+    EXPECT_FALSE(hf_tensor(a, "model.layers.0.unknown.weight"));
+  }
+  // Llama calls the FFN norm post_attention_layernorm; Gemma has both norms.
+  EXPECT_EQ(hf_tensor(arch_info(Arch::Llama), "model.layers.0.post_attention_layernorm.weight")->gguf,
+            "blk.0.ffn_norm.weight");
+  EXPECT_EQ(hf_tensor(arch_info(Arch::Gemma3), "model.layers.0.post_attention_layernorm.weight")->gguf,
+            "blk.0.post_attention_norm.weight");
+}
+
+TEST(ArchErrors, UnknownAndMixtureOfExpertsFamiliesAreNamed) {
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.expert_count", 8);
+  w.set_u32("llama.expert_used_count", 2);
+  const std::string path = scratch("mixtral.gguf");
+  w.write(path);
+  auto f = GGUFFile::open(path);
+  expect_error_with([&] { config_from_gguf(*f); },
+                    "Mixture-of-Experts models are not supported yet for architecture 'llama'");
+
+  GGUFWriter q;
+  q.set_string("general.architecture", "qwen3moe");
+  q.write(path);
+  f = GGUFFile::open(path);
+  expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'qwen3moe' (Mixture-of-Experts");
+
+  json j = small_config("MixtralForCausalLM");
+  expect_error_with([&] { config_of(j); }, "unsupported architecture 'MixtralForCausalLM' (Mixture-of-Experts");
+  j = small_config("LlamaForCausalLM");
+  j["num_local_experts"] = 8;
+  expect_error_with([&] { config_of(j); },
+                    "Mixture-of-Experts models are not supported yet for architecture 'LlamaForCausalLM'");
+}
+
+// Llama 3.1 8B's scaling: factor 8 over an original context of 8192.
+TEST(Llama3Rope, FactorsFollowTransformers) {
+  const ModelConfig::Llama3Rope p{8.0f, 1.0f, 4.0f, 8192};
+  const std::vector<float> f = llama3_rope_factors(p, 500000.0f, 128);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_EQ(f.front(), 1.0f);  // short wavelengths are kept
+  EXPECT_EQ(f.back(), 8.0f);   // long ones divided by the factor
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]);
+  // Between the bands: 1 / ((1 - s) / factor + s), s = (8192 / wavelen - 1) / (4 - 1).
+  int medium = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double wavelen = 2 * 3.141592653589793 / std::pow(500000.0, -2.0 * i / 128);
+    if (wavelen < 8192 / 4.0 || wavelen > 8192) continue;
+    const double s = (8192 / wavelen - 1) / 3;
+    EXPECT_NEAR(f[i], 1 / ((1 - s) / 8 + s), 1e-5) << i;
+    ++medium;
+  }
+  EXPECT_GT(medium, 0);
+}
+
+TEST(Llama3Rope, ReadFromRopeScalingOrRopeParameters) {
+  json j = small_config("LlamaForCausalLM");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const ModelConfig legacy = config_of(j);
+  EXPECT_EQ(legacy.rope_freq_factors, llama3_rope_factors({8.0f, 1.0f, 4.0f, 8192}, 500000.0f, 64));
+  EXPECT_EQ(legacy.rope.freq_scale, 1.0f);
+  json t5 = small_config("LlamaForCausalLM");
+  t5["rope_parameters"] = j["rope_scaling"];
+  t5["rope_parameters"]["rope_theta"] = 500000.0;
+  EXPECT_EQ(config_of(t5).rope_freq_factors, legacy.rope_freq_factors);
+  t5["rope_parameters"].erase("low_freq_factor");
+  expect_error_with([&] { config_of(t5); }, "missing or invalid field");
+  t5["rope_parameters"]["low_freq_factor"] = 5.0;  // above high_freq_factor
+  expect_error_with([&] { config_of(t5); }, "invalid llama3 RoPE scaling");
+}
+
+std::vector<float> run(Model& m, const std::vector<int32_t>& tokens) {
+  test::PagedRunner runner(m, 16, 16, DType::F32);
+  return runner.feed(tokens, 16, true);
+}
+
+// The new shapes, written as GGUF and as HF folders by make-dummy's writers,
+// load to the same function.
+TEST(ArchDummies, GGUFAndHFLoadsAgree) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
+  for (const char* shape : {"tiny-llama3"}) {
+    const DummySpec spec{shape, DType::F32, 3};
+    const std::string gguf = scratch(std::string(shape) + ".gguf");
+    write_dummy_gguf(gguf, spec, nullptr, pool);
+    auto gm = Model::load(gguf, *backend);
+    const std::vector<float> want = run(*gm, tokens);
+    gm.reset();
+    const std::string dir = scratch(std::string(shape) + "-hf");
+    write_dummy_hf(dir, spec, 1, pool);
+    auto hm = Model::load(dir, *backend);
+    EXPECT_LE(test::max_rel_gap(run(*hm, tokens), want, hm->config().n_vocab), 1e-5) << shape;
+  }
+}
+
+// tiny-llama3 is tiny-llama (same tensor names, so the same weights) with
+// Llama 3 scaling: the factors must change what it computes.
+TEST(ArchDummies, Llama3ScalingChangesTheFunction) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
+  std::vector<float> out[2];
+  int k = 0;
+  for (const char* shape : {"tiny-llama", "tiny-llama3"}) {
+    const ModelConfig cfg = dummy_config(shape, dummy_vocab_size(shape, nullptr));
+    auto src = make_dummy_source(cfg, DummySpec{shape, DType::F32, 3}, pool);
+    auto m = Model::from_source(cfg, *src, *backend);
+    out[k++] = run(*m, tokens);
+  }
+  EXPECT_GT(test::max_rel_gap(out[1], out[0], 512), 1e-3);
+}
+
+}  // namespace
+}  // namespace pagellm
