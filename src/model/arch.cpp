@@ -186,6 +186,33 @@ std::vector<ArchInfo> make_archs() {
     v.push_back(std::move(a));
   }
   {
+    ArchInfo a = family(Arch::Gemma2, "gemma2", "gemma2", {{"Gemma2ForCausalLM", HfSwa::Pattern}});
+    a.post_norms = true;
+    a.act = Activation::GeluTanh;
+    a.embd_scale_sqrt = true;
+    a.swa_pattern = 2;  // even layers local, odd layers global; one RoPE for both
+    a.gguf_sliding_window = 4096;
+    a.softcaps = true;
+    // Gemma2Config's defaults.
+    a.hf.vocab_size = 256000;
+    a.hf.hidden_size = 2304;
+    a.hf.num_hidden_layers = 26;
+    a.hf.num_attention_heads = 8;
+    a.hf.num_key_value_heads = 4;
+    a.hf.intermediate_size = 9216;
+    a.hf.head_dim = 256;
+    a.hf.max_position_embeddings = 8192;
+    a.hf.tie_word_embeddings = true;
+    a.hf.hidden_act = "gelu_pytorch_tanh";
+    a.hf.sliding_window = 4096;
+    a.hf.query_pre_attn_scalar = 256;
+    a.hf.attn_logit_softcapping = 50.0f;
+    a.hf.final_logit_softcapping = 30.0f;
+    a.globals = globals(Transform::NormPlusOne);
+    a.layer = gemma_layer(false);
+    v.push_back(std::move(a));
+  }
+  {
     ArchInfo a = family(Arch::Gemma3, "gemma3", "gemma3_text",
                {{"Gemma3ForCausalLM", HfSwa::Pattern}, {"Gemma3ForConditionalGeneration", HfSwa::Pattern}});
     a.qk_norm = true;

@@ -43,6 +43,7 @@ const std::map<std::string, Shape>& shapes() {
       {"tiny-qwen2moe", {Arch::Qwen2Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, false, 0, 8, 2, 256, 512}},
       {"tiny-qwen3moe", {Arch::Qwen3Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0, 8, 3, 256}},
       {"tiny-llama3", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
+      {"tiny-gemma2", {Arch::Gemma2, 512, 256, 4, 2, 1, 128, 512, 512, 10000.f, 1e-6f, true, 32}},
   };
   return s;
 }
@@ -53,6 +54,10 @@ void shape_extras(const std::string& name, ModelConfig& c) {
     // Llama 3.1's scaling with an original context short enough that the tiny
     // model's 32 frequencies fall in all three bands (kept, interpolated, divided).
     c.rope_llama3 = {8.0f, 1.0f, 4.0f, 256};
+  } else if (name == "tiny-gemma2") {
+    // Caps far below Gemma 2's 50 / 30, so that they bind on random weights.
+    c.attn_softcap = 5.0f;
+    c.final_softcap = 3.0f;
   }
 }
 
@@ -292,6 +297,8 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     if (s.n_ff_shexp)
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
   }
+  if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
+  if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);
   if (vocab) {
     for (const auto& [k, v] : vocab->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);

@@ -265,6 +265,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
       if (c.arch == Arch::Qwen3) j["attention_bias"] = false;
       j["use_sliding_window"] = false;
       break;
+    case Arch::Gemma2:
     case Arch::Gemma3: {
       j["hidden_activation"] = "gelu_pytorch_tanh";
       // Attention scale is query_pre_attn_scalar^-0.5 (an integer in configs).
@@ -276,7 +277,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
       std::vector<std::string> types;
       for (int il = 0; il < c.n_layer; ++il) types.push_back(c.is_swa[il] ? "sliding_attention" : "full_attention");
       j["layer_types"] = types;
-      j["rope_local_base_freq"] = decimal(c.rope_swa.freq_base);
+      if (c.arch == Arch::Gemma3) j["rope_local_base_freq"] = decimal(c.rope_swa.freq_base);
       j["final_logit_softcapping"] = c.final_softcap > 0 ? nlohmann::ordered_json(decimal(c.final_softcap)) : nullptr;
       j["attn_logit_softcapping"] = c.attn_softcap > 0 ? nlohmann::ordered_json(decimal(c.attn_softcap)) : nullptr;
       break;

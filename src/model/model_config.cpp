@@ -234,6 +234,10 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
     c.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping"), 0.0));
     c.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping"), 0.0));
   }
+  // GGUF has no query_pre_attn_scalar: llama.cpp takes it as head_dim except
+  // for Gemma 2 27B (46 layers), whose queries are scaled by n_embd / n_head.
+  if (info.arch == Arch::Gemma2 && c.n_layer == 46)
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
   finalize_config(c, true);
   return c;
 }

@@ -139,6 +139,42 @@ TEST(Llama3Rope, ReadFromRopeScalingOrRopeParameters) {
   expect_error_with([&] { config_of(t5); }, "invalid llama3 RoPE scaling");
 }
 
+TEST(Gemma2Config, DefaultsSoftcapsAndAlternatingWindows) {
+  json j = small_config("Gemma2ForCausalLM");
+  j["num_hidden_layers"] = 4;
+  ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Gemma2);
+  EXPECT_EQ(c.attn_softcap, 50.0f);
+  EXPECT_EQ(c.final_softcap, 30.0f);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.is_swa, (std::vector<bool>{true, false, true, false}));  // even layers local
+  EXPECT_EQ(c.attn_scale, 1.0f / 16);  // query_pre_attn_scalar 256
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.act, Activation::GeluTanh);
+  EXPECT_EQ(c.rope_swa.freq_base, c.rope.freq_base);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  j["attn_logit_softcapping"] = nullptr;  // null: no cap
+  j["final_logit_softcapping"] = 20.0;
+  j["query_pre_attn_scalar"] = 144;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  c = config_of(j);
+  EXPECT_EQ(c.attn_softcap, 0.0f);
+  EXPECT_EQ(c.final_softcap, 20.0f);
+  EXPECT_EQ(c.attn_scale, 1.0f / 12);
+  EXPECT_EQ(c.is_swa, (std::vector<bool>{false, true, false, false}));
+
+  // GGUF: the softcap and window keys.
+  ThreadPool pool(1);
+  const std::string path = scratch("gemma2.gguf");
+  write_dummy_gguf(path, DummySpec{"tiny-gemma2", DType::F32, 0}, nullptr, pool);
+  const ModelConfig g = config_from_gguf(*GGUFFile::open(path));
+  EXPECT_EQ(g.attn_softcap, 5.0f);
+  EXPECT_EQ(g.final_softcap, 3.0f);
+  EXPECT_EQ(g.sliding_window, 32);
+  EXPECT_EQ(g.is_swa, (std::vector<bool>{true, false, true, false}));
+}
+
 std::vector<float> run(Model& m, const std::vector<int32_t>& tokens) {
   test::PagedRunner runner(m, 16, 16, DType::F32);
   return runner.feed(tokens, 16, true);
@@ -151,7 +187,7 @@ TEST(ArchDummies, GGUFAndHFLoadsAgree) {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
-  for (const char* shape : {"tiny-llama3"}) {
+  for (const char* shape : {"tiny-llama3", "tiny-gemma2"}) {
     const DummySpec spec{shape, DType::F32, 3};
     const std::string gguf = scratch(std::string(shape) + ".gguf");
     write_dummy_gguf(gguf, spec, nullptr, pool);
@@ -181,6 +217,26 @@ TEST(ArchDummies, Llama3ScalingChangesTheFunction) {
     out[k++] = run(*m, tokens);
   }
   EXPECT_GT(test::max_rel_gap(out[1], out[0], 512), 1e-3);
+}
+
+// The tiny Gemma 2's caps bind (else the GGUF/HF agreement would not test
+// that both read them).
+TEST(ArchDummies, Gemma2SoftcapsChangeTheFunction) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
+  const ModelConfig cfg = dummy_config("tiny-gemma2", dummy_vocab_size("tiny-gemma2", nullptr));
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-gemma2", DType::F32, 3}, pool);
+  auto capped = Model::from_source(cfg, *src, *backend);
+  const std::vector<float> want = run(*capped, tokens);
+  capped.reset();
+  for (int which = 0; which < 2; ++which) {
+    ModelConfig c = cfg;
+    (which == 0 ? c.attn_softcap : c.final_softcap) = 0;
+    auto m = Model::from_source(c, *src, *backend);
+    EXPECT_GT(test::max_rel_gap(run(*m, tokens), want, 512), 1e-3) << (which == 0 ? "attention" : "final");
+  }
 }
 
 }  // namespace
