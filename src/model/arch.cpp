@@ -26,6 +26,12 @@ Dims ff_exps(const ModelConfig& c) { return {c.n_embd, c.n_ff_exp, c.n_expert}; 
 Dims down_exps(const ModelConfig& c) { return {c.n_ff_exp, c.n_embd, c.n_expert}; }
 Dims ff_shexp(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
 Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
+Dims qkv_mat(const ModelConfig& c) { return {c.n_embd, int64_t{c.n_head + 2 * c.n_head_kv} * c.head_dim}; }
+Dims gate_up_mat(const ModelConfig& c) { return {c.n_embd, int64_t{2} * c.n_ff}; }
+std::vector<int64_t> qkv_rows(const ModelConfig& c) {
+  return {int64_t{c.n_head} * c.head_dim, int64_t{c.n_head_kv} * c.head_dim, int64_t{c.n_head_kv} * c.head_dim};
+}
+std::vector<int64_t> gate_up_rows(const ModelConfig& c) { return {c.n_ff, c.n_ff}; }
 
 TensorSpec vec(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s, Need need = Need::Required,
                Transform tr = Transform::None) {
@@ -136,6 +142,19 @@ ArchInfo family(Arch arch, const char* gguf, const char* model_type, std::vector
   return a;
 }
 
+// Phi-3: Llama's layer with q/k/v fused into one matrix and gate/up into
+// another (gate rows first), in both formats; the loader splits them.
+std::vector<TensorSpec> phi3_layer() {
+  return {vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
+          TensorSpec{"attn_qkv.weight", "self_attn.qkv_proj.weight", qkv_mat, Need::Required, Transform::None,
+                     {Slot::Q, Slot::K, Slot::V}, qkv_rows, true},
+          mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
+          vec("ffn_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm),
+          TensorSpec{"ffn_up.weight", "mlp.gate_up_proj.weight", gate_up_mat, Need::Required, Transform::None,
+                     {Slot::Gate, Slot::Up}, gate_up_rows, true},
+          mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down)};
+}
+
 std::vector<ArchInfo> make_archs() {
   std::vector<ArchInfo> v;
   {
@@ -239,6 +258,22 @@ std::vector<ArchInfo> make_archs() {
     a.hf.query_pre_attn_scalar = 256;
     a.globals = globals(Transform::NormPlusOne);
     a.layer = gemma_layer(true);
+    v.push_back(std::move(a));
+  }
+  {
+    ArchInfo a = family(Arch::Phi3, "phi3", "phi3", {{"Phi3ForCausalLM", HfSwa::EveryLayer}});
+    a.swa_every_layer = true;
+    a.partial_rotary = true;
+    // Phi3Config's defaults.
+    a.hf.vocab_size = 32064;
+    a.hf.hidden_size = 3072;
+    a.hf.intermediate_size = 8192;
+    a.hf.num_hidden_layers = 32;
+    a.hf.num_attention_heads = 32;
+    a.hf.max_position_embeddings = 4096;
+    a.hf.rms_norm_eps = 1e-5f;
+    a.globals = globals(Transform::None);
+    a.layer = phi3_layer();
     v.push_back(std::move(a));
   }
   return v;

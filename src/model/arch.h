@@ -119,6 +119,8 @@ struct ArchInfo {
   bool gguf_permuted_qk = false;   // GGUF stores Q/K for adjacent-pair RoPE
   bool softcaps = false;           // reads attn/final logit softcapping (GGUF keys, config.json fields)
   int swa_pattern = 0;             // > 0: every swa_pattern-th layer is global, the rest sliding
+  bool swa_every_layer = false;    // a GGUF sliding_window applies to every layer (Phi-3)
+  bool partial_rotary = false;     // config.json may set partial_rotary_factor < 1
   float swa_rope_base = 0;         // > 0: RoPE base of sliding-window layers (no scaling there)
   int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
   bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)

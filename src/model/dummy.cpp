@@ -44,6 +44,7 @@ const std::map<std::string, Shape>& shapes() {
       {"tiny-qwen3moe", {Arch::Qwen3Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0, 8, 3, 256}},
       {"tiny-llama3", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
       {"tiny-gemma2", {Arch::Gemma2, 512, 256, 4, 2, 1, 128, 512, 512, 10000.f, 1e-6f, true, 32}},
+      {"tiny-phi3", {Arch::Phi3, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 32}},
   };
   return s;
 }
@@ -54,6 +55,8 @@ void shape_extras(const std::string& name, ModelConfig& c) {
     // Llama 3.1's scaling with an original context short enough that the tiny
     // model's 32 frequencies fall in all three bands (kept, interpolated, divided).
     c.rope_llama3 = {8.0f, 1.0f, 4.0f, 256};
+  } else if (name == "tiny-phi3") {
+    c.rope.n_rot = 32;  // partial_rotary_factor 0.5, as Phi-4-mini has 0.75
   } else if (name == "tiny-gemma2") {
     // Caps far below Gemma 2's 50 / 30, so that they bind on random weights.
     c.attn_softcap = 5.0f;
@@ -286,7 +289,7 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
   w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
-  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(s.head_dim));
+  w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(cfg.rope.n_rot));
   w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
   if (s.sliding_window) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.sliding_window));

@@ -195,13 +195,13 @@ void remove_old_weights(const fs::path& dir) {
 }  // namespace
 
 nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dtype) {
-  PAGELLM_CHECK(c.rope.n_rot == c.head_dim, "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot,
-                c.head_dim);
+  PAGELLM_CHECK(c.rope.n_rot == c.head_dim || arch_info(c.arch).partial_rotary,
+                "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot, c.head_dim);
   const ArchInfo& arch = arch_info(c.arch);
   PAGELLM_CHECK(c.qkv_bias == arch.qkv_bias, "cannot write config.json: q/k/v biases are fixed per family ({})",
                 arch.gguf_name);
   const bool any_swa = std::any_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; });
-  PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || !any_swa,
+  PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || arch.swa_every_layer || !any_swa,
                 "cannot write config.json: sliding-window layers are only written for families with layer_types");
   nlohmann::ordered_json j;
   // Llama with experts is Mixtral in transformers.
@@ -265,6 +265,18 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
       if (c.arch == Arch::Qwen3) j["attention_bias"] = false;
       j["use_sliding_window"] = false;
       break;
+    case Arch::Phi3: {
+      j["hidden_act"] = "silu";
+      const double f = static_cast<double>(c.rope.n_rot) / c.head_dim;
+      PAGELLM_CHECK(static_cast<int>(c.head_dim * f) == c.rope.n_rot,
+                    "cannot write config.json: {} rotary dims of {} is no partial_rotary_factor", c.rope.n_rot,
+                    c.head_dim);
+      if (c.rope.n_rot != c.head_dim) j["partial_rotary_factor"] = f;
+      PAGELLM_CHECK(!any_swa || std::all_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; }),
+                    "cannot write config.json: Phi-3 windows every layer or none");
+      j["sliding_window"] = any_swa ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+      break;
+    }
     case Arch::Gemma2:
     case Arch::Gemma3: {
       j["hidden_activation"] = "gelu_pytorch_tanh";

@@ -27,6 +27,7 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
     c.is_swa.assign(c.n_layer, false);
     if (a.swa_pattern > 0 && c.sliding_window > 0)
       for (int il = 0; il < c.n_layer; ++il) c.is_swa[il] = (il + 1) % a.swa_pattern != 0;
+    if (a.swa_every_layer && c.sliding_window > 0) c.is_swa.assign(c.n_layer, true);
   }
   if (a.qkv_bias) c.qkv_bias = true;
   if (a.qk_norm) c.qk_norm = true;
@@ -228,7 +229,10 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   } else if (scaling != "none" && !scaling.empty()) {
     fail("'{}': RoPE scaling type '{}' is not supported", f.path(), scaling);
   }
-  if (info.gguf_sliding_window > 0)
+  // LongRoPE files (Phi-3 128k) carry per-dimension factors we do not apply yet.
+  for (const char* t : {"rope_factors_short.weight", "rope_factors_long.weight"})
+    PAGELLM_CHECK(!f.find_tensor(t), "'{}': LongRoPE ({}) is not supported yet for architecture '{}'", f.path(), t, a);
+  if (info.gguf_sliding_window > 0 || info.swa_every_layer)
     c.sliding_window = gguf_size(f, key("attention.sliding_window"), info.gguf_sliding_window, 0, L::kContext);
   if (info.softcaps) {
     c.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping"), 0.0));
@@ -294,7 +298,7 @@ void apply_rope_params(const json& p, RopeConfig& r, ModelConfig::Llama3Rope* ll
     *llama3 = l;
   } else if (type != "default") {
     fail("'{}': RoPE type '{}' is not supported{} (default, linear and llama3 are)", path, type,
-         type == "llama3" ? " on sliding-window layers" : "");
+         type == "llama3" ? " on sliding-window layers" : type == "longrope" ? " yet (LongRoPE)" : "");
   }
 }
 
@@ -415,9 +419,13 @@ ModelConfig config_from_hf_json(const std::string& path) {
         apply_rope_params(rp, c.rope, &c.rope_llama3, path);
       }
     }
-    if (is_number(j, "partial_rotary_factor"))
-      PAGELLM_CHECK(j["partial_rotary_factor"].get<float>() == 1.0f, "'{}': partial_rotary_factor is not supported",
-                    path);
+    if (is_number(j, "partial_rotary_factor")) {
+      const float f = j["partial_rotary_factor"].get<float>();
+      PAGELLM_CHECK(f == 1.0f || (info.partial_rotary && f > 0 && f < 1),
+                    "'{}': partial_rotary_factor {} is not supported for {}", path, f, a);
+      // transformers: int(head_dim * factor) leading dimensions rotate.
+      c.rope.n_rot = static_cast<int>(static_cast<double>(c.head_dim) * f);
+    }
 
     // Attention scale and logit softcapping (Gemma).
     if (d.query_pre_attn_scalar > 0)

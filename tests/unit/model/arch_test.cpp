@@ -175,6 +175,52 @@ TEST(Gemma2Config, DefaultsSoftcapsAndAlternatingWindows) {
   EXPECT_EQ(g.is_swa, (std::vector<bool>{true, false, true, false}));
 }
 
+TEST(Phi3Config, PartialRotarySlidingWindowAndLongRope) {
+  json j = small_config("Phi3ForCausalLM");
+  j["partial_rotary_factor"] = 0.75;
+  j["sliding_window"] = 2047;
+  ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Phi3);
+  EXPECT_EQ(c.rope.n_rot, 48);
+  EXPECT_TRUE(c.rope.neox);
+  EXPECT_EQ(c.is_swa, std::vector<bool>(2, true));
+  EXPECT_EQ(c.sliding_window, 2047);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  expect_error_with([&] { config_of(j); }, "RoPE type 'longrope' is not supported yet (LongRoPE)");
+  json l = small_config("LlamaForCausalLM");
+  l["partial_rotary_factor"] = 0.5;
+  expect_error_with([&] { config_of(l); }, "partial_rotary_factor 0.5 is not supported for LlamaForCausalLM");
+
+  // The fused tensors split into the table's parts, in HF's order (q, k, v; gate, up).
+  const ArchInfo& a = arch_info(Arch::Phi3);
+  const ModelConfig d = dummy_config("tiny-phi3", 512);
+  const auto qkv = hf_tensor(a, "model.layers.0.self_attn.qkv_proj.weight");
+  ASSERT_TRUE(qkv);
+  EXPECT_EQ(qkv->gguf, "blk.0.attn_qkv.weight");
+  EXPECT_EQ(qkv->spec->slots, (std::vector<Slot>{Slot::Q, Slot::K, Slot::V}));
+  EXPECT_EQ(qkv->spec->split_rows(d), (std::vector<int64_t>{256, 128, 128}));
+  const auto gate_up = hf_tensor(a, "model.layers.0.mlp.gate_up_proj.weight");
+  ASSERT_TRUE(gate_up);
+  EXPECT_EQ(gate_up->spec->slots, (std::vector<Slot>{Slot::Gate, Slot::Up}));
+
+  // GGUF LongRoPE factors are refused, not ignored.
+  ThreadPool pool(1);
+  const std::string path = scratch("phi3.gguf");
+  write_dummy_gguf(path, DummySpec{"tiny-phi3", DType::F32, 0}, nullptr, pool);
+  EXPECT_EQ(config_from_gguf(*GGUFFile::open(path)).rope.n_rot, 32);
+  auto f = GGUFFile::open(path);
+  GGUFWriter w;
+  for (const auto& [k, v] : f->metadata()) w.set_value(k, v);
+  for (const auto& t : f->tensors()) {
+    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  }
+  w.add_tensor("rope_factors_short.weight", DType::F32, {16}, std::vector<uint8_t>(64, 0));
+  const std::string longrope = scratch("phi3-longrope.gguf");
+  w.write(longrope);
+  expect_error_with([&] { config_from_gguf(*GGUFFile::open(longrope)); },
+                    "LongRoPE (rope_factors_short.weight) is not supported yet for architecture 'phi3'");
+}
+
 std::vector<float> run(Model& m, const std::vector<int32_t>& tokens) {
   test::PagedRunner runner(m, 16, 16, DType::F32);
   return runner.feed(tokens, 16, true);
@@ -187,7 +233,7 @@ TEST(ArchDummies, GGUFAndHFLoadsAgree) {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
-  for (const char* shape : {"tiny-llama3", "tiny-gemma2"}) {
+  for (const char* shape : {"tiny-llama3", "tiny-gemma2", "tiny-phi3"}) {
     const DummySpec spec{shape, DType::F32, 3};
     const std::string gguf = scratch(std::string(shape) + ".gguf");
     write_dummy_gguf(gguf, spec, nullptr, pool);
