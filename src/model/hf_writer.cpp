@@ -267,6 +267,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
       break;
     case Arch::Phi3: {
       j["hidden_act"] = "silu";
+      j["pad_token_id"] = nullptr;  // Phi3Config's default (32000) is past a small vocabulary
       const double f = static_cast<double>(c.rope.n_rot) / c.head_dim;
       PAGELLM_CHECK(static_cast<int>(c.head_dim * f) == c.rope.n_rot,
                     "cannot write config.json: {} rotary dims of {} is no partial_rotary_factor", c.rope.n_rot,

@@ -176,6 +176,10 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   c.arch = info.arch;
   c.name = f.get_string("general.name", a);
   auto key = [&](const std::string& k) { return a + "." + k; };
+  // Experts in a family without MoE layers would be ignored: refuse first.
+  if (!info.moe && f.get_int(key("expert_count"), 0) > 0)
+    fail("'{}': architecture '{}' with {} = {}: Mixture-of-Experts layers are not supported for it", f.path(), a,
+         key("expert_count"), f.get_int(key("expert_count"), 0));
   // Every size is range-checked as it is read, and the layer count against
   // the tensors, before anything is sized from them.
   using L = ModelSizeLimits;
@@ -446,7 +450,8 @@ ModelConfig config_from_hf_json(const std::string& path) {
     switch (swa_rule) {
       case HfSwa::None: break;
       case HfSwa::Pattern: {
-        PAGELLM_CHECK(!j.value("use_bidirectional_attention", false),
+        PAGELLM_CHECK(!(j.contains("use_bidirectional_attention") && j["use_bidirectional_attention"].is_boolean() &&
+                        j["use_bidirectional_attention"].get<bool>()),
                       "'{}': use_bidirectional_attention is not supported", path);
         PAGELLM_CHECK(local.freq_scale == 1.0f, "'{}': scaled RoPE on sliding-window layers is not supported", path);
         c.rope_swa_base = local.freq_base;

@@ -52,11 +52,22 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
     for (const HfClass& h : a.hf_classes) EXPECT_EQ(arch_by_hf_class(h.name), &a);
     for (const TensorSpec& t : a.layer) {
       ASSERT_TRUE(*t.hf) << a.gguf_name << " " << t.gguf;
+      // Experts: HF names each one ("{}" is its index), the loader asks for "<gguf>[e]".
+      std::string hf = t.hf, want = std::string("blk.11.") + t.gguf;
+      if (t.experts) {
+        ASSERT_NE(hf.find("{}"), std::string::npos) << t.hf;
+        hf.replace(hf.find("{}"), 2, "37");
+        want += "[37]";
+      }
       for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
-        const auto got = hf_tensor(a, std::string(prefix) + "11." + t.hf);
-        ASSERT_TRUE(got) << a.gguf_name << " " << prefix << t.hf;
-        EXPECT_EQ(got->gguf, std::string("blk.11.") + t.gguf);
+        const auto got = hf_tensor(a, std::string(prefix) + "11." + hf);
+        ASSERT_TRUE(got) << a.gguf_name << " " << prefix << hf;
+        EXPECT_EQ(got->gguf, want);
         EXPECT_EQ(got->spec, &t);
+      }
+      if (t.experts) {
+        std::string bad = t.hf;
+        EXPECT_FALSE(hf_tensor(a, "model.layers.0." + bad.replace(bad.find("{}"), 2, "x"))) << bad;
       }
     }
     for (const TensorSpec& t : a.globals) {
@@ -74,28 +85,35 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
 }
 
 TEST(ArchErrors, UnknownAndMixtureOfExpertsFamiliesAreNamed) {
+  // A family without MoE layers that says it has experts.
   GGUFWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_u32("llama.expert_count", 8);
-  w.set_u32("llama.expert_used_count", 2);
-  const std::string path = scratch("mixtral.gguf");
+  w.set_string("general.architecture", "gemma3");
+  w.set_u32("gemma3.expert_count", 8);
+  const std::string path = scratch("moe.gguf");
   w.write(path);
   auto f = GGUFFile::open(path);
-  expect_error_with([&] { config_from_gguf(*f); },
-                    "Mixture-of-Experts models are not supported yet for architecture 'llama'");
+  expect_error_with([&] { config_from_gguf(*f); }, "gemma3.expert_count");
 
   GGUFWriter q;
-  q.set_string("general.architecture", "qwen3moe");
+  q.set_string("general.architecture", "deepseek2");
   q.write(path);
   f = GGUFFile::open(path);
-  expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'qwen3moe' (Mixture-of-Experts");
+  expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'deepseek2' (Mixture-of-Experts");
 
-  json j = small_config("MixtralForCausalLM");
-  expect_error_with([&] { config_of(j); }, "unsupported architecture 'MixtralForCausalLM' (Mixture-of-Experts");
-  j = small_config("LlamaForCausalLM");
-  j["num_local_experts"] = 8;
+  json j = small_config("DeepseekV3ForCausalLM");
+  expect_error_with([&] { config_of(j); }, "unsupported architecture 'DeepseekV3ForCausalLM' (Mixture-of-Experts");
+  j = small_config("Gemma3ForCausalLM");
+  j["num_experts"] = 8;
   expect_error_with([&] { config_of(j); },
-                    "Mixture-of-Experts models are not supported yet for architecture 'LlamaForCausalLM'");
+                    "architecture 'Gemma3ForCausalLM' with num_experts = 8: Mixture-of-Experts layers are not supported");
+  j = small_config("Qwen3MoeForCausalLM");
+  expect_error_with([&] { config_of(j); }, "Qwen3MoeForCausalLM needs num_experts");
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 9;
+  expect_error_with([&] { config_of(j); }, "num_experts_per_tok");
+  j["num_experts_per_tok"] = 2;
+  j["mlp_only_layers"] = {0};
+  expect_error_with([&] { config_of(j); }, "mlp_only_layers");
 }
 
 // Llama 3.1 8B's scaling: factor 8 over an original context of 8192.

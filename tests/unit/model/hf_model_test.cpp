@@ -117,6 +117,7 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
 // The shapes tools/gen_hf_fixtures.py writes fixtures for, and whether each ties its embeddings.
 const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-llama", false},   {"tiny-qwen2", true},     {"tiny-qwen3", true},    {"tiny-gemma3", true},
+    {"tiny-llama3", false},  {"tiny-gemma2", true},    {"tiny-phi3", false},
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
 };
 
