@@ -130,6 +130,18 @@ TEST(Engine, BatchInvarianceWithPreemptionRandomModel) {
   check_batch_invariance(tiny_config(6 * 176), 512, false);
 }
 
+// Routing depends on each token alone, and the expert-grouped products give
+// each token the bits it gets alone, whatever else the step routes: the same
+// check on a Mixture-of-Experts model (Qwen3-MoE shape, 3 of 8 experts, Q4_K).
+TEST(Engine, BatchInvarianceWithPreemptionMoeModel) {
+  EngineConfig c = tiny_config();
+  c.dummy_shape = "tiny-qwen3moe";
+  c.dummy_type = DType::Q4_K;
+  // tiny-qwen3moe: 2 layers, 2 KV heads of 64, F32 cache.
+  c.kv_cache_memory = kv_bytes_per_block(KVCacheLayout{2, 2, 64, 16, 4}) * (6 * 176 / 16 + 1);
+  check_batch_invariance(c, 512, false);
+}
+
 TEST(Engine, BatchInvarianceWithPreemptionStories260K) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);
