@@ -37,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 SHARED = os.environ.get("PAGELLM_SHARED_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
 
-DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"]
+DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-mixtral",
+                "tiny-qwen2moe", "tiny-qwen3moe"]
 DUMMY_TYPES = ["f32", "q8_0", "q4_0", "q4_k"]
 DUMMY_SEED = 1
 N_EVAL_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)
@@ -64,12 +65,15 @@ def max_rel_gap(a, b):
     return float(np.max(np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)))
 
 
-def dummy_fixtures(pagellm, tmp):
+def dummy_fixtures(pagellm, tmp, shapes, types):
     rng = np.random.default_rng(1234)
     tokens = [1] + [int(t) for t in rng.integers(3, 512, size=N_EVAL_TOKENS - 1)]
-    for shape in DUMMY_SHAPES:
+    for shape in shapes:
         ref_f32 = None
-        for wtype in DUMMY_TYPES:
+        f32_fixture = os.path.join(OUT, f"dummy-{shape}-f32.bin")
+        if "f32" not in types and os.path.exists(f32_fixture):
+            ref_f32 = np.fromfile(f32_fixture, dtype=np.float32).reshape(len(tokens), -1)
+        for wtype in types:
             path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
             subprocess.run([pagellm, "make-dummy", "--shape", shape, "--type", wtype, "--seed", str(DUMMY_SEED),
                             "-o", path], check=True)
@@ -175,11 +179,15 @@ def main():
     ap.add_argument("--pagellm", default=os.path.join(HERE, "..", "build", "pagellm"))
     ap.add_argument("--gemma", default=None, help="Gemma 3 270M Q4_K_M GGUF (default: the installed package)")
     ap.add_argument("--only", choices=["dummy", "stories", "gemma", "gemma-exact"], default=None)
+    ap.add_argument("--shapes", default="", help="dummy: comma-separated shapes (default: all of DUMMY_SHAPES)")
+    ap.add_argument("--types", default="", help="dummy: comma-separated weight types (default: all of DUMMY_TYPES; "
+                    "f32 first, the others' gap is to its fixture)")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "dummy"):
-            dummy_fixtures(args.pagellm, tmp)
+            dummy_fixtures(args.pagellm, tmp, [s for s in args.shapes.split(",") if s] or DUMMY_SHAPES,
+                           [t for t in args.types.split(",") if t] or DUMMY_TYPES)
     if args.only in (None, "stories"):
         greedy_fixture("stories260K-greedy.json", os.path.join(SHARED, "models", "stories260K.gguf"),
                        STORIES_PROMPTS, 40, 512)

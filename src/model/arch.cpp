@@ -59,6 +59,7 @@ void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
   const bool mixtral = std::string_view(moe_hf) == "block_sparse_moe";
   l.push_back(mat("ffn_gate_inp.weight", mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", router_mat,
                   Slot::Router, Need::IfMoe));
+  l.back().keep_f32 = true;
   l.push_back(experts("ffn_gate_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w1.weight" : "mlp.experts.{}.gate_proj.weight",
                       ff_exps, Slot::GateExps));
   l.push_back(experts("ffn_up_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w3.weight" : "mlp.experts.{}.up_proj.weight",
@@ -69,6 +70,7 @@ void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
   // The gate is one row; llama.cpp's GGUF files store it as a vector.
   l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", embd_vec, Slot::ShexpGate,
                   Need::IfSharedExpert));
+  l.back().keep_f32 = true;
   l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ff_shexp, Slot::GateShexp,
                   Need::IfSharedExpert));
   l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ff_shexp, Slot::UpShexp,

@@ -72,6 +72,8 @@ struct TensorSpec {
   // One matrix per expert: GGUF stacks them ([cols, rows, n_expert], shape
   // gives that), HF names each one ("{}" in `hf` is the expert index).
   bool experts = false;
+  // llama.cpp's quantizer keeps it F32 (MoE routers): so do quantized dummies.
+  bool keep_f32 = false;
 };
 
 // How config.json marks sliding-window layers.

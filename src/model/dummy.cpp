@@ -124,7 +124,7 @@ class DummySource : public TensorSource {
         add(name, dummy_tensor_type(spec.wtype, cols), shape, arch.embd_scale_sqrt ? 0.05f : 1.0f, 0.0f, spec.seed,
             pool);
       } else if (t.matrix) {
-        add(name, dummy_tensor_type(spec.wtype, cols), shape, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
+        add(name, t.keep_f32 ? DType::F32 : dummy_tensor_type(spec.wtype, cols), shape, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
             spec.seed, pool);
       } else {
         const bool bias = std::string_view(t.gguf).ends_with(".bias");  // norms center on 1
