@@ -154,7 +154,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       auto& ws = expert_slot(spec.slots[0], il);
       ws.clear();
       for (const TensorData& p : parts) {
-        weight_bytes_ += dtype_row_bytes(p.type, p.cols()) * static_cast<size_t>(p.rows());
+        const size_t bytes = dtype_row_bytes(p.type, p.cols()) * static_cast<size_t>(p.rows());
+        weight_bytes_ += bytes;
+        expert_bytes_ += bytes;
         ws.push_back(backend_.upload(p));
         held_weight_bytes_ += ws.back()->held_bytes;
         if (progress) progress(++done, total);

@@ -70,8 +70,12 @@ class Model {
   size_t activation_bytes(int64_t n_tokens, int64_t n_logits) const;
   // Bytes one decode step streams from memory: every weight but the token
   // embedding table, of which it reads one row (unless it doubles as the
-  // output matrix).
-  size_t decode_weight_bytes() const { return output_ ? weight_bytes_ - tok_embd_bytes_ : weight_bytes_; }
+  // output matrix), and of the experts only the n_expert_used a token routes to.
+  size_t decode_weight_bytes() const {
+    const size_t all = output_ ? weight_bytes_ - tok_embd_bytes_ : weight_bytes_;
+    if (!cfg_.moe()) return all;
+    return all - expert_bytes_ + expert_bytes_ / cfg_.n_expert * cfg_.n_expert_used;
+  }
   // Shape of the paged KV cache this model needs.
   KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype) const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
@@ -109,6 +113,7 @@ class Model {
   size_t weight_bytes_ = 0;
   size_t held_weight_bytes_ = 0;
   size_t tok_embd_bytes_ = 0;
+  size_t expert_bytes_ = 0;  // routed experts' weights (all of them)
 
   std::unique_ptr<Weight> tok_embd_;     // [n_vocab, n_embd]
   std::unique_ptr<Weight> output_norm_;  // [n_embd]

@@ -267,6 +267,28 @@ TEST(ArchDummies, GGUFAndHFLoadsAgree) {
 
 // tiny-llama3 is tiny-llama (same tensor names, so the same weights) with
 // Llama 3 scaling: the factors must change what it computes.
+// A decode step reads only the routed experts: the roofline counts k of n.
+TEST(ArchDummies, MoeDecodeBytesCountOnlyRoutedExperts) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  const ModelConfig cfg = dummy_config("tiny-qwen2moe", 512);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-qwen2moe", DType::Q8_0, 1}, pool);
+  auto model = Model::from_source(cfg, *src, *backend);
+  size_t experts = 0;
+  for (int il = 0; il < cfg.n_layer; ++il)
+    for (const char* n : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
+      const TensorData* t = src->find("blk." + std::to_string(il) + "." + n);
+      ASSERT_TRUE(t) << n;
+      experts += dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+    }
+  const size_t embd = [&] {
+    const TensorData* t = src->find("token_embd.weight");
+    return dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+  }();
+  EXPECT_EQ(model->decode_weight_bytes(),
+            model->weight_bytes() - embd - experts + experts / cfg.n_expert * cfg.n_expert_used);
+}
+
 TEST(ArchDummies, Llama3ScalingChangesTheFunction) {
   ThreadPool pool(2);
   auto backend = make_cpu_backend(2);
