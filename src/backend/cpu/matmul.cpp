@@ -81,6 +81,8 @@ size_t side_bytes_per_block(DType act) {
 }
 
 size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
+// How far ahead of the row being multiplied the row path prefetches weights.
+constexpr size_t kPrefetchBytes = 4096;
 
 // Activations of a token chunk should stay in L2 while every row group of
 // the thread passes over them.
@@ -185,9 +187,15 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
   else quantize_tokens(0, n);
   const auto* base = static_cast<const uint8_t*>(w.data());
   const size_t row_bytes = w.row_bytes();
+  const uint8_t* end = base + static_cast<size_t>(rows) * row_bytes;
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = base + r * row_bytes;
+      // The weight stream, prefetched kPrefetchBytes ahead as the interleaved
+      // kernels do: decode reads every row once, and the hardware
+      // prefetcher alone leaves the row kernels waiting on DRAM.
+      for (const uint8_t* p = wr + kPrefetchBytes; p < wr + kPrefetchBytes + row_bytes && p < end; p += 64)
+        __builtin_prefetch(p);
       for (int64_t t = 0; t < n; ++t) {
         const uint8_t* at = scratch + t * block_stride;
         y[t * rows + r] = avx2 ? avx2::vec_dot(type, cols, wr, at) : scalar::vec_dot(type, cols, wr, at);
