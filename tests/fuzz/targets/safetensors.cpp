@@ -1,11 +1,13 @@
 // model.safetensors: the 8-byte length, the header JSON, the tensor table and
-// the name mapping, read as a Llama (untied lm_head) and as a Gemma 3 (tied,
-// whose norm weights the reader converts to F32 + 1).
+// the name mapping, read as a Llama / Mixtral (untied lm_head), as a Gemma 3
+// (tied, whose norm weights the reader converts to F32 + 1) and as a
+// Qwen2-MoE (one tensor per expert, a shared expert).
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "core/dtype.h"
+#include "model/arch.h"
 #include "model/model_config.h"
 #include "model/tensor_source.h"
 #include "targets.h"
@@ -13,19 +15,20 @@
 namespace pagellm::fuzz {
 namespace {
 
-// GGUF names the reader can produce (see gguf_name in tensor_source.cpp).
-const std::vector<std::string>& known_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n = {"token_embd.weight", "output_norm.weight", "output.weight"};
-    for (const char* base : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                             "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
-                             "attn_q_norm.weight", "attn_k_norm.weight", "ffn_gate.weight", "ffn_up.weight",
-                             "ffn_down.weight", "ffn_norm.weight", "post_ffw_norm.weight",
-                             "post_attention_norm.weight"})
-      for (int layer = 0; layer < 2; ++layer) n.push_back("blk." + std::to_string(layer) + "." + base);
-    return n;
-  }();
-  return names;
+// GGUF names the reader can produce for a family (its architecture table),
+// for two layers and the first experts.
+std::vector<std::string> known_names(Arch arch) {
+  const ArchInfo& a = arch_info(arch);
+  std::vector<std::string> n;
+  for (const TensorSpec& t : a.globals) n.push_back(t.gguf);
+  for (int layer = 0; layer < 2; ++layer)
+    for (const TensorSpec& t : a.layer) {
+      const std::string name = layer_tensor_name(t, layer);
+      if (!t.experts) n.push_back(name);
+      else
+        for (int e = 0; e < 4; ++e) n.push_back(name + "[" + std::to_string(e) + "]");
+    }
+  return n;
 }
 
 void read_as(const std::string& dir, Arch arch, bool tied) {
@@ -33,7 +36,10 @@ void read_as(const std::string& dir, Arch arch, bool tied) {
   cfg.arch = arch;
   cfg.tie_word_embeddings = tied;
   const auto src = hf_tensor_source(dir, cfg);
-  for (const std::string& name : known_names()) {
+  static const std::vector<std::string> names[] = {known_names(Arch::Llama), known_names(Arch::Gemma3),
+                                                   known_names(Arch::Qwen2Moe)};
+  const std::vector<std::string>& known = names[arch == Arch::Llama ? 0 : arch == Arch::Gemma3 ? 1 : 2];
+  for (const std::string& name : known) {
     const TensorData* t = src->find(name);
     if (!t) continue;
     FUZZ_INVARIANT(!t->shape.empty() && t->shape.size() <= 4 && t->data != nullptr);
@@ -55,6 +61,7 @@ int safetensors(const uint8_t* data, size_t size) {
   // Loading runs at start-up: the CLI prints any std::exception as one error line.
   refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Llama, false); });
   refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Gemma3, true); });
+  refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Qwen2Moe, false); });
   return 0;
 }
 
