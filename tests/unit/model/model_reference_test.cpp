@@ -66,11 +66,9 @@ TEST_P(DummyModelVsLlamaCpp, LogitsMatchAtEveryPosition) {
 
 std::vector<DummyCase> dummy_cases() {
   std::vector<DummyCase> cases;
-  for (const char* s : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3"})
+  for (const char* s : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-mixtral",
+                        "tiny-qwen2moe", "tiny-qwen3moe"})
     for (const char* t : {"f32", "q8_0", "q4_0", "q4_k"}) cases.push_back({s, t});
-  // F32 only so far: the llama-cpp-python build used for these crashes on
-  // quantized files (tools/gen_model_fixtures.py --types).
-  for (const char* s : {"tiny-gemma2", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe"}) cases.push_back({s, "f32"});
   return cases;
 }
 
