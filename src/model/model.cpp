@@ -174,7 +174,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       if (spec.split_rows) parts = spec.split_rows(c);
       if (pass == 0) {
         // Checked before anything is uploaded, so a bad file fails fast.
-        if (!same_shape(t->shape, shape))
+        // Only a one-row matrix may drop its trailing 1: a vector slot (a norm)
+        // given [n, 1] would be uploaded as a matrix, which norms cannot read.
+        if (spec.matrix ? !same_shape(t->shape, shape) : t->shape != shape)
           fail("tensor '{}' has shape [{}], expected [{}]", name, dims_text(t->shape), dims_text(shape));
         if (t->shape.size() > 1 && !backend_.supports_weight(t->type))
           fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(t->type),

@@ -289,6 +289,29 @@ TEST(ArchDummies, MoeDecodeBytesCountOnlyRoutedExperts) {
             model->weight_bytes() - embd - experts + experts / cfg.n_expert * cfg.n_expert_used);
 }
 
+// A one-row matrix may be [n] (GGUF) or [n, 1] (HF); a norm given [n, 1]
+// must be refused, not uploaded as a matrix that rms_norm cannot read.
+TEST(ArchDummies, OnlyMatricesDropATrailingOne) {
+  struct Reshaped : TensorSource {
+    const TensorSource& base;
+    std::string name;
+    TensorData t;
+    Reshaped(const TensorSource& b, std::string n) : base(b), name(std::move(n)), t(*b.find(name)) {
+      t.shape.push_back(1);
+    }
+    const TensorData* find(const std::string& n) const override { return n == name ? &t : base.find(n); }
+    size_t count() const override { return base.count(); }
+  };
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  const ModelConfig cfg = dummy_config("tiny-qwen2moe", 512);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-qwen2moe", DType::F32, 1}, pool);
+  expect_error_with([&] { Model::from_source(cfg, Reshaped(*src, "blk.1.attn_norm.weight"), *backend); },
+                    "tensor 'blk.1.attn_norm.weight' has shape [256, 1], expected [256]");
+  // The shared expert's gate: [n_embd] in the dummy (as llama.cpp writes it), [n_embd, 1] as HF stores it.
+  EXPECT_NO_THROW(Model::from_source(cfg, Reshaped(*src, "blk.1.ffn_gate_inp_shexp.weight"), *backend));
+}
+
 TEST(ArchDummies, Llama3ScalingChangesTheFunction) {
   ThreadPool pool(2);
   auto backend = make_cpu_backend(2);
