@@ -74,6 +74,12 @@ inline float e8m0_to_fp32_half(uint8_t e) {
 // The 16 sub-block scales of a Q3_K block, minus their offset 32.
 void q3k_scales(const uint8_t* packed, int8_t* out);
 // Sub-block j's (0..7) 6-bit scale of an IQ4_XS block, minus its offset 32.
+// Element e (0..255) of a Q2_K / Q3_K block: its 2 low bits are bits
+// 2 * ((e / 32) % 4) of qs[32 * (e / 128) + e % 32]; Q3_K's third bit is bit
+// e / 32 of hmask[e % 32].
+inline int q2k_low_bits(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+inline int q3k_high_bit(const uint8_t* hmask, int e) { return (hmask[e % 32] >> (e / 32)) & 1; }
+
 inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
   const int lo = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F, hi = (b.scales_h >> (2 * j)) & 3;
   return (lo | (hi << 4)) - 32;

@@ -154,11 +154,9 @@ void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
     for (int e = 0; e < QK_K; ++e) {
-      const int h = e / 128, s = (e / 32) % 4, l = e % 32;
       const uint8_t sc = b[i].scales[e / 16];
       const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
-      const int q = (b[i].qs[32 * h + l] >> (2 * s)) & 3;
-      y[e] = dl * static_cast<float>(q) - ml;
+      y[e] = dl * static_cast<float>(q2k_low_bits(b[i].qs, e)) - ml;
     }
     y += QK_K;
   }
@@ -170,9 +168,7 @@ void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
     int8_t sc[16];
     q3k_scales(b[i].scales, sc);
     for (int e = 0; e < QK_K; ++e) {
-      const int h = e / 128, s = (e / 32) % 4, l = e % 32;
-      const int low = (b[i].qs[32 * h + l] >> (2 * s)) & 3;
-      const int high = (b[i].hmask[l] >> (e / 32)) & 1;
+      const int low = q2k_low_bits(b[i].qs, e), high = q3k_high_bit(b[i].hmask, e);
       const float dl = d * static_cast<float>(sc[e / 16]);
       y[e] = dl * static_cast<float>(low - (high ? 0 : 4));
     }
@@ -180,38 +176,31 @@ void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
   }
 }
 
-void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK4_NL) {
-    const float d = fp16_to_fp32(b[i].d);
-    for (int j = 0; j < QK4_NL / 2; ++j) {
-      y[j] = d * static_cast<float>(kIQ4NLValues[b[i].qs[j] & 0x0F]);
-      y[j + QK4_NL / 2] = d * static_cast<float>(kIQ4NLValues[b[i].qs[j] >> 4]);
-    }
+// 32 values from 16 bytes of 4-bit indices into a level table (low nibbles
+// are the first 16), times d: an IQ4_NL or MXFP4 block, an IQ4_XS sub-block.
+void dequant_nibble_levels(const uint8_t* q, const int8_t* levels, float d, float* y) {
+  for (int l = 0; l < 16; ++l) {
+    y[l] = d * static_cast<float>(levels[q[l] & 0x0F]);
+    y[l + 16] = d * static_cast<float>(levels[q[l] >> 4]);
   }
+}
+static_assert(QK4_NL == 32 && QK_MXFP4 == 32);
+
+void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += QK4_NL) dequant_nibble_levels(b[i].qs, kIQ4NLValues, fp16_to_fp32(b[i].d), y);
 }
 
 void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d);
-    for (int j = 0; j < QK_K / 32; ++j, y += 32) {
-      const float dl = d * static_cast<float>(iq4xs_scale(b[i], j));
-      const uint8_t* q = b[i].qs + 16 * j;
-      for (int l = 0; l < 16; ++l) {
-        y[l] = dl * static_cast<float>(kIQ4NLValues[q[l] & 0x0F]);
-        y[l + 16] = dl * static_cast<float>(kIQ4NLValues[q[l] >> 4]);
-      }
-    }
+    for (int j = 0; j < QK_K / 32; ++j, y += 32)
+      dequant_nibble_levels(b[i].qs + 16 * j, kIQ4NLValues, d * static_cast<float>(iq4xs_scale(b[i], j)), y);
   }
 }
 
 void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_MXFP4) {
-    const float d = e8m0_to_fp32_half(b[i].e);
-    for (int j = 0; j < QK_MXFP4 / 2; ++j) {
-      y[j] = d * static_cast<float>(kMXFP4Values[b[i].qs[j] & 0x0F]);
-      y[j + QK_MXFP4 / 2] = d * static_cast<float>(kMXFP4Values[b[i].qs[j] >> 4]);
-    }
-  }
+  for (int64_t i = 0; i < nb; ++i, y += QK_MXFP4)
+    dequant_nibble_levels(b[i].qs, kMXFP4Values, e8m0_to_fp32_half(b[i].e), y);
 }
 
 void dequant_q8_k(const BlockQ8_K* b, float* y, int64_t nb) {

@@ -171,7 +171,7 @@ float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
     for (int j = 0; j < 16; ++j) {
       int part = 0;
       for (int e = 16 * j; e < 16 * j + 16; ++e)
-        part += ((w[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3) * a[i].qs[e];
+        part += q2k_low_bits(w[i].qs, e) * a[i].qs[e];
       isum += (w[i].scales[j] & 0x0F) * part;
       imin += (w[i].scales[j] >> 4) * a[i].bsums[j];
     }
@@ -190,8 +190,7 @@ float dot_q3_k(int64_t nb, const BlockQ3_K* w, const BlockQ8_K* a) {
     for (int j = 0; j < 16; ++j) {
       int part = 0;
       for (int e = 16 * j; e < 16 * j + 16; ++e) {
-        const int low = (w[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-        const int high = (w[i].hmask[e % 32] >> (e / 32)) & 1;
+        const int low = q2k_low_bits(w[i].qs, e), high = q3k_high_bit(w[i].hmask, e);
         part += (low - (high ? 0 : 4)) * a[i].qs[e];
       }
       isum += sc[j] * part;
