@@ -313,16 +313,22 @@ void Model::attention(int il, int64_t n) {
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
 
+// out = down(act(gate(h)) * up(h)) of the normed input h, n_ff hidden units.
+void Model::glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out) {
+  Backend& be = backend_;
+  be.matmul(gate, *buf_.h, n, *buf_.gate);
+  be.matmul(up, *buf_.h, n, *buf_.up);
+  be.glu(*buf_.gate, *buf_.up, n * n_ff, cfg_.act, *buf_.gate);
+  be.matmul(down, *buf_.gate, n, out);
+}
+
 // x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
 void Model::ffn_dense(int il, int64_t n) {
   const ModelConfig& c = cfg_;
   const FfnWeights& F = layers_[il].ffn;
   Backend& be = backend_;
   be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  be.matmul(*F.gate, *buf_.h, n, *buf_.gate);
-  be.matmul(*F.up, *buf_.h, n, *buf_.up);
-  be.glu(*buf_.gate, *buf_.up, n * c.n_ff, c.act, *buf_.gate);
-  be.matmul(*F.down, *buf_.gate, n, *buf_.o);
+  glu_ffn(*F.gate, *F.up, *F.down, n, c.n_ff, *buf_.o);
   if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
@@ -344,10 +350,7 @@ void Model::ffn_moe(int il, int64_t n) {
   be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed);
   be.moe_combine(*buf_.ed, *buf_.route_w, n, k, c.n_embd, *buf_.o);
   if (F.gate_shexp) {
-    be.matmul(*F.gate_shexp, *buf_.h, n, *buf_.gate);
-    be.matmul(*F.up_shexp, *buf_.h, n, *buf_.up);
-    be.glu(*buf_.gate, *buf_.up, n * c.n_ff_shexp, c.act, *buf_.gate);
-    be.matmul(*F.down_shexp, *buf_.gate, n, *buf_.sh);
+    glu_ffn(*F.gate_shexp, *F.up_shexp, *F.down_shexp, n, c.n_ff_shexp, *buf_.sh);
     be.matmul(*F.shexp_gate, *buf_.h, n, *buf_.sg);
     be.scale_rows_sigmoid(*buf_.sh, *buf_.sg, n, c.n_embd);
     be.add(*buf_.o, *buf_.sh, n * c.n_embd);

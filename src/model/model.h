@@ -103,6 +103,7 @@ class Model {
   // One layer: x += attention(x); x += ffn(x), over all n tokens of the step.
   void layer(int il, int64_t n);
   void attention(int il, int64_t n);
+  void glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out);
   void ffn_dense(int il, int64_t n);
   void ffn_moe(int il, int64_t n);
 
