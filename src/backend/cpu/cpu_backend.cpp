@@ -40,21 +40,19 @@ class CpuBuffer : public Buffer {
   AlignedBuffer mem_;
 };
 
-// Every op reads and writes F32 buffers; `need` elements must fit.
-float* f32(Buffer& b, int64_t need) {
-  PAGELLM_CHECK(b.dtype() == DType::F32, "cpu backend: an op got a {} buffer (F32 expected)", dtype_name(b.dtype()));
+// An op's buffer as T values (F32 for nearly every op, I32 for expert ids);
+// `need` elements must fit.
+template <typename T>
+T* values(Buffer& b, DType want, int64_t need) {
+  PAGELLM_CHECK(b.dtype() == want, "cpu backend: an op got a {} buffer ({} expected)", dtype_name(b.dtype()),
+                dtype_name(want));
   PAGELLM_CHECK(need >= 0 && static_cast<size_t>(need) <= b.size(), "cpu backend: buffer of {} values, op needs {}",
                 b.size(), need);
-  return reinterpret_cast<float*>(static_cast<CpuBuffer&>(b).bytes_ptr());
+  return reinterpret_cast<T*>(static_cast<CpuBuffer&>(b).bytes_ptr());
 }
+float* f32(Buffer& b, int64_t need) { return values<float>(b, DType::F32, need); }
 const float* f32(const Buffer& b, int64_t need) { return f32(const_cast<Buffer&>(b), need); }
-
-int32_t* i32(Buffer& b, int64_t need) {
-  PAGELLM_CHECK(b.dtype() == DType::I32, "cpu backend: an op got a {} buffer (I32 expected)", dtype_name(b.dtype()));
-  PAGELLM_CHECK(need >= 0 && static_cast<size_t>(need) <= b.size(), "cpu backend: buffer of {} values, op needs {}",
-                b.size(), need);
-  return reinterpret_cast<int32_t*>(static_cast<CpuBuffer&>(b).bytes_ptr());
-}
+int32_t* i32(Buffer& b, int64_t need) { return values<int32_t>(b, DType::I32, need); }
 const int32_t* i32(const Buffer& b, int64_t need) { return i32(const_cast<Buffer&>(b), need); }
 
 size_t meminfo_bytes(const char* key) {

@@ -43,8 +43,8 @@ void group_by_expert(const int32_t* ids, int64_t n_slots, int n_expert, ExpertGr
   }
   for (int e = 0; e < n_expert; ++e) g.offsets[e + 1] += g.offsets[e];
   g.slots.resize(static_cast<size_t>(n_slots));
-  std::vector<int32_t> fill(g.offsets.begin(), g.offsets.end() - 1);
-  for (int64_t s = 0; s < n_slots; ++s) g.slots[fill[ids[s]]++] = static_cast<int32_t>(s);
+  g.cursor.assign(g.offsets.begin(), g.offsets.end() - 1);
+  for (int64_t s = 0; s < n_slots; ++s) g.slots[g.cursor[ids[s]]++] = static_cast<int32_t>(s);
 }
 
 }  // namespace pagellm::cpu

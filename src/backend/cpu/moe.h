@@ -23,6 +23,7 @@ void route_token(const float* logits, const MoeRouting& r, int32_t* ids, float* 
 struct ExpertGroups {
   std::vector<int32_t> offsets;  // [n_expert + 1]
   std::vector<int32_t> slots;    // [n * k]
+  std::vector<int32_t> cursor;   // scratch of group_by_expert, kept to avoid allocating per call
   int32_t count(int e) const { return offsets[e + 1] - offsets[e]; }
 };
 // Throws Error for an id outside [0, n_expert).
