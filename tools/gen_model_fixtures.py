@@ -38,7 +38,7 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 SHARED = os.environ.get("PAGELLM_SHARED_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
 
 DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-mixtral",
-                "tiny-qwen2moe", "tiny-qwen3moe"]
+                "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"]
 DUMMY_TYPES = ["f32", "q8_0", "q4_0", "q4_k"]
 DUMMY_SEED = 1
 N_EVAL_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)
@@ -77,6 +77,13 @@ def dummy_fixtures(pagellm, tmp, shapes, types):
             path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
             subprocess.run([pagellm, "make-dummy", "--shape", shape, "--type", wtype, "--seed", str(DUMMY_SEED),
                             "-o", path], check=True)
+            if "phi3" in shape:
+                # llama.cpp gives models named "phi3" Phi-3's special-token rules,
+                # which need tokens the synthetic vocabulary lacks; only the name changes.
+                renamed = path + ".renamed.gguf"
+                subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", path, renamed,
+                                "--general-name", "dummy model", "--force"], check=True, stdout=subprocess.DEVNULL)
+                path = renamed
             logits = eval_logits(load(path, kv_f32=True), tokens)
             meta = {"shape": shape, "type": wtype, "seed": DUMMY_SEED, "tokens": tokens,
                     "n_vocab": int(logits.shape[1]), "reference": "llama.cpp (llama-cpp-python), F32 KV cache"}

@@ -24,8 +24,14 @@ double rope_pair_frequencies(const RopeConfig& c, const float* factors, std::vec
   double low = 0, high = 0;
   const bool yarn = c.ext_factor > 0 && c.n_ctx_orig > 0;
   if (yarn) {
-    low = std::max(0.0, std::floor(pair_of_turns(c.beta_fast)));
-    high = std::min(c.n_rot - 1.0, std::ceil(pair_of_turns(c.beta_slow)));
+    low = pair_of_turns(c.beta_fast);
+    high = pair_of_turns(c.beta_slow);
+    if (c.yarn_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(0.0, low);
+    high = std::min(c.n_rot - 1.0, high);
   }
   for (int i = 0; i < half; ++i) {
     const double extrapolated = std::pow(base, -2.0 * i / c.n_rot);
@@ -38,18 +44,19 @@ double rope_pair_frequencies(const RopeConfig& c, const float* factors, std::vec
     if (factors) f /= factors[i];
     inv_freq[i] = f;
   }
-  return yarn ? c.attn_factor * (1.0 + 0.1 * std::log(1.0 / scale)) : 1.0;
+  return yarn ? c.attn_factor * (1.0 + 0.1 * std::log(1.0 / scale)) : c.attn_factor;
 }
 
 TensorData expert_slice(const TensorData& t, int64_t e) {
-  PAGELLM_CHECK(t.shape.size() == 3, "tensor '{}' is not a stack of experts (it has {} dimensions)", t.name,
-                t.shape.size());
-  PAGELLM_CHECK(e >= 0 && e < t.shape[2], "expert {} of tensor '{}' (it has {})", e, t.name, t.shape[2]);
+  PAGELLM_CHECK(t.shape.size() == 2 || t.shape.size() == 3,
+                "tensor '{}' is not a stack of experts (it has {} dimensions)", t.name, t.shape.size());
+  const int64_t n_expert = t.shape.back();
+  PAGELLM_CHECK(e >= 0 && e < n_expert, "expert {} of tensor '{}' (it has {})", e, t.name, n_expert);
   TensorData s;
   s.name = t.name + "[" + std::to_string(e) + "]";
   s.type = t.type;
-  s.shape = {t.shape[0], t.shape[1]};
-  const size_t bytes = dtype_row_bytes(t.type, t.shape[0]) * static_cast<size_t>(t.shape[1]);
+  s.shape.assign(t.shape.begin(), t.shape.end() - 1);
+  const size_t bytes = dtype_row_bytes(t.type, t.shape[0]) * static_cast<size_t>(s.rows());
   s.data = static_cast<const uint8_t*>(t.data) + bytes * static_cast<size_t>(e);
   return s;
 }
@@ -62,7 +69,7 @@ namespace {
 
 void Backend::moe_route(const Buffer&, int64_t, const MoeRouting&, Buffer&, Buffer&) { no_moe(*this); }
 void Backend::matmul_experts(const std::vector<const Weight*>&, const Buffer&, int64_t, int, bool, const Buffer&,
-                             Buffer&) {
+                             Buffer&, const std::vector<const Weight*>&) {
   no_moe(*this);
 }
 void Backend::moe_combine(const Buffer&, const Buffer&, int64_t, int, int64_t, Buffer&) { no_moe(*this); }

@@ -44,8 +44,9 @@ struct TensorData {
   }
 };
 
-// Expert e of a stacked expert tensor (shape [cols, rows, n_expert]) as a
-// 2-D view [cols, rows] of the same bytes, named "<name>[e]".
+// Expert e of a stacked expert tensor (shape [cols, rows, n_expert], or
+// [cols, n_expert] for per-expert vectors) as a view [cols, rows] ([cols])
+// of the same bytes, named "<name>[e]".
 TensorData expert_slice(const TensorData& experts, int64_t e);
 
 // A weight as the backend holds it: a matrix [rows = out features, cols = in
@@ -110,17 +111,21 @@ struct RopeConfig {
   float attn_factor = 1.0f;
   float beta_fast = 32.0f, beta_slow = 1.0f;
   int n_ctx_orig = 0;
+  // The ramp's ends are rounded out to whole pairs (llama.cpp always;
+  // transformers unless a config says truncate: false, as gpt-oss does).
+  bool yarn_truncate = true;
 
   bool same_table(const RopeConfig& o) const {
     return freq_base == o.freq_base && freq_scale == o.freq_scale && n_rot == o.n_rot &&
            freq_factors == o.freq_factors && ext_factor == o.ext_factor && attn_factor == o.attn_factor &&
-           beta_fast == o.beta_fast && beta_slow == o.beta_slow && n_ctx_orig == o.n_ctx_orig;
+           beta_fast == o.beta_fast && beta_slow == o.beta_slow && n_ctx_orig == o.n_ctx_orig &&
+           yarn_truncate == o.yarn_truncate;
   }
 };
 
 // Every backend's RoPE angles: pair i of a head turns by pos * inv_freq[i]
 // (n_rot / 2 pairs; factors: freq_factors' values or null), and cos / sin
-// are multiplied by the returned scale (1 unless YaRN).
+// are multiplied by the returned scale (attn_factor, and YaRN's own factor).
 double rope_pair_frequencies(const RopeConfig& cfg, const float* factors, std::vector<double>& inv_freq);
 
 struct AttentionConfig {
@@ -248,9 +253,11 @@ class Backend {
   // Expert-grouped products: y[t*k + j] = x_row * experts[ids[t, j]]^T, where
   // x_row is x[t] (x_per_slot false: the layer input, shared by a token's k
   // experts) or x[t*k + j]. Each routed expert's weights stream once for all
-  // the step's tokens routed to it; unrouted experts are not read.
+  // the step's tokens routed to it; unrouted experts are not read. With
+  // biases (one vector per expert, gpt-oss), y[t*k + j] += biases[ids[t, j]].
   virtual void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& x, int64_t n, int k,
-                              bool x_per_slot, const Buffer& ids, Buffer& y);
+                              bool x_per_slot, const Buffer& ids, Buffer& y,
+                              const std::vector<const Weight*>& biases = {});
   // out[t] = sum_j weights[t, j] * y[t*k + j], rows of dim values.
   virtual void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out);
   // y[t] *= sigmoid(s[t]) for rows of dim values (Qwen2-MoE's shared-expert gate).

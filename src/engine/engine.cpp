@@ -118,6 +118,7 @@ void Engine::load(const LoadProgress& progress) {
   PAGELLM_CHECK(sched_config_.max_model_len <= mc.n_ctx_train || mc.n_ctx_train <= 0,
                 "--max-model-len {} exceeds the model's context length {}", sched_config_.max_model_len,
                 mc.n_ctx_train);
+  model_->set_context_length(sched_config_.max_model_len);
 
   // KV budget: as asked (--kv-cache-memory); on a device with its own memory,
   // what --gpu-memory-utilization leaves after weights and activations (as

@@ -28,6 +28,10 @@ Dims ff_shexp(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
 Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
 Dims qkv_mat(const ModelConfig& c) { return {c.n_embd, int64_t{c.n_head + 2 * c.n_head_kv} * c.head_dim}; }
 Dims gate_up_mat(const ModelConfig& c) { return {c.n_embd, int64_t{2} * c.n_ff}; }
+Dims head_count_vec(const ModelConfig& c) { return {c.n_head}; }
+Dims expert_count_vec(const ModelConfig& c) { return {c.n_expert}; }
+Dims ff_exps_bias(const ModelConfig& c) { return {c.n_ff_exp, c.n_expert}; }
+Dims down_exps_bias(const ModelConfig& c) { return {c.n_embd, c.n_expert}; }
 std::vector<int64_t> qkv_rows(const ModelConfig& c) {
   return {int64_t{c.n_head} * c.head_dim, int64_t{c.n_head_kv} * c.head_dim, int64_t{c.n_head_kv} * c.head_dim};
 }
@@ -42,8 +46,17 @@ TensorSpec mat(const char* g, const char* h, Dims (*shape)(const ModelConfig&), 
   return TensorSpec{g, h, shape, need, tr, {s}, nullptr, true};
 }
 
-TensorSpec experts(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s) {
-  TensorSpec t = mat(g, h, shape, s, Need::IfMoe);
+TensorSpec experts(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s,
+                   Transform tr = Transform::None) {
+  TensorSpec t = mat(g, h, shape, s, Need::IfMoe, tr);
+  t.experts = true;
+  return t;
+}
+
+// One bias vector per expert, stacked ([dim, n_expert]).
+TensorSpec expert_biases(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s,
+                         Transform tr = Transform::None) {
+  TensorSpec t = vec(g, h, shape, s, Need::IfMoe, tr);
   t.experts = true;
   return t;
 }
@@ -79,12 +92,15 @@ void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
                   Need::IfSharedExpert));
 }
 
-// token_embd, output_norm, output (absent: tied), rope_freqs (GGUF only).
+// token_embd, output_norm, output (absent: tied), and RoPE factors (GGUF
+// only; HF configs state them, the HF source serves them under these names).
 std::vector<TensorSpec> globals(Transform norm) {
   return {mat("token_embd.weight", "model.embed_tokens.weight", vocab_mat, Slot::TokEmbd),
           vec("output_norm.weight", "model.norm.weight", embd_vec, Slot::OutputNorm, Need::Required, norm),
           mat("output.weight", "lm_head.weight", vocab_mat, Slot::Output, Need::Optional),
-          vec("rope_freqs.weight", "", rope_vec, Slot::RopeFreqs, Need::Optional)};
+          vec("rope_freqs.weight", "", rope_vec, Slot::RopeFreqs, Need::Optional),
+          vec("rope_factors_short.weight", "", rope_vec, Slot::RopeFactorsShort, Need::Optional),
+          vec("rope_factors_long.weight", "", rope_vec, Slot::RopeFactorsLong, Need::Optional)};
 }
 
 // Llama-style layer (Llama, Qwen 2, Qwen 3): one norm before attention, one
@@ -155,6 +171,38 @@ std::vector<TensorSpec> phi3_layer() {
           TensorSpec{"ffn_up.weight", "mlp.gate_up_proj.weight", gate_up_mat, Need::Required, Transform::None,
                      {Slot::Gate, Slot::Up}, gate_up_rows, true},
           mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down)};
+}
+
+// gpt-oss: biased attention with a learned sink per head, then a MoE FFN
+// whose router and experts all have biases. Its HF checkpoints stack the
+// experts (x @ W layout) and interleave gate and up in one tensor.
+std::vector<TensorSpec> gptoss_layer() {
+  return {vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
+          mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q),
+          mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K),
+          mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V),
+          mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
+          vec("attn_q.bias", "self_attn.q_proj.bias", q_vec, Slot::QBias, Need::IfQkvBias),
+          vec("attn_k.bias", "self_attn.k_proj.bias", kv_vec, Slot::KBias, Need::IfQkvBias),
+          vec("attn_v.bias", "self_attn.v_proj.bias", kv_vec, Slot::VBias, Need::IfQkvBias),
+          vec("attn_output.bias", "self_attn.o_proj.bias", embd_vec, Slot::OBias, Need::IfQkvBias),
+          vec("attn_sinks.weight", "self_attn.sinks", head_count_vec, Slot::AttnSinks),
+          // The pre-FFN norm (llama.cpp names it post_attention_norm here).
+          vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm),
+          [] {
+            TensorSpec t = mat("ffn_gate_inp.weight", "mlp.router.weight", router_mat, Slot::Router, Need::IfMoe);
+            t.keep_f32 = true;
+            return t;
+          }(),
+          vec("ffn_gate_inp.bias", "mlp.router.bias", expert_count_vec, Slot::RouterBias, Need::IfMoe),
+          experts("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", ff_exps, Slot::GateExps, Transform::GateUpEven),
+          experts("ffn_up_exps.weight", "mlp.experts.gate_up_proj", ff_exps, Slot::UpExps, Transform::GateUpOdd),
+          experts("ffn_down_exps.weight", "mlp.experts.down_proj", down_exps, Slot::DownExps, Transform::ExpertsInOut),
+          expert_biases("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", ff_exps_bias, Slot::GateExpsBias,
+                        Transform::GateUpEven),
+          expert_biases("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", ff_exps_bias, Slot::UpExpsBias,
+                        Transform::GateUpOdd),
+          expert_biases("ffn_down_exps.bias", "mlp.experts.down_proj_bias", down_exps_bias, Slot::DownExpsBias)};
 }
 
 std::vector<ArchInfo> make_archs() {
@@ -278,6 +326,34 @@ std::vector<ArchInfo> make_archs() {
     a.layer = phi3_layer();
     v.push_back(std::move(a));
   }
+  {
+    ArchInfo a = family(Arch::GptOss, "gpt-oss", "gpt_oss", {{"GptOssForCausalLM", HfSwa::Pattern}});
+    a.qkv_bias = true;  // and the output projection's
+    a.act = Activation::SwigluOai;
+    a.swa_pattern = 2;  // even layers a local window, odd layers global; one RoPE for both
+    a.gguf_sliding_window = 128;
+    a.attn_sinks = true;
+    a.moe = a.moe_only = true;
+    a.moe_norm_topk = true;  // softmax over the chosen experts' logits: the same weights
+    // GptOssConfig's defaults.
+    a.hf.vocab_size = 201088;
+    a.hf.hidden_size = 2880;
+    a.hf.intermediate_size = 2880;
+    a.hf.num_hidden_layers = 36;
+    a.hf.num_attention_heads = 64;
+    a.hf.num_key_value_heads = 8;
+    a.hf.head_dim = 64;
+    a.hf.max_position_embeddings = 131072;
+    a.hf.rope_theta = 150000.0f;
+    a.hf.rms_norm_eps = 1e-5f;
+    a.hf.sliding_window = 128;
+    a.hf.rope_parameters =
+        R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+            "original_max_position_embeddings": 4096})";
+    a.globals = globals(Transform::None);
+    a.layer = gptoss_layer();
+    v.push_back(std::move(a));
+  }
   return v;
 }
 
@@ -364,7 +440,8 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c) {
 
 std::string layer_tensor_name(const TensorSpec& t, int il) { return "blk." + std::to_string(il) + "." + t.gguf; }
 
-std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name) {
+std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name) {
+  std::vector<HfTensor> found;
   std::string n = hf_name;
   // Multimodal checkpoints nest the language model.
   for (const char* p : {"language_model.model.", "model.language_model."})
@@ -374,29 +451,35 @@ std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name)
   if (n.starts_with(layers)) {
     size_t i = layers.size();
     while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;
-    if (i == layers.size() || i >= n.size() || n[i] != '.') return std::nullopt;
+    if (i == layers.size() || i >= n.size() || n[i] != '.') return found;
     const std::string index = n.substr(layers.size(), i - layers.size());
     const std::string rest = n.substr(i + 1);
     for (const TensorSpec& t : a.layer) {
-      if (!t.experts) {
-        if (rest == t.hf) return HfTensor{"blk." + index + "." + t.gguf, &t};
+      const std::string_view pattern = t.hf;
+      const size_t at = pattern.find("{}");
+      if (!t.experts || at == std::string_view::npos) {
+        if (rest == t.hf) found.push_back(HfTensor{"blk." + index + "." + t.gguf, &t});
         continue;
       }
       // "mlp.experts.{}.up_proj.weight": the digits in place of {} name the expert.
-      const std::string_view pattern = t.hf;
-      const size_t at = pattern.find("{}");
       const std::string_view head = pattern.substr(0, at), tail = pattern.substr(at + 2);
       if (rest.size() <= head.size() + tail.size() || !rest.starts_with(head) || !rest.ends_with(tail)) continue;
       const std::string e = rest.substr(head.size(), rest.size() - head.size() - tail.size());
       if (e.size() > 6 || !std::all_of(e.begin(), e.end(), [](unsigned char ch) { return std::isdigit(ch); }))
         continue;
-      return HfTensor{"blk." + index + "." + t.gguf + "[" + std::to_string(std::stoi(e)) + "]", &t};
+      found.push_back(HfTensor{"blk." + index + "." + t.gguf + "[" + std::to_string(std::stoi(e)) + "]", &t});
     }
-    return std::nullopt;
+    return found;
   }
   for (const TensorSpec& t : a.globals)
-    if (*t.hf && n == t.hf) return HfTensor{t.gguf, &t};
-  return std::nullopt;
+    if (*t.hf && n == t.hf) found.push_back(HfTensor{t.gguf, &t});
+  return found;
+}
+
+std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name) {
+  std::vector<HfTensor> found = hf_tensors(a, hf_name);
+  if (found.empty()) return std::nullopt;
+  return found.front();
 }
 
 }  // namespace pagellm

@@ -20,12 +20,14 @@ namespace pagellm {
 // Where a loaded tensor goes (Model's weight slots). Global tensors, then
 // one layer's attention block, then its feed-forward block.
 enum class Slot {
-  TokEmbd, OutputNorm, Output, RopeFreqs,
-  AttnNorm, Q, K, V, O, QBias, KBias, VBias, QNorm, KNorm, PostAttnNorm,
+  TokEmbd, OutputNorm, Output, RopeFreqs, RopeFactorsShort, RopeFactorsLong,
+  AttnNorm, Q, K, V, O, QBias, KBias, VBias, OBias, QNorm, KNorm, PostAttnNorm, AttnSinks,
   FfnNorm, Gate, Up, Down, PostFfnNorm,
   // Mixture of experts: the router, the experts (TensorSpec::experts), and
   // the shared expert with its gate.
   Router, GateExps, UpExps, DownExps, GateShexp, UpShexp, DownShexp, ShexpGate,
+  // gpt-oss: biases of the router and of every expert's three products.
+  RouterBias, GateExpsBias, UpExpsBias, DownExpsBias,
 };
 
 // When a tensor must be in the file.
@@ -51,6 +53,13 @@ enum class Transform {
   // rotates halves. The loader keeps each file's layout (cfg.rope.neox says
   // which); the HF writer un-permutes GGUF rows.
   RopePermute,
+  // gpt-oss checkpoints stack the experts in one tensor, multiplied as
+  // x @ W ([n_expert, in, out]); the source transposes each expert.
+  ExpertsInOut,
+  // ... and gate and up in one [n_expert, in, 2 * out] tensor, interleaved:
+  // gate the even columns, up the odd ones (the same for its bias [n_expert, 2 * out]).
+  GateUpEven,
+  GateUpOdd,
 };
 
 using Dims = std::vector<int64_t>;  // ne order: Dims[0] is the row length
@@ -69,8 +78,9 @@ struct TensorSpec {
   // A weight matrix (random dummy values scaled by 1/sqrt(cols)) rather than
   // a norm weight or bias.
   bool matrix = false;
-  // One matrix per expert: GGUF stacks them ([cols, rows, n_expert], shape
-  // gives that), HF names each one ("{}" in `hf` is the expert index).
+  // One matrix (or bias vector) per expert: GGUF stacks them ([cols, rows,
+  // n_expert] or [cols, n_expert], shape gives that); HF names each one ("{}"
+  // in `hf` is the expert index) or, without "{}", stacks them too (gpt-oss).
   bool experts = false;
   // llama.cpp's quantizer keeps it F32 (MoE routers): so do quantized dummies.
   bool keep_f32 = false;
@@ -104,6 +114,8 @@ struct HfDefaults {
   int sliding_window = 0;             // Gemma: the window when config.json omits it
   float query_pre_attn_scalar = 0;    // > 0: attention scale is its inverse square root
   float attn_logit_softcapping = 0, final_logit_softcapping = 0;  // when absent (null: none)
+  // rope_parameters (JSON) when config.json states no RoPE scaling (gpt-oss: YaRN).
+  const char* rope_parameters = nullptr;
 };
 
 struct ArchInfo {
@@ -125,6 +137,7 @@ struct ArchInfo {
   bool partial_rotary = false;     // config.json may set partial_rotary_factor < 1
   float swa_rope_base = 0;         // > 0: RoPE base of sliding-window layers (no scaling there)
   int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
+  bool attn_sinks = false;         // a learned sink logit per head (gpt-oss)
   bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)
   bool moe_only = false;       // ... and must be (Qwen-MoE files always have experts)
   bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say
@@ -173,5 +186,8 @@ struct HfTensor {
 // Accepts the prefixes multimodal checkpoints put before "model."
 // ("language_model.model.", "model.language_model.").
 std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name);
+// Every tensor an HF parameter holds: one, or two for a fused gate_up that
+// the table splits (gpt-oss), in table order.
+std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name);
 
 }  // namespace pagellm

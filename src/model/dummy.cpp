@@ -45,6 +45,13 @@ const std::map<std::string, Shape>& shapes() {
       {"tiny-llama3", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
       {"tiny-gemma2", {Arch::Gemma2, 512, 256, 4, 2, 1, 128, 512, 512, 10000.f, 1e-6f, true, 32}},
       {"tiny-phi3", {Arch::Phi3, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 32}},
+      // No window: llama.cpp ignores Phi-3's sliding window (its phi3 graph
+      // turns SWA off), so only a windowless Phi-3 compares with it.
+      {"tiny-phi3-longrope", {Arch::Phi3, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
+      {"tiny-qwen3-yarn", {Arch::Qwen3, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
+      // gpt-oss: one sliding-window layer and one global, 8 query heads (a
+      // query width unlike the hidden size), 2 of 4 experts.
+      {"tiny-gptoss", {Arch::GptOss, 512, 256, 2, 8, 2, 64, 256, 512, 150000.f, 1e-5f, false, 32, 4, 2, 256}},
   };
   return s;
 }
@@ -55,6 +62,22 @@ void shape_extras(const std::string& name, ModelConfig& c) {
     // Llama 3.1's scaling with an original context short enough that the tiny
     // model's 32 frequencies fall in all three bands (kept, interpolated, divided).
     c.rope_llama3 = {8.0f, 1.0f, 4.0f, 256};
+  } else if (name == "tiny-qwen3-yarn" || name == "tiny-gptoss") {
+    // YaRN x4 over an original context of 128: with 32 pairs, some keep
+    // their frequency, some are interpolated, some sit on the ramp between.
+    c.rope.freq_scale = 0.25f;
+    c.rope.ext_factor = 1.0f;
+    c.rope.n_ctx_orig = 128;
+  } else if (name == "tiny-phi3-longrope") {
+    // LongRoPE past an original context of 32 (so the 40-token fixtures take
+    // the long factors), with transformers' attention factor for 512 / 32.
+    c.rope.n_rot = 32;
+    c.rope.n_ctx_orig = 32;
+    for (int i = 0; i < c.rope.n_rot / 2; ++i) {
+      c.rope_factors_short.push_back(1.0f + 0.05f * static_cast<float>(i));
+      c.rope_factors_long.push_back(1.0f + 0.9f * static_cast<float>(i));
+    }
+    c.rope.attn_factor = static_cast<float>(std::sqrt(1.0 + std::log(512.0 / 32.0) / std::log(32.0)));
   } else if (name == "tiny-phi3") {
     c.rope.n_rot = 32;  // partial_rotary_factor 0.5, as Phi-4-mini has 0.75
   } else if (name == "tiny-gemma2") {
@@ -111,14 +134,18 @@ class DummySource : public TensorSource {
     const ArchInfo& arch = arch_info(cfg.arch);
     const bool tied = find_shape(spec.shape).tied;
     auto make = [&](const TensorSpec& t, const std::string& name) {
-      const bool wanted =
-          t.slots[0] == Slot::Output ? !tied : t.slots[0] == Slot::RopeFreqs || tensor_required(t, cfg);
+      const Slot s = t.slots[0];
+      const bool rope = s == Slot::RopeFreqs || s == Slot::RopeFactorsShort || s == Slot::RopeFactorsLong;
+      const bool wanted = s == Slot::Output ? !tied : rope || tensor_required(t, cfg);
       if (!wanted) return;
       const Dims shape = t.shape(cfg);
       const int64_t cols = shape[0];
-      if (t.slots[0] == Slot::RopeFreqs) {
-        // Not random: the divisors the config implies, as a converter writes them.
-        if (!cfg.rope_freq_factors.empty()) add_values(name, shape, cfg.rope_freq_factors);
+      if (rope) {
+        // Not random: the divisors the config states or implies, as a converter writes them.
+        const std::vector<float>& f = s == Slot::RopeFreqs           ? cfg.rope_freq_factors
+                                      : s == Slot::RopeFactorsShort ? cfg.rope_factors_short
+                                                                    : cfg.rope_factors_long;
+        if (!f.empty()) add_values(name, shape, f);
       } else if (t.slots[0] == Slot::TokEmbd) {
         // Unit variance for models that do not scale embeddings up.
         add(name, dummy_tensor_type(spec.wtype, cols), shape, arch.embd_scale_sqrt ? 0.05f : 1.0f, 0.0f, spec.seed,
@@ -299,6 +326,17 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     if (s.arch != Arch::Llama) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
     if (s.n_ff_shexp)
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+  }
+  if (cfg.rope.ext_factor > 0) {
+    w.set_string(a + ".rope.scaling.type", "yarn");
+    w.set_f32(a + ".rope.scaling.factor", 1.0f / cfg.rope.freq_scale);
+    w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(cfg.rope.n_ctx_orig));
+  }
+  if (cfg.longrope()) {
+    // As llama.cpp's Phi-3 converter writes them (the factors are tensors).
+    w.set_string(a + ".rope.scaling.type", "longrope");
+    w.set_f32(a + ".rope.scaling.attn_factor", cfg.rope.attn_factor);
+    w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(cfg.rope.n_ctx_orig));
   }
   if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
   if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);

@@ -55,9 +55,52 @@ bool same_values(const TensorData& t, const std::vector<float>& values) {
          std::memcmp(t.data, values.data(), values.size() * sizeof(float)) == 0;
 }
 
+// A stacked-experts tensor in gpt-oss's HF layout (x @ W: [n_expert, in,
+// out]; a fused gate_up interleaves gate and up columns), as an F32 copy.
+// The GateUpOdd half returns an empty entry: the GateUpEven one writes both.
+Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t, const TensorSource& src,
+                      const std::string& gguf, const std::string& hf, std::vector<std::vector<float>>& owned) {
+  if (spec.transform == Transform::GateUpOdd) return {};
+  const TensorData* odd = nullptr;
+  if (spec.transform == Transform::GateUpEven) {
+    for (const TensorSpec& s : arch.layer)
+      if (s.transform == Transform::GateUpOdd && std::string_view(s.hf) == spec.hf) {
+        const std::string name = gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf;
+        odd = src.find(name);
+        PAGELLM_CHECK(odd && odd->shape == t.shape, "cannot write a Hugging Face folder: '{}' has no matching '{}'",
+                      gguf, name);
+      }
+    PAGELLM_CHECK(odd, "cannot write a Hugging Face folder: '{}' has no odd half", gguf);
+  }
+  const bool bias = t.shape.size() == 2;
+  const int64_t cols = t.cols(), out = bias ? cols : t.shape[1], in = bias ? 1 : cols, experts = t.shape.back();
+  const int64_t parts = odd ? 2 : 1;
+  auto& v = owned.emplace_back(static_cast<size_t>(experts * in * out * parts));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int p = 0; p < parts; ++p) {
+    const TensorData& from = p == 0 ? t : *odd;
+    const size_t row_bytes = dtype_row_bytes(from.type, cols);
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t r = 0; r < (bias ? 1 : out); ++r) {
+        dequantize_row_ref(from.type, static_cast<const uint8_t*>(from.data) + (e * (bias ? 1 : out) + r) * row_bytes,
+                           row.data(), cols);
+        for (int64_t k = 0; k < cols; ++k) {
+          // GGUF element (e, o, i) -> HF (e, i, o * parts + p).
+          const int64_t o = bias ? k : r, i = bias ? 0 : k;
+          v[(e * in + i) * out * parts + o * parts + p] = row[k];
+        }
+      }
+  }
+  TensorData d;
+  d.type = DType::F32;
+  d.shape = bias ? Dims{out * parts, experts} : Dims{out * parts, in, experts};
+  d.data = v.data();
+  return {d, hf};
+}
+
 // The tensors the model uses, in file order (embedding, layers, the rest),
 // with their HF names, from the architecture table.
-std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
+std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, std::vector<std::vector<float>>& owned) {
   const ArchInfo& arch = arch_info(c.arch);
   std::vector<Entry> out;
   auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
@@ -65,7 +108,11 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
     if (!*spec.hf) {
       // Only RoPE divisors the config implies (Llama 3 scaling) have a
       // config.json form; the loader computes them back from it.
-      PAGELLM_CHECK(!t || same_values(*t, c.rope_freq_factors),
+      const Slot slot = spec.slots[0];
+      const std::vector<float>& implied = slot == Slot::RopeFactorsShort  ? c.rope_factors_short
+                                          : slot == Slot::RopeFactorsLong ? c.rope_factors_long
+                                                                          : c.rope_freq_factors;
+      PAGELLM_CHECK(!t || same_values(*t, implied),
                     "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
       return;
     }
@@ -75,6 +122,11 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src) {
       return;
     }
     if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
+    if (spec.experts && hf.find("{}") == std::string::npos) {
+      out.push_back(stacked_experts(arch, spec, *t, src, gguf, hf, owned));
+      if (!out.back().src.data) out.pop_back();  // the odd half of a fused gate_up: written with the even one
+      return;
+    }
     if (spec.experts) {
       // HF keeps one matrix per expert: "...experts.{}.w1.weight".
       const std::string pattern = hf;
@@ -220,8 +272,30 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   j["rope_theta"] = decimal(c.rope.freq_base);
   PAGELLM_CHECK(c.rope.freq_scale == 1.0f || c.rope_llama3.factor == 0,
                 "cannot write config.json: linear and llama3 RoPE scaling together");
-  if (c.rope.freq_scale != 1.0f)
+  if (c.rope.ext_factor > 0) {
+    PAGELLM_CHECK(c.rope.ext_factor == 1.0f && c.rope.attn_factor == 1.0f,
+                  "cannot write config.json: YaRN with ext_factor {} / attn_factor {}", c.rope.ext_factor,
+                  c.rope.attn_factor);
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", decimal(1.0f / c.rope.freq_scale)},
+                         {"original_max_position_embeddings", c.rope.n_ctx_orig},
+                         {"beta_fast", decimal(c.rope.beta_fast)},
+                         {"beta_slow", decimal(c.rope.beta_slow)},
+                         {"truncate", c.rope.yarn_truncate}};
+  } else if (c.longrope()) {
+    // Phi-3 keeps the original context at the top level; the attention
+    // factor is stated so that it reads back exactly.
+    j["original_max_position_embeddings"] = c.rope.n_ctx_orig;
+    std::vector<double> short_f, long_f;
+    for (float f : c.rope_factors_short) short_f.push_back(decimal(f));
+    for (float f : c.rope_factors_long) long_f.push_back(decimal(f));
+    j["rope_scaling"] = {{"rope_type", "longrope"},
+                         {"short_factor", short_f},
+                         {"long_factor", long_f},
+                         {"attention_factor", decimal(c.rope.attn_factor)}};
+  } else if (c.rope.freq_scale != 1.0f) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", decimal(1.0f / c.rope.freq_scale)}};
+  }
   if (const auto& l = c.rope_llama3; l.factor > 0)
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", decimal(l.factor)},
@@ -234,6 +308,11 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   j["eos_token_id"] = 2;
   if (mixtral) {
     PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Mixtral always renormalises its experts' weights");
+    j["num_local_experts"] = c.n_expert;
+    j["num_experts_per_tok"] = c.n_expert_used;
+  } else if (c.arch == Arch::GptOss) {
+    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: gpt-oss always renormalises its experts' weights");
+    j["intermediate_size"] = c.n_ff_exp;
     j["num_local_experts"] = c.n_expert;
     j["num_experts_per_tok"] = c.n_expert_used;
   } else if (c.moe()) {
@@ -278,6 +357,16 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
       j["sliding_window"] = any_swa ? nlohmann::ordered_json(c.sliding_window) : nullptr;
       break;
     }
+    case Arch::GptOss: {
+      j["hidden_act"] = "silu";
+      j["attention_bias"] = true;
+      j["sliding_window"] = c.sliding_window;
+      std::vector<std::string> types;
+      for (int il = 0; il < c.n_layer; ++il) types.push_back(c.is_swa[il] ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      j["pad_token_id"] = nullptr;
+      break;
+    }
     case Arch::Gemma2:
     case Arch::Gemma3: {
       j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -302,7 +391,8 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
 void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const TensorSource& src,
                      const HFWriteOptions& opts) {
   hf_dtype_name(opts.dtype);  // validates the type
-  std::vector<Entry> entries = plan_tensors(cfg, src);
+  std::vector<std::vector<float>> owned;  // transformed copies the entries point into
+  std::vector<Entry> entries = plan_tensors(cfg, src, owned);
   const bool tied =
       std::none_of(entries.begin(), entries.end(), [](const Entry& e) { return e.hf_name == "lm_head.weight"; });
   const auto config = hf_config_json(cfg, tied, opts.dtype);

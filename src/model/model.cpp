@@ -49,6 +49,8 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::OutputNorm: return output_norm_;
     case Slot::Output: return output_;
     case Slot::RopeFreqs: return rope_freqs_;
+    case Slot::RopeFactorsShort: return rope_short_;
+    case Slot::RopeFactorsLong: return rope_long_;
     default: break;
   }
   AttnWeights& A = layers_.at(il).attn;
@@ -62,6 +64,8 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::QBias: return A.bq;
     case Slot::KBias: return A.bk;
     case Slot::VBias: return A.bv;
+    case Slot::OBias: return A.bo;
+    case Slot::AttnSinks: return A.sinks;
     case Slot::QNorm: return A.q_norm;
     case Slot::KNorm: return A.k_norm;
     case Slot::PostAttnNorm: return A.post_norm;
@@ -71,6 +75,7 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::Down: return F.down;
     case Slot::PostFfnNorm: return F.post_norm;
     case Slot::Router: return F.router;
+    case Slot::RouterBias: return F.router_bias;
     case Slot::GateShexp: return F.gate_shexp;
     case Slot::UpShexp: return F.up_shexp;
     case Slot::DownShexp: return F.down_shexp;
@@ -86,6 +91,9 @@ std::vector<std::unique_ptr<Weight>>& Model::expert_slot(Slot s, int il) {
     case Slot::GateExps: return F.gate_exps;
     case Slot::UpExps: return F.up_exps;
     case Slot::DownExps: return F.down_exps;
+    case Slot::GateExpsBias: return F.gate_exps_b;
+    case Slot::UpExpsBias: return F.up_exps_b;
+    case Slot::DownExpsBias: return F.down_exps_b;
     default: break;
   }
   fail("weight slot {} does not hold experts", static_cast<int>(s));
@@ -115,6 +123,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   if (c.moe() && !backend_.supports(Feature::MixtureOfExperts))
     fail("the {} backend does not run Mixture-of-Experts models ({} has {} experts per layer); use --device cpu",
          backend_.name(), arch.gguf_name, c.n_expert);
+  if (arch.attn_sinks && !backend_.supports(Feature::AttentionSinks))
+    fail("the {} backend does not support attention sinks, which {} uses; use --device cpu", backend_.name(),
+         arch.gguf_name);
   layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
     // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
@@ -122,30 +133,32 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
     // ("<name>[e]", as the HF source names them); either way each expert is
     // uploaded as its own matrix.
     auto get_experts = [&](const TensorSpec& spec, const std::string& name, int il) {
-      const Dims shape = spec.shape(c);  // [cols, rows, n_expert]
+      const Dims shape = spec.shape(c);  // [cols, rows, n_expert] or [cols, n_expert]
+      const Dims one_shape(shape.begin(), shape.end() - 1);
+      const int64_t n_expert = shape.back();
       std::vector<TensorData> parts;
       const bool any = src.find(name) || src.find(name + "[0]");
       if (!any && !tensor_required(spec, c)) return;
       if (const TensorData* t = src.find(name)) {
         if (t->shape != shape)
           fail("tensor '{}' has shape [{}], expected [{}]", name, dims_text(t->shape), dims_text(shape));
-        for (int64_t e = 0; e < shape[2]; ++e) parts.push_back(expert_slice(*t, e));
+        for (int64_t e = 0; e < n_expert; ++e) parts.push_back(expert_slice(*t, e));
       } else {
-        for (int64_t e = 0; e < shape[2]; ++e) {
+        for (int64_t e = 0; e < n_expert; ++e) {
           const std::string one = fmt::format("{}[{}]", name, e);
           const TensorData* p = src.find(one);
           if (!p) {
             if (!tensor_required(spec, c)) return;
             fail("model is missing tensor '{}' (expert {} of {}; architecture {} with {} experts)",
-                 e == 0 ? name : one, e, shape[2], arch.gguf_name, c.n_expert);
+                 e == 0 ? name : one, e, n_expert, arch.gguf_name, c.n_expert);
           }
-          if (p->shape != Dims{shape[0], shape[1]})
-            fail("tensor '{}' has shape [{}], expected [{}]", one, dims_text(p->shape), dims_text({shape[0], shape[1]}));
+          if (p->shape != one_shape)
+            fail("tensor '{}' has shape [{}], expected [{}]", one, dims_text(p->shape), dims_text(one_shape));
           parts.push_back(*p);
         }
       }
       if (pass == 0) {
-        if (!backend_.supports_weight(parts[0].type))
+        if (spec.matrix && !backend_.supports_weight(parts[0].type))
           fail("tensor '{}' has type {}, which the {} backend does not support", name, dtype_name(parts[0].type),
                backend_.name());
         total += parts.size();
@@ -213,14 +226,27 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
     for (int il = 0; il < c.n_layer; ++il)
       for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il);
   }
-  cfg_.rope.freq_factors = rope_freqs_.get();
+  PAGELLM_CHECK(!rope_short_ == !rope_long_, "LongRoPE needs both rope_factors_short.weight and "
+                "rope_factors_long.weight; the model has only one");
+  PAGELLM_CHECK(!(rope_long_ && rope_freqs_), "the model has both rope_freqs.weight and LongRoPE factors");
+  set_context_length(c.n_ctx_train);
   for (LayerWeights& L : layers_) {
     FfnWeights& F = L.ffn;
-    for (auto [from, to] : {std::pair{&F.gate_exps, &F.gate_view}, {&F.up_exps, &F.up_view}, {&F.down_exps, &F.down_view}}) {
+    for (auto [from, to] : {std::pair{&F.gate_exps, &F.gate_view}, {&F.up_exps, &F.up_view}, {&F.down_exps, &F.down_view},
+                            {&F.gate_exps_b, &F.gate_b_view}, {&F.up_exps_b, &F.up_b_view},
+                            {&F.down_exps_b, &F.down_b_view}}) {
       to->clear();
       for (const auto& w : *from) to->push_back(w.get());
     }
   }
+}
+
+void Model::set_context_length(int n_ctx) {
+  const Weight* f = rope_freqs_.get();
+  if (rope_long_) f = n_ctx > cfg_.rope.n_ctx_orig ? rope_long_.get() : rope_short_.get();
+  cfg_.rope.freq_factors = f;
+  // Sliding-window layers share the global RoPE unless the family gives them their own.
+  if (arch_info(cfg_.arch).swa_rope_base <= 0) cfg_.rope_swa.freq_factors = f;
 }
 
 KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) const {
@@ -307,8 +333,10 @@ void Model::attention(int il, int64_t n) {
   ac.scale = c.attn_scale;
   ac.sliding_window = swa ? c.sliding_window : 0;
   ac.softcap = c.attn_softcap;
+  ac.sinks = A.sinks.get();
   be.attention(il, *buf_.q, *buf_.attn, ac);
   be.matmul(*A.wo, *buf_.attn, n, *buf_.o);
+  if (A.bo) be.add_bias(*buf_.o, *A.bo, n);
   if (A.post_norm) be.rms_norm(*buf_.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
@@ -343,11 +371,12 @@ void Model::ffn_moe(int il, int64_t n) {
   const int k = c.n_expert_used;
   be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
   be.matmul(*F.router, *buf_.h, n, *buf_.router);
+  if (F.router_bias) be.add_bias(*buf_.router, *F.router_bias, n);
   be.moe_route(*buf_.router, n, c.routing(), *buf_.ids, *buf_.route_w);
-  be.matmul_experts(F.gate_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eg);
-  be.matmul_experts(F.up_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eu);
+  be.matmul_experts(F.gate_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eg, F.gate_b_view);
+  be.matmul_experts(F.up_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eu, F.up_b_view);
   be.glu(*buf_.eg, *buf_.eu, n * k * c.n_ff_exp, c.act, *buf_.eg);
-  be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed);
+  be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed, F.down_b_view);
   be.moe_combine(*buf_.ed, *buf_.route_w, n, k, c.n_embd, *buf_.o);
   if (F.gate_shexp) {
     glu_ffn(*F.gate_shexp, *F.up_shexp, *F.down_shexp, n, c.n_ff_shexp, *buf_.sh);

@@ -24,9 +24,10 @@ class TensorSource;
 struct AttnWeights {
   std::unique_ptr<Weight> norm;                 // [n_embd]
   std::unique_ptr<Weight> wq, wk, wv, wo;       // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
-  std::unique_ptr<Weight> bq, bk, bv;           // optional biases
+  std::unique_ptr<Weight> bq, bk, bv, bo;       // optional biases
   std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
+  std::unique_ptr<Weight> sinks;                // [n_head] sink logits (gpt-oss), optional
 };
 
 struct FfnWeights {
@@ -35,11 +36,14 @@ struct FfnWeights {
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
   // Mixture of experts (Model::ffn_moe).
   std::unique_ptr<Weight> router;                          // [n_expert, n_embd]
+  std::unique_ptr<Weight> router_bias;                     // [n_expert], optional (gpt-oss)
   std::vector<std::unique_ptr<Weight>> gate_exps, up_exps, down_exps;  // [n_expert] of [n_ff_exp, n_embd] ...
+  std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
   std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
   std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
   // Views for matmul_experts (pointers into the vectors above).
   std::vector<const Weight*> gate_view, up_view, down_view;
+  std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases
 };
 
 struct LayerWeights {
@@ -61,6 +65,10 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return backend_; }
+  // The longest context the model will serve. LongRoPE models take their
+  // long factor set beyond the original context, the short one within it
+  // (llama.cpp's rule); until this is called, the trained context decides.
+  void set_context_length(int n_ctx);
   // Bytes of weights as stored in the file, and as the backend holds them
   // (more when it converts a type it cannot multiply).
   size_t weight_bytes() const { return weight_bytes_; }
@@ -120,6 +128,7 @@ class Model {
   std::unique_ptr<Weight> output_norm_;  // [n_embd]
   std::unique_ptr<Weight> output_;       // [n_vocab, n_embd]; null when tied to tok_embd_
   std::unique_ptr<Weight> rope_freqs_;   // [n_rot / 2], optional
+  std::unique_ptr<Weight> rope_short_, rope_long_;  // LongRoPE factor sets [n_rot / 2], optional
   std::vector<LayerWeights> layers_;
 
   // Activation buffers in backend memory, grown on demand.

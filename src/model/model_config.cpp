@@ -163,8 +163,18 @@ void ModelConfig::validate() const {
   PAGELLM_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "invalid norm epsilon {}", norm_eps);
   PAGELLM_CHECK(rope.freq_scale > 0 && std::isfinite(rope.freq_scale), "invalid RoPE scale {}", rope.freq_scale);
   PAGELLM_CHECK(attn_scale > 0 && std::isfinite(attn_scale), "invalid attention scale {}", attn_scale);
-  PAGELLM_CHECK(rope_freq_factors.empty() || static_cast<int>(rope_freq_factors.size()) == rope.n_rot / 2,
-                "RoPE frequency factors ({}) do not match the rotary dimension {}", rope_freq_factors.size(), rope.n_rot);
+  for (const auto* f : {&rope_freq_factors, &rope_factors_short, &rope_factors_long})
+    PAGELLM_CHECK(f->empty() || static_cast<int>(f->size()) == rope.n_rot / 2,
+                  "RoPE frequency factors ({}) do not match the rotary dimension {} (one per pair)", f->size(),
+                  rope.n_rot);
+  PAGELLM_CHECK(rope_factors_short.size() == rope_factors_long.size(),
+                "LongRoPE needs as many short factors ({}) as long ones ({})", rope_factors_short.size(),
+                rope_factors_long.size());
+  PAGELLM_CHECK(rope.ext_factor >= 0 && std::isfinite(rope.ext_factor) && rope.attn_factor > 0 &&
+                    std::isfinite(rope.attn_factor) && std::isfinite(rope.beta_fast) && std::isfinite(rope.beta_slow) &&
+                    rope.beta_fast > 0 && rope.beta_slow > 0,
+                "invalid YaRN parameters (ext_factor {}, attn_factor {}, beta_fast {}, beta_slow {})", rope.ext_factor,
+                rope.attn_factor, rope.beta_fast, rope.beta_slow);
   PAGELLM_CHECK(attn_softcap >= 0 && std::isfinite(attn_softcap) && final_softcap >= 0 && std::isfinite(final_softcap),
                 "invalid logit softcapping ({}, {})", attn_softcap, final_softcap);
 }
@@ -227,15 +237,34 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   c.rope.n_rot = gguf_size(f, key("rope.dimension_count"), c.head_dim, 1, L::kHeadDim);
   c.rope.freq_base = static_cast<float>(f.get_float(key("rope.freq_base"), 10000.0));
   const std::string scaling = f.get_string(key("rope.scaling.type"), "none");
+  const double factor = f.get_float(key("rope.scaling.factor"), 1.0);
+  // YaRN and LongRoPE: the context the model was trained at before extension.
+  const int n_ctx_orig = gguf_size(f, key("rope.scaling.original_context_length"), c.n_ctx_train, 1, L::kContext);
+  c.rope.attn_factor = static_cast<float>(f.get_float(key("rope.scaling.attn_factor"), 1.0));
+  PAGELLM_CHECK(c.rope.attn_factor > 0 && std::isfinite(c.rope.attn_factor), "'{}': invalid {} {}", f.path(),
+                key("rope.scaling.attn_factor"), c.rope.attn_factor);
   if (scaling == "linear") {
-    const double factor = f.get_float(key("rope.scaling.factor"), 1.0);
     if (factor > 0) c.rope.freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none" && !scaling.empty()) {
-    fail("'{}': RoPE scaling type '{}' is not supported", f.path(), scaling);
+  } else if (scaling == "yarn") {
+    // As llama.cpp reads these files: every pair blends by the ramp
+    // (ext_factor 1), cos / sin scaled by 1 + 0.1 ln(factor), times attn_factor.
+    PAGELLM_CHECK(factor >= 1 && std::isfinite(factor), "'{}': invalid YaRN factor {}", f.path(), factor);
+    PAGELLM_CHECK(f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0) == 0.0,
+                  "'{}': YaRN with {} (DeepSeek's mscale) is not supported", f.path(),
+                  key("rope.scaling.yarn_log_multiplier"));
+    c.rope.freq_scale = static_cast<float>(1.0 / factor);
+    c.rope.ext_factor = static_cast<float>(f.get_float(key("rope.scaling.yarn_ext_factor"), 1.0));
+    c.rope.beta_fast = static_cast<float>(f.get_float(key("rope.scaling.yarn_beta_fast"), 32.0));
+    c.rope.beta_slow = static_cast<float>(f.get_float(key("rope.scaling.yarn_beta_slow"), 1.0));
+    c.rope.n_ctx_orig = n_ctx_orig;
+  } else if (scaling != "none" && scaling != "longrope" && !scaling.empty()) {
+    fail("'{}': RoPE scaling type '{}' is not supported (linear, yarn and longrope are)", f.path(), scaling);
   }
-  // LongRoPE files (Phi-3 128k) carry per-dimension factors we do not apply yet.
-  for (const char* t : {"rope_factors_short.weight", "rope_factors_long.weight"})
-    PAGELLM_CHECK(!f.find_tensor(t), "'{}': LongRoPE ({}) is not supported yet for architecture '{}'", f.path(), t, a);
+  // LongRoPE files (Phi-3 128k) carry the two factor sets as tensors.
+  const bool has_short = f.find_tensor("rope_factors_short.weight"), has_long = f.find_tensor("rope_factors_long.weight");
+  PAGELLM_CHECK(has_short == has_long, "'{}': LongRoPE needs both rope_factors_short.weight and "
+                "rope_factors_long.weight; the file has only one", f.path());
+  if (has_long) c.rope.n_ctx_orig = n_ctx_orig;
   if (info.gguf_sliding_window > 0 || info.swa_every_layer)
     c.sliding_window = gguf_size(f, key("attention.sliding_window"), info.gguf_sliding_window, 0, L::kContext);
   if (info.softcaps) {
@@ -277,32 +306,93 @@ int hf_int(const json& j, const char* key, int64_t lo, int64_t hi, const std::st
   return static_cast<int>(n);
 }
 
+double hf_float(const json& j, const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  PAGELLM_CHECK(j[key].is_number(), "missing or invalid field: {} must be a number, not {}", key, j[key].type_name());
+  return j[key].get<double>();
+}
+
+std::vector<float> hf_factor_list(const json& p, const char* key, const std::string& path) {
+  PAGELLM_CHECK(p.contains(key) && p[key].is_array(), "'{}': LongRoPE needs {} (a list of numbers)", path, key);
+  std::vector<float> v;
+  for (const json& x : p[key]) {
+    PAGELLM_CHECK(x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()),
+                  "'{}': {} holds {}, not a positive number", path, key, x.dump());
+    v.push_back(x.get<float>());
+  }
+  return v;
+}
+
 // One RoPE parameter set: legacy keys (rope_theta, rope_scaling) or a
 // transformers-5 rope_parameters entry ({"rope_type", "rope_theta", "factor"}).
-// Plain, linearly scaled and Llama 3 scaled RoPE are supported (llama3: only
-// where `llama3` may receive it).
-void apply_rope_params(const json& p, RopeConfig& r, ModelConfig::Llama3Rope* llama3, const std::string& path) {
+// Plain, linear, Llama 3, YaRN and LongRoPE scaling are supported; the last
+// three only where `c` may receive them (global layers), with transformers'
+// defaults: original_max_position_embeddings from the config's top level
+// (Phi-3 keeps it there), the entry, then max_position_embeddings; an absent
+// factor is max_position_embeddings over it.
+void apply_rope_params(const json& p, const json& top, RopeConfig& r, ModelConfig* c, const std::string& path) {
   if (!p.is_object()) return;
   if (is_number(p, "rope_theta")) r.freq_base = p["rope_theta"].get<float>();
   const std::string type = p.value("rope_type", p.value("type", std::string("default")));
+  const bool extended = type == "llama3" || type == "yarn" || type == "longrope" || type == "su";
+  if (extended && !c)
+    fail("'{}': RoPE type '{}' is not supported on sliding-window layers", path, type);
+  int orig = 0;
+  double factor = 1;
+  if (extended) {
+    using L = ModelSizeLimits;
+    orig = is_number(top, "original_max_position_embeddings")
+               ? hf_int(top, "original_max_position_embeddings", 1, L::kContext, path)
+               : is_number(p, "original_max_position_embeddings")
+                     ? hf_int(p, "original_max_position_embeddings", 1, L::kContext, path)
+                     : c->n_ctx_train;
+    factor = hf_float(p, "factor", static_cast<double>(c->n_ctx_train) / orig);
+    PAGELLM_CHECK(std::isfinite(factor) && factor > 0, "'{}': invalid {} RoPE factor {}", path, type, factor);
+  }
   if (type == "linear") {
-    const float factor = p.at("factor").get<float>();
-    PAGELLM_CHECK(factor > 0, "'{}': invalid linear RoPE scaling factor {}", path, factor);
-    r.freq_scale = 1.0f / factor;
-  } else if (type == "llama3" && llama3) {
+    const float f = p.at("factor").get<float>();
+    PAGELLM_CHECK(f > 0, "'{}': invalid linear RoPE scaling factor {}", path, f);
+    r.freq_scale = 1.0f / f;
+  } else if (type == "llama3") {
     ModelConfig::Llama3Rope l;
-    l.factor = p.at("factor").get<float>();
+    l.factor = static_cast<float>(factor);
     l.low_freq_factor = p.at("low_freq_factor").get<float>();
     l.high_freq_factor = p.at("high_freq_factor").get<float>();
-    l.original_context = hf_int(p, "original_max_position_embeddings", 1, ModelSizeLimits::kContext, path);
+    l.original_context = orig;
     PAGELLM_CHECK(l.factor >= 1 && std::isfinite(l.factor) && l.low_freq_factor > 0 &&
                       l.high_freq_factor > l.low_freq_factor && std::isfinite(l.high_freq_factor),
                   "'{}': invalid llama3 RoPE scaling (factor {}, low_freq_factor {}, high_freq_factor {})", path,
                   l.factor, l.low_freq_factor, l.high_freq_factor);
-    *llama3 = l;
+    c->rope_llama3 = l;
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: its attention factor is
+    // get_mscale(factor) unless stated (or derived from mscale / mscale_all_dim);
+    // the backend multiplies attn_factor by 1 + 0.1 ln(factor), so that part is divided out.
+    PAGELLM_CHECK(factor >= 1, "'{}': YaRN factor {} is below 1", path, factor);
+    auto mscale = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    const double m = hf_float(p, "mscale", 0), m_all = hf_float(p, "mscale_all_dim", 0);
+    const double attention = hf_float(p, "attention_factor", m && m_all ? mscale(m) / mscale(m_all) : mscale(1));
+    PAGELLM_CHECK(attention > 0 && std::isfinite(attention), "'{}': invalid YaRN attention_factor {}", path, attention);
+    r.freq_scale = static_cast<float>(1.0 / factor);
+    r.ext_factor = 1.0f;
+    r.attn_factor = static_cast<float>(attention / mscale(1));
+    r.beta_fast = static_cast<float>(hf_float(p, "beta_fast", 32));
+    r.beta_slow = static_cast<float>(hf_float(p, "beta_slow", 1));
+    r.n_ctx_orig = orig;
+    if (p.contains("truncate") && p["truncate"].is_boolean()) r.yarn_truncate = p["truncate"].get<bool>();
+  } else if (type == "longrope" || type == "su") {
+    // transformers' _compute_longrope_parameters; the factor lists are
+    // checked against the rotary dimension once it is known (validate).
+    c->rope_factors_short = hf_factor_list(p, "short_factor", path);
+    c->rope_factors_long = hf_factor_list(p, "long_factor", path);
+    const double attention = hf_float(
+        p, "attention_factor", factor <= 1 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(orig))));
+    PAGELLM_CHECK(attention > 0 && std::isfinite(attention), "'{}': invalid LongRoPE attention_factor {}", path,
+                  attention);
+    r.attn_factor = static_cast<float>(attention);
+    r.n_ctx_orig = orig;
   } else if (type != "default") {
-    fail("'{}': RoPE type '{}' is not supported{} (default, linear and llama3 are)", path, type,
-         type == "llama3" ? " on sliding-window layers" : type == "longrope" ? " yet (LongRoPE)" : "");
+    fail("'{}': RoPE type '{}' is not supported (default, linear, llama3, yarn and longrope are)", path, type);
   }
 }
 
@@ -401,8 +491,14 @@ ModelConfig config_from_hf_json(const std::string& path) {
     // Activation and biases: what the forward pass computes is fixed per
     // family; refuse configs that ask for something else.
     const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string(d.hidden_act)));
-    const bool act_ok = info.act == Activation::Silu ? act == "silu" : act == "gelu_pytorch_tanh" || act == "gelu_tanh";
+    // gpt-oss's experts apply their own clamped SwiGLU whatever hidden_act says.
+    const bool act_ok = info.act == Activation::GeluTanh ? act == "gelu_pytorch_tanh" || act == "gelu_tanh"
+                                                         : act == "silu";
     PAGELLM_CHECK(act_ok, "'{}': activation '{}' is not supported for {}", path, act, a);
+    if (info.act == Activation::SwigluOai)
+      PAGELLM_CHECK(hf_float(j, "swiglu_alpha", 1.702) == 1.702 && hf_float(j, "swiglu_limit", 7.0) == 7.0,
+                    "'{}': swiglu_alpha {} / swiglu_limit {} are not supported (1.702 / 7.0 are)", path,
+                    hf_float(j, "swiglu_alpha", 1.702), hf_float(j, "swiglu_limit", 7.0));
     PAGELLM_CHECK(!j.value("attention_bias", false) || info.qkv_bias,
                   "'{}': attention_bias (biases on q/k/v/o projections) is not supported for {}", path, a);
     PAGELLM_CHECK(!j.value("mlp_bias", false), "'{}': mlp_bias is not supported", path);
@@ -411,16 +507,19 @@ ModelConfig config_from_hf_json(const std::string& path) {
     // as in transformers). Families with local layers keep one set per layer type.
     const bool local_rope = info.swa_rope_base > 0;
     c.rope.freq_base = is_number(j, "rope_theta") ? j["rope_theta"].get<float>() : d.rope_theta;
-    if (j.contains("rope_scaling")) apply_rope_params(j["rope_scaling"], c.rope, &c.rope_llama3, path);
+    if (j.contains("rope_scaling")) apply_rope_params(j["rope_scaling"], j, c.rope, &c, path);
+    const bool stated = (j.contains("rope_scaling") && j["rope_scaling"].is_object()) ||
+                        (j.contains("rope_parameters") && j["rope_parameters"].is_object());
+    if (!stated && d.rope_parameters) apply_rope_params(json::parse(d.rope_parameters), j, c.rope, &c, path);
     RopeConfig local;
     local.freq_base = is_number(j, "rope_local_base_freq") ? j["rope_local_base_freq"].get<float>() : info.swa_rope_base;
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
       const json& rp = j["rope_parameters"];
       if (local_rope && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
-        if (rp.contains("full_attention")) apply_rope_params(rp["full_attention"], c.rope, &c.rope_llama3, path);
-        if (rp.contains("sliding_attention")) apply_rope_params(rp["sliding_attention"], local, nullptr, path);
+        if (rp.contains("full_attention")) apply_rope_params(rp["full_attention"], j, c.rope, &c, path);
+        if (rp.contains("sliding_attention")) apply_rope_params(rp["sliding_attention"], j, local, nullptr, path);
       } else {
-        apply_rope_params(rp, c.rope, &c.rope_llama3, path);
+        apply_rope_params(rp, j, c.rope, &c, path);
       }
     }
     if (is_number(j, "partial_rotary_factor")) {

@@ -13,7 +13,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -56,6 +56,13 @@ struct ModelConfig {
   // scaling). GGUF files store them as rope_freqs.weight; the HF source
   // serves these under that name.
   std::vector<float> rope_freq_factors;
+  // LongRoPE (Phi-3 / Phi-3.5 / Phi-4-mini long-context configs): per-pair
+  // divisors for contexts up to rope.n_ctx_orig (short) and beyond (long);
+  // the model picks one set for the context it serves (llama.cpp's rule),
+  // and rope.attn_factor scales cos / sin. GGUF files store them as
+  // rope_factors_short/long.weight; the HF source serves these under those names.
+  std::vector<float> rope_factors_short, rope_factors_long;
+  bool longrope() const { return !rope_factors_long.empty() || !rope_factors_short.empty(); }
 
   // Attention.
   float attn_scale = 0;         // 1/sqrt(head_dim) unless the family says otherwise

@@ -164,11 +164,14 @@ class SafetensorsSource : public TensorSource {
         PAGELLM_CHECK(names.contains(want), "'{}' lists tensor '{}' in '{}', which does not contain it",
                       index.string(), want, f);
     }
-    // RoPE divisors the config implies (Llama 3 scaling), as GGUF files store them.
-    if (!cfg.rope_freq_factors.empty()) {
-      const auto& f = owned_.emplace_back(cfg.rope_freq_factors);
-      tensors_["rope_freqs.weight"] =
-          TensorData{"rope_freqs.weight", DType::F32, {static_cast<int64_t>(f.size())}, f.data()};
+    // RoPE divisors the config states or implies (Llama 3 scaling, LongRoPE),
+    // as GGUF files store them.
+    for (const auto& [name, values] : {std::pair{"rope_freqs.weight", &cfg.rope_freq_factors},
+                                       {"rope_factors_short.weight", &cfg.rope_factors_short},
+                                       {"rope_factors_long.weight", &cfg.rope_factors_long}}) {
+      if (values->empty()) continue;
+      const auto& f = owned_.emplace_back(*values);
+      tensors_[name] = TensorData{name, DType::F32, {static_cast<int64_t>(f.size())}, f.data()};
     }
     // transformers ties lm_head to the embedding when the config says so; an
     // untied model without lm_head would get a random output matrix there.
@@ -209,21 +212,17 @@ class SafetensorsSource : public TensorSource {
       try {
         // Every entry is checked, used or not: a corrupt header is refused whole.
         const SafetensorsEntry e = parse_entry(info, hf_name, data_size, path);
-        const std::optional<HfTensor> known = hf_tensor(arch, hf_name);
-        const std::string name = known ? known->gguf : "";
-        const DType type = name.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
+        const std::vector<HfTensor> known = hf_tensors(arch, hf_name);
+        const DType type = known.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
         check_entry_size(e, hf_name, path);
-        if (name.empty()) continue;
-        PAGELLM_CHECK(!tensors_.contains(name), "'{}': tensor {} appears twice in the model's files", path, hf_name);
+        if (known.empty()) continue;
         TensorData t;
-        t.name = name;
         t.type = type;
         PAGELLM_CHECK(!e.shape.empty() && e.shape.size() <= 4, "'{}': tensor {} has {} dimensions", path, hf_name,
                       e.shape.size());
         for (int64_t d : e.shape)
           PAGELLM_CHECK(d > 0, "'{}': tensor {} has an invalid dimension {}", path, hf_name, d);
         t.shape.assign(e.shape.rbegin(), e.shape.rend());  // row-major [out, in] -> ne [in, out]
-        const uint64_t n = e.elements;
         t.data = data + e.begin;
         // Kernels read elements in place; the safetensors writer pads the
         // header to 8 bytes, so real files are aligned.
@@ -231,19 +230,52 @@ class SafetensorsSource : public TensorSource {
         PAGELLM_CHECK(reinterpret_cast<uintptr_t>(t.data) % elem_bytes == 0,
                       "'{}': tensor {} data (file offset {}) is not aligned to its {}-byte elements", path, hf_name,
                       8 + header_len + e.begin, elem_bytes);
-        if (known->spec->transform == Transform::NormPlusOne) {  // GGUF conversion stores w + 1
-          auto& owned = owned_.emplace_back(static_cast<size_t>(n));
-          for (uint64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, static_cast<int64_t>(i)) + 1.0f;
-          t.type = DType::F32;
-          t.data = owned.data();
+        for (const HfTensor& k : known) {
+          PAGELLM_CHECK(!tensors_.contains(k.gguf), "'{}': tensor {} appears twice in the model's files", path,
+                        hf_name);
+          TensorData part = transformed(t, *k.spec, hf_name, path);
+          part.name = k.gguf;
+          tensors_[k.gguf] = std::move(part);
         }
-        tensors_[name] = std::move(t);
       } catch (const nlohmann::json::exception& e) {
         fail("'{}': bad safetensors entry {}: {}", path, hf_name, e.what());
       }
     }
     files_.push_back(std::move(file));
     return names;
+  }
+
+  // The tensor as the forward pass reads it (GGUF layout): most are used in
+  // place; Gemma norms get 1 added and gpt-oss's stacked experts are
+  // transposed (and their fused gate_up split) into F32 copies.
+  TensorData transformed(const TensorData& t, const TensorSpec& spec, const std::string& hf_name,
+                         const std::string& path) {
+    const Transform tr = spec.transform;
+    if (tr == Transform::None || tr == Transform::RopePermute) return t;
+    const int64_t n = static_cast<int64_t>(t.rows()) * t.cols();
+    if (tr == Transform::NormPlusOne) {  // GGUF conversion stores w + 1
+      auto& owned = owned_.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i) + 1.0f;
+      return TensorData{"", DType::F32, t.shape, owned.data()};
+    }
+    // Stacked experts: weights ne [out (x2 when fused), in, n_expert], biases
+    // ne [out (x2), n_expert]; the result is GGUF's [in, out, n_expert] / [out, n_expert].
+    const bool fused = tr == Transform::GateUpEven || tr == Transform::GateUpOdd;
+    const bool bias = t.shape.size() == 2;
+    PAGELLM_CHECK((bias && spec.experts && !spec.matrix) || (t.shape.size() == 3 && spec.matrix),
+                  "'{}': tensor {} has {} dimensions, which its stacked-experts layout does not allow", path, hf_name,
+                  t.shape.size());
+    PAGELLM_CHECK(!fused || t.shape[0] % 2 == 0, "'{}': tensor {} fuses gate and up, but has an odd {} columns", path,
+                  hf_name, t.shape[0]);
+    const int64_t out = fused ? t.shape[0] / 2 : t.shape[0], stride = fused ? 2 : 1, first = tr == Transform::GateUpOdd;
+    const int64_t in = bias ? 1 : t.shape[1], experts = t.shape.back();
+    auto& owned = owned_.emplace_back(static_cast<size_t>(out * in * experts));
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t o = 0; o < out; ++o)
+          owned[(e * out + o) * in + i] = element_as_float(t, (e * in + i) * t.shape[0] + o * stride + first);
+    Dims shape = bias ? Dims{out, experts} : Dims{in, out, experts};
+    return TensorData{"", DType::F32, std::move(shape), owned.data()};
   }
 
   std::vector<std::unique_ptr<MappedFile>> files_;

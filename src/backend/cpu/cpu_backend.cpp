@@ -301,13 +301,17 @@ class CpuBackend : public Backend {
   }
 
   void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& xb, int64_t n, int k, bool x_per_slot,
-                      const Buffer& ids_b, Buffer& yb) override {
+                      const Buffer& ids_b, Buffer& yb, const std::vector<const Weight*>& biases) override {
     Timer t(this, kMatmul, "matmul_experts");
     PAGELLM_CHECK(!experts.empty() && k > 0, "matmul_experts: no experts");
     const int64_t rows = experts[0]->rows, cols = experts[0]->cols;
     for (const Weight* w : experts)
       PAGELLM_CHECK(w->rows == rows && w->cols == cols, "matmul_experts: expert '{}' is [{}, {}], not [{}, {}]",
                     w->name, w->rows, w->cols, rows, cols);
+    PAGELLM_CHECK(biases.empty() || biases.size() == experts.size(), "matmul_experts: {} biases for {} experts",
+                  biases.size(), experts.size());
+    for (const Weight* b : biases)
+      PAGELLM_CHECK(b->cols == rows, "matmul_experts: bias '{}' has {} values for {} rows", b->name, b->cols, rows);
     const int64_t slots = n * k;
     const float* x = f32(xb, (x_per_slot ? slots : n) * cols);
     float* y = f32(yb, slots * rows);
@@ -335,6 +339,10 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < slots; ++i)
       std::memcpy(y + static_cast<int64_t>(moe_groups_.slots[i]) * rows, moe_out_.data() + i * rows,
                   rows * sizeof(float));
+    if (!biases.empty()) {
+      const int32_t* ids = i32(ids_b, slots);
+      for (int64_t i = 0; i < slots; ++i) ops_->add_rows(y + i * rows, as_cpu(*biases[ids[i]]).vec.data(), 1, rows);
+    }
   }
 
   void moe_combine(const Buffer& yb, const Buffer& wb, int64_t n, int k, int64_t dim, Buffer& out_b) override {

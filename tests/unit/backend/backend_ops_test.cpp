@@ -428,13 +428,19 @@ TEST_P(BackendOps, RopeBothPairingsAndFrequencyFactors) {
 // YaRN as transformers computes it (_compute_yarn_parameters): inverse
 // frequencies blended between interpolated and original by a linear ramp over
 // the correction range, cos / sin times 0.1 ln(factor) + 1.
+// truncate false (gpt-oss) keeps the ramp's ends fractional.
 std::vector<double> yarn_reference_inv_freq(double base, int n_rot, double factor, double beta_fast, double beta_slow,
-                                            int orig_ctx) {
+                                            int orig_ctx, bool truncate = true) {
   auto correction_dim = [&](double rotations) {
     return (n_rot * std::log(orig_ctx / (rotations * 2 * M_PI))) / (2 * std::log(base));
   };
-  const double low = std::max(0.0, std::floor(correction_dim(beta_fast)));
-  const double high = std::min(n_rot - 1.0, std::ceil(correction_dim(beta_slow)));
+  double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(0.0, low);
+  high = std::min(n_rot - 1.0, high);
   std::vector<double> inv(n_rot / 2);
   for (int i = 0; i < n_rot / 2; ++i) {
     const double pos_freq = std::pow(base, 2.0 * i / n_rot);
@@ -457,6 +463,7 @@ TEST_P(BackendOps, RopeYarnMatchesTransformersFormula) {
   }
   be_->set_batch(b);
   const auto orig = randn(n * heads * hd, 4);
+  for (bool truncate : {true, false}) {
   auto xb = put(orig);
   RopeConfig rc;
   rc.n_rot = n_rot;
@@ -465,9 +472,11 @@ TEST_P(BackendOps, RopeYarnMatchesTransformersFormula) {
   rc.neox = true;
   rc.ext_factor = 1.0f;
   rc.n_ctx_orig = 32768;
+  rc.yarn_truncate = truncate;
+  rc.attn_factor = truncate ? 1.0f : 0.75f;  // a stated attention factor multiplies YaRN's own
   be_->rope(*xb, heads, hd, rc);
-  const auto inv = yarn_reference_inv_freq(base, n_rot, factor, 32, 1, 32768);
-  const double mscale = 0.1 * std::log(factor) + 1;
+  const auto inv = yarn_reference_inv_freq(base, n_rot, factor, 32, 1, 32768, truncate);
+  const double mscale = (0.1 * std::log(factor) + 1) * rc.attn_factor;
   std::vector<double> rr(orig.begin(), orig.end());
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < heads; ++h)
@@ -478,7 +487,8 @@ TEST_P(BackendOps, RopeYarnMatchesTransformersFormula) {
         rr[o + i] = (x0 * std::cos(th) - x1 * std::sin(th)) * mscale;
         rr[o + i + n_rot / 2] = (x0 * std::sin(th) + x1 * std::cos(th)) * mscale;
       }
-  EXPECT_LT(rel_l2(get(*xb, orig.size()), rr), 1e-6);
+  EXPECT_LT(rel_l2(get(*xb, orig.size()), rr), 1e-6) << "truncate " << truncate;
+  }
 }
 
 TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
@@ -723,8 +733,17 @@ TEST_P(BackendOps, MatmulExpertsMatchesPerSlotProducts) {
       const auto* bytes = static_cast<const uint8_t*>(slice.data);
       wref[e] = dequantize_rows(t, std::vector<uint8_t>(bytes, bytes + dtype_row_bytes(t, cols) * rows), rows, cols);
     }
+    // Per-expert biases (gpt-oss), one stacked [rows, n_expert] tensor sliced as the loader slices it.
+    const auto bias_values = randn(static_cast<size_t>(n_expert * rows), 77);
+    const TensorData bias_stack{"exps.bias", DType::F32, {rows, n_expert}, bias_values.data()};
+    std::vector<const Weight*> biases;
+    for (int e = 0; e < n_expert; ++e) {
+      owned.push_back(be_->upload(expert_slice(bias_stack, e)));
+      biases.push_back(owned.back().get());
+    }
     for (int64_t n : {1, 7, 33}) {
       for (bool per_slot : {false, true}) {
+        const bool with_bias = n == 7;
         SCOPED_TRACE(testing::Message() << dtype_name(t) << " n " << n << " per_slot " << per_slot);
         // Expert 5 is never routed: only routed experts may be read.
         std::vector<int32_t> ids(static_cast<size_t>(n * k));
@@ -735,13 +754,13 @@ TEST_P(BackendOps, MatmulExpertsMatchesPerSlotProducts) {
         const auto x = randn(static_cast<size_t>(x_rows * cols), 50 + static_cast<uint32_t>(n));
         auto xb = put(x);
         auto yb = zeros_like(static_cast<size_t>(n * k * rows));
-        be_->matmul_experts(experts, *xb, n, k, per_slot, *ids_b, *yb);
+        be_->matmul_experts(experts, *xb, n, k, per_slot, *ids_b, *yb, with_bias ? biases : std::vector<const Weight*>{});
         const auto y = get(*yb, static_cast<size_t>(n * k * rows));
         std::vector<double> ref(y.size());
         for (int64_t s = 0; s < n * k; ++s) {
           const float* xr = x.data() + (per_slot ? s : s / k) * cols;
           for (int64_t r = 0; r < rows; ++r) {
-            double acc = 0;
+            double acc = with_bias ? bias_values[ids[s] * rows + r] : 0.0;
             for (int64_t c = 0; c < cols; ++c) acc += double(xr[c]) * wref[ids[s]][r * cols + c];
             ref[s * rows + r] = acc;
           }
@@ -782,7 +801,11 @@ TEST(ExpertSlice, ViewsOneExpertOfAStack) {
   EXPECT_EQ(e1.name, "blk.0.ffn_up_exps.weight[1]");
   EXPECT_EQ(static_cast<const float*>(e1.data)[0], 12.0f);
   EXPECT_THROW(expert_slice(t, 2), Error);
-  EXPECT_THROW(expert_slice(e1, 0), Error);
+  // A stack of per-expert vectors ([cols, n_expert]: gpt-oss biases) slices into vectors.
+  const TensorData b1 = expert_slice(e1, 3);
+  EXPECT_EQ(b1.shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(static_cast<const float*>(b1.data)[0], 21.0f);
+  EXPECT_THROW(expert_slice(b1, 0), Error);
 }
 
 const BackendCase kCases[] = {

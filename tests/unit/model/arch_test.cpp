@@ -4,6 +4,7 @@
 // GGUF file and from its Hugging Face folder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -52,20 +53,23 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
     for (const HfClass& h : a.hf_classes) EXPECT_EQ(arch_by_hf_class(h.name), &a);
     for (const TensorSpec& t : a.layer) {
       ASSERT_TRUE(*t.hf) << a.gguf_name << " " << t.gguf;
-      // Experts: HF names each one ("{}" is its index), the loader asks for "<gguf>[e]".
+      // Experts: HF names each one ("{}" is its index), the loader asks for
+      // "<gguf>[e]"; or HF stacks them (gpt-oss), one tensor for all.
       std::string hf = t.hf, want = std::string("blk.11.") + t.gguf;
-      if (t.experts) {
-        ASSERT_NE(hf.find("{}"), std::string::npos) << t.hf;
+      const bool per_expert = t.experts && hf.find("{}") != std::string::npos;
+      if (per_expert) {
         hf.replace(hf.find("{}"), 2, "37");
         want += "[37]";
       }
       for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
-        const auto got = hf_tensor(a, std::string(prefix) + "11." + hf);
-        ASSERT_TRUE(got) << a.gguf_name << " " << prefix << hf;
+        // A fused gate_up maps to both halves, in table order.
+        const auto all = hf_tensors(a, std::string(prefix) + "11." + hf);
+        const auto got = std::find_if(all.begin(), all.end(), [&](const HfTensor& h) { return h.spec == &t; });
+        ASSERT_NE(got, all.end()) << a.gguf_name << " " << prefix << hf;
         EXPECT_EQ(got->gguf, want);
-        EXPECT_EQ(got->spec, &t);
+        EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd);
       }
-      if (t.experts) {
+      if (per_expert) {
         std::string bad = t.hf;
         EXPECT_FALSE(hf_tensor(a, "model.layers.0." + bad.replace(bad.find("{}"), 2, "x"))) << bad;
       }
@@ -203,8 +207,23 @@ TEST(Phi3Config, PartialRotarySlidingWindowAndLongRope) {
   EXPECT_TRUE(c.rope.neox);
   EXPECT_EQ(c.is_swa, std::vector<bool>(2, true));
   EXPECT_EQ(c.sliding_window, 2047);
+  // LongRoPE: one factor per rotated pair; Phi-3 keeps the original context
+  // at the top level, and the attention factor follows from the ratio.
   j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
-  expect_error_with([&] { config_of(j); }, "RoPE type 'longrope' is not supported yet (LongRoPE)");
+  expect_error_with([&] { config_of(j); }, "do not match the rotary dimension 48");
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", std::vector<double>(24, 1.5)},
+                       {"long_factor", std::vector<double>(24, 3.0)}};
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  const ModelConfig lr = config_of(j);
+  EXPECT_EQ(lr.rope_factors_short, std::vector<float>(24, 1.5f));
+  EXPECT_EQ(lr.rope_factors_long, std::vector<float>(24, 3.0f));
+  EXPECT_EQ(lr.rope.n_ctx_orig, 4096);
+  EXPECT_FLOAT_EQ(lr.rope.attn_factor, static_cast<float>(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+  j["rope_scaling"]["long_factor"] = std::vector<double>(24, -1.0);
+  expect_error_with([&] { config_of(j); }, "long_factor holds -1.0, not a positive number");
+  j.erase("rope_scaling");
   json l = small_config("LlamaForCausalLM");
   l["partial_rotary_factor"] = 0.5;
   expect_error_with([&] { config_of(l); }, "partial_rotary_factor 0.5 is not supported for LlamaForCausalLM");
@@ -236,7 +255,25 @@ TEST(Phi3Config, PartialRotarySlidingWindowAndLongRope) {
   const std::string longrope = scratch("phi3-longrope.gguf");
   w.write(longrope);
   expect_error_with([&] { config_from_gguf(*GGUFFile::open(longrope)); },
-                    "LongRoPE (rope_factors_short.weight) is not supported yet for architecture 'phi3'");
+                    "LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight");
+}
+
+// A LongRoPE model takes the long factors when it serves more than the
+// original context, the short ones within it (llama.cpp's rule).
+TEST(Phi3Config, LongRopePicksTheFactorSetByContext) {
+  ThreadPool pool(1);
+  const std::string path = scratch("phi3-longrope-ok.gguf");
+  write_dummy_gguf(path, DummySpec{"tiny-phi3-longrope", DType::F32, 0}, nullptr, pool);
+  auto backend = make_cpu_backend(1);
+  auto m = Model::load(path, *backend);
+  EXPECT_EQ(m->config().rope.n_ctx_orig, 32);
+  ASSERT_TRUE(m->config().rope.freq_factors);
+  EXPECT_EQ(m->config().rope.freq_factors->name, "rope_factors_long.weight");
+  EXPECT_EQ(m->config().rope_swa.freq_factors, m->config().rope.freq_factors) << "every Phi-3 layer is windowed";
+  m->set_context_length(32);
+  EXPECT_EQ(m->config().rope.freq_factors->name, "rope_factors_short.weight");
+  m->set_context_length(33);
+  EXPECT_EQ(m->config().rope.freq_factors->name, "rope_factors_long.weight");
 }
 
 std::vector<float> run(Model& m, const std::vector<int32_t>& tokens) {

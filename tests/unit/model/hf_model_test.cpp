@@ -96,7 +96,15 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
     EXPECT_EQ(ra.n_rot, rb.n_rot);
     EXPECT_EQ(ra.freq_base, rb.freq_base);
     EXPECT_EQ(ra.freq_scale, rb.freq_scale);
+    EXPECT_EQ(ra.ext_factor, rb.ext_factor);
+    EXPECT_FLOAT_EQ(ra.attn_factor, rb.attn_factor);
+    EXPECT_EQ(ra.beta_fast, rb.beta_fast);
+    EXPECT_EQ(ra.beta_slow, rb.beta_slow);
+    EXPECT_EQ(ra.n_ctx_orig, rb.n_ctx_orig);
+    EXPECT_EQ(ra.yarn_truncate, rb.yarn_truncate);
   }
+  EXPECT_EQ(a.rope_factors_short, b.rope_factors_short);
+  EXPECT_EQ(a.rope_factors_long, b.rope_factors_long);
   EXPECT_EQ(a.attn_scale, b.attn_scale);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.is_swa, b.is_swa);
@@ -119,6 +127,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-llama", false},   {"tiny-qwen2", true},     {"tiny-qwen3", true},    {"tiny-gemma3", true},
     {"tiny-llama3", false},  {"tiny-gemma2", true},    {"tiny-phi3", false},
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
+    {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
 };
 
 struct HFCase {
@@ -263,8 +272,28 @@ TEST(HFConfig, RopeParametersAndLegacyKeys) {
   EXPECT_EQ(c.rope.freq_scale, 0.5f);
   j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"rope_theta", 500000.0}};
   expect_error([&] { config_of(j); }, "missing or invalid field");  // llama3 needs its band factors
+  // YaRN (transformers' defaults: original context = max_position_embeddings,
+  // betas 32 / 1, attention factor 0.1 ln(factor) + 1, which the backend applies).
   j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 8.0}};
-  expect_error([&] { config_of(j); }, "RoPE type 'yarn' is not supported");
+  const ModelConfig y = config_of(j);
+  EXPECT_EQ(y.rope.freq_scale, 0.125f);
+  EXPECT_EQ(y.rope.ext_factor, 1.0f);
+  EXPECT_EQ(y.rope.n_ctx_orig, 2048);
+  EXPECT_EQ(y.rope.beta_fast, 32.0f);
+  EXPECT_EQ(y.rope.beta_slow, 1.0f);
+  EXPECT_FLOAT_EQ(y.rope.attn_factor, 1.0f);
+  EXPECT_TRUE(y.rope.yarn_truncate);
+  j["rope_parameters"] = {{"rope_type", "yarn"},   {"factor", 4.0}, {"original_max_position_embeddings", 512},
+                          {"attention_factor", 2.0}, {"truncate", false}, {"beta_fast", 16.0}};
+  const ModelConfig y2 = config_of(j);
+  EXPECT_EQ(y2.rope.n_ctx_orig, 512);
+  EXPECT_FLOAT_EQ(y2.rope.attn_factor, static_cast<float>(2.0 / (1 + 0.1 * std::log(4.0))));
+  EXPECT_FALSE(y2.rope.yarn_truncate);
+  EXPECT_EQ(y2.rope.beta_fast, 16.0f);
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 0.5}};
+  expect_error([&] { config_of(j); }, "YaRN factor 0.5 is below 1");
+  j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  expect_error([&] { config_of(j); }, "RoPE type 'dynamic' is not supported");
 
   // Gemma 3: one set per layer type; scaling applies to global layers only.
   json g = small_config("Gemma3ForCausalLM");

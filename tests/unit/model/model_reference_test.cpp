@@ -67,7 +67,7 @@ TEST_P(DummyModelVsLlamaCpp, LogitsMatchAtEveryPosition) {
 std::vector<DummyCase> dummy_cases() {
   std::vector<DummyCase> cases;
   for (const char* s : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-mixtral",
-                        "tiny-qwen2moe", "tiny-qwen3moe"})
+                        "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"})
     for (const char* t : {"f32", "q8_0", "q4_0", "q4_k"}) cases.push_back({s, t});
   return cases;
 }
