@@ -24,6 +24,7 @@ Fixtures:
       this fixture, its fast path with llama.cpp's.
 """
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -96,6 +97,44 @@ def dummy_fixtures(pagellm, tmp, shapes, types):
             with open(os.path.join(OUT, name + ".json"), "w") as f:
                 json.dump(meta, f, indent=1)
             print(name, "gap" if wtype != "f32" else "", meta.get("reference_quant_vs_f32_gap", ""))
+
+
+# Files llama.cpp's own quantizer writes from the F32 dummy: the new weight
+# types as llama.cpp lays them out (its choice of type per tensor included).
+# The GGUF files are fixtures too (the quantizer is not run by the tests).
+QUANTIZED = [("tiny-llama", "q2_k", 10), ("tiny-llama", "q3_k_m", 12), ("tiny-llama", "iq4_nl", 25),
+             ("tiny-llama", "iq4_xs", 30), ("tiny-gptoss", "mxfp4_moe", 38)]
+
+
+def quantized_fixtures(pagellm, tmp, only_types):
+    import llama_cpp
+    import shutil
+    rng = np.random.default_rng(1234)
+    tokens = [1] + [int(t) for t in rng.integers(3, 512, size=N_EVAL_TOKENS - 1)]
+    for shape, qtype, ftype in QUANTIZED:
+        if only_types and qtype not in only_types:
+            continue
+        src = os.path.join(tmp, f"{shape}-f32.gguf")
+        subprocess.run([pagellm, "make-dummy", "--shape", shape, "--type", "f32", "--seed", str(DUMMY_SEED),
+                        "-o", src], check=True)
+        name = f"llamacpp-{shape}-{qtype}"
+        out = os.path.join(OUT, name + ".gguf")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.nthread = 2
+        rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(params))
+        if rc != 0:
+            sys.exit(f"llama_model_quantize failed for {name}")
+        logits = eval_logits(load(out, kv_f32=True), tokens)
+        ref_f32 = np.fromfile(os.path.join(OUT, f"dummy-{shape}-f32.bin"), dtype=np.float32).reshape(logits.shape)
+        meta = {"shape": shape, "type": qtype, "seed": DUMMY_SEED, "tokens": tokens, "n_vocab": int(logits.shape[1]),
+                "model": name + ".gguf",
+                "reference": "llama.cpp (llama-cpp-python) on the file its quantizer wrote, F32 KV cache",
+                "reference_quant_vs_f32_gap": max_rel_gap(logits, ref_f32)}
+        logits.tofile(os.path.join(OUT, name + ".bin"))
+        with open(os.path.join(OUT, name + ".json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        print(name, "gap", meta["reference_quant_vs_f32_gap"], os.path.getsize(out), "bytes")
 
 
 def greedy(llm, prompt, n_gen):
@@ -185,7 +224,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", default=os.path.join(HERE, "..", "build", "pagellm"))
     ap.add_argument("--gemma", default=None, help="Gemma 3 270M Q4_K_M GGUF (default: the installed package)")
-    ap.add_argument("--only", choices=["dummy", "stories", "gemma", "gemma-exact"], default=None)
+    ap.add_argument("--only", choices=["dummy", "quantized", "stories", "gemma", "gemma-exact"], default=None)
     ap.add_argument("--shapes", default="", help="dummy: comma-separated shapes (default: all of DUMMY_SHAPES)")
     ap.add_argument("--types", default="", help="dummy: comma-separated weight types (default: all of DUMMY_TYPES; "
                     "f32 first, the others' gap is to its fixture)")
@@ -195,6 +234,8 @@ def main():
         if args.only in (None, "dummy"):
             dummy_fixtures(args.pagellm, tmp, [s for s in args.shapes.split(",") if s] or DUMMY_SHAPES,
                            [t for t in args.types.split(",") if t] or DUMMY_TYPES)
+        if args.only in (None, "quantized"):
+            quantized_fixtures(args.pagellm, tmp, [t for t in args.types.split(",") if t])
     if args.only in (None, "stories"):
         greedy_fixture("stories260K-greedy.json", os.path.join(SHARED, "models", "stories260K.gguf"),
                        STORIES_PROMPTS, 40, 512)

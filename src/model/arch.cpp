@@ -29,6 +29,7 @@ Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
 Dims qkv_mat(const ModelConfig& c) { return {c.n_embd, int64_t{c.n_head + 2 * c.n_head_kv} * c.head_dim}; }
 Dims gate_up_mat(const ModelConfig& c) { return {c.n_embd, int64_t{2} * c.n_ff}; }
 Dims head_count_vec(const ModelConfig& c) { return {c.n_head}; }
+Dims shexp_gate_mat(const ModelConfig& c) { return {c.n_embd, 1}; }
 Dims expert_count_vec(const ModelConfig& c) { return {c.n_expert}; }
 Dims ff_exps_bias(const ModelConfig& c) { return {c.n_ff_exp, c.n_expert}; }
 Dims down_exps_bias(const ModelConfig& c) { return {c.n_embd, c.n_expert}; }
@@ -80,8 +81,9 @@ void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
   l.push_back(experts("ffn_down_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w2.weight" : "mlp.experts.{}.down_proj.weight",
                       down_exps, Slot::DownExps));
   if (mixtral) return;
-  // The gate is one row; llama.cpp's GGUF files store it as a vector.
-  l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", embd_vec, Slot::ShexpGate,
+  // The gate is one row, [n_embd, 1] as llama.cpp's converter writes it (a
+  // vector [n_embd] is read the same).
+  l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", shexp_gate_mat, Slot::ShexpGate,
                   Need::IfSharedExpert));
   l.back().keep_f32 = true;
   l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ff_shexp, Slot::GateShexp,

@@ -236,6 +236,8 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   PAGELLM_CHECK(head_dim_v == c.head_dim, "'{}': different key and value head sizes are not supported", f.path());
   c.rope.n_rot = gguf_size(f, key("rope.dimension_count"), c.head_dim, 1, L::kHeadDim);
   c.rope.freq_base = static_cast<float>(f.get_float(key("rope.freq_base"), 10000.0));
+  // Families with their own base on sliding-window layers (Gemma 3); 0: the family's default.
+  c.rope_swa_base = static_cast<float>(f.get_float(key("rope.freq_base_swa"), 0.0));
   const std::string scaling = f.get_string(key("rope.scaling.type"), "none");
   const double factor = f.get_float(key("rope.scaling.factor"), 1.0);
   // YaRN and LongRoPE: the context the model was trained at before extension.

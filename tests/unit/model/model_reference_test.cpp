@@ -13,7 +13,9 @@
 #include "backend/registry.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "hostile_input.h"
 #include "model/dummy.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/model_test_util.h"
 #include "test_paths.h"
@@ -75,6 +77,123 @@ std::vector<DummyCase> dummy_cases() {
 INSTANTIATE_TEST_SUITE_P(AllArchs, DummyModelVsLlamaCpp, ::testing::ValuesIn(dummy_cases()),
                          [](const auto& info) {
                            std::string n = info.param.shape + "_" + info.param.type;
+                           for (auto& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// Files llama.cpp's quantizer wrote (Q2_K, Q3_K_M, IQ4_NL, IQ4_XS, and
+// MXFP4 experts of gpt-oss), loaded as they are: the new weight types in
+// llama.cpp's own layout and choice of types per tensor. Both engines read
+// the same weights; what remains is each one's 8-bit activation rounding.
+class LlamaCppQuantizedFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaCppQuantizedFile, LogitsMatchAtEveryPosition) {
+  const std::string base = test::fixture("models/llamacpp-" + GetParam());
+  REQUIRE_FILE(base + ".json");
+  const auto meta = read_json(base + ".json");
+  const auto ref = read_floats(base + ".bin");
+  const auto tokens = meta["tokens"].get<std::vector<int32_t>>();
+  const int n_vocab = meta["n_vocab"].get<int>();
+  auto backend = make_cpu_backend(2);
+  auto model = Model::load(base + ".gguf", *backend);
+  ASSERT_EQ(model->config().n_vocab, n_vocab);
+  // Measured 3e-7 to 1.7% (the tiny models' activations are far from their
+  // quantization grid's sweet spot); a wrong dequantization moves logits by
+  // the weight error itself, which for these types is 20-80% (the json's
+  // reference_quant_vs_f32_gap).
+  const double tol = 0.05;
+  for (int chunk : {static_cast<int>(tokens.size()), 7}) {
+    test::PagedRunner runner(*model, 16, 16, DType::F32);
+    const double gap = max_rel_gap(runner.feed(tokens, chunk, true), ref, n_vocab);
+    EXPECT_LE(gap, tol) << GetParam() << " chunk " << chunk;
+    RecordProperty(GetParam() + "_chunk" + std::to_string(chunk), std::to_string(gap));
+    std::printf("[ llama.cpp file ] %s chunk %d: max relative gap %.2e\n", GetParam().c_str(), chunk, gap);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NewTypes, LlamaCppQuantizedFile,
+                         ::testing::Values("tiny-llama-q2_k", "tiny-llama-q3_k_m", "tiny-llama-iq4_nl",
+                                           "tiny-llama-iq4_xs", "tiny-gptoss-mxfp4_moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// llama.cpp's converter (convert_hf_to_gguf.py) on each family's HF dummy
+// (tools/gen_convert_fixtures.py): its tensors are the ones pagellm's GGUF
+// dummy holds (names, shapes, values: checksums), and with the converter's
+// metadata pagellm computes what llama.cpp computes on the converted file.
+class ConvertedByLlamaCpp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
+  const std::string& shape = GetParam();
+  const std::string base = test::fixture("models/converted-" + shape);
+  REQUIRE_FILE(base + ".json");
+  const auto meta = read_json(base + ".json");
+  const auto ref = read_floats(base + ".bin");
+  const auto tokens = meta["tokens"].get<std::vector<int32_t>>();
+  const int n_vocab = meta["n_vocab"].get<int>();
+
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config(shape, n_vocab);
+  auto src = make_dummy_source(cfg, DummySpec{shape, DType::F32, meta["seed"].get<uint64_t>()}, pool);
+  GGUFWriter w;
+  EXPECT_EQ(src->count(), meta["tensors"].size()) << "the same set of tensors";
+  for (const auto& t : meta["tensors"]) {
+    const std::string name = t["name"].get<std::string>();
+    const TensorData* d = src->find(name);
+    ASSERT_TRUE(d) << name << " (the converter writes it; pagellm's GGUF has no such tensor)";
+    ASSERT_EQ(d->type, DType::F32) << name;
+    EXPECT_EQ(d->shape, t["shape"].get<std::vector<int64_t>>()) << name;
+    const auto* v = static_cast<const float*>(d->data);
+    double sum = 0, sumsq = 0;
+    for (int64_t i = 0; i < d->cols() * d->rows(); ++i) {
+      sum += v[i];
+      sumsq += double(v[i]) * v[i];
+    }
+    // Identical values give identical sums up to summation order; a permuted
+    // or transposed matrix keeps them, so names and shapes carry that part.
+    const double want_sumsq = t["sumsq"].get<double>();
+    EXPECT_NEAR(sumsq, want_sumsq, 1e-6 * want_sumsq + 1e-9) << name;
+    EXPECT_NEAR(sum, t["sum"].get<double>(), 1e-6 * std::sqrt(want_sumsq) + 1e-9) << name;
+    w.add_tensor(name, DType::F32, d->shape,
+                 std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v),
+                                      reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
+  }
+  for (const auto& [key, kv] : meta["metadata"].items()) {
+    const std::string type = kv["type"].get<std::string>();
+    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
+    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
+    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
+    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
+    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
+    else FAIL() << key << ": metadata type " << type << " not handled here";
+  }
+  add_synthetic_vocab(w, n_vocab);
+  test::ScratchDir dir("converted-" + shape);
+  const std::string path = dir.file("converted.gguf");
+  w.write(path);
+
+  auto backend = make_cpu_backend(2);
+  auto model = Model::load(path, *backend);
+  for (int chunk : {static_cast<int>(tokens.size()), 7}) {
+    test::PagedRunner runner(*model, 16, 16, DType::F32);
+    const double gap = max_rel_gap(runner.feed(tokens, chunk, true), ref, n_vocab);
+    // Float summation order (<2e-6 measured), and for Gemma the two GELU tables (5e-4).
+    EXPECT_LE(gap, 1e-3) << shape << " chunk " << chunk;
+    RecordProperty(shape + "_chunk" + std::to_string(chunk), std::to_string(gap));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertedByLlamaCpp,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3",
+                                           "tiny-gemma2", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe",
+                                           "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"),
+                         [](const auto& info) {
+                           std::string n = info.param;
                            for (auto& c : n)
                              if (c == '-') c = '_';
                            return n;
