@@ -258,6 +258,33 @@ TEST(Phi3Config, PartialRotarySlidingWindowAndLongRope) {
                     "LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight");
 }
 
+TEST(GptOssConfig, DefaultsAndQuantizedCheckpointsRefused) {
+  // A config.json with only the sizes: GptOssConfig's defaults (YaRN x32
+  // over 4096, untruncated; alternating windows of 128).
+  json j = {{"architectures", {"GptOssForCausalLM"}}, {"vocab_size", 512}, {"hidden_size", 256},
+            {"num_hidden_layers", 4}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+            {"intermediate_size", 256}, {"num_local_experts", 4}, {"num_experts_per_tok", 2}};
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::GptOss);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.act, Activation::SwigluOai);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.rope.freq_base, 150000.0f);
+  EXPECT_EQ(c.rope.freq_scale, 1.0f / 32);
+  EXPECT_EQ(c.rope.n_ctx_orig, 4096);
+  EXPECT_FALSE(c.rope.yarn_truncate);
+  EXPECT_EQ(c.sliding_window, 128);
+  EXPECT_EQ(c.is_swa, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.n_ff_exp, 256);
+  EXPECT_TRUE(c.expert_norm_topk);
+  json q = j;
+  q["quantization_config"] = {{"quant_method", "mxfp4"}};
+  expect_error_with([&] { config_of(q); }, "quantized Hugging Face checkpoints (quant_method 'mxfp4')");
+  json s = j;
+  s["swiglu_limit"] = 10.0;
+  expect_error_with([&] { config_of(s); }, "swiglu_limit 10 are not supported");
+}
+
 // A LongRoPE model takes the long factors when it serves more than the
 // original context, the short ones within it (llama.cpp's rule).
 TEST(Phi3Config, LongRopePicksTheFactorSetByContext) {
