@@ -198,6 +198,15 @@ static inline __m256 exp8(__m256 x) {
 }
 
 constexpr int kMaxHeadDim = 256, kMaxBlock = 64, kMaxRows = 64;
+// Below this many query rows per KV head, scores are direct dot products.
+constexpr int kDirectScoreRows = 4;
+
+// The 8 horizontal sums of a[0..7], in order.
+static inline __m256 hsum8x8(const __m256 (&a)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
 
 // One cache block of keys at a time: K is transposed into kt[d][key] so that
 // 4 rows x 8 keys of scores build up in registers; V is converted to float
@@ -226,22 +235,52 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
     const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
-    for (int k = 0; k < cnt8; ++k) {
-      if (k < cnt) {
-        const T* kr = kc + (base + k) * D;
-        const T* vr = vc + (base + k) * D;
-        for (int d = 0; d < D; d += 8) {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, load8(kr + d));
-          for (int i = 0; i < 8; ++i) kt[(d + i) * cnt8 + k] = tmp[i];
-          _mm256_store_ps(vb + k * D + d, load8(vr + d));
+    const bool direct = R < kDirectScoreRows;
+    // Many rows share each value: convert the block once. Few rows read the cache directly.
+    for (int k = 0; k < cnt && !direct; ++k) {
+      const T* vr = vc + (base + k) * D;
+      for (int d = 0; d < D; d += 8) _mm256_store_ps(vb + k * D + d, load8(vr + d));
+    }
+    if (direct) {
+      // Few rows (decode without much GQA sharing): each key's dot product
+      // straight from the cache, 8 keys' sums reduced together; transposing
+      // the block would cost more than the rows' products.
+      for (int r = 0; r < R; ++r)
+        for (int k0 = 0; k0 < cnt8; k0 += 8) {
+          __m256 acc[8];
+          for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+          const int kn = static_cast<int>(min64(8, cnt - k0));
+          const T* k8 = kc + (base + k0) * D;
+          if (kn == 8) {  // a whole group: fixed trip counts keep acc in registers
+            for (int d = 0; d < D; d += 8) {
+              const __m256 qv = _mm256_load_ps(qs + r * D + d);
+#pragma GCC unroll 8
+              for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * D + d), acc[i]);
+            }
+          } else {
+            for (int d = 0; d < D; d += 8) {
+              const __m256 qv = _mm256_load_ps(qs + r * D + d);
+              for (int i = 0; i < kn; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * D + d), acc[i]);
+            }
+          }
+          _mm256_store_ps(sc + r * kMaxBlock + k0, hsum8x8(acc));
         }
-      } else {
-        for (int d = 0; d < D; ++d) kt[d * cnt8 + k] = 0.0f;
+    } else {
+      for (int k = 0; k < cnt8; ++k) {
+        if (k < cnt) {
+          const T* kr = kc + (base + k) * D;
+          for (int d = 0; d < D; d += 8) {
+            alignas(32) float tmp[8];
+            _mm256_store_ps(tmp, load8(kr + d));
+            for (int i = 0; i < 8; ++i) kt[(d + i) * cnt8 + k] = tmp[i];
+          }
+        } else {
+          for (int d = 0; d < D; ++d) kt[d * cnt8 + k] = 0.0f;
+        }
       }
     }
     // Scores: 4 rows x 8 keys per register tile.
-    for (int r0 = 0; r0 < R; r0 += 4) {
+    for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 4) {
       const int rn = static_cast<int>(min64(4, R - r0));
       for (int k0 = 0; k0 < cnt8; k0 += 8) {
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -289,13 +328,30 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         float* acc = out.acc + r * D + d0;
         __m256 a8[8];
         for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), vcorr);
-        for (int k = 0; k < cnt; ++k) {
-          // A masked key (weight 0) is skipped, not weighted by 0: its value
-          // may hold any bits (0 x NaN is NaN). For finite values the sum is the same.
-          if (s[k] == 0.0f) continue;
-          const __m256 w = _mm256_set1_ps(s[k]);
-          const float* v = vb + k * D + d0;
-          for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_fmadd_ps(w, _mm256_load_ps(v + 8 * i), a8[i]);
+        // acc += w_k * v_k over the block's keys, from the converted block or
+        // straight from the cache. A masked key (weight 0) is skipped, not
+        // weighted by 0: its value may hold any bits (0 x NaN is NaN). For
+        // finite values the sum is the same.
+        auto accumulate = [&](auto value_at, auto n8) {
+          for (int k = 0; k < cnt; ++k) {
+            if (s[k] == 0.0f) continue;
+            const __m256 w = _mm256_set1_ps(s[k]);
+            const auto* v = value_at(k);
+#pragma GCC unroll 8
+            for (int i = 0; i < n8(); ++i) a8[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a8[i]);
+          }
+        };
+        const auto from_cache = [&](int k) { return vc + (base + k) * D + d0; };
+        const auto from_block = [&](int k) { return static_cast<const float*>(vb + k * D + d0); };
+        // Heads of 64, 128, 256: whole chunks of 64, a fixed trip count keeps a8 in registers.
+        const auto full = [] { return 8; };
+        const auto part = [dn] { return dn / 8; };
+        if (dn == 64) {
+          if (direct) accumulate(from_cache, full);
+          else accumulate(from_block, full);
+        } else {
+          if (direct) accumulate(from_cache, part);
+          else accumulate(from_block, part);
         }
         for (int i = 0; i < dn / 8; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
       }
