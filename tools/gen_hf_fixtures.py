@@ -45,6 +45,9 @@ SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3"
 # (shape, type, shards): every shape in F32 and BF16, plus a sharded F16 Llama
 # (untied lm_head in the last shard, un-permuted Q/K).
 CASES = [(s, t, 1) for s in SHAPES for t in ["f32", "bf16"]] + [("tiny-llama", "f16", 3)]
+# gpt-oss as its checkpoints ship: MXFP4 experts (blocks + scales), the rest
+# BF16; transformers dequantizes them (Mxfp4Config(dequantize=True)).
+CASES += [("tiny-gptoss", "mxfp4", 1)]
 SEED = 1
 N_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)
 
@@ -64,9 +67,10 @@ def max_rel_gap(a, b):
     return float(np.max(np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)))
 
 
-def load(folder):
+def load(folder, mxfp4=False):
+    extra = {"quantization_config": transformers.Mxfp4Config(dequantize=True)} if mxfp4 else {}
     model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
-                                                       output_loading_info=True)
+                                                       output_loading_info=True, **extra)
     bad = {k: v for k, v in info.items() if v}
     if bad:
         sys.exit(f"{folder}: transformers did not load every weight: {bad}")
@@ -104,7 +108,7 @@ def main():
             folder = os.path.join(tmp, name)
             subprocess.run([args.pagellm, "make-dummy", "--format", "hf", "--shape", shape, "--type", wtype,
                             "--seed", str(SEED), "--shards", str(shards), "-o", folder], check=True)
-            model = load(folder)
+            model = load(folder, mxfp4=wtype == "mxfp4")
             logits = run(model, tokens)
             meta = {"shape": shape, "type": wtype, "shards": shards, "seed": SEED, "tokens": tokens,
                     "n_vocab": int(logits.shape[1]),

@@ -26,7 +26,15 @@ struct Entry {
   bool gemma_norm = false;  // write w - 1
   int permute_heads = 0;    // > 0: un-permute GGUF llama Q/K rows over this many heads
   int shard = 0;
+  // Packed bytes written as they are (U8: gpt-oss's MXFP4 blocks and scales),
+  // with their row-major shape; src is unused then.
+  std::vector<uint8_t> raw;
+  std::vector<int64_t> raw_shape;
 };
+
+// The type non-packed tensors are stored in: an MXFP4 checkpoint keeps all
+// but the experts in BF16, as gpt-oss's does.
+DType stored_type(DType t) { return t == DType::MXFP4 ? DType::BF16 : t; }
 
 // A float as the shortest decimal that reads back to it ("1e-06", not
 // 9.999999974752427e-07), so config.json says what a person would write.
@@ -37,7 +45,9 @@ const char* hf_dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
-    default: fail("a Hugging Face folder stores F32, F16 or BF16 tensors, not {}", dtype_name(t));
+    case DType::MXFP4: return "BF16";  // all but the experts (checked against the family by the writer)
+    default: fail("a Hugging Face folder stores F32, F16 or BF16 tensors (or gpt-oss MXFP4 experts), not {}",
+                  dtype_name(t));
   }
 }
 
@@ -45,7 +55,8 @@ const char* torch_dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "float32";
     case DType::F16: return "float16";
-    case DType::BF16: return "bfloat16";
+    case DType::BF16:
+    case DType::MXFP4: return "bfloat16";
     default: fail("a Hugging Face folder stores F32, F16 or BF16 tensors, not {}", dtype_name(t));
   }
 }
@@ -98,9 +109,54 @@ Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const Tensor
   return {d, hf};
 }
 
+// A stacked MXFP4 expert tensor as gpt-oss checkpoints hold it: "<hf>_blocks"
+// [n_expert, rows, cols / 32, 16] (element 2i in the low nibble of byte i)
+// and "<hf>_scales" [n_expert, rows, cols / 32], rows out x in, a fused
+// gate_up interleaving gate and up rows (the GateUpEven spec writes both).
+std::vector<Entry> mxfp4_experts(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t,
+                                 const TensorSource& src, const std::string& gguf, const std::string& hf) {
+  if (spec.transform == Transform::GateUpOdd) return {};
+  std::vector<const TensorData*> parts{&t};
+  if (spec.transform == Transform::GateUpEven)
+    for (const TensorSpec& s : arch.layer)
+      if (s.transform == Transform::GateUpOdd && std::string_view(s.hf) == spec.hf) {
+        const std::string name = gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf;
+        parts.push_back(src.find(name));
+        PAGELLM_CHECK(parts.back() && parts.back()->shape == t.shape,
+                      "cannot write a Hugging Face folder: '{}' has no matching '{}'", gguf, name);
+      }
+  for (const TensorData* p : parts)
+    PAGELLM_CHECK(p->type == DType::MXFP4, "cannot write MXFP4 experts: '{}' is {}", p->name, dtype_name(p->type));
+  const int64_t groups = t.cols() / QK_MXFP4, out = t.shape[1], experts = t.shape[2];
+  const int64_t n = static_cast<int64_t>(parts.size()), rows = out * n;
+  Entry blocks, scales;
+  blocks.hf_name = hf + "_blocks";
+  scales.hf_name = hf + "_scales";
+  blocks.raw.resize(static_cast<size_t>(experts * rows * groups * 16));
+  scales.raw.resize(static_cast<size_t>(experts * rows * groups));
+  blocks.raw_shape = {experts, rows, groups, 16};
+  scales.raw_shape = {experts, rows, groups};
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < groups; ++g) {
+        // HF row r is row r / n of part r % n.
+        const auto* b = static_cast<const BlockMXFP4*>(parts[r % n]->data) + (e * out + r / n) * groups + g;
+        const int64_t at = (e * rows + r) * groups + g;
+        scales.raw[at] = b->e;
+        auto nibble = [&](int i) { return i < 16 ? b->qs[i] & 0x0F : b->qs[i - 16] >> 4; };
+        for (int m = 0; m < 16; ++m)
+          blocks.raw[at * 16 + m] = static_cast<uint8_t>(nibble(2 * m) | (nibble(2 * m + 1) << 4));
+      }
+  std::vector<Entry> v;
+  v.push_back(std::move(blocks));
+  v.push_back(std::move(scales));
+  return v;
+}
+
 // The tensors the model uses, in file order (embedding, layers, the rest),
 // with their HF names, from the architecture table.
-std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, std::vector<std::vector<float>>& owned) {
+std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, std::vector<std::vector<float>>& owned,
+                                bool mxfp4) {
   const ArchInfo& arch = arch_info(c.arch);
   std::vector<Entry> out;
   auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
@@ -122,6 +178,10 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
       return;
     }
     if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
+    if (spec.experts && hf.find("{}") == std::string::npos && spec.matrix && mxfp4) {
+      for (Entry& e : mxfp4_experts(arch, spec, *t, src, gguf, hf)) out.push_back(std::move(e));
+      return;
+    }
     if (spec.experts && hf.find("{}") == std::string::npos) {
       out.push_back(stacked_experts(arch, spec, *t, src, gguf, hf, owned));
       if (!out.back().src.data) out.pop_back();  // the odd half of a fused gate_up: written with the even one
@@ -177,6 +237,10 @@ std::string shard_file_name(int k, int shards) {
 
 // Converts one tensor to `dtype` in HF row order and appends it to `out`.
 void write_tensor(std::ofstream& out, const Entry& e, DType dtype) {
+  if (!e.raw.empty()) {
+    out.write(reinterpret_cast<const char*>(e.raw.data()), static_cast<std::streamsize>(e.raw.size()));
+    return;
+  }
   const TensorData& t = e.src;
   const int64_t cols = t.cols(), rows = t.rows();
   const size_t src_row_bytes = dtype_row_bytes(t.type, cols);
@@ -207,6 +271,11 @@ void write_shard(const fs::path& path, const std::vector<const Entry*>& entries,
   uint64_t offset = 0;
   for (const Entry* e : entries) {
     const TensorData& t = e->src;
+    if (!e->raw.empty()) {
+      header[e->hf_name] = {{"dtype", "U8"}, {"shape", e->raw_shape}, {"data_offsets", {offset, offset + e->raw.size()}}};
+      offset += e->raw.size();
+      continue;
+    }
     const uint64_t size = dtype_row_bytes(dtype, t.cols()) * static_cast<uint64_t>(t.rows());
     header[e->hf_name] = {{"dtype", hf_dtype_name(dtype)},
                           {"shape", std::vector<int64_t>(t.shape.rbegin(), t.shape.rend())},
@@ -304,6 +373,11 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
                          {"original_max_position_embeddings", l.original_context}};
   j["tie_word_embeddings"] = tied;
   j["dtype"] = torch_dtype_name(dtype);
+  if (dtype == DType::MXFP4)  // as gpt-oss's checkpoints state it
+    j["quantization_config"] = {{"quant_method", "mxfp4"},
+                                {"modules_to_not_convert",
+                                 {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                  "lm_head"}}};
   j["bos_token_id"] = 1;  // the synthetic vocabulary's <s> and </s>
   j["eos_token_id"] = 2;
   if (mixtral) {
@@ -391,14 +465,19 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
 void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const TensorSource& src,
                      const HFWriteOptions& opts) {
   hf_dtype_name(opts.dtype);  // validates the type
+  const bool mxfp4 = opts.dtype == DType::MXFP4;
+  PAGELLM_CHECK(!mxfp4 || cfg.arch == Arch::GptOss, "cannot write a Hugging Face folder with MXFP4 experts for {}",
+                arch_name(cfg.arch));
+  const DType dtype = stored_type(opts.dtype);
   std::vector<std::vector<float>> owned;  // transformed copies the entries point into
-  std::vector<Entry> entries = plan_tensors(cfg, src, owned);
+  std::vector<Entry> entries = plan_tensors(cfg, src, owned, mxfp4);
   const bool tied =
       std::none_of(entries.begin(), entries.end(), [](const Entry& e) { return e.hf_name == "lm_head.weight"; });
   const auto config = hf_config_json(cfg, tied, opts.dtype);
   std::vector<size_t> bytes;
   for (const Entry& e : entries)
-    bytes.push_back(dtype_row_bytes(opts.dtype, e.src.cols()) * static_cast<size_t>(e.src.rows()));
+    bytes.push_back(!e.raw.empty() ? e.raw.size()
+                                   : dtype_row_bytes(dtype, e.src.cols()) * static_cast<size_t>(e.src.rows()));
   assign_shards(entries, opts.shards, bytes);
 
   const fs::path root(dir);
@@ -416,7 +495,7 @@ void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const Tenso
         mine.push_back(&e);
         weight_map[e.hf_name] = shard_file_name(k, opts.shards);
       }
-    write_shard(root / shard_file_name(k, opts.shards), mine, opts.dtype);
+    write_shard(root / shard_file_name(k, opts.shards), mine, dtype);
   }
   for (size_t b : bytes) total += b;
   if (opts.shards > 1) {

@@ -460,15 +460,17 @@ ModelConfig config_from_hf_json(const std::string& path) {
   }
   const ArchInfo& info = *found;
   const HfDefaults& d = info.hf;
-  // Quantized checkpoints (gpt-oss ships MXFP4 experts, others GPTQ / AWQ /
-  // FP8) hold packed tensors under other names: refuse them by name.
+  // Quantized checkpoints (GPTQ / AWQ / FP8 / ...) hold packed tensors under
+  // other names: refuse them by name.
   if (j.contains("quantization_config") && j["quantization_config"].is_object()) {
     const json& q = j["quantization_config"];
     const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
                                    ? q["quant_method"].get<std::string>()
                                    : std::string("unknown");
-    fail("'{}': quantized Hugging Face checkpoints (quant_method '{}') are not supported; use an unquantized "
-         "folder or a GGUF file of the model", path, method);
+    // gpt-oss's own MXFP4 experts are read (the safetensors source repacks them).
+    if (!(method == "mxfp4" && info.arch == Arch::GptOss))
+      fail("'{}': quantized Hugging Face checkpoints (quant_method '{}') are not supported; use an unquantized "
+           "folder or a GGUF file of the model", path, method);
   }
   using L = ModelSizeLimits;
   ModelConfig c;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/checked_math.h"
+#include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/json_limits.h"
@@ -164,6 +165,7 @@ class SafetensorsSource : public TensorSource {
         PAGELLM_CHECK(names.contains(want), "'{}' lists tensor '{}' in '{}', which does not contain it",
                       index.string(), want, f);
     }
+    unpack_mxfp4(arch_info(cfg.arch), dir);
     // RoPE divisors the config states or implies (Llama 3 scaling, LongRoPE),
     // as GGUF files store them.
     for (const auto& [name, values] : {std::pair{"rope_freqs.weight", &cfg.rope_freq_factors},
@@ -212,6 +214,7 @@ class SafetensorsSource : public TensorSource {
       try {
         // Every entry is checked, used or not: a corrupt header is refused whole.
         const SafetensorsEntry e = parse_entry(info, hf_name, data_size, path);
+        if (stash_mxfp4(arch, hf_name, e, data, path)) continue;
         const std::vector<HfTensor> known = hf_tensors(arch, hf_name);
         const DType type = known.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
         check_entry_size(e, hf_name, path);
@@ -278,6 +281,70 @@ class SafetensorsSource : public TensorSource {
     return TensorData{"", DType::F32, std::move(shape), owned.data()};
   }
 
+  // gpt-oss checkpoints ship their experts as MXFP4: "<name>_blocks" (U8
+  // [n_expert, rows, cols / 32, 16], element 2i in the low nibble of byte i,
+  // 2i + 1 in the high one) and "<name>_scales" (U8 e8m0 [n_expert, rows,
+  // cols / 32]), rows as nn.Linear has them (out x in; gate_up interleaves
+  // gate and up rows). Both halves are kept until all files are read, then
+  // repacked into GGUF's MXFP4 blocks (scale byte, then element i and
+  // i + 16 in one byte) under the table's stacked names.
+  struct PackedHalves {
+    const uint8_t* data[2] = {nullptr, nullptr};  // blocks, scales
+    std::vector<int64_t> shape[2];
+  };
+  bool stash_mxfp4(const ArchInfo& arch, const std::string& hf_name, const SafetensorsEntry& e, const uint8_t* data,
+                   const std::string& path) {
+    const bool blocks = hf_name.ends_with("_blocks"), scales = hf_name.ends_with("_scales");
+    if (!blocks && !scales) return false;
+    const std::string stem = hf_name.substr(0, hf_name.size() - 7);
+    const std::vector<HfTensor> known = hf_tensors(arch, stem);
+    if (known.empty() || !known[0].spec->experts || !known[0].spec->matrix) return false;
+    PAGELLM_CHECK(e.dtype == "U8", "'{}': tensor {} has dtype {}, MXFP4 {} are U8", path, hf_name, e.dtype,
+                  blocks ? "blocks" : "scales");
+    check_entry_size(e, hf_name, path);
+    PackedHalves& p = packed_[stem];
+    PAGELLM_CHECK(!p.data[scales], "'{}': tensor {} appears twice in the model's files", path, hf_name);
+    p.data[scales] = data + e.begin;
+    p.shape[scales] = e.shape;
+    return true;
+  }
+
+  void unpack_mxfp4(const ArchInfo& arch, const std::string& dir) {
+    for (const auto& [stem, p] : packed_) {
+      PAGELLM_CHECK(p.data[0] && p.data[1], "'{}': {}_{} has no {}_{} to go with it", dir, stem,
+                    p.data[0] ? "blocks" : "scales", stem, p.data[0] ? "scales" : "blocks");
+      const auto& bs = p.shape[0];
+      const auto& ss = p.shape[1];
+      PAGELLM_CHECK(bs.size() == 4 && bs[3] == 16 && ss == std::vector<int64_t>(bs.begin(), bs.end() - 1),
+                    "'{}': {}_blocks {} and {}_scales {} are not MXFP4 [n_expert, rows, cols / 32, 16] and "
+                    "[n_expert, rows, cols / 32]", dir, stem, nlohmann::json(bs).dump(), stem, nlohmann::json(ss).dump());
+      const int64_t experts = bs[0], rows = bs[1], groups = bs[2];
+      for (const HfTensor& k : hf_tensors(arch, stem)) {
+        const Transform tr = k.spec->transform;
+        const bool fused = tr == Transform::GateUpEven || tr == Transform::GateUpOdd;
+        PAGELLM_CHECK(!fused || rows % 2 == 0, "'{}': {}_blocks fuses gate and up, but has an odd {} rows", dir,
+                      stem, rows);
+        const int64_t out = fused ? rows / 2 : rows, stride = fused ? 2 : 1, first = tr == Transform::GateUpOdd;
+        auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(experts * out * groups) * sizeof(BlockMXFP4));
+        auto* dst = reinterpret_cast<BlockMXFP4*>(owned.data());
+        for (int64_t e = 0; e < experts; ++e)
+          for (int64_t o = 0; o < out; ++o)
+            for (int64_t g = 0; g < groups; ++g) {
+              const int64_t src_row = (e * rows + o * stride + first) * groups + g;
+              const uint8_t* q = p.data[0] + src_row * 16;
+              BlockMXFP4& b = dst[(e * out + o) * groups + g];
+              b.e = p.data[1][src_row];
+              auto nibble = [&](int i) { return (q[i / 2] >> (4 * (i % 2))) & 0x0F; };
+              for (int i = 0; i < 16; ++i) b.qs[i] = static_cast<uint8_t>(nibble(i) | (nibble(i + 16) << 4));
+            }
+        PAGELLM_CHECK(!tensors_.contains(k.gguf), "'{}': {} is given both packed and unpacked", dir, stem);
+        tensors_[k.gguf] = TensorData{k.gguf, DType::MXFP4, {groups * QK_MXFP4, out, experts}, owned.data()};
+      }
+    }
+  }
+
+  std::map<std::string, PackedHalves> packed_;
+  std::vector<std::vector<uint8_t>> owned_bytes_;
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::vector<std::vector<float>> owned_;
   std::unordered_map<std::string, TensorData> tensors_;

@@ -217,6 +217,18 @@ def gguf_seeds():
             model_tensors(tied=True, qtype="Q4_K",
                           norms=("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm"))),
         "llama-bpe-v2.gguf": write_gguf(arch_kv("llama") + bpe_vocab_kv("llama-bpe"), model_tensors(), version=2),
+        # YaRN keys (gpt-oss and Qwen long-context files) and LongRoPE factor tensors (Phi-3).
+        "qwen3-yarn.gguf": write_gguf(
+            arch_kv("qwen3", extra=[("qwen3.rope.scaling.type", STRING, "yarn"), ("qwen3.rope.scaling.factor", F32, 4.0),
+                                    ("qwen3.rope.scaling.original_context_length", U32, 16),
+                                    ("qwen3.rope.scaling.yarn_beta_fast", F32, 32.0),
+                                    ("qwen3.rope.scaling.attn_factor", F32, 1.0)]) + bpe_vocab_kv("qwen2"),
+            model_tensors(norms=("attn_norm", "ffn_norm", "attn_q_norm", "attn_k_norm"))),
+        "phi3-longrope.gguf": write_gguf(
+            arch_kv("phi3", extra=[("phi3.rope.dimension_count", U32, 4),
+                                   ("phi3.rope.scaling.original_context_length", U32, 16),
+                                   ("phi3.rope.scaling.attn_factor", F32, 1.2)]) + spm_vocab_kv(),
+            model_tensors() + [("rope_factors_short.weight", "F32", [2]), ("rope_factors_long.weight", "F32", [2])]),
         "bert-vocab-only.gguf": write_gguf([("general.architecture", STRING, "bert")] + wordpiece_vocab_kv()),
         "nested-arrays.gguf": write_gguf([
             ("general.architecture", STRING, "llama"),
@@ -236,7 +248,7 @@ def gguf_seeds():
 
 # ---------------------------------------------------------------- safetensors
 
-ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U8": 1}
 
 
 def write_safetensors(tensors, metadata=None):
@@ -292,6 +304,20 @@ def safetensors_seeds():
              ("language_model.lm_head.weight", "F32", [16, 8]), ("vision_tower.unused", "F32", [2, 2, 2, 2]),
              ("language_model.model.layers.1.mlp.up_proj.weight", "BF16", [16, 8])]),
         "empty-header.safetensors": write_safetensors([]),
+        # gpt-oss: stacked experts (x @ W), gate and up interleaved, stacked biases.
+        "gptoss-bf16-experts.safetensors": write_safetensors(
+            [("model.layers.0.mlp.router.weight", "F32", [4, 8]), ("model.layers.0.mlp.router.bias", "F32", [4]),
+             ("model.layers.0.mlp.experts.gate_up_proj", "BF16", [4, 8, 32]),
+             ("model.layers.0.mlp.experts.gate_up_proj_bias", "BF16", [4, 32]),
+             ("model.layers.0.mlp.experts.down_proj", "F16", [4, 16, 8]),
+             ("model.layers.0.mlp.experts.down_proj_bias", "F32", [4, 8]),
+             ("model.layers.0.self_attn.sinks", "F32", [8])]),
+        # gpt-oss checkpoints' MXFP4 experts: U8 blocks and e8m0 scales.
+        "gptoss-mxfp4-experts.safetensors": write_safetensors(
+            [("model.layers.0.mlp.experts.gate_up_proj_blocks", "U8", [2, 4, 1, 16]),
+             ("model.layers.0.mlp.experts.gate_up_proj_scales", "U8", [2, 4, 1]),
+             ("model.layers.0.mlp.experts.down_proj_blocks", "U8", [2, 2, 1, 16]),
+             ("model.layers.0.mlp.experts.down_proj_scales", "U8", [2, 2, 1])]),
     }
 
 

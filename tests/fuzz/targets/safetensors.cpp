@@ -1,7 +1,8 @@
 // model.safetensors: the 8-byte length, the header JSON, the tensor table and
 // the name mapping, read as a Llama / Mixtral (untied lm_head), as a Gemma 3
-// (tied, whose norm weights the reader converts to F32 + 1) and as a
-// Qwen2-MoE (one tensor per expert, a shared expert).
+// (tied, whose norm weights the reader converts to F32 + 1), as a
+// Qwen2-MoE (one tensor per expert, a shared expert) and as a gpt-oss
+// (stacked experts, transposed and split into F32 copies).
 #include <string>
 #include <vector>
 
@@ -24,8 +25,8 @@ std::vector<std::string> known_names(Arch arch) {
   for (int layer = 0; layer < 2; ++layer)
     for (const TensorSpec& t : a.layer) {
       const std::string name = layer_tensor_name(t, layer);
-      if (!t.experts) n.push_back(name);
-      else
+      n.push_back(name);  // stacked experts keep the plain name
+      if (t.experts)
         for (int e = 0; e < 4; ++e) n.push_back(name + "[" + std::to_string(e) + "]");
     }
   return n;
@@ -37,8 +38,9 @@ void read_as(const std::string& dir, Arch arch, bool tied) {
   cfg.tie_word_embeddings = tied;
   const auto src = hf_tensor_source(dir, cfg);
   static const std::vector<std::string> names[] = {known_names(Arch::Llama), known_names(Arch::Gemma3),
-                                                   known_names(Arch::Qwen2Moe)};
-  const std::vector<std::string>& known = names[arch == Arch::Llama ? 0 : arch == Arch::Gemma3 ? 1 : 2];
+                                                   known_names(Arch::Qwen2Moe), known_names(Arch::GptOss)};
+  const std::vector<std::string>& known =
+      names[arch == Arch::Llama ? 0 : arch == Arch::Gemma3 ? 1 : arch == Arch::Qwen2Moe ? 2 : 3];
   for (const std::string& name : known) {
     const TensorData* t = src->find(name);
     if (!t) continue;
@@ -62,6 +64,7 @@ int safetensors(const uint8_t* data, size_t size) {
   refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Llama, false); });
   refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Gemma3, true); });
   refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::Qwen2Moe, false); });
+  refused(Refusal::AnyException, [&] { read_as(dir.path(), Arch::GptOss, false); });
   return 0;
 }
 

@@ -277,9 +277,15 @@ TEST(GptOssConfig, DefaultsAndQuantizedCheckpointsRefused) {
   EXPECT_EQ(c.is_swa, (std::vector<bool>{true, false, true, false}));
   EXPECT_EQ(c.n_ff_exp, 256);
   EXPECT_TRUE(c.expert_norm_topk);
+  // gpt-oss's own MXFP4 checkpoints load; other quantized checkpoints are refused by name.
   json q = j;
   q["quantization_config"] = {{"quant_method", "mxfp4"}};
-  expect_error_with([&] { config_of(q); }, "quantized Hugging Face checkpoints (quant_method 'mxfp4')");
+  EXPECT_EQ(config_of(q).arch, Arch::GptOss);
+  q["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  expect_error_with([&] { config_of(q); }, "quantized Hugging Face checkpoints (quant_method 'gptq')");
+  json lq = small_config("LlamaForCausalLM");
+  lq["quantization_config"] = {{"quant_method", "mxfp4"}};
+  expect_error_with([&] { config_of(lq); }, "quantized Hugging Face checkpoints (quant_method 'mxfp4')");
   json s = j;
   s["swiglu_limit"] = 10.0;
   expect_error_with([&] { config_of(s); }, "swiglu_limit 10 are not supported");

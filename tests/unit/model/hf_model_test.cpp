@@ -144,6 +144,7 @@ std::vector<HFCase> hf_cases() {
   for (auto [s, tied] : kFixtureShapes)
     for (const char* t : {"f32", "bf16"}) cases.push_back({s, t, 1});
   cases.push_back({"tiny-llama", "f16", 3});
+  cases.push_back({"tiny-gptoss", "mxfp4", 1});  // MXFP4 experts as gpt-oss checkpoints ship them
   return cases;
 }
 
@@ -166,7 +167,12 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
     ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
     ASSERT_TRUE(fs::exists(fs::path(dir) / fmt::format("model-{:05d}-of-{:05d}.safetensors", c.shards, c.shards)));
   }
-  auto backend = make_cpu_backend(2);
+  // MXFP4 experts: float activations, as transformers multiplies the
+  // dequantized weights (the fast path rounds activations to 8 bits).
+  CpuBackendOptions opts;
+  opts.threads = 2;
+  opts.exact_matmul = c.type == "mxfp4";
+  auto backend = make_cpu_backend(opts);
   auto model = Model::load(dir, *backend);
   ModelConfig want = dummy_config(c.shape, n_vocab);
   expect_same_config(model->config(), want, "HF config vs dummy config");
