@@ -281,6 +281,69 @@ struct KernelQ8_0 {
   }
 };
 
+// ---- IQ4_NL / MXFP4 x Q8_0 ------------------------------------------------------------
+// 4-bit indices into 16 signed levels (one pshufb), then Q8_0's sign trick.
+// IQ4_NL's levels reach 127, so each maddubs goes to int32 on its own; MXFP4's
+// (doubled e2m1, at most 12) sum all 8 quads in int16 first.
+template <bool Mx>
+struct KernelLut4 {
+  static constexpr int kTile = kTileTokens;
+  using WBlock = std::conditional_t<Mx, BlockMXFP4x8, BlockQ4_0x8>;
+
+  // The 8 rows' block scales: fp16, or e8m0_to_fp32_half of the exponent bytes.
+  static __m256 scales(const WBlock& w) {
+    if constexpr (Mx) {
+      const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.e)));
+      const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+      const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+      return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    } else {
+      return load_halves8(w.d);
+    }
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w = static_cast<const WBlock*>(wp);
+    const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(Mx ? kMXFP4Values : kIQ4NLValues)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b);
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m256i q = load256(w[b].qs + 32 * i);
+        const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
+        const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+        for (int t = 0; t < T; ++t) {
+          const __m256i sl = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 4 * i), wl);
+          const __m256i sh = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 16 + 4 * i), wh);
+          if constexpr (Mx) {  // int16 lanes in isum until the madd below
+            add_maddubs(isum[t], al, sl);
+            add_maddubs(isum[t], ah, sh);
+          } else {
+            add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(al, sl), ones));
+            add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ah, sh), ones));
+          }
+        }
+      }
+      const __m256 dw = scales(w[b]);
+      for (int t = 0; t < T; ++t) {
+        // MXFP4: isum held int16 sums (at most 8 x 2 x 12 x 127 per lane); widen now.
+        const __m256i s32 = Mx ? _mm256_madd_epi16(isum[t], ones) : isum[t];
+        fmadd(acc[t], _mm256_cvtepi32_ps(s32), _mm256_mul_ps(dw, _mm256_set1_ps(in.s[t][b].d)));
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 // ---- Q4_K / Q5_K x Q8_K -------------------------------------------------------------
 // Per sub-block of 32: 8 quads, int16 sums (4 at a time for 5-bit levels),
 // madd with the sub-block scales of the 8 rows; mins against the activation
@@ -539,6 +602,8 @@ void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0
     case DType::Q4_K: return run_tiles<KernelQ45K<false>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_K: return run_tiles<KernelQ45K<true>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q6_K: return run_tiles<KernelQ6K>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_NL: return run_tiles<KernelLut4<false>>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::MXFP4: return run_tiles<KernelLut4<true>>(w, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x8: no interleaved kernel for {}", dtype_name(type));
   }
 }

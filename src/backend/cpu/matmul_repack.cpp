@@ -56,12 +56,25 @@ void pack_k45(const uint8_t* const* rows, int64_t b, Dst* o) {
 
 void pack_block(DType type, const uint8_t* const* rows, int64_t b, uint8_t* out) {
   switch (type) {
-    case DType::Q4_0: {
+    case DType::Q4_0:
+    case DType::IQ4_NL: {  // the same block layout (fp16 scale, 16 nibble bytes)
+      static_assert(sizeof(BlockQ4_0) == sizeof(BlockIQ4_NL));
       auto* o = reinterpret_cast<BlockQ4_0x8*>(out);
       const uint8_t* q[kGroupRows];
       for (int r = 0; r < kGroupRows; ++r) {
         const auto& s = block_of<BlockQ4_0>(rows, r, b);
         o->d[r] = s.d;
+        q[r] = s.qs;
+      }
+      interleave_quads(q, 0, 4, o->qs);
+      return;
+    }
+    case DType::MXFP4: {
+      auto* o = reinterpret_cast<BlockMXFP4x8*>(out);
+      const uint8_t* q[kGroupRows];
+      for (int r = 0; r < kGroupRows; ++r) {
+        const auto& s = block_of<BlockMXFP4>(rows, r, b);
+        o->e[r] = s.e;
         q[r] = s.qs;
       }
       interleave_quads(q, 0, 4, o->qs);
@@ -142,7 +155,9 @@ void pack_block(DType type, const uint8_t* const* rows, int64_t b, uint8_t* out)
 
 size_t interleaved_block_bytes(DType type) {
   switch (type) {
-    case DType::Q4_0: return sizeof(BlockQ4_0x8);
+    case DType::Q4_0:
+    case DType::IQ4_NL: return sizeof(BlockQ4_0x8);
+    case DType::MXFP4: return sizeof(BlockMXFP4x8);
     case DType::Q4_1: return sizeof(BlockQ4_1x8);
     case DType::Q5_0: return sizeof(BlockQ5_0x8);
     case DType::Q5_1: return sizeof(BlockQ5_1x8);
