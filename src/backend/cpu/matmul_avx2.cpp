@@ -344,6 +344,51 @@ struct KernelLut4 {
   }
 };
 
+// ---- IQ4_XS x Q8_K -------------------------------------------------------------------
+// IQ4_NL's levels in sub-blocks of 32, each with a signed 6-bit scale: the
+// sub-block's int32 sums are multiplied by the 8 rows' scales (at most
+// 8 x 31 x 258064 in a lane).
+struct KernelIQ4XS {
+  static constexpr int kTile = kTileTokens;
+  template <int T>
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w = static_cast<const BlockIQ4_XSx8*>(wp);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b);
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        __m256i sub[T];
+        for (int t = 0; t < T; ++t) sub[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m256i q = load256(w[b].qs + (j * 4 + i) * 32);
+          const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
+          const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+          const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+          for (int t = 0; t < T; ++t) {
+            const int8_t* a = in.a[t][b].qs + 32 * j + 4 * i;
+            add_epi32(sub[t], _mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a), wl)), ones));
+            add_epi32(sub[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a + 16), wh)), ones));
+          }
+        }
+        const __m256i sc =
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales + j * kGroupRows)));
+        for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm256_mullo_epi32(sub[t], sc));
+      }
+      const __m256 dw = load_halves8(w[b].d);
+      for (int t = 0; t < T; ++t)
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)));
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 // ---- Q4_K / Q5_K x Q8_K -------------------------------------------------------------
 // Per sub-block of 32: 8 quads, int16 sums (4 at a time for 5-bit levels),
 // madd with the sub-block scales of the 8 rows; mins against the activation
@@ -604,6 +649,7 @@ void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0
     case DType::Q6_K: return run_tiles<KernelQ6K>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::IQ4_NL: return run_tiles<KernelLut4<false>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::MXFP4: return run_tiles<KernelLut4<true>>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_XS: return run_tiles<KernelIQ4XS>(w, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x8: no interleaved kernel for {}", dtype_name(type));
   }
 }

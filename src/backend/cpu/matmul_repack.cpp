@@ -69,6 +69,18 @@ void pack_block(DType type, const uint8_t* const* rows, int64_t b, uint8_t* out)
       interleave_quads(q, 0, 4, o->qs);
       return;
     }
+    case DType::IQ4_XS: {
+      auto* o = reinterpret_cast<BlockIQ4_XSx8*>(out);
+      const uint8_t* q[kGroupRows];
+      for (int r = 0; r < kGroupRows; ++r) {
+        const auto& s = block_of<BlockIQ4_XS>(rows, r, b);
+        o->d[r] = s.d;
+        for (int j = 0; j < 8; ++j) o->scales[j * kGroupRows + r] = static_cast<int8_t>(iq4xs_scale(s, j));
+        q[r] = s.qs;
+      }
+      for (int j = 0; j < 8; ++j) interleave_quads(q, 16 * j, 4, o->qs + j * 128);
+      return;
+    }
     case DType::MXFP4: {
       auto* o = reinterpret_cast<BlockMXFP4x8*>(out);
       const uint8_t* q[kGroupRows];
@@ -158,6 +170,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::Q4_0:
     case DType::IQ4_NL: return sizeof(BlockQ4_0x8);
     case DType::MXFP4: return sizeof(BlockMXFP4x8);
+    case DType::IQ4_XS: return sizeof(BlockIQ4_XSx8);
     case DType::Q4_1: return sizeof(BlockQ4_1x8);
     case DType::Q5_0: return sizeof(BlockQ5_0x8);
     case DType::Q5_1: return sizeof(BlockQ5_1x8);
