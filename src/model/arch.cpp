@@ -107,17 +107,20 @@ std::vector<TensorSpec> globals(Transform norm) {
 
 // Llama-style layer (Llama, Qwen 2, Qwen 3): one norm before attention, one
 // before the FFN (HF calls it post_attention_layernorm).
+// The attention block of a Llama-style layer: a norm, q/k/v/o, q/k/v biases.
+std::vector<TensorSpec> llama_attention(Transform qk) {
+  return {vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
+          mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q, Need::Required, qk),
+          mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K, Need::Required, qk),
+          mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V),
+          mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
+          vec("attn_q.bias", "self_attn.q_proj.bias", q_vec, Slot::QBias, Need::IfQkvBias),
+          vec("attn_k.bias", "self_attn.k_proj.bias", kv_vec, Slot::KBias, Need::IfQkvBias),
+          vec("attn_v.bias", "self_attn.v_proj.bias", kv_vec, Slot::VBias, Need::IfQkvBias)};
+}
+
 std::vector<TensorSpec> llama_layer(Transform qk, bool qk_norm, const char* moe_hf = nullptr) {
-  std::vector<TensorSpec> l = {
-      vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
-      mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q, Need::Required, qk),
-      mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K, Need::Required, qk),
-      mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V),
-      mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
-      vec("attn_q.bias", "self_attn.q_proj.bias", q_vec, Slot::QBias, Need::IfQkvBias),
-      vec("attn_k.bias", "self_attn.k_proj.bias", kv_vec, Slot::KBias, Need::IfQkvBias),
-      vec("attn_v.bias", "self_attn.v_proj.bias", kv_vec, Slot::VBias, Need::IfQkvBias),
-  };
+  std::vector<TensorSpec> l = llama_attention(qk);
   if (qk_norm) {
     l.push_back(vec("attn_q_norm.weight", "self_attn.q_norm.weight", head_vec, Slot::QNorm, Need::IfQkNorm));
     l.push_back(vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, Need::IfQkNorm));
@@ -179,14 +182,8 @@ std::vector<TensorSpec> phi3_layer() {
 // whose router and experts all have biases. Its HF checkpoints stack the
 // experts (x @ W layout) and interleave gate and up in one tensor.
 std::vector<TensorSpec> gptoss_layer() {
-  return {vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
-          mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q),
-          mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K),
-          mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V),
-          mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
-          vec("attn_q.bias", "self_attn.q_proj.bias", q_vec, Slot::QBias, Need::IfQkvBias),
-          vec("attn_k.bias", "self_attn.k_proj.bias", kv_vec, Slot::KBias, Need::IfQkvBias),
-          vec("attn_v.bias", "self_attn.v_proj.bias", kv_vec, Slot::VBias, Need::IfQkvBias),
+  std::vector<TensorSpec> l = llama_attention(Transform::None);
+  std::vector<TensorSpec> rest = {
           vec("attn_output.bias", "self_attn.o_proj.bias", embd_vec, Slot::OBias, Need::IfQkvBias),
           vec("attn_sinks.weight", "self_attn.sinks", head_count_vec, Slot::AttnSinks),
           // The pre-FFN norm (llama.cpp names it post_attention_norm here).
@@ -205,6 +202,8 @@ std::vector<TensorSpec> gptoss_layer() {
           expert_biases("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", ff_exps_bias, Slot::UpExpsBias,
                         Transform::GateUpOdd),
           expert_biases("ffn_down_exps.bias", "mlp.experts.down_proj_bias", down_exps_bias, Slot::DownExpsBias)};
+  l.insert(l.end(), rest.begin(), rest.end());
+  return l;
 }
 
 std::vector<ArchInfo> make_archs() {

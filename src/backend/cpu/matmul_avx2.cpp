@@ -46,6 +46,19 @@ inline __m256i bcast32(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
+// Signed weights w (int8 lanes) times a broadcast activation quad a, summed
+// in int32 pairs: |w| feeds maddubs, a takes w's sign.
+inline __m256i signed_dot(__m256i w, __m256i a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
+}
+
+// A quad's 32 bytes of nibbles as signed levels from a 16-entry table.
+inline void lut_levels(__m256i q, __m256i lut, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
+  hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+}
+
 inline __m256 load_halves8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -257,7 +270,6 @@ struct KernelQ8_0 {
   __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
     const auto* w = static_cast<const BlockQ8_0x8*>(wp);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -267,11 +279,7 @@ struct KernelQ8_0 {
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         const __m256i q = load256(w[b].qs + 32 * i);
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        for (int t = 0; t < T; ++t) {
-          const __m256i sa = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 4 * i), q);
-          add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sa), ones));
-        }
+        for (int t = 0; t < T; ++t) add_epi32(isum[t], signed_dot(q, bcast32(in.a[t][b].qs + 4 * i)));
       }
       const __m256 dw = load_halves8(w[b].d);
       for (int t = 0; t < T; ++t)
@@ -308,7 +316,7 @@ struct KernelLut4 {
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(Mx ? kMXFP4Values : kIQ4NLValues)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -317,19 +325,16 @@ struct KernelLut4 {
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m256i q = load256(w[b].qs + 32 * i);
-        const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
-        const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-        const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+        __m256i wl, wh;
+        lut_levels(load256(w[b].qs + 32 * i), lut, wl, wh);
         for (int t = 0; t < T; ++t) {
-          const __m256i sl = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 4 * i), wl);
-          const __m256i sh = _mm256_sign_epi8(bcast32(in.a[t][b].qs + 16 + 4 * i), wh);
+          const __m256i al = bcast32(in.a[t][b].qs + 4 * i), ah = bcast32(in.a[t][b].qs + 16 + 4 * i);
           if constexpr (Mx) {  // int16 lanes in isum until the madd below
-            add_maddubs(isum[t], al, sl);
-            add_maddubs(isum[t], ah, sh);
+            add_maddubs(isum[t], _mm256_sign_epi8(wl, wl), _mm256_sign_epi8(al, wl));
+            add_maddubs(isum[t], _mm256_sign_epi8(wh, wh), _mm256_sign_epi8(ah, wh));
           } else {
-            add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(al, sl), ones));
-            add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ah, sh), ones));
+            add_epi32(isum[t], signed_dot(wl, al));
+            add_epi32(isum[t], signed_dot(wh, ah));
           }
         }
       }
@@ -355,7 +360,6 @@ struct KernelIQ4XS {
     const auto* w = static_cast<const BlockIQ4_XSx8*>(wp);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -367,14 +371,12 @@ struct KernelIQ4XS {
         for (int t = 0; t < T; ++t) sub[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
-          const __m256i q = load256(w[b].qs + (j * 4 + i) * 32);
-          const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
-          const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-          const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+          __m256i wl, wh;
+          lut_levels(load256(w[b].qs + (j * 4 + i) * 32), lut, wl, wh);
           for (int t = 0; t < T; ++t) {
             const int8_t* a = in.a[t][b].qs + 32 * j + 4 * i;
-            add_epi32(sub[t], _mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a), wl)), ones));
-            add_epi32(sub[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a + 16), wh)), ones));
+            add_epi32(sub[t], signed_dot(wl, bcast32(a)));
+            add_epi32(sub[t], signed_dot(wh, bcast32(a + 16)));
           }
         }
         const __m256i sc =
