@@ -391,6 +391,69 @@ struct KernelIQ4XS {
   }
 };
 
+// ---- Q2_K x Q8_K --------------------------------------------------------------------
+// 2-bit levels: the 8 quads of one shift and half share two sub-blocks of
+// 16 (quads 0-3, 4-7), summed in int16 (at most 4 x 2 x 3 x 127), then madd
+// with the rows' 4-bit scales; mins against the activation sums of 16.
+struct KernelQ2K {
+  static constexpr int kTile = kTileTokens;
+
+  static __m256i scale_bytes(const BlockQ2_Kx8& w, int j) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + j * kGroupRows)));
+  }
+  // Sub-block j's scale of the 8 rows, in both int16 halves of each row's lane.
+  static __m256i scales(const BlockQ2_Kx8& w, int j) {
+    const __m256i v = _mm256_and_si256(scale_bytes(w, j), _mm256_set1_epi32(0x0F));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+  }
+  // The mins of sub-blocks j (low int16) and j + 1 (high) of the 8 rows.
+  static __m256i min_pairs(const BlockQ2_Kx8& w, int j) {
+    return _mm256_or_si256(_mm256_srli_epi32(scale_bytes(w, j), 4),
+                           _mm256_slli_epi32(_mm256_srli_epi32(scale_bytes(w, j + 1), 4), 16));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w = static_cast<const BlockQ2_Kx8*>(wp);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<T>(w, b);
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          __m256i p0[T], p1[T];
+          for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m256i v = _mm256_and_si256(_mm256_srli_epi16(load256(w[b].qs + (h * 8 + i) * 32), 2 * k), m2);
+            for (int t = 0; t < T; ++t)
+              add_maddubs(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m256i s0 = scales(w[b], j), s1 = scales(w[b], j + 1);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm256_madd_epi16(p0[t], s0));
+            add_epi32(isum[t], _mm256_madd_epi16(p1[t], s1));
+          }
+        }
+      const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
+      for (int t = 0; t < T; ++t) {
+        __m256i imin = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j += 2)
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(min_pairs(w[b], j), bcast32(in.a[t][b].bsums + j)));
+        const __m256 da = _mm256_set1_ps(in.a[t][b].d);
+        fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da));
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc[t]);
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 // ---- Q4_K / Q5_K x Q8_K -------------------------------------------------------------
 // Per sub-block of 32: 8 quads, int16 sums (4 at a time for 5-bit levels),
 // madd with the sub-block scales of the 8 rows; mins against the activation
@@ -652,6 +715,7 @@ void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0
     case DType::IQ4_NL: return run_tiles<KernelLut4<false>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::MXFP4: return run_tiles<KernelLut4<true>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::IQ4_XS: return run_tiles<KernelIQ4XS>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q2_K: return run_tiles<KernelQ2K>(w, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x8: no interleaved kernel for {}", dtype_name(type));
   }
 }

@@ -69,6 +69,19 @@ void pack_block(DType type, const uint8_t* const* rows, int64_t b, uint8_t* out)
       interleave_quads(q, 0, 4, o->qs);
       return;
     }
+    case DType::Q2_K: {
+      auto* o = reinterpret_cast<BlockQ2_Kx8*>(out);
+      const uint8_t* q[kGroupRows];
+      for (int r = 0; r < kGroupRows; ++r) {
+        const auto& s = block_of<BlockQ2_K>(rows, r, b);
+        o->d[r] = s.d;
+        o->dmin[r] = s.dmin;
+        for (int j = 0; j < 16; ++j) o->scales[j * kGroupRows + r] = s.scales[j];
+        q[r] = s.qs;
+      }
+      for (int h = 0; h < 2; ++h) interleave_quads(q, 32 * h, 8, o->qs + h * 256);
+      return;
+    }
     case DType::IQ4_XS: {
       auto* o = reinterpret_cast<BlockIQ4_XSx8*>(out);
       const uint8_t* q[kGroupRows];
@@ -171,6 +184,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::IQ4_NL: return sizeof(BlockQ4_0x8);
     case DType::MXFP4: return sizeof(BlockMXFP4x8);
     case DType::IQ4_XS: return sizeof(BlockIQ4_XSx8);
+    case DType::Q2_K: return sizeof(BlockQ2_Kx8);
     case DType::Q4_1: return sizeof(BlockQ4_1x8);
     case DType::Q5_0: return sizeof(BlockQ5_0x8);
     case DType::Q5_1: return sizeof(BlockQ5_1x8);
