@@ -79,9 +79,23 @@ class Connection {
         } else if (probe && !probe()) {
           return true;
         }
+        // A closed socket answers the probe with a reset: wait a moment for
+        // it, so the client counts as gone now rather than a poll interval
+        // later (a half-closed client that still reads sends none).
+        return reset_within(std::chrono::milliseconds(20));
       }
     }
     return false;
+  }
+
+  // No events asked: poll wakes only for an error or hang-up (a reset), not
+  // for the FIN already seen.
+  bool reset_within(std::chrono::milliseconds wait) const {
+    pollfd p{fd, 0, 0};
+    int rc;
+    do rc = ::poll(&p, 1, static_cast<int>(wait.count()));
+    while (rc < 0 && errno == EINTR);
+    return rc > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
   }
 
   const int fd;
