@@ -425,6 +425,15 @@ std::string supported_hf_classes() {
   return s;
 }
 
+const std::vector<float>* config_rope_factors(const ModelConfig& c, Slot s) {
+  switch (s) {
+    case Slot::RopeFreqs: return &c.rope_freq_factors;
+    case Slot::RopeFactorsShort: return &c.rope_factors_short;
+    case Slot::RopeFactorsLong: return &c.rope_factors_long;
+    default: return nullptr;
+  }
+}
+
 bool tensor_required(const TensorSpec& t, const ModelConfig& c) {
   switch (t.need) {
     case Need::Required: return true;

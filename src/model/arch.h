@@ -172,6 +172,11 @@ const ArchInfo* arch_by_hf_class(const std::string& cls, HfSwa* swa = nullptr);
 std::string supported_gguf_names();
 std::string supported_hf_classes();
 
+// RoPE divisor tensors (rope_freqs, LongRoPE's short / long sets): GGUF
+// files store them, HF configs state or imply them. The values a config
+// gives for such a slot (empty: none), or null for any other slot.
+const std::vector<float>* config_rope_factors(const ModelConfig& c, Slot s);
+
 // Whether the tensor must be present for this config.
 bool tensor_required(const TensorSpec& t, const ModelConfig& c);
 // The GGUF tensor name of a per-layer spec ("blk.3.attn_q.weight").

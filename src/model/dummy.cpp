@@ -135,17 +135,14 @@ class DummySource : public TensorSource {
     const bool tied = find_shape(spec.shape).tied;
     auto make = [&](const TensorSpec& t, const std::string& name) {
       const Slot s = t.slots[0];
-      const bool rope = s == Slot::RopeFreqs || s == Slot::RopeFactorsShort || s == Slot::RopeFactorsLong;
+      const std::vector<float>* rope = config_rope_factors(cfg, s);
       const bool wanted = s == Slot::Output ? !tied : rope || tensor_required(t, cfg);
       if (!wanted) return;
       const Dims shape = t.shape(cfg);
       const int64_t cols = shape[0];
       if (rope) {
         // Not random: the divisors the config states or implies, as a converter writes them.
-        const std::vector<float>& f = s == Slot::RopeFreqs           ? cfg.rope_freq_factors
-                                      : s == Slot::RopeFactorsShort ? cfg.rope_factors_short
-                                                                    : cfg.rope_factors_long;
-        if (!f.empty()) add_values(name, shape, f);
+        if (!rope->empty()) add_values(name, shape, *rope);
       } else if (t.slots[0] == Slot::TokEmbd) {
         // Unit variance for models that do not scale embeddings up.
         add(name, dummy_tensor_type(spec.wtype, cols), shape, arch.embd_scale_sqrt ? 0.05f : 1.0f, 0.0f, spec.seed,

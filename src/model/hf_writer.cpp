@@ -28,8 +28,8 @@ struct Entry {
   int shard = 0;
   // Packed bytes written as they are (U8: gpt-oss's MXFP4 blocks and scales),
   // with their row-major shape; src is unused then.
-  std::vector<uint8_t> raw;
-  std::vector<int64_t> raw_shape;
+  std::vector<uint8_t> raw = {};
+  std::vector<int64_t> raw_shape = {};
 };
 
 // The type non-packed tensors are stored in: an MXFP4 checkpoint keeps all
@@ -68,21 +68,26 @@ bool same_values(const TensorData& t, const std::vector<float>& values) {
 
 // A stacked-experts tensor in gpt-oss's HF layout (x @ W: [n_expert, in,
 // out]; a fused gate_up interleaves gate and up columns), as an F32 copy.
-// The GateUpOdd half returns an empty entry: the GateUpEven one writes both.
+// The GateUpEven half writes both.
+// The up half of a fused gate_up whose gate half (GateUpEven) is `t`, or null
+// for any other tensor.
+const TensorData* gate_up_partner(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t,
+                                  const TensorSource& src, const std::string& gguf) {
+  if (spec.transform != Transform::GateUpEven) return nullptr;
+  for (const TensorSpec& s : arch.layer)
+    if (s.transform == Transform::GateUpOdd && std::string_view(s.hf) == spec.hf) {
+      const std::string name = gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf;
+      const TensorData* odd = src.find(name);
+      PAGELLM_CHECK(odd && odd->shape == t.shape, "cannot write a Hugging Face folder: '{}' has no matching '{}'",
+                    gguf, name);
+      return odd;
+    }
+  fail("cannot write a Hugging Face folder: '{}' has no odd half", gguf);
+}
+
 Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t, const TensorSource& src,
                       const std::string& gguf, const std::string& hf, std::vector<std::vector<float>>& owned) {
-  if (spec.transform == Transform::GateUpOdd) return {};
-  const TensorData* odd = nullptr;
-  if (spec.transform == Transform::GateUpEven) {
-    for (const TensorSpec& s : arch.layer)
-      if (s.transform == Transform::GateUpOdd && std::string_view(s.hf) == spec.hf) {
-        const std::string name = gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf;
-        odd = src.find(name);
-        PAGELLM_CHECK(odd && odd->shape == t.shape, "cannot write a Hugging Face folder: '{}' has no matching '{}'",
-                      gguf, name);
-      }
-    PAGELLM_CHECK(odd, "cannot write a Hugging Face folder: '{}' has no odd half", gguf);
-  }
+  const TensorData* odd = gate_up_partner(arch, spec, t, src, gguf);
   const bool bias = t.shape.size() == 2;
   const int64_t cols = t.cols(), out = bias ? cols : t.shape[1], in = bias ? 1 : cols, experts = t.shape.back();
   const int64_t parts = odd ? 2 : 1;
@@ -115,16 +120,8 @@ Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const Tensor
 // gate_up interleaving gate and up rows (the GateUpEven spec writes both).
 std::vector<Entry> mxfp4_experts(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t,
                                  const TensorSource& src, const std::string& gguf, const std::string& hf) {
-  if (spec.transform == Transform::GateUpOdd) return {};
   std::vector<const TensorData*> parts{&t};
-  if (spec.transform == Transform::GateUpEven)
-    for (const TensorSpec& s : arch.layer)
-      if (s.transform == Transform::GateUpOdd && std::string_view(s.hf) == spec.hf) {
-        const std::string name = gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf;
-        parts.push_back(src.find(name));
-        PAGELLM_CHECK(parts.back() && parts.back()->shape == t.shape,
-                      "cannot write a Hugging Face folder: '{}' has no matching '{}'", gguf, name);
-      }
+  if (const TensorData* odd = gate_up_partner(arch, spec, t, src, gguf)) parts.push_back(odd);
   for (const TensorData* p : parts)
     PAGELLM_CHECK(p->type == DType::MXFP4, "cannot write MXFP4 experts: '{}' is {}", p->name, dtype_name(p->type));
   const int64_t groups = t.cols() / QK_MXFP4, out = t.shape[1], experts = t.shape[2];
@@ -162,13 +159,10 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
   auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
     const TensorData* t = src.find(gguf);
     if (!*spec.hf) {
-      // Only RoPE divisors the config implies (Llama 3 scaling) have a
-      // config.json form; the loader computes them back from it.
-      const Slot slot = spec.slots[0];
-      const std::vector<float>& implied = slot == Slot::RopeFactorsShort  ? c.rope_factors_short
-                                          : slot == Slot::RopeFactorsLong ? c.rope_factors_long
-                                                                          : c.rope_freq_factors;
-      PAGELLM_CHECK(!t || same_values(*t, implied),
+      // Only RoPE divisors the config states or implies (Llama 3 scaling,
+      // LongRoPE) have a config.json form; the loader computes them back from it.
+      const std::vector<float>* implied = config_rope_factors(c, spec.slots[0]);
+      PAGELLM_CHECK(!t || (implied && same_values(*t, *implied)),
                     "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
       return;
     }
@@ -178,13 +172,12 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
       return;
     }
     if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
-    if (spec.experts && hf.find("{}") == std::string::npos && spec.matrix && mxfp4) {
-      for (Entry& e : mxfp4_experts(arch, spec, *t, src, gguf, hf)) out.push_back(std::move(e));
-      return;
-    }
     if (spec.experts && hf.find("{}") == std::string::npos) {
-      out.push_back(stacked_experts(arch, spec, *t, src, gguf, hf, owned));
-      if (!out.back().src.data) out.pop_back();  // the odd half of a fused gate_up: written with the even one
+      if (spec.transform == Transform::GateUpOdd) return;  // written with its gate half (GateUpEven)
+      if (spec.matrix && mxfp4)
+        for (Entry& e : mxfp4_experts(arch, spec, *t, src, gguf, hf)) out.push_back(std::move(e));
+      else
+        out.push_back(stacked_experts(arch, spec, *t, src, gguf, hf, owned));
       return;
     }
     if (spec.experts) {

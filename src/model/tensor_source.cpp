@@ -168,12 +168,11 @@ class SafetensorsSource : public TensorSource {
     unpack_mxfp4(arch_info(cfg.arch), dir);
     // RoPE divisors the config states or implies (Llama 3 scaling, LongRoPE),
     // as GGUF files store them.
-    for (const auto& [name, values] : {std::pair{"rope_freqs.weight", &cfg.rope_freq_factors},
-                                       {"rope_factors_short.weight", &cfg.rope_factors_short},
-                                       {"rope_factors_long.weight", &cfg.rope_factors_long}}) {
-      if (values->empty()) continue;
+    for (const TensorSpec& spec : arch_info(cfg.arch).globals) {
+      const std::vector<float>* values = config_rope_factors(cfg, spec.slots[0]);
+      if (!values || values->empty()) continue;
       const auto& f = owned_.emplace_back(*values);
-      tensors_[name] = TensorData{name, DType::F32, {static_cast<int64_t>(f.size())}, f.data()};
+      tensors_[spec.gguf] = TensorData{spec.gguf, DType::F32, {static_cast<int64_t>(f.size())}, f.data()};
     }
     // transformers ties lm_head to the embedding when the config says so; an
     // untied model without lm_head would get a random output matrix there.

@@ -441,10 +441,12 @@ struct KernelQ2K {
           }
         }
       const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
+      __m256i mins[8];  // unpacked once for all the tile's tokens
+      for (int p = 0; p < 8; ++p) mins[p] = min_pairs(w[b], 2 * p);
       for (int t = 0; t < T; ++t) {
         __m256i imin = _mm256_setzero_si256();
-        for (int j = 0; j < 16; j += 2)
-          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(min_pairs(w[b], j), bcast32(in.a[t][b].bsums + j)));
+        for (int p = 0; p < 8; ++p)
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mins[p], bcast32(in.a[t][b].bsums + 2 * p)));
         const __m256 da = _mm256_set1_ps(in.a[t][b].d);
         fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da));
         acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc[t]);
