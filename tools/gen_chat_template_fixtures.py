@@ -531,7 +531,7 @@ TEMPLATE_EXTRA = {  # variables a template needs that transformers users pass
 
 
 def gemma3_template():
-    """The template compiled into src/tokenizer/chat_template.cpp (kGemma3Template)."""
+    """The template compiled into src/chat/chat_template.cpp (kGemma3Template)."""
     src = open(os.path.join(ROOT, "src", "tokenizer", "chat_template.cpp"), encoding="utf-8").read()
     m = re.search(r'kGemma3Template =\s*R"TPL\((.*?)\)TPL"', src, re.S)
     return m.group(1)

@@ -11,8 +11,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "api/json_fields.h"
-#include "api/request_params.h"
+#include "api/openai_request.h"
+#include "cli/chat_template_flag.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -25,6 +25,7 @@ namespace {
 struct GenerateFlags {
   std::string prompt;
   std::string batch;
+  std::string chat_template;
   int max_tokens = 128;
   float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repetition_penalty = 1.0f;
   int top_k = 0;
@@ -102,6 +103,12 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
   std::string line;
   const auto t0 = Clock::now();
   int64_t total_prompt = 0;
+  api::ServedModel served;  // what the shared request parser checks lines against
+  served.tokenizer = &engine.tokenizer();
+  served.chat_template = load_chat_template(g.chat_template, engine);
+  served.vocab_size = engine.model_config().n_vocab;
+  served.max_model_len = engine.max_model_len();
+  served.default_max_tokens = g.max_tokens;
   while (std::getline(*in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Result r;
@@ -114,20 +121,17 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       } catch (const std::exception& e) {
         throw InvalidRequest(e.what());
       }
-      if (!body.is_object() || !body.contains("prompt"))
-        throw InvalidRequest("each line needs a \"prompt\" (a string or a list of token ids)", "prompt");
-      EngineRequest req;
-      req.id = std::to_string(index);
-      const auto& prompt = body["prompt"];
-      if (prompt.is_string())
-        req.prompt_ids = engine.tokenizer().encode(prompt.get<std::string>(), true, false);
-      else if (prompt.is_array())  // exact ids: 4294967298 is an error, not token 2
-        req.prompt_ids = json_to_token_ids(prompt, "prompt", "prompt", engine.model_config().n_vocab);
-      else
-        throw InvalidRequest("'prompt' must be a string or a list of token ids", "prompt");
-      ParsedParams pp = parse_request_params(body, false, engine.model_config().n_vocab, g.max_tokens);
-      req.params = pp.sampling;
-      req.priority = pp.priority;
+      // A line is the body of a /v1/chat/completions request (it has
+      // "messages") or of a /v1/completions one with a single prompt.
+      const bool chat = body.is_object() && body.contains("messages");
+      if (!chat && !(body.is_object() && body.contains("prompt")))
+        throw InvalidRequest("each line needs a \"prompt\" (a string or a list of token ids) or chat \"messages\"",
+                             "prompt");
+      const api::GenerationRequest parsed = chat ? api::parse_chat_request(body, served)
+                                                 : api::parse_completion_request(body, served);
+      if (parsed.prompts.size() != 1) throw InvalidRequest("each line holds one prompt, not a batch of them", "prompt");
+      if (parsed.stream) throw InvalidRequest("'stream' has no meaning in a batch file", "stream");
+      EngineRequest req = std::move(api::to_engine_requests(parsed, std::to_string(index), served).front());
       r.prompt_tokens = static_cast<int>(req.prompt_ids.size());
       r.texts.resize(req.params.n);
       r.tokens.resize(req.params.n);
@@ -189,8 +193,10 @@ Command register_generate(CLI::App& app) {
   auto g = std::make_shared<GenerateFlags>();
   sub->add_option("-p,--prompt", g->prompt, "Prompt text");
   sub->add_option("--batch", g->batch,
-                  "JSONL file ('-': stdin): one request per line (prompt + OpenAI/vLLM sampling fields); writes one "
-                  "JSON line per request in input order");
+                  "JSONL file ('-': stdin): one request per line, the body of a completions (\"prompt\") or chat "
+                  "completions (\"messages\") request; writes one JSON line per request in input order");
+  sub->add_option("--chat-template", g->chat_template,
+                  "Jinja chat template file (or inline template) replacing the model's, for --batch chat lines");
   sub->add_option("-n,--max-tokens", g->max_tokens, "Tokens to generate at most")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

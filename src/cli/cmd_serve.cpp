@@ -16,16 +16,17 @@
 #include <sstream>
 #include <thread>
 
-#include "core/request_limits.h"
+#include "chat/chat_template.h"
+#include "cli/chat_template_flag.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
+#include "core/request_limits.h"
 #include "core/util.h"
 #include "engine/async_engine.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
 #include "server/shutdown_signals.h"
-#include "tokenizer/chat_template.h"
 
 namespace pagellm::cli {
 namespace {
@@ -72,46 +73,6 @@ std::string default_served_name(const EngineConfig& c) {
   std::string name = p.filename().string();
   if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
   return name.empty() ? c.model : name;
-}
-
-std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& flag, const Engine& engine) {
-  std::string source;
-  if (!flag.empty()) {
-    if (std::filesystem::is_regular_file(flag)) {
-      std::ifstream in(flag, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      source = ss.str();
-    } else if (flag.find("{{") != std::string::npos || flag.find("{%") != std::string::npos) {
-      source = flag;  // an inline template, as vLLM allows
-    } else {
-      fail("--chat-template: no such file '{}'", flag);
-    }
-    try {
-      return std::make_shared<ChatTemplate>(source);
-    } catch (const Error& e) {
-      fail("--chat-template '{}' does not parse: {}", flag, e.what());
-    }
-  }
-  source = engine.tokenizer().chat_template();
-  const char* origin = "the model's";
-  if (source.empty()) {
-    const char* builtin = builtin_chat_template(arch_name(engine.model_config().arch));
-    if (!builtin) {
-      spdlog::warn("the model has no chat template: /v1/chat/completions answers 400 (use --chat-template FILE)");
-      return nullptr;
-    }
-    source = builtin;
-    origin = "the built-in";
-  }
-  try {
-    auto t = std::make_shared<ChatTemplate>(source);
-    spdlog::info("chat template: {} ({} bytes)", origin, source.size());
-    return t;
-  } catch (const Error& e) {
-    spdlog::warn("{} chat template does not parse ({}): chat completions disabled", origin, e.what());
-    return nullptr;
-  }
 }
 
 int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {

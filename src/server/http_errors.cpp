@@ -1,7 +1,8 @@
 #include "server/http_errors.h"
 
+#include "api/openai_request.h"
+#include "chat/jinja/errors.h"
 #include "engine/async_engine.h"
-#include "tokenizer/jinja/errors.h"
 
 namespace pagellm::server {
 
@@ -23,6 +24,8 @@ ErrorReply error_reply_for_current_exception() {
     throw;
   } catch (const HttpError& e) {
     return reply(e.status(), e.what(), e.param(), e.code());
+  } catch (const api::ModelNotFound& e) {
+    return reply(404, e.what(), e.param(), "model_not_found");
   } catch (const InvalidRequest& e) {
     return reply(400, e.what(), e.param());
   } catch (const TemplateError& e) {

@@ -8,14 +8,16 @@
 #include <ctime>
 #include <set>
 
-#include "server/http_connections.h"
 #include "server/generation_job.h"
+#include "server/http_connections.h"
 #include "server/http_errors.h"
 #include "server/openai_response.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::server {
+
+using namespace api;  // request parsing and UTF-8 checks (src/api)
 namespace {
 
 using Clock = std::chrono::steady_clock;

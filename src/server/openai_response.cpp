@@ -1,8 +1,10 @@
 #include "server/openai_response.h"
 
-#include "server/utf8_check.h"
+#include "api/utf8_check.h"
 
 namespace pagellm::server {
+
+using namespace api;  // request parsing and UTF-8 checks (src/api)
 
 using nlohmann::json;
 

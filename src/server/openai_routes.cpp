@@ -8,14 +8,16 @@
 #include <thread>
 
 #include "api/json_fields.h"
+#include "api/utf8_check.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/openai_response.h"
 #include "server/openai_server.h"
-#include "server/utf8_check.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::server {
+
+using namespace api;  // request parsing and UTF-8 checks (src/api)
 
 using nlohmann::json;
 

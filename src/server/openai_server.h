@@ -13,11 +13,11 @@
 #include <optional>
 #include <string>
 
+#include "api/openai_request.h"
 #include "core/json_limits.h"
 #include "engine/async_engine.h"
 #include "server/http_request_reader.h"
 #include "server/metrics_render.h"
-#include "server/openai_request.h"
 
 namespace httplib {
 struct Request;
@@ -25,6 +25,10 @@ struct Response;
 }  // namespace httplib
 
 namespace pagellm::server {
+
+// Requests are parsed by src/api, which `pagellm generate --batch` shares.
+using api::GenerationRequest;
+using api::ServedModel;
 
 class HttpServer;
 

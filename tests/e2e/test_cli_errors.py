@@ -168,3 +168,27 @@ def test_generate_batch_jsonl(pagellm_bin, stories_model, tmp_path):
     assert lines[0]["prompt_tokens"] == 5 and len(lines[0]["token_ids"]) == 8
     assert "error" in lines[2] and "JSON" in lines[2]["error"]
     assert "error" in lines[3] and "temperature" in lines[3]["error"]
+
+
+def test_generate_batch_chat_lines(pagellm_bin, stories_model, tmp_path):
+    """Batch lines are parsed like the server's bodies: a line with "messages" is a
+    chat completion through the chat template, "prompt" a completion."""
+    import json
+    f = tmp_path / "batch.jsonl"
+    f.write_text(json.dumps({"messages": [{"role": "user", "content": "Once upon a time"}],
+                             "max_tokens": 6, "temperature": 0}) + "\n"
+                 + json.dumps({"prompt": ["a", "b"], "max_tokens": 2}) + "\n"
+                 + json.dumps({"messages": "hi"}) + "\n")
+    code, out, err = run(pagellm_bin, "generate", "-m", stories_model, "--batch", str(f))
+    assert code == 0, err
+    lines = [json.loads(l) for l in out.strip().splitlines()]
+    assert "chat template" in lines[0]["error"]  # stories260K ships none
+    assert "one prompt" in lines[1]["error"]
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    code, out, err = run(pagellm_bin, "generate", "-m", stories_model, "--batch", str(f),
+                         "--chat-template", template)
+    assert code == 0, err
+    first, _, third = [json.loads(l) for l in out.strip().splitlines()]
+    assert "messages" in third["error"]
+    assert first["completion_tokens"] == 6 and first["finish_reason"] == "length", first
+    assert first["prompt_tokens"] == 4  # the rendered text, without BOS (add_special_tokens false)

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "api/utf8_check.h"
+#include "chat/chat_template.h"
 #include "common.h"
-#include "server/utf8_check.h"
 #include "targets.h"
-#include "tokenizer/chat_template.h"
 
 namespace pagellm::fuzz {
 namespace {
@@ -87,7 +87,7 @@ int chat_template(const uint8_t* data, size_t size) {
   });
 
   // Message content comes from a request, which the server has checked to be UTF-8.
-  const std::string content = server::sanitize_utf8(input);
+  const std::string content = api::sanitize_utf8(input);
   for (const ChatTemplate* t : {&real.gemma, &real.mistral}) {
     refused(Refusal::AnyException, [&] {
       (void)apply_chat_template(*t, conversation(content), true, "<s>", "</s>", ordered_json::object(), options);

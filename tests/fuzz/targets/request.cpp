@@ -6,14 +6,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "core/request_limits.h"
+#include "api/openai_request.h"
+#include "chat/chat_template.h"
 #include "common.h"
+#include "core/request_limits.h"
 #include "model/dummy.h"
 #include "model/gguf.h"
-#include "server/openai_request.h"
 #include "server/openai_server.h"
 #include "targets.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::fuzz {
@@ -22,7 +22,7 @@ namespace {
 struct FakeModel {
   std::unique_ptr<GGUFFile> vocab_file;
   std::unique_ptr<Tokenizer> tokenizer;
-  server::ServedModel served;
+  api::ServedModel served;
 
   FakeModel() {
     const ScratchDir dir;
@@ -57,7 +57,7 @@ bool rejected(F&& f) {
 
 // What Engine::validate_params checks without an engine: the params (may throw
 // InvalidRequest) and, as invariants the parsers promise, the id and prompt ids.
-void check_like_the_engine(const EngineRequest& r, const server::ServedModel& m) {
+void check_like_the_engine(const EngineRequest& r, const api::ServedModel& m) {
   FUZZ_INVARIANT(!r.id.empty());
   r.params.validate(m.vocab_size);
   for (int32_t t : r.prompt_ids) FUZZ_INVARIANT(t >= 0 && t < m.vocab_size);
@@ -67,16 +67,16 @@ void check_like_the_engine(const EngineRequest& r, const server::ServedModel& m)
 
 int request(const uint8_t* data, size_t size) {
   static const FakeModel model;
-  const server::ServedModel& m = model.served;
+  const api::ServedModel& m = model.served;
   nlohmann::json body;
   if (rejected([&] { body = server::parse_json_body(std::string(reinterpret_cast<const char*>(data), size)); }))
     return 0;
-  if (rejected([&] { server::check_model_field(body, m); })) return 0;
+  if (rejected([&] { api::check_model_field(body, m); })) return 0;
   for (bool chat : {false, true}) {
     rejected([&] {
-      const server::GenerationRequest g = chat ? server::parse_chat_request(body, m) : server::parse_completion_request(body, m);
+      const api::GenerationRequest g = chat ? api::parse_chat_request(body, m) : api::parse_completion_request(body, m);
       FUZZ_INVARIANT(!g.prompts.empty() && g.prompts.size() <= RequestLimits{}.max_prompts);
-      for (const EngineRequest& r : server::to_engine_requests(g, chat ? "chatcmpl-fuzz" : "cmpl-fuzz", m))
+      for (const EngineRequest& r : api::to_engine_requests(g, chat ? "chatcmpl-fuzz" : "cmpl-fuzz", m))
         check_like_the_engine(r, m);
     });
   }

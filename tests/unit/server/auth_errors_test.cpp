@@ -1,9 +1,10 @@
 #include <gtest/gtest.h>
 
+#include "api/openai_request.h"
+#include "chat/jinja/errors.h"
 #include "engine/async_engine.h"
 #include "server/auth.h"
 #include "server/http_errors.h"
-#include "tokenizer/jinja/errors.h"
 
 namespace pagellm::server {
 namespace {
@@ -48,6 +49,7 @@ TEST(ServerErrors, ExceptionsMapToStatusAndShape) {
       {[] { throw TemplateError("roles must alternate"); }, 400, "invalid_request_error", "messages", nullptr},
       {[] { throw HttpError(404, "no such model", "model_not_found", "model"); }, 404, "invalid_request_error", "model",
        "model_not_found"},
+      {[] { throw api::ModelNotFound("no such model"); }, 404, "invalid_request_error", "model", "model_not_found"},
       {[] { throw HttpError(401, "key", "invalid_api_key"); }, 401, "invalid_request_error", nullptr,
        "invalid_api_key"},
       {[] { throw QueueFull("full"); }, 503, "server_error", nullptr, "overloaded"},

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace pagellm::server {
+namespace pagellm::api {
 
 // Byte offset of the first byte that does not start a valid UTF-8 sequence
 // (stray continuation, overlong form, surrogate, > U+10FFFF, truncated), or
@@ -24,4 +24,4 @@ std::string sanitize_utf8(std::string_view s);
 // len(str) of the decoded text: OpenAI's text_offset unit.
 size_t utf8_length(std::string_view s);
 
-}  // namespace pagellm::server
+}  // namespace pagellm::api

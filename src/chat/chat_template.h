@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja/errors.h"  // pagellm::TemplateError
-#include "tokenizer/jinja/template.h"
+#include "chat/jinja/errors.h"  // pagellm::TemplateError
+#include "chat/jinja/template.h"
 
 namespace pagellm {
 

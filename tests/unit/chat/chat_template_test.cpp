@@ -7,10 +7,10 @@
 #include <sstream>
 #include <thread>
 
+#include "chat/chat_template.h"
+#include "chat/jinja/lexer.h"
+#include "chat/jinja/value.h"
 #include "test_paths.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja/lexer.h"
-#include "tokenizer/jinja/value.h"
 
 namespace pagellm {
 namespace {

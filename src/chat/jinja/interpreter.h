@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/template.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/template.h"
 
 namespace pagellm::jinja {
 

@@ -1,11 +1,11 @@
-#include "tokenizer/jinja/interpreter.h"
+#include "chat/jinja/interpreter.h"
 
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/jinja/errors.h"
-#include "tokenizer/jinja/parser.h"
-#include "tokenizer/jinja/text.h"
+#include "chat/jinja/errors.h"
+#include "chat/jinja/parser.h"
+#include "chat/jinja/text.h"
 
 namespace pagellm::jinja {
 

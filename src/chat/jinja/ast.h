@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 namespace pagellm::jinja {
 

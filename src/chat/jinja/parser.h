@@ -6,8 +6,8 @@
 
 #include <string_view>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/template.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/template.h"
 
 namespace pagellm::jinja {
 

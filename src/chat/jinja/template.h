@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja/ast.h"
+#include "chat/jinja/ast.h"
 
 namespace pagellm::jinja {
 

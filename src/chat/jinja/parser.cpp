@@ -1,10 +1,10 @@
-#include "tokenizer/jinja/parser.h"
+#include "chat/jinja/parser.h"
 
 #include <algorithm>
 #include <functional>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/lexer.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/lexer.h"
 
 namespace pagellm::jinja {
 

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja/lexer.h"
-#include "tokenizer/jinja/value.h"
+#include "chat/chat_template.h"
+#include "chat/jinja/lexer.h"
+#include "chat/jinja/value.h"
 
 namespace pagellm {
 namespace {

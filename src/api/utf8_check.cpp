@@ -1,11 +1,11 @@
-#include "server/utf8_check.h"
+#include "api/utf8_check.h"
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 
-namespace pagellm::server {
+namespace pagellm::api {
 
 std::optional<size_t> find_invalid_utf8(std::string_view s) {
   size_t i = 0;
@@ -55,4 +55,4 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
-}  // namespace pagellm::server
+}  // namespace pagellm::api

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/text.h"
+#include "chat/jinja/text.h"
 
 #include <algorithm>
 #include <cstdio>

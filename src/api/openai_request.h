@@ -1,4 +1,5 @@
-// OpenAI request bodies -> checked generation requests -> EngineRequests.
+// OpenAI request bodies -> checked generation requests -> EngineRequests, for
+// the HTTP server and `pagellm generate --batch` alike.
 // Sampling fields are read by api/request_params.h; this file adds what is
 // specific to the two endpoints: prompts (strings, token ids, batches), chat
 // messages through the chat template, streaming options, echo, and a clear
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/request_limits.h"
 #include "engine/engine.h"
 #include "sampling/sampling_params.h"
@@ -20,7 +22,7 @@ class ChatTemplate;
 class Tokenizer;
 }  // namespace pagellm
 
-namespace pagellm::server {
+namespace pagellm::api {
 
 // The model this server serves, as requests see it. Borrowed pointers live as
 // long as the engine.
@@ -37,8 +39,15 @@ struct ServedModel {
   bool answers_to(const std::string& model) const;
 };
 
-// A missing or null `model` means the served one; another name is a 404
-// (HttpError, code model_not_found); a non-string a 400.
+// A request for a model this server does not serve: the server answers 404
+// with code model_not_found.
+class ModelNotFound : public InvalidRequest {
+ public:
+  explicit ModelNotFound(const std::string& msg) : InvalidRequest(msg, "model") {}
+};
+
+// A missing or null `model` means the served one; another name throws
+// ModelNotFound; a non-string is an InvalidRequest.
 void check_model_field(const nlohmann::json& body, const ServedModel& m);
 
 struct PromptInput {
@@ -84,4 +93,4 @@ GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedMod
 // min(default_max_tokens, room left in the context) and chat all the room left.
 std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const std::string& id, const ServedModel& m);
 
-}  // namespace pagellm::server
+}  // namespace pagellm::api

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/builtins.h"
+#include "chat/jinja/builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <ctime>
 #include <unordered_map>
 
-#include "tokenizer/jinja/errors.h"
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/text.h"
+#include "chat/jinja/errors.h"
+#include "chat/jinja/interpreter.h"
+#include "chat/jinja/text.h"
 
 namespace pagellm::jinja {
 

@@ -1,4 +1,4 @@
-#include "server/utf8_check.h"
+#include "api/utf8_check.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/util.h"
 
-namespace pagellm::server {
+namespace pagellm::api {
 namespace {
 
 TEST(ServerUtf8, FindsTheFirstInvalidByte) {
@@ -79,4 +79,4 @@ TEST(ServerUtf8, RandomBytes) {
 }
 
 }  // namespace
-}  // namespace pagellm::server
+}  // namespace pagellm::api

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 namespace pagellm::jinja {
 

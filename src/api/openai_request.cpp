@@ -1,4 +1,4 @@
-#include "server/openai_request.h"
+#include "api/openai_request.h"
 
 #include <fmt/format.h>
 
@@ -7,13 +7,12 @@
 
 #include "api/json_fields.h"
 #include "api/request_params.h"
+#include "api/utf8_check.h"
+#include "chat/chat_template.h"
 #include "core/error.h"
-#include "server/http_errors.h"
-#include "server/utf8_check.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace pagellm::server {
+namespace pagellm::api {
 namespace {
 
 using nlohmann::json;
@@ -118,9 +117,8 @@ void check_model_field(const json& body, const ServedModel& m) {
   if (!v.is_string()) throw InvalidRequest("'model' must be a string", "model");
   const std::string& model = v.get_ref<const std::string&>();
   if (!m.answers_to(model))
-    throw HttpError(404,
-                    fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name),
-                    "model_not_found", "model");
+    throw ModelNotFound(
+        fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name));
 }
 
 std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer& tok, bool add_special,
@@ -165,7 +163,7 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
 
 std::string render_chat_prompt(const json& body, const ServedModel& m) {
   if (!m.chat_template)
-    throw InvalidRequest("this model has no chat template; start the server with --chat-template FILE", "messages");
+    throw InvalidRequest("this model has no chat template; give one with --chat-template FILE", "messages");
   if (!has_field(body, "messages")) throw InvalidRequest("'messages' is required", "messages");
   const json& messages = body["messages"];
   if (!messages.is_array()) throw InvalidRequest("'messages' must be a list of messages", "messages");
@@ -305,4 +303,4 @@ std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const 
   return out;
 }
 
-}  // namespace pagellm::server
+}  // namespace pagellm::api

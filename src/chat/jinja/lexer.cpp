@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/lexer.h"
+#include "chat/jinja/lexer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "tokenizer/jinja/text.h"
+#include "chat/jinja/text.h"
 
 namespace pagellm::jinja {
 

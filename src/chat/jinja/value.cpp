@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tokenizer/jinja/text.h"
+#include "chat/jinja/text.h"
 
 namespace pagellm::jinja {
 

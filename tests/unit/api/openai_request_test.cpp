@@ -1,19 +1,18 @@
 // Request body -> GenerationRequest -> EngineRequests, on the stories260K
 // vocabulary (BOS 1; "Once upon a time" = 1 403 407 261 378).
-#include "server/openai_request.h"
+#include "api/openai_request.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
-#include "server/http_errors.h"
 #include "test_paths.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace pagellm::server {
+namespace pagellm::api {
 namespace {
 
 using nlohmann::json;
@@ -26,7 +25,7 @@ constexpr const char* kTemplate =
     "from the assistant') }}{% endif %}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] "
     "}}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{% if shout %}!{% endif %}";
 
-class ServerRequestTest : public testing::Test {
+class OpenAIRequestTest : public testing::Test {
  protected:
   void SetUp() override {
     const std::string path = test::shared_data("models/stories260K.gguf");
@@ -58,7 +57,7 @@ class ServerRequestTest : public testing::Test {
   ServedModel m_;
 };
 
-TEST_F(ServerRequestTest, PromptShapes) {
+TEST_F(OpenAIRequestTest, PromptShapes) {
   auto one = parse_prompt_field("Once upon a time", *tok_, true, m_.vocab_size);
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].ids, kOnceUpon);
@@ -86,7 +85,7 @@ TEST_F(ServerRequestTest, PromptShapes) {
     EXPECT_THROW(parse_prompt_field(bad, *tok_, true, m_.vocab_size), InvalidRequest) << bad;
 }
 
-TEST_F(ServerRequestTest, CompletionRequest) {
+TEST_F(OpenAIRequestTest, CompletionRequest) {
   const json body = {{"model", "stories"},
                      {"prompt", "Once upon a time"},
                      {"max_tokens", 7},
@@ -131,7 +130,7 @@ TEST_F(ServerRequestTest, CompletionRequest) {
   EXPECT_EQ(reqs[0].priority, -1);
 }
 
-TEST_F(ServerRequestTest, DefaultMaxTokensAndBatchIds) {
+TEST_F(OpenAIRequestTest, DefaultMaxTokensAndBatchIds) {
   GenerationRequest g = parse_completion_request({{"prompt", {"Once upon a time", "Hi"}}}, m_);
   EXPECT_FALSE(g.max_tokens_given);
   auto reqs = to_engine_requests(g, "cmpl-y", m_);
@@ -152,7 +151,7 @@ TEST_F(ServerRequestTest, DefaultMaxTokensAndBatchIds) {
   EXPECT_EQ(to_engine_requests(g, "c", m_)[0].params.max_tokens, 600);
 }
 
-TEST_F(ServerRequestTest, CompletionErrorsNameTheField) {
+TEST_F(OpenAIRequestTest, CompletionErrorsNameTheField) {
   const json ok = {{"prompt", "x"}, {"max_tokens", 4}};
   auto with = [&](const char* k, const json& v) {
     json b = ok;
@@ -184,7 +183,7 @@ TEST_F(ServerRequestTest, CompletionErrorsNameTheField) {
   EXPECT_NO_THROW(parse_completion_request(fine, m_));
 }
 
-TEST_F(ServerRequestTest, ModelField) {
+TEST_F(OpenAIRequestTest, ModelField) {
   EXPECT_NO_THROW(check_model_field(json::object(), m_));
   EXPECT_NO_THROW(check_model_field({{"model", nullptr}}, m_));
   EXPECT_NO_THROW(check_model_field({{"model", "stories"}}, m_));
@@ -192,15 +191,13 @@ TEST_F(ServerRequestTest, ModelField) {
   try {
     check_model_field({{"model", "gpt-4"}}, m_);
     FAIL();
-  } catch (const HttpError& e) {
-    EXPECT_EQ(e.status(), 404);
-    EXPECT_EQ(e.code(), "model_not_found");
+  } catch (const ModelNotFound& e) {
     EXPECT_EQ(e.param(), "model");
   }
   EXPECT_THROW(check_model_field({{"model", 5}}, m_), InvalidRequest);
 }
 
-TEST_F(ServerRequestTest, ChatRendering) {
+TEST_F(OpenAIRequestTest, ChatRendering) {
   const json body = {{"messages",
                       {{{"role", "system"}, {"content", "Be brief."}},
                        {{"role", "user"},
@@ -225,7 +222,7 @@ TEST_F(ServerRequestTest, ChatRendering) {
   EXPECT_EQ(g.prompts[0].ids, tok_->encode(g.prompts[0].text, false, true));
 }
 
-TEST_F(ServerRequestTest, ChatErrors) {
+TEST_F(OpenAIRequestTest, ChatErrors) {
   const json user = {{"role", "user"}, {"content", "hi"}};
   auto chat_param = [&](json body) { return error_param(body, true); };
   EXPECT_EQ(chat_param(json::object()), "messages");
@@ -252,7 +249,7 @@ TEST_F(ServerRequestTest, ChatErrors) {
   EXPECT_EQ(chat_param({{"messages", {user}}}), "messages");
 }
 
-TEST_F(ServerRequestTest, ChatLogprobs) {
+TEST_F(OpenAIRequestTest, ChatLogprobs) {
   const json user = {{"role", "user"}, {"content", "hi"}};
   GenerationRequest g = parse_chat_request({{"messages", {user}}, {"logprobs", true}, {"top_logprobs", 3}}, m_);
   EXPECT_EQ(g.params.logprobs, 3);
@@ -275,7 +272,7 @@ std::string error_message(const json& body, const ServedModel& m, bool chat = fa
   return "";
 }
 
-TEST_F(ServerRequestTest, OneTokenIdPromptOfAnyLengthIsOnePrompt) {
+TEST_F(OpenAIRequestTest, OneTokenIdPromptOfAnyLengthIsOnePrompt) {
   // Longer than the batch limit (1024): still one prompt; the context bounds it later (engine: 400 on prompt).
   const std::vector<int32_t> ids(2000, 5);
   const GenerationRequest g = parse_completion_request({{"prompt", ids}, {"max_tokens", 1}}, m_);
@@ -291,7 +288,7 @@ TEST_F(ServerRequestTest, OneTokenIdPromptOfAnyLengthIsOnePrompt) {
   EXPECT_EQ(error_param({{"prompt", id_batch_1025}}), "prompt");
 }
 
-TEST_F(ServerRequestTest, PromptTokenIdsAreExact) {
+TEST_F(OpenAIRequestTest, PromptTokenIdsAreExact) {
   const json u64max = std::numeric_limits<uint64_t>::max();
   for (const json& bad : {json::array({1, uint64_t{4294967298}}), json::array({u64max}),
                           json::array({std::numeric_limits<int64_t>::min()}), json::array({m_.vocab_size}),
@@ -312,7 +309,7 @@ TEST_F(ServerRequestTest, PromptTokenIdsAreExact) {
             (std::vector<int32_t>{1, 403}));
 }
 
-TEST_F(ServerRequestTest, IntegerFieldsOfTheEndpoints) {
+TEST_F(OpenAIRequestTest, IntegerFieldsOfTheEndpoints) {
   const json u64max = std::numeric_limits<uint64_t>::max();
   const json ok = {{"prompt", "x"}, {"max_tokens", 4}};
   auto with = [&](const char* k, const json& v) {
@@ -343,7 +340,7 @@ TEST_F(ServerRequestTest, IntegerFieldsOfTheEndpoints) {
   EXPECT_EQ(error_param({{"messages", {user}}, {"n", uint64_t{4294967298}}}, true), "n");
 }
 
-TEST_F(ServerRequestTest, TruncatePromptTokens) {
+TEST_F(OpenAIRequestTest, TruncatePromptTokens) {
   GenerationRequest g = parse_completion_request({{"prompt", "Once upon a time"}, {"truncate_prompt_tokens", 2}}, m_);
   EXPECT_EQ(g.prompts[0].ids, (std::vector<int32_t>{261, 378}));
   EXPECT_EQ(g.prompts[0].text, tok_->decode({261, 378}, false));
@@ -361,7 +358,7 @@ TEST_F(ServerRequestTest, TruncatePromptTokens) {
   EXPECT_EQ(g.prompts[0].ids.size(), 3u);
 }
 
-TEST_F(ServerRequestTest, ChatCountsAreBounded) {
+TEST_F(OpenAIRequestTest, ChatCountsAreBounded) {
   const json user = {{"role", "user"}, {"content", "hi"}};
   json kwargs = json::object();
   for (int i = 0; i < 1024; ++i) kwargs[fmt::format("k{}", i)] = i;
@@ -380,4 +377,4 @@ TEST_F(ServerRequestTest, ChatCountsAreBounded) {
 }
 
 }  // namespace
-}  // namespace pagellm::server
+}  // namespace pagellm::api

@@ -1,9 +1,9 @@
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/interpreter.h"
+#include "chat/jinja/interpreter.h"
 
 namespace pagellm {
 
