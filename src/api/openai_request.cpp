@@ -7,6 +7,7 @@
 
 #include "api/json_fields.h"
 #include "api/request_params.h"
+#include "api/structured_request.h"
 #include "api/utf8_check.h"
 #include "chat/chat_template.h"
 #include "core/error.h"
@@ -29,15 +30,6 @@ void require_type(const json& body, const char* key, bool ok, const char* what) 
 void check_common(const json& body) {
   if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
   require_type(body, "user", has_field(body, "user") && body["user"].is_string(), "a string");
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
-    if (has_field(body, key)) unsupported(key, fmt::format("structured output ('{}')", key));
-  if (has_field(body, "response_format")) {
-    const json& rf = body["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-      throw InvalidRequest("'response_format' must be an object with a 'type'", "response_format");
-    const std::string type = rf["type"].get<std::string>();
-    if (type != "text") unsupported("response_format", fmt::format("response_format type '{}'", type));
-  }
 }
 
 void read_stream_options(const json& body, GenerationRequest& g) {
@@ -223,12 +215,13 @@ std::string render_chat_prompt(const json& body, const ServedModel& m) {
   return text;
 }
 
-GenerationRequest parse_completion_request(const json& body, const ServedModel& m) {
+GenerationRequest parse_completion_request(const json& body, const ServedModel& m, std::string_view raw_body) {
   check_common(body);
   GenerationRequest g;
   g.chat = false;
   ParsedParams pp = parse_request_params(body, false, m.vocab_size, m.default_max_tokens, m.limits);
   g.params = pp.sampling;
+  g.params.structured = parse_structured_outputs(body, raw_body);
   g.priority = pp.priority;
   g.max_tokens_given = has_field(body, "max_tokens");
   read_stream_options(body, g);
@@ -250,7 +243,7 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   return g;
 }
 
-GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
+GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std::string_view raw_body) {
   check_common(body);
   GenerationRequest g;
   g.chat = true;
@@ -270,6 +263,7 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   ParsedParams pp =
       parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len), m.limits);
   g.params = pp.sampling;
+  g.params.structured = parse_structured_outputs(body, raw_body);
   g.priority = pp.priority;
   g.max_tokens_given = has_field(body, "max_tokens") || has_field(body, "max_completion_tokens");
   read_stream_options(body, g);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -85,8 +86,11 @@ std::vector<PromptInput> parse_prompt_field(const nlohmann::json& prompt, const 
 // for the template's own raise_exception.
 std::string render_chat_prompt(const nlohmann::json& body, const ServedModel& m);
 
-GenerationRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
-GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
+// raw_body: the text `body` came from, if at hand (keeps the key order of
+// JSON schemas; see api/structured_request.h).
+GenerationRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m,
+                                           std::string_view raw_body = {});
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m, std::string_view raw_body = {});
 
 // One EngineRequest per prompt, with ids "<id>-<prompt index>" (just <id> for
 // one prompt). Without an explicit max_tokens, completions get

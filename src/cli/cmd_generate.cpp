@@ -127,8 +127,8 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       if (!chat && !(body.is_object() && body.contains("prompt")))
         throw InvalidRequest("each line needs a \"prompt\" (a string or a list of token ids) or chat \"messages\"",
                              "prompt");
-      const api::GenerationRequest parsed = chat ? api::parse_chat_request(body, served)
-                                                 : api::parse_completion_request(body, served);
+      const api::GenerationRequest parsed = chat ? api::parse_chat_request(body, served, line)
+                                                 : api::parse_completion_request(body, served, line);
       if (parsed.prompts.size() != 1) throw InvalidRequest("each line holds one prompt, not a batch of them", "prompt");
       if (parsed.stream) throw InvalidRequest("'stream' has no meaning in a batch file", "stream");
       EngineRequest req = std::move(api::to_engine_requests(parsed, std::to_string(index), served).front());

@@ -35,6 +35,7 @@ struct Engine::Sample {
   SamplerRng rng;
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
+  std::unique_ptr<structured::GrammarMatcher> matcher;  // structured outputs only
   bool in_scheduler = false;
   bool finished = false;
   FinishReason pending_finish = FinishReason::None;  // decided this step, applied after on_step_done
@@ -49,6 +50,7 @@ struct Engine::Request {
   int32_t priority = 0;
   std::vector<int32_t> prompt;
   std::vector<Sample> samples;
+  std::shared_future<structured::CompileResult> grammar;  // valid with a structured output
   bool forked = false;
   int32_t num_cached_tokens = 0;
   Clock::time_point arrival;
@@ -173,6 +175,8 @@ void Engine::load(const LoadProgress& progress) {
   scheduler_ = std::make_unique<Scheduler>(sched_config_, kv_config_);
   runner_ = std::make_unique<ModelRunner>(*model_);
   sampler_ = std::make_unique<Sampler>();
+  grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
+  bitmask_.assign(static_cast<size_t>(structured::bitmask_words(grammars_->vocab_size())), 0);
   update_gauges();
 }
 
@@ -195,6 +199,7 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
   req.params.validate(vocab);
+  structured::validate(req.params.structured, "structured_outputs");
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
   for (int32_t t : req.prompt_ids)
     if (t < 0 || t >= vocab) throw InvalidRequest(fmt::format("token id {} is outside the vocabulary (0..{})", t, vocab - 1), "prompt");
@@ -225,6 +230,19 @@ void Engine::add_request(EngineRequest req) {
     s.stop = std::make_unique<StopChecker>(r->params.stop, r->params.include_stop_str_in_output);
     s.delta.index = i;
   }
+  metrics_.prompt_tokens += static_cast<int64_t>(r->prompt.size());
+  Request& req_ref = *r;
+  requests_[r->id] = std::move(r);
+  if (req_ref.params.structured.active()) {
+    req_ref.grammar = grammars_->compile(req_ref.params.structured);
+    waiting_for_grammar_.push_back(&req_ref);
+    return;  // step() starts it once the grammar is ready
+  }
+  start(req_ref);
+}
+
+void Engine::start(Request& req) {
+  Request* r = &req;
   // Only the first sample runs the prompt; the others fork from it once the
   // prompt is computed and share its KV blocks.
   Sample& first = r->samples[0];
@@ -236,9 +254,37 @@ void Engine::add_request(EngineRequest req) {
   first.seq->num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
   scheduler_->add(first.seq.get());
   first.in_scheduler = true;
-  seq_owner_[first.seq->id] = {r.get(), 0};
-  metrics_.prompt_tokens += static_cast<int64_t>(r->prompt.size());
-  requests_[r->id] = std::move(r);
+  seq_owner_[first.seq->id] = {r, 0};
+}
+
+void Engine::admit_compiled_grammars(std::vector<RequestOutput>& outputs) {
+  if (waiting_for_grammar_.empty()) return;
+  // With nothing else to run, wait a little for a compile instead of spinning.
+  const bool idle = waiting_for_grammar_.size() == requests_.size();
+  if (idle) waiting_for_grammar_.front()->grammar.wait_for(std::chrono::milliseconds(5));
+  auto ready = [](Request* r) {
+    return r->grammar.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
+  std::vector<Request*> still_waiting;
+  for (Request* r : waiting_for_grammar_) {
+    if (!ready(r)) {
+      still_waiting.push_back(r);
+      continue;
+    }
+    const structured::CompileResult& g = r->grammar.get();
+    if (!g.grammar) {
+      RequestOutput out;
+      out.request_id = r->id;
+      out.finished = true;
+      out.error = "structured output: " + g.error;
+      requests_.erase(r->id);
+      outputs.push_back(std::move(out));
+      continue;
+    }
+    for (Sample& s : r->samples) s.matcher = std::make_unique<structured::GrammarMatcher>(g.grammar);
+    start(*r);
+  }
+  waiting_for_grammar_.swap(still_waiting);
 }
 
 void Engine::append_token(Request& r, Sample& s, int32_t token, const SampleResult& res) {
@@ -258,6 +304,15 @@ void Engine::append_token(Request& r, Sample& s, int32_t token, const SampleResu
   s.delta.token_ids.push_back(token);
   s.delta.num_output_tokens = n_out;
   if (p.logprobs >= 0) s.delta.logprobs.push_back({token, res.logprob, res.top_logprobs});
+  if (s.matcher) {
+    // The mask allowed only tokens the grammar accepts; a stop token it
+    // accepted ends the output, even with ignore_eos.
+    if (!s.matcher->accept(token)) spdlog::warn("request {}: the grammar refused sampled token {}", r.id, token);
+    if (s.matcher->terminated()) {
+      s.pending_finish = FinishReason::Stop;
+      return;
+    }
+  }
 
   const bool may_stop = n_out >= p.min_tokens;
   const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
@@ -307,10 +362,18 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
   const std::span<const int32_t> eog(tokenizer_->eog_ids());
   auto draw = [&](Sample& target) {
     banned.clear();
-    min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
+    const int32_t* allowed = nullptr;
+    if (target.matcher) {
+      if (target.matcher->fill_next_token_bitmask(bitmask_.data(), grammars_->vocab_size())) allowed = bitmask_.data();
+      // Where the grammar may end, min_tokens must not ban the only way out.
+      if (!target.matcher->completed())
+        min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
+    } else {
+      min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
+    }
     const std::span<const int32_t> all(target.seq->token_ids);
     return sampler_->sample(row, vocab, r.params, all.first(target.seq->num_prompt_tokens),
-                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng);
+                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng, allowed);
   };
   if (!r.forked && r.params.n > 1 && seq->num_output_tokens() == 0) {
     // Parallel sampling: n first tokens from the prompt's logits.
@@ -323,6 +386,7 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
       child.seq->token_ids = r.prompt;
       child.seq->num_prompt_tokens = seq->num_prompt_tokens;
       seq_owner_[child.seq->id] = {&r, k};
+      // (a child's matcher, made with the request, is at the start like the first sample's)
       const SampleResult res = draw(child);
       append_token(r, child, res.token, res);
     }
@@ -335,6 +399,7 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
 std::vector<RequestOutput> Engine::step() {
   trace::Scope step_scope("engine.step", "engine");
   std::vector<RequestOutput> outputs;
+  admit_compiled_grammars(outputs);
   const int64_t t_start = ThreadPool::now_ns();
   StepPlan plan = [&] {
     trace::Scope s("schedule", "engine");
@@ -453,6 +518,7 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return std::nullopt;
   Request& r = *it->second;
+  std::erase(waiting_for_grammar_, &r);
   for (Sample& s : r.samples) {
     if (s.finished) continue;
     if (s.in_scheduler) scheduler_->abort(s.seq->id);
@@ -493,6 +559,7 @@ EngineStats Engine::stats() const {
   s.metrics = metrics_;
   s.kv = scheduler_->kv_stats();
   s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
+  s.grammars = grammars_->stats();
   return s;
 }
 

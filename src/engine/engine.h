@@ -25,6 +25,7 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "scheduler/scheduler.h"
+#include "structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm {
@@ -95,6 +96,7 @@ struct EngineStats {
   EngineMetrics metrics;
   KVCacheStats kv;
   int64_t num_unfinished_requests = 0;
+  structured::GrammarCompilerStats grammars;
 };
 
 class Engine {
@@ -102,8 +104,10 @@ class Engine {
   explicit Engine(const EngineConfig& config, const LoadProgress& progress = {});
   ~Engine();
 
-  // Throws InvalidRequest for bad parameters, an empty or too long prompt, a
-  // duplicate id. Nothing is queued when it throws.
+  // Throws InvalidRequest for bad parameters (a structured output that is no
+  // valid grammar among them), an empty or too long prompt, a duplicate id.
+  // Nothing is queued when it throws. A request with a structured output
+  // waits, outside the scheduler, until its grammar is compiled.
   void validate(const EngineRequest& req) const;
   // The checks of validate() that do not look at the request table: safe to
   // call from any thread while another runs step().
@@ -140,6 +144,8 @@ class Engine {
   using Clock = std::chrono::steady_clock;
 
   void load(const LoadProgress& progress);
+  void start(Request& r);
+  void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void sample_entry(const StepPlan& plan, size_t plan_index, const float* logits, std::vector<Request*>& touched);
   void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
   void finish_sample(Request& r, Sample& s, FinishReason reason);
@@ -156,6 +162,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<structured::GrammarCompiler> grammars_;
+  std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
+  std::vector<int32_t> bitmask_;               // one sequence's allowed tokens, reused
   ModelRunner::Output runner_output_;  // reused across steps
   int64_t phase_ns_[3] = {};           // schedule, forward, sample + postprocess
 

@@ -86,8 +86,10 @@ float log_softmax_topk(const float* logits, int32_t vocab, int32_t k,
 void Sampler::process_logits(float* logits, int32_t vocab, const SamplingParams& params,
                              std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> output_ids,
-                             std::span<const int32_t> banned_ids) {
+                             std::span<const int32_t> banned_ids, const int32_t* allowed_bitmask) {
   undo_.clear();
+  row_saved_ = allowed_bitmask != nullptr;
+  if (row_saved_) row_backup_.assign(logits, logits + vocab);  // capacity kept: no allocation once warm
   for (const auto& [id, bias] : params.logit_bias) {
     check_id("logit_bias", id, vocab);
     save(logits, id);
@@ -101,7 +103,14 @@ void Sampler::process_logits(float* logits, int32_t vocab, const SamplingParams&
 
   const bool repetition = params.repetition_penalty != 1.0f;
   const bool additive = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
-  if (!repetition && !additive) return;
+  if (repetition || additive) apply_penalties(logits, vocab, params, prompt_ids, output_ids);
+  if (allowed_bitmask) apply_bitmask(logits, vocab, allowed_bitmask);
+}
+
+void Sampler::apply_penalties(float* logits, int32_t vocab, const SamplingParams& params,
+                              std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {
+  const bool repetition = params.repetition_penalty != 1.0f;
+  const bool additive = params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
   if (seen_.size() < static_cast<size_t>(vocab)) {
     seen_.resize(vocab, 0);
     counts_.resize(vocab, 0);
@@ -136,7 +145,26 @@ void Sampler::process_logits(float* logits, int32_t vocab, const SamplingParams&
   }
 }
 
+void Sampler::apply_bitmask(float* logits, int32_t vocab, const int32_t* allowed) {
+  // Word by word: an all-ones word (32 allowed tokens) costs one compare.
+  const int32_t words = (vocab + 31) / 32;
+  for (int32_t w = 0; w < words; ++w) {
+    const auto bits = static_cast<uint32_t>(allowed[w]);
+    if (bits == 0xffffffffu) continue;
+    const int32_t base = w * 32;
+    const int32_t end = std::min(vocab, base + 32);
+    for (int32_t id = base; id < end; ++id)
+      if (!((bits >> (id - base)) & 1u)) logits[id] = kNegInf;
+  }
+}
+
 void Sampler::restore_logits(float* logits) {
+  if (row_saved_) {
+    std::copy(row_backup_.begin(), row_backup_.end(), logits);
+    row_saved_ = false;
+    undo_.clear();
+    return;
+  }
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) logits[it->first] = it->second;
   undo_.clear();
 }
@@ -337,12 +365,13 @@ int32_t Sampler::draw(const Candidates& candidates, SamplerRng& rng) {
 SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams& params,
                              std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> output_ids,
-                             std::span<const int32_t> banned_ids, SamplerRng& rng) {
+                             std::span<const int32_t> banned_ids, SamplerRng& rng,
+                             const int32_t* allowed_bitmask) {
   PAGELLM_CHECK(vocab > 0, "sampler: vocabulary size must be > 0, got {}", vocab);
   SampleResult result;
   {
     RestoreOnExit restore(*this, logits);
-    process_logits(logits, vocab, params, prompt_ids, output_ids, banned_ids);
+    process_logits(logits, vocab, params, prompt_ids, output_ids, banned_ids, allowed_bitmask);
     if (params.temperature < kGreedyTemperature) {
       result.token = argmax(logits, vocab);
     } else {

@@ -1,6 +1,7 @@
 // Host-side token sampling for one sequence's logits row, in vLLM's order:
 //   logit_bias -> banned ids (min_tokens) -> repetition penalty (prompt + output)
-//   -> presence / frequency penalties (output) -> greedy argmax when temperature
+//   -> presence / frequency penalties (output) -> the grammar's allowed-token
+//   bitmask (structured outputs) -> greedy argmax when temperature
 //   is ~0, else temperature -> top-k -> top-p -> min-p -> draw.
 // (That is vLLM V0's filter order. V1 applies min-p before top-k / top-p; the
 // two differ only when top_p and min_p are both set: here top-p measures its
@@ -63,18 +64,21 @@ class Sampler {
   // are never chosen. Throws Error when no token is left to choose, or for a
   // token id outside [0, vocab) in logit_bias, banned_ids or (with a penalty
   // set) prompt_ids / output_ids. rng is used only when not greedy, one
-  // number per call.
+  // number per call. allowed_bitmask (may be null): bit (id % 32) of word
+  // id / 32 clear means token id is not allowed (a grammar's mask).
   SampleResult sample(float* logits, int32_t vocab, const SamplingParams& params,
                       std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
-                      std::span<const int32_t> banned_ids, SamplerRng& rng);
+                      std::span<const int32_t> banned_ids, SamplerRng& rng,
+                      const int32_t* allowed_bitmask = nullptr);
 
   // --- The steps of sample(), public for tests and for callers that want them.
 
   // In place: logit_bias, bans (-inf), repetition / presence / frequency
-  // penalties. Remembers the values it overwrote for restore_logits().
+  // penalties, then -inf for every token allowed_bitmask (if any) excludes.
+  // Remembers the values it overwrote for restore_logits().
   void process_logits(float* logits, int32_t vocab, const SamplingParams& params,
                       std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
-                      std::span<const int32_t> banned_ids);
+                      std::span<const int32_t> banned_ids, const int32_t* allowed_bitmask = nullptr);
   // Undoes the last process_logits() on the same row.
   void restore_logits(float* logits);
 
@@ -92,6 +96,9 @@ class Sampler {
   static int32_t draw(const Candidates& candidates, SamplerRng& rng);
 
  private:
+  void apply_penalties(float* logits, int32_t vocab, const SamplingParams& params,
+                       std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids);
+  void apply_bitmask(float* logits, int32_t vocab, const int32_t* allowed);
   float top_k_threshold(const float* logits, int32_t vocab, int32_t k, float max_logit,
                         size_t n_finite);
   size_t keep_nucleus(size_t n, double target);
@@ -103,6 +110,10 @@ class Sampler {
     float weight;
   };
   std::vector<std::pair<int32_t, float>> undo_;  // (id, original logit), in write order
+  // A grammar's mask may exclude nearly the whole vocabulary: then the row is
+  // saved whole (one copy) instead of id by id.
+  std::vector<float> row_backup_;
+  bool row_saved_ = false;
   std::vector<uint8_t> seen_;                    // [vocab] 0 between calls
   std::vector<int32_t> counts_;                  // [vocab] 0 between calls
   std::vector<float> dense_weights_;             // [vocab]

@@ -9,6 +9,25 @@
 
 namespace pagellm {
 
+// Constrained decoding (vLLM's StructuredOutputsParams): the output must match
+// one grammar, given as a JSON schema, a regex, a list of choices, an EBNF
+// grammar or an xgrammar structural tag. src/structured compiles and runs it.
+struct StructuredOutputs {
+  enum class Kind : uint8_t { None, Json, JsonObject, Regex, Choice, Grammar, StructuralTag };
+  Kind kind = Kind::None;
+  // Json: the schema; Regex: the pattern; Grammar: EBNF (GBNF) text with a
+  // `root` rule; StructuralTag: its JSON; Choice: a JSON array of strings;
+  // JsonObject: empty (any JSON object).
+  std::string spec;
+  // JSON may hold whitespace between tokens (runs of at most 8); false: compact
+  // (vLLM's disable_any_whitespace).
+  bool any_whitespace = true;
+
+  bool active() const { return kind != Kind::None; }
+  bool operator==(const StructuredOutputs&) const = default;
+};
+const char* to_string(StructuredOutputs::Kind k);
+
 struct SamplingParams {
   // Sampling. temperature 0 means greedy.
   float temperature = 1.0f;
@@ -33,6 +52,8 @@ struct SamplingParams {
   bool skip_special_tokens = true;
 
   int32_t n = 1;  // parallel samples from one prompt
+
+  StructuredOutputs structured;
 
   // Throws InvalidRequest (with the offending parameter's name) for values out
   // of range. vocab_size bounds logit_bias / stop_token_ids when > 0.

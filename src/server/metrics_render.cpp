@@ -114,6 +114,17 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.counter("pagellm:generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");
   w.counter("pagellm:engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
+  const structured::GrammarCompilerStats& g = stats.grammars;
+  w.counter("pagellm:structured_output_compile_requests_total", static_cast<double>(g.requests),
+            "Requests with a structured output (each asks the grammar cache once).");
+  w.counter("pagellm:structured_output_cache_hits_total", static_cast<double>(g.cache_hits),
+            "Structured-output grammars found in the compiled-grammar cache.");
+  w.counter("pagellm:structured_output_compile_failures_total", static_cast<double>(g.failed),
+            "Grammars that failed to compile.");
+  w.counter("pagellm:structured_output_compile_seconds_total", g.compile_seconds,
+            "Time spent compiling grammars, in seconds (off the engine's step thread).");
+  w.gauge("pagellm:structured_output_cached_grammars", static_cast<double>(g.cached),
+          "Compiled grammars held in the cache.");
 
   w.header("pagellm:request_success_total", "counter", "Count of successfully processed requests.");
   std::map<std::string, int64_t> success = m.request_success;

@@ -108,7 +108,8 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
   check_model_field(body, model_);
-  GenerationRequest g = chat ? parse_chat_request(body, model_) : parse_completion_request(body, model_);
+  GenerationRequest g =
+      chat ? parse_chat_request(body, model_, req.body) : parse_completion_request(body, model_, req.body);
 
   ResponseMeta meta{make_request_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
                     model_.name, chat};

@@ -171,8 +171,9 @@ TEST_F(OpenAIRequestTest, CompletionErrorsNameTheField) {
   EXPECT_EQ(error_param(echo_lp), "echo");
   EXPECT_EQ(error_param(with("best_of", 2)), "best_of");
   EXPECT_EQ(error_param(with("suffix", "tail")), "suffix");
-  EXPECT_EQ(error_param(with("response_format", {{"type", "json_object"}})), "response_format");
-  EXPECT_EQ(error_param(with("guided_regex", "a+")), "guided_regex");
+  EXPECT_EQ(error_param(with("response_format", {{"type", "yaml"}})), "response_format");
+  EXPECT_EQ(error_param(with("guided_regex", "(a+")), "guided_regex");
+  EXPECT_EQ(error_param(with("guided_json", {{"type", "array"}, {"uniqueItems", true}})), "guided_json");
   EXPECT_EQ(error_param(with("user", 5)), "user");
   EXPECT_EQ(error_param(with("prompt_logprobs", 1)), "prompt_logprobs");
   EXPECT_EQ(error_param(json::array({1})), "<none>");
@@ -181,6 +182,43 @@ TEST_F(OpenAIRequestTest, CompletionErrorsNameTheField) {
   fine["suffix"] = "";
   fine["response_format"] = {{"type", "text"}};
   EXPECT_NO_THROW(parse_completion_request(fine, m_));
+}
+
+TEST_F(OpenAIRequestTest, StructuredOutputFields) {
+  using Kind = StructuredOutputs::Kind;
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  auto parsed = [&](const json& fields) {
+    json body = {{"prompt", "x"}, {"max_tokens", 4}};
+    body.update(fields);
+    return parse_completion_request(body, m_).params.structured;
+  };
+  EXPECT_FALSE(parsed(json::object()).active());
+  EXPECT_FALSE(parsed({{"response_format", {{"type", "text"}}}}).active());
+  EXPECT_EQ(parsed({{"response_format", {{"type", "json_object"}}}}).kind, Kind::JsonObject);
+  const StructuredOutputs js = parsed({{"response_format", {{"type", "json_schema"},
+                                                            {"json_schema", {{"name", "n"}, {"schema", schema},
+                                                                             {"strict", true}}}}}});
+  EXPECT_EQ(js.kind, Kind::Json);
+  EXPECT_EQ(json::parse(js.spec), schema);
+  EXPECT_EQ(parsed({{"guided_json", schema.dump()}}).spec, schema.dump());
+  EXPECT_EQ(parsed({{"structured_outputs", {{"regex", "[0-9]+"}}}}).kind, Kind::Regex);
+  EXPECT_EQ(parsed({{"guided_choice", {"a", "b"}}}).spec, R"(["a","b"])");
+  EXPECT_EQ(parsed({{"structured_outputs", {{"grammar", "root ::= \"x\""}}}}).kind, Kind::Grammar);
+  EXPECT_FALSE(parsed({{"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}}}).any_whitespace);
+  EXPECT_EQ(parsed({{"guided_regex", "a"}, {"guided_decoding_backend", "xgrammar"}}).kind, Kind::Regex);
+  EXPECT_THROW(parsed({{"guided_regex", "a"}, {"guided_choice", {"a"}}}), InvalidRequest);
+  EXPECT_THROW(parsed({{"structured_outputs", {{"regex", "a"}, {"json_object", true}}}}), InvalidRequest);
+  EXPECT_THROW(parsed({{"guided_json", 5}}), InvalidRequest);
+
+  // With the raw text, a schema keeps its property order (json sorts keys).
+  const std::string raw = R"({"prompt": "x", "max_tokens": 4, "zzz": {"q": 1},
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+        "schema": {"type": "object", "properties": {"zebra": {"type": "string"}, "apple": {"type": "integer"}}}}}})";
+  const StructuredOutputs ordered = parse_completion_request(json::parse(raw), m_, raw).params.structured;
+  EXPECT_LT(ordered.spec.find("zebra"), ordered.spec.find("apple")) << ordered.spec;
+  const std::string raw2 = R"({"prompt": "x", "guided_json": {"properties": {"b": {}, "a": {}}}})";
+  const StructuredOutputs g2 = parse_completion_request(json::parse(raw2), m_, raw2).params.structured;
+  EXPECT_EQ(g2.spec, R"({"properties":{"b":{},"a":{}}})");
 }
 
 TEST_F(OpenAIRequestTest, ModelField) {

@@ -593,5 +593,51 @@ TEST(SamplerPerf, DISABLED_LargeVocabularyTiming) {
   std::printf("[ sampler ] worst median %.3f ms\n", worst_ms);
 }
 
+// A grammar's bitmask: greedy picks the best allowed token, random sampling
+// (with penalties, bias and every filter) never draws an excluded one, and
+// the row comes back unchanged.
+TEST(Sampler, AllowedBitmaskRestrictsEveryMode) {
+  std::mt19937 gen(42);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int32_t vocab = 1000;  // not a multiple of 32: the last word is partial
+  Sampler sampler;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> logits(vocab);
+    for (float& l : logits) l = normal(gen);
+    std::vector<int32_t> mask((vocab + 31) / 32, 0);
+    std::vector<int32_t> allowed_ids;
+    const int density = 1 + trial % 7;  // from nearly everything to almost nothing allowed
+    for (int32_t id = 0; id < vocab; ++id)
+      if (static_cast<int>(gen() % 8) < density || (trial % 5 == 0 && id == vocab - 1)) {
+        mask[id / 32] |= static_cast<int32_t>(1u << (id % 32));
+        allowed_ids.push_back(id);
+      }
+    if (allowed_ids.empty()) continue;
+    const std::vector<float> before = logits;
+    SamplingParams p;
+    p.temperature = trial % 2 ? 0.0f : 0.8f;
+    p.top_k = trial % 3 ? 0 : 40;
+    p.top_p = trial % 4 ? 1.0f : 0.9f;
+    p.min_p = trial % 6 ? 0.0f : 0.05f;
+    p.repetition_penalty = 1.3f;
+    p.logit_bias = {{static_cast<int32_t>(gen() % vocab), 50.0f}};  // a bias cannot re-enable a token
+    const std::vector<int32_t> history = {1, 2, 3, static_cast<int32_t>(allowed_ids[0])};
+    SamplerRng rng(static_cast<uint64_t>(trial));
+    const SampleResult r = sampler.sample(logits.data(), vocab, p, history, history, {}, rng, mask.data());
+    EXPECT_TRUE(std::binary_search(allowed_ids.begin(), allowed_ids.end(), r.token)) << "trial " << trial;
+    EXPECT_EQ(logits, before) << "trial " << trial;
+    if (p.temperature == 0.0f) {
+      // The reference: the same processing without a mask, then the best allowed id.
+      std::vector<float> processed = before;
+      sampler.process_logits(processed.data(), vocab, p, history, history, {});
+      int32_t best = allowed_ids[0];
+      for (int32_t id : allowed_ids)
+        if (processed[id] > processed[best]) best = id;
+      sampler.restore_logits(processed.data());
+      EXPECT_EQ(r.token, best) << "trial " << trial;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagellm

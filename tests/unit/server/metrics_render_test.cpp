@@ -74,7 +74,8 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 23u);
+  EXPECT_EQ(types, 28u);
+  EXPECT_TRUE(has_line(text, "# TYPE pagellm:structured_output_cache_hits_total counter"));
   EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_mode_total" + l + ",mode=\"swap\"} 0.0"));
   EXPECT_TRUE(has_line(text, "pagellm:kv_swapped_bytes_total" + l + ",direction=\"out\"} 0.0"));
 }

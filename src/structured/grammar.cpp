@@ -1,0 +1,350 @@
+#include "structured/grammar.h"
+
+#include <dlpack/dlpack.h>
+#include <fmt/format.h>
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm::structured {
+
+class CompiledGrammar {
+ public:
+  explicit CompiledGrammar(xgrammar::CompiledGrammar g) : grammar(std::move(g)) {}
+  xgrammar::CompiledGrammar grammar;
+};
+
+namespace {
+
+using nlohmann::json;
+
+// xgrammar's errors read "[12:00:00] /path/file.cc:123: message"; keep the message.
+std::string clean_message(const std::string& what) {
+  std::string m = what;
+  if (!m.empty() && m[0] == '[') {
+    const size_t close = m.find("] ");
+    const size_t colon = close == std::string::npos ? close : m.find(": ", close + 2);
+    if (colon != std::string::npos) m = m.substr(colon + 2);
+  }
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+// Keywords xgrammar 0.2.9 accepts but does not enforce (it only logs a
+// warning): an output could then break the schema, so the request is refused.
+constexpr const char* kIgnoredKeywords[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                                            "uniqueItems", "contains", "minContains", "maxContains"};
+
+void check_schema_keywords(const json& s, const std::string& path, const char* param) {
+  if (!s.is_object()) return;
+  for (const char* k : kIgnoredKeywords)
+    if (s.contains(k))
+      throw InvalidRequest(
+          fmt::format("JSON schema keyword '{}' (at {}) is not supported by structured outputs", k, path), param);
+  if (s.contains("multipleOf")) {
+    const json* type = s.contains("type") ? &s["type"] : nullptr;
+    if (!(type && type->is_string() && *type == "integer"))
+      throw InvalidRequest(
+          fmt::format("JSON schema keyword 'multipleOf' (at {}) is supported for integers only", path), param);
+  }
+  for (const auto& [key, value] : s.items()) {
+    const std::string sub = path + "/" + key;
+    if (key == "properties" || key == "$defs" || key == "definitions" || key == "patternProperties") {
+      if (value.is_object())
+        for (const auto& [name, schema] : value.items()) check_schema_keywords(schema, sub + "/" + name, param);
+    } else if (key == "items" || key == "additionalProperties" || key == "propertyNames" ||
+               key == "unevaluatedProperties" || key == "unevaluatedItems") {
+      check_schema_keywords(value, sub, param);
+    } else if (key == "anyOf" || key == "oneOf" || key == "allOf" || key == "prefixItems") {
+      if (value.is_array())
+        for (size_t i = 0; i < value.size(); ++i) check_schema_keywords(value[i], fmt::format("{}/{}", sub, i), param);
+    }
+  }
+}
+
+std::vector<std::string> parse_choices(const std::string& spec, const char* param) {
+  json j;
+  try {
+    j = json::parse(spec);
+  } catch (const json::exception&) {
+    throw InvalidRequest("'choice' must be a list of strings", param);
+  }
+  if (!j.is_array() || j.empty()) throw InvalidRequest("'choice' must be a non-empty list of strings", param);
+  std::vector<std::string> out;
+  for (const json& c : j) {
+    if (!c.is_string()) throw InvalidRequest("'choice' must be a non-empty list of strings", param);
+    out.push_back(c.get<std::string>());
+  }
+  return out;
+}
+
+const std::string kAnyObjectSchema = R"({"type": "object"})";
+
+// Whitespace between JSON tokens is free but bounded: unbounded, a weak model
+// can spend every remaining token on newlines (greedy decoding of a small
+// model does). 8 is room for a newline and a few levels of indentation.
+constexpr int kMaxWhitespaceRun = 8;
+
+xgrammar::Grammar json_grammar(const std::string& schema, bool any_whitespace) {
+  return xgrammar::Grammar::FromJSONSchema(schema, any_whitespace, std::nullopt, std::nullopt, /*strict_mode=*/true,
+                                           any_whitespace ? std::optional<int>(kMaxWhitespaceRun) : std::nullopt);
+}
+
+// spec -> xgrammar grammar (no vocabulary); throws on any failure.
+xgrammar::Grammar to_grammar(const StructuredOutputs& s, const char* param) {
+  using Kind = StructuredOutputs::Kind;
+  switch (s.kind) {
+    case Kind::Json: {
+      json schema;
+      try {
+        schema = json::parse(s.spec);
+      } catch (const json::exception& e) {
+        throw InvalidRequest(fmt::format("the JSON schema is not valid JSON: {}", e.what()), param);
+      }
+      if (!schema.is_object() && !schema.is_boolean())
+        throw InvalidRequest("the JSON schema must be an object", param);
+      check_schema_keywords(schema, "#", param);
+      return json_grammar(s.spec, s.any_whitespace);
+    }
+    case Kind::JsonObject: return json_grammar(kAnyObjectSchema, s.any_whitespace);
+    case Kind::Regex: return xgrammar::Grammar::FromRegex(s.spec);
+    case Kind::Choice: return xgrammar::Grammar::FromEBNF(choice_grammar(parse_choices(s.spec, param)));
+    case Kind::Grammar: return xgrammar::Grammar::FromEBNF(s.spec);
+    case Kind::StructuralTag: {
+      auto r = xgrammar::Grammar::FromStructuralTag(s.spec);
+      if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;
+      std::string msg;
+      std::visit([&](const auto& e) { msg = e.what(); }, std::get<xgrammar::StructuralTagError>(r));
+      throw InvalidRequest(fmt::format("invalid structural tag: {}", clean_message(msg)), param);
+    }
+    case Kind::None: break;
+  }
+  throw InvalidRequest("no structured output given", param);
+}
+
+std::string describe_kind(StructuredOutputs::Kind k) {
+  switch (k) {
+    case StructuredOutputs::Kind::Json:
+    case StructuredOutputs::Kind::JsonObject: return "JSON schema";
+    case StructuredOutputs::Kind::Regex: return "regex";
+    case StructuredOutputs::Kind::Grammar: return "grammar";
+    case StructuredOutputs::Kind::Choice: return "choice";
+    default: return "structural tag";
+  }
+}
+
+xgrammar::Grammar to_grammar_or_400(const StructuredOutputs& s, const char* param) {
+  try {
+    return to_grammar(s, param);
+  } catch (const InvalidRequest&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InvalidRequest(fmt::format("invalid {}: {}", describe_kind(s.kind), clean_message(e.what())), param);
+  }
+}
+
+std::string cache_key(const StructuredOutputs& s) {
+  std::string key;
+  key.reserve(s.spec.size() + 4);
+  key += static_cast<char>('0' + static_cast<int>(s.kind));
+  key += s.any_whitespace ? '1' : '0';
+  key += s.spec;
+  return key;
+}
+
+// xgrammar wants the vocabulary as the bytes each token stands for; control
+// and unknown tokens are "" (never part of a sentence).
+xgrammar::TokenizerInfo make_tokenizer_info(const Tokenizer& tok, int32_t vocab_size,
+                                            const std::vector<int32_t>& stop_ids) {
+  std::vector<std::string> vocab(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (!tok.is_special(id)) vocab[id] = tok.token_to_piece(id, false);
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, std::max(vocab_size, tok.vocab_size()), stop_ids);
+}
+
+}  // namespace
+
+void validate(const StructuredOutputs& spec, const char* param) {
+  if (!spec.active()) return;
+  (void)to_grammar_or_400(spec, param);
+}
+
+std::string choice_grammar(const std::vector<std::string>& choices) {
+  std::string g = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i) g += " | ";
+    g += '"';
+    for (unsigned char c : choices[i]) {
+      if (c == '"' || c == '\\') {
+        g += '\\';
+        g += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7f) {
+        g += fmt::format("\\x{:02x}", c);
+      } else {
+        g += static_cast<char>(c);
+      }
+    }
+    g += '"';
+  }
+  return g;
+}
+
+// ---- GrammarCompiler
+
+struct GrammarCompiler::Impl {
+  const Tokenizer& tokenizer;
+  int32_t vocab_size;
+  std::vector<int32_t> stop_ids;
+  size_t capacity;
+
+  struct Entry {
+    std::shared_future<CompileResult> result;
+    std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
+  };
+  struct Job {
+    StructuredOutputs spec;
+    std::promise<CompileResult> promise;
+  };
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_map<std::string, Entry> cache;
+  std::list<std::string> lru;
+  std::deque<Job> jobs;
+  bool stopping = false;
+  GrammarCompilerStats stats;
+  std::thread worker;
+
+  Impl(const Tokenizer& t, int32_t v, std::vector<int32_t> s, size_t c)
+      : tokenizer(t), vocab_size(v), stop_ids(std::move(s)), capacity(std::max<size_t>(1, c)) {
+    worker = std::thread([this] { run(); });
+  }
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+
+  void run() {
+    std::unique_ptr<xgrammar::GrammarCompiler> compiler;  // built on first use: the vocabulary scan takes a while
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !jobs.empty(); });
+        if (jobs.empty()) return;  // stopping
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      CompileResult r;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        if (!compiler) {
+          const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+          compiler = std::make_unique<xgrammar::GrammarCompiler>(make_tokenizer_info(tokenizer, vocab_size, stop_ids),
+                                                                 static_cast<int>(std::min(4u, hw)),
+                                                                 /*cache_enabled=*/false);
+        }
+        r.grammar = std::make_shared<CompiledGrammar>(compiler->CompileGrammar(to_grammar_or_400(job.spec, "")));
+      } catch (const std::exception& e) {
+        r.error = clean_message(e.what());
+      }
+      r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        (r.grammar ? stats.compiled : stats.failed)++;
+        stats.compile_seconds += r.compile_seconds;
+      }
+      job.promise.set_value(std::move(r));
+    }
+  }
+
+  std::shared_future<CompileResult> compile(const StructuredOutputs& spec) {
+    std::string key = cache_key(spec);
+    std::lock_guard<std::mutex> lock(mu);
+    stats.requests++;
+    if (auto it = cache.find(key); it != cache.end()) {
+      stats.cache_hits++;
+      lru.splice(lru.begin(), lru, it->second.lru);
+      return it->second.result;
+    }
+    Job job{spec, {}};
+    std::shared_future<CompileResult> result = job.promise.get_future().share();
+    jobs.push_back(std::move(job));
+    lru.push_front(key);
+    cache.emplace(std::move(key), Entry{result, lru.begin()});
+    while (cache.size() > capacity) {  // waiters keep their own copy of an evicted future
+      cache.erase(lru.back());
+      lru.pop_back();
+    }
+    cv.notify_one();
+    return result;
+  }
+};
+
+GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> stop_ids,
+                                 size_t cache_capacity)
+    : vocab_size_(std::max(vocab_size, tokenizer.vocab_size())),
+      impl_(std::make_unique<Impl>(tokenizer, vocab_size_, std::move(stop_ids), cache_capacity)) {}
+
+GrammarCompiler::~GrammarCompiler() = default;
+
+std::shared_future<CompileResult> GrammarCompiler::compile(const StructuredOutputs& spec) {
+  return impl_->compile(spec);
+}
+
+GrammarCompilerStats GrammarCompiler::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  GrammarCompilerStats s = impl_->stats;
+  s.cached = impl_->cache.size();
+  return s;
+}
+
+// ---- GrammarMatcher
+
+struct GrammarMatcher::Impl {
+  std::shared_ptr<const CompiledGrammar> grammar;  // the matcher reads it
+  xgrammar::GrammarMatcher matcher;
+  explicit Impl(std::shared_ptr<const CompiledGrammar> g) : grammar(std::move(g)), matcher(grammar->grammar) {}
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : impl_(std::make_unique<Impl>(std::move(grammar))) {}
+GrammarMatcher::~GrammarMatcher() = default;
+GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
+GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
+
+bool GrammarMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
+
+bool GrammarMatcher::fill_next_token_bitmask(int32_t* mask, int32_t vocab_size) {
+  int64_t shape[1] = {bitmask_words(vocab_size)};
+  DLTensor t{};
+  t.data = mask;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  return impl_->matcher.FillNextTokenBitmask(&t);
+}
+
+bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }
+bool GrammarMatcher::completed() const { return impl_->matcher.IsCompleted(); }
+void GrammarMatcher::rollback(int32_t num_tokens) { impl_->matcher.Rollback(num_tokens); }
+
+}  // namespace pagellm::structured
