@@ -8,6 +8,7 @@
 #include "api/json_fields.h"
 #include "api/request_params.h"
 #include "api/structured_request.h"
+#include "api/tool_request.h"
 #include "api/utf8_check.h"
 #include "chat/chat_template.h"
 #include "core/error.h"
@@ -153,7 +154,7 @@ std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer&
   return out;
 }
 
-std::string render_chat_prompt(const json& body, const ServedModel& m) {
+std::string render_chat_prompt(const json& body, const ServedModel& m, const json& tools) {
   if (!m.chat_template)
     throw InvalidRequest("this model has no chat template; give one with --chat-template FILE", "messages");
   if (!has_field(body, "messages")) throw InvalidRequest("'messages' is required", "messages");
@@ -174,6 +175,13 @@ std::string render_chat_prompt(const json& body, const ServedModel& m) {
     require_valid_utf8(msg["role"].get_ref<const std::string&>(), "messages");
     json copy = msg;
     copy["content"] = flatten_content(msg.contains("content") ? msg["content"] : json(), i);
+    if (copy.contains("tool_calls") && copy["tool_calls"].is_array())
+      for (json& call : copy["tool_calls"])
+        if (call.is_object() && call.contains("function") && call["function"].is_object() &&
+            call["function"].contains("arguments") && call["function"]["arguments"].is_string()) {
+          json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+          if (!args.is_discarded()) call["function"]["arguments"] = std::move(args);
+        }
     normalized.push_back(std::move(copy));
   }
 
@@ -192,6 +200,7 @@ std::string render_chat_prompt(const json& body, const ServedModel& m) {
                            "chat_template_kwargs");
     extra = kwargs;
   }
+  if (!tools.is_null()) extra["tools"] = tools;
 
   const Tokenizer& tok = *m.tokenizer;
   std::string text;
@@ -247,30 +256,30 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std
   check_common(body);
   GenerationRequest g;
   g.chat = true;
-  for (const char* key : {"functions", "function_call"})
-    if (has_field(body, key)) unsupported(key, fmt::format("'{}' (function calling)", key));
-  if (has_field(body, "tools")) {
-    const json& tools = body["tools"];
-    if (!tools.is_array()) throw InvalidRequest("'tools' must be a list", "tools");
-    if (!tools.empty()) unsupported("tools", "tool calling ('tools')");
-  }
-  if (has_field(body, "tool_choice")) {
-    const json& tc = body["tool_choice"];
-    if (!(tc.is_string() && (tc == "none" || tc == "auto")))
-      unsupported("tool_choice", "'tool_choice' other than none");
-  }
+  const ChatTools tools = parse_tools(body, {m.enable_auto_tool_choice, m.tool_parser});
   // Chat's default max_tokens depends on the prompt; see to_engine_requests.
   ParsedParams pp =
       parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len), m.limits);
   g.params = pp.sampling;
   g.params.structured = parse_structured_outputs(body, raw_body);
+  if (tools.grammar.active()) {
+    if (g.params.structured.active())
+      throw InvalidRequest("tool_choice required or named and a structured output both constrain the output; give "
+                           "one", "tool_choice");
+    g.params.structured = tools.grammar;
+  }
   g.priority = pp.priority;
   g.max_tokens_given = has_field(body, "max_tokens") || has_field(body, "max_completion_tokens");
   read_stream_options(body, g);
 
   const int32_t truncate = read_truncate_prompt_tokens(body, m);
   PromptInput p;
-  p.text = render_chat_prompt(body, m);
+  p.text = render_chat_prompt(body, m, tools.tools);
+  g.output.reasoning = m.reasoning_parser;
+  g.output.prompt_ends_in_think = chat::prompt_ends_in_think(p.text);
+  g.output.tools = tools.mode;
+  g.output.tool_parser = m.tool_parser;
+  g.output.named_function = tools.named_function;
   p.ids = m.tokenizer->encode(p.text, get_bool_field(body, "add_special_tokens", false), true);
   truncate_prompt(p, truncate, *m.tokenizer);
   g.prompts.push_back(std::move(p));

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_output.h"
 #include "core/error.h"
 #include "core/request_limits.h"
 #include "engine/engine.h"
@@ -36,6 +37,11 @@ struct ServedModel {
   int32_t max_model_len = 0;
   int32_t default_max_tokens = 16;  // completions that name none (OpenAI's default)
   RequestLimits limits;
+  // Chat output handling (--enable-auto-tool-choice, --tool-call-parser,
+  // --reasoning-parser); borrowed, null when not given.
+  bool enable_auto_tool_choice = false;
+  const chat::ToolParser* tool_parser = nullptr;
+  const chat::ReasoningParser* reasoning_parser = nullptr;
 
   bool answers_to(const std::string& model) const;
 };
@@ -66,6 +72,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text before the output
+  chat::ChatOutputOptions output;  // chat: reasoning and tool-call handling of each choice
   bool logprobs() const { return params.logprobs >= 0; }
 };
 
@@ -84,7 +91,11 @@ std::vector<PromptInput> parse_prompt_field(const nlohmann::json& prompt, const 
 // limits.max_messages messages and max_chat_template_kwargs keys. Throws
 // InvalidRequest for malformed messages and template failures, TemplateError
 // for the template's own raise_exception.
-std::string render_chat_prompt(const nlohmann::json& body, const ServedModel& m);
+// tools: the request's checked `tools` (api/tool_request.h), given to the
+// template; null for none. Assistant tool_calls whose arguments are JSON text
+// reach the template as objects (what HF templates expect).
+std::string render_chat_prompt(const nlohmann::json& body, const ServedModel& m,
+                               const nlohmann::json& tools = nullptr);
 
 // raw_body: the text `body` came from, if at hand (keeps the key order of
 // JSON schemas; see api/structured_request.h).

@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 #include <thread>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning_parser.h"
+#include "chat/tool_parser.h"
 #include "cli/chat_template_flag.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -38,6 +41,9 @@ struct ServeFlags {
   int port = 8000;
   std::string api_key;
   std::string chat_template;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
   RequestLimits limits;  // defaults there; the admission ones are flags
   double shutdown_timeout = 30;
   std::string max_request_bytes = "16MiB";
@@ -106,6 +112,15 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);
   served.chat_template = load_chat_template(f.chat_template, *engine);
+  std::unique_ptr<chat::ToolParser> tool_parser;
+  std::unique_ptr<chat::ReasoningParser> reasoning_parser;
+  if (!f.tool_call_parser.empty()) tool_parser = chat::make_tool_parser(f.tool_call_parser);
+  if (!f.reasoning_parser.empty()) reasoning_parser = chat::make_reasoning_parser(f.reasoning_parser);
+  if (f.enable_auto_tool_choice && !tool_parser)
+    fail("--enable-auto-tool-choice needs --tool-call-parser (one of: {})", fmt::join(chat::tool_parser_names(), ", "));
+  served.enable_auto_tool_choice = f.enable_auto_tool_choice;
+  served.tool_parser = tool_parser.get();
+  served.reasoning_parser = reasoning_parser.get();
 
   served.limits = f.limits;
   AsyncEngineOptions async_options;
@@ -185,6 +200,12 @@ Command register_serve(CLI::App& app) {
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");
+  sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "Let the model decide to call tools (tool_choice auto); needs --tool-call-parser");
+  sub->add_option("--tool-call-parser", f->tool_call_parser,
+                  "How tool calls look in the output: hermes, llama3_json, mistral, pythonic");
+  sub->add_option("--reasoning-parser", f->reasoning_parser,
+                  "Move the thinking section into reasoning_content: deepseek_r1, qwen3");
   // Admission: "waiting" is admitted but without a first token yet. A full queue answers 503 + Retry-After.
   sub->add_option("--max-waiting-requests", f->limits.max_waiting_requests,
                   "Requests (each with all its prompts) allowed to wait for their first token; more get 503")

@@ -127,7 +127,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
 
   if (g.stream) {
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
-                            std::move(piece));
+                            std::move(piece), g.output);
     auto state =
         std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch), std::move(log));
     res.set_header("Cache-Control", "no-cache");
@@ -138,7 +138,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     return;
   }
 
-  ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo));
+  ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo), g.output);
   auto last_check = Clock::now();
   while (!job->done()) {
     auto item = job->next(options_.poll_interval);

@@ -1,5 +1,9 @@
 #include "server/openai_response.h"
 
+#include <fmt/format.h>
+
+#include <random>
+
 #include "api/utf8_check.h"
 
 namespace pagellm::server {
@@ -9,6 +13,21 @@ using namespace api;  // request parsing and UTF-8 checks (src/api)
 using nlohmann::json;
 
 namespace {
+
+// A chat choice's message (or, streaming, its delta) from the parsed output.
+void put_chat_fields(json& message, const chat::ChatDelta& d, bool reasoning_parser, bool whole_message) {
+  if (reasoning_parser && (whole_message || !d.reasoning.empty()))
+    message["reasoning_content"] = d.reasoning.empty() ? json(nullptr) : json(d.reasoning);
+  if (whole_message)
+    message["content"] = d.content.empty() && !d.calls.empty() ? json(nullptr) : json(d.content);
+  else if (!d.content.empty())
+    message["content"] = d.content;
+}
+
+json finish_json(FinishReason r, size_t num_calls) {
+  if (num_calls > 0 && (r == FinishReason::Stop || r == FinishReason::Length)) return "tool_calls";
+  return finish_reason_json(r);
+}
 
 json bytes_json(const std::string& raw) {
   json b = json::array();
@@ -40,6 +59,15 @@ void accumulate(std::vector<ChoiceState>& choices, std::vector<bool>& prompt_see
 }
 
 }  // namespace
+
+std::string make_tool_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("chatcmpl-tool-{:016x}{:016x}", rng(), rng());
+}
+
+json tool_call_json(const chat::ToolCall& call, const std::string& id) {
+  return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
 
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
@@ -101,11 +129,12 @@ std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; 
 // ---- non-streaming ----
 
 ResponseCollector::ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
-                                     std::vector<std::string> echo_prefixes)
+                                     std::vector<std::string> echo_prefixes, chat::ChatOutputOptions output)
     : meta_(std::move(meta)),
       n_(n),
       logprobs_(logprobs),
       echo_(std::move(echo_prefixes)),
+      output_(std::move(output)),
       choices_(num_prompts * static_cast<size_t>(n)),
       prompt_seen_(num_prompts, false) {
   echo_.resize(num_prompts);
@@ -122,14 +151,30 @@ json ResponseCollector::render(const TokenPiece& piece) const {
     const ChoiceState& c = choices_[i];
     const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
     json choice = {{"index", i}};
+    size_t num_calls = 0;
     if (meta_.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      chat::ChatOutputStream parse(output_);
+      chat::ChatDelta d = parse.feed(c.text);
+      chat::ChatDelta rest = parse.finish();
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+      for (auto& call : rest.calls) d.calls.push_back(std::move(call));
+      json message = {{"role", "assistant"}};
+      put_chat_fields(message, d, output_.reasoning != nullptr, true);
+      message["refusal"] = nullptr;
+      if (!d.calls.empty()) {
+        json calls = json::array();
+        for (const auto& call : d.calls) calls.push_back(tool_call_json(call, make_tool_call_id()));
+        message["tool_calls"] = std::move(calls);
+      }
+      num_calls = d.calls.size();
+      choice["message"] = std::move(message);
       choice["logprobs"] = logprobs_ ? chat_logprobs_json(c.logprobs, piece) : json(nullptr);
     } else {
       choice["text"] = prefix + c.text;
       choice["logprobs"] = logprobs_ ? completion_logprobs_json(c.logprobs, piece, utf8_length(prefix)) : json(nullptr);
     }
-    choice["finish_reason"] = finish_reason_json(c.finish);
+    choice["finish_reason"] = finish_json(c.finish, num_calls);
     choice["stop_reason"] = stop_reason_json(c.stop_string, c.stop_token);
     choices.push_back(std::move(choice));
   }
@@ -144,7 +189,7 @@ json ResponseCollector::render(const TokenPiece& piece) const {
 // ---- streaming ----
 
 StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                               std::vector<std::string> echo_prefixes, TokenPiece piece)
+                               std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output)
     : meta_(std::move(meta)),
       n_(n),
       logprobs_(logprobs),
@@ -154,6 +199,10 @@ StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n,
       choices_(num_prompts * static_cast<size_t>(n)),
       prompt_seen_(num_prompts, false) {
   echo_.resize(num_prompts);
+  if (meta_.chat) {
+    for (size_t i = 0; i < choices_.size(); ++i) outputs_.push_back(std::make_unique<chat::ChatOutputStream>(output));
+    calls_sent_.assign(choices_.size(), 0);
+  }
 }
 
 json StreamRenderer::chunk(json choice) const {
@@ -209,16 +258,44 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
       c.stop_string = d.stop_string;
       c.stop_token = d.stop_token;
     }
-    if (d.text.empty() && !has_logprobs && !finished) continue;
+    chat::ChatDelta parsed;
+    if (meta_.chat) {
+      parsed = outputs_[index]->feed(d.text);
+      if (finished) {
+        chat::ChatDelta rest = outputs_[index]->finish();
+        parsed.reasoning += rest.reasoning;
+        parsed.content += rest.content;
+        for (auto& call : rest.calls) parsed.calls.push_back(std::move(call));
+      }
+      if (parsed.empty() && !has_logprobs && !finished) {
+        c.text += d.text;  // held back by a parser
+        continue;
+      }
+    } else if (d.text.empty() && !has_logprobs && !finished) {
+      continue;
+    }
     json choice = {{"index", index}};
     if (meta_.chat) {
-      choice["delta"] = d.text.empty() ? json::object() : json{{"content", d.text}};
+      json delta = json::object();
+      put_chat_fields(delta, parsed, true, false);
+      if (!parsed.calls.empty()) {
+        // OpenAI's chunk shape: each call once, whole, with its index among the choice's calls.
+        json calls = json::array();
+        for (const auto& call : parsed.calls) {
+          json tc = tool_call_json(call, make_tool_call_id());
+          tc["index"] = calls_sent_[index]++;
+          calls.push_back(std::move(tc));
+        }
+        delta["tool_calls"] = std::move(calls);
+      }
+      choice["delta"] = std::move(delta);
       choice["logprobs"] = has_logprobs ? chat_logprobs_json(d.logprobs, piece_) : json(nullptr);
     } else {
       choice["text"] = d.text;
       choice["logprobs"] = has_logprobs ? completion_logprobs_json(d.logprobs, piece_, c.text_offset) : json(nullptr);
     }
-    choice["finish_reason"] = finish_reason_json(d.finish_reason);
+    choice["finish_reason"] =
+        meta_.chat ? finish_json(d.finish_reason, static_cast<size_t>(calls_sent_[index])) : finish_reason_json(d.finish_reason);
     choice["stop_reason"] = finished ? stop_reason_json(d.stop_string, d.stop_token) : json(nullptr);
     c.text += d.text;
     c.text_offset += utf8_length(d.text);

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "chat/chat_output.h"
 #include "engine/engine.h"
 
 namespace pagellm::server {
@@ -63,12 +65,18 @@ struct ChoiceState {
   int32_t stop_token = -1;
 };
 
+// Chat: reasoning_content, content and tool_calls of a choice's message, and
+// finish_reason "tool_calls" when it called any (src/chat/chat_output.h).
+// Tool-call ids are "chatcmpl-tool-" + 32 random hex digits.
+nlohmann::json tool_call_json(const chat::ToolCall& call, const std::string& id);
+std::string make_tool_call_id();
+
 // Collects every output of a request (all its prompts) for one JSON reply.
 class ResponseCollector {
  public:
   // echo_prefixes: per prompt, text put before each of its choices (empty: none).
   ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
-                    std::vector<std::string> echo_prefixes = {});
+                    std::vector<std::string> echo_prefixes = {}, chat::ChatOutputOptions output = {});
   void add(size_t prompt_index, const RequestOutput& out);
   nlohmann::json render(const TokenPiece& piece) const;
   const Usage& usage() const { return usage_; }
@@ -79,6 +87,7 @@ class ResponseCollector {
   int32_t n_;
   bool logprobs_;
   std::vector<std::string> echo_;
+  chat::ChatOutputOptions output_;
   std::vector<ChoiceState> choices_;
   std::vector<bool> prompt_seen_;
   Usage usage_;
@@ -88,7 +97,7 @@ class ResponseCollector {
 class StreamRenderer {
  public:
   StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                 std::vector<std::string> echo_prefixes, TokenPiece piece);
+                 std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output = {});
   // The opening events: chat sends each choice's role; completions with echo
   // send each choice's prompt text.
   std::string begin();
@@ -112,6 +121,8 @@ class StreamRenderer {
   std::vector<std::string> echo_;
   TokenPiece piece_;
   std::vector<ChoiceState> choices_;
+  std::vector<std::unique_ptr<chat::ChatOutputStream>> outputs_;  // chat: one per choice
+  std::vector<int32_t> calls_sent_;                                // chat: tool calls streamed per choice
   std::vector<bool> prompt_seen_;
   Usage usage_;
 };

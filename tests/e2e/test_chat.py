@@ -102,9 +102,10 @@ def test_chat_errors(gemma_server):
     err(chat(gemma_server, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
         "messages")
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    err(chat(gemma_server, tools=tools), "tools")
+    # tool_choice auto (the default with tools) needs --tool-call-parser
+    assert "--enable-auto-tool-choice" in err(chat(gemma_server, tools=tools), "tool_choice")
     err(chat(gemma_server, tool_choice="required"), "tool_choice")
-    err(chat(gemma_server, response_format={"type": "json_schema", "json_schema": {}}), "response_format")
+    err(chat(gemma_server, response_format={"type": "json_schema"}), "response_format")
     err(chat(gemma_server, top_logprobs=2), "top_logprobs")
     err(chat(gemma_server, max_completion_tokens=0), "max_completion_tokens")
     err(chat(gemma_server, continue_final_message=True, add_generation_prompt=True), "continue_final_message")

@@ -267,3 +267,11 @@ def test_gemma_readme_example(gemma):
                                        messages=[{"role": "user", "content": "Is Paris in France? Answer yes or no."}],
                                        extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
     assert r.choices[0].message.content == "yes"
+    # The README's tool call.
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    r = client.chat.completions.create(model=model_name(gemma), tools=[weather], tool_choice="required",
+                                       parallel_tool_calls=False, max_tokens=50, temperature=0,
+                                       messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
