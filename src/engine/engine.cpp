@@ -371,9 +371,12 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
     } else {
       min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
     }
+    // The row is read again only for raw logprobs and by the other first
+    // tokens of an n > 1 request.
+    const bool row_reused = r.params.logprobs >= 0 || (!r.forked && r.params.n > 1);
     const std::span<const int32_t> all(target.seq->token_ids);
     return sampler_->sample(row, vocab, r.params, all.first(target.seq->num_prompt_tokens),
-                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng, allowed);
+                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng, allowed, row_reused);
   };
   if (!r.forked && r.params.n > 1 && seq->num_output_tokens() == 0) {
     // Parallel sampling: n first tokens from the prompt's logits.

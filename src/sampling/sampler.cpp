@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -88,8 +89,7 @@ void Sampler::process_logits(float* logits, int32_t vocab, const SamplingParams&
                              std::span<const int32_t> output_ids,
                              std::span<const int32_t> banned_ids, const int32_t* allowed_bitmask) {
   undo_.clear();
-  row_saved_ = allowed_bitmask != nullptr;
-  if (row_saved_) row_backup_.assign(logits, logits + vocab);  // capacity kept: no allocation once warm
+  masked_words_.clear();
   for (const auto& [id, bias] : params.logit_bias) {
     check_id("logit_bias", id, vocab);
     save(logits, id);
@@ -146,25 +146,40 @@ void Sampler::apply_penalties(float* logits, int32_t vocab, const SamplingParams
 }
 
 void Sampler::apply_bitmask(float* logits, int32_t vocab, const int32_t* allowed) {
-  // Word by word: an all-ones word (32 allowed tokens) costs one compare.
+  // Word by word: an all-ones word (32 allowed tokens) costs one compare, an
+  // all-zero one a save and a fill of 32 floats (both loops vectorize).
+  if (row_backup_.size() < static_cast<size_t>(vocab)) row_backup_.resize(vocab);
+  if (masked_words_.capacity() < static_cast<size_t>(vocab / 32 + 1)) masked_words_.reserve(vocab / 32 + 1);
+  masked_vocab_ = vocab;
   const int32_t words = (vocab + 31) / 32;
   for (int32_t w = 0; w < words; ++w) {
     const auto bits = static_cast<uint32_t>(allowed[w]);
     if (bits == 0xffffffffu) continue;
     const int32_t base = w * 32;
-    const int32_t end = std::min(vocab, base + 32);
-    for (int32_t id = base; id < end; ++id)
-      if (!((bits >> (id - base)) & 1u)) logits[id] = kNegInf;
+    const int32_t n = std::min(vocab - base, 32);
+    float* row = logits + base;
+    if (save_masked_) {
+      std::memcpy(row_backup_.data() + base, row, static_cast<size_t>(n) * sizeof(float));
+      masked_words_.push_back(w);
+    }
+    if (bits == 0 && n == 32) {
+      std::fill(row, row + 32, kNegInf);
+      continue;
+    }
+    for (int32_t i = 0; i < n; ++i)
+      if (!((bits >> i) & 1u)) row[i] = kNegInf;
   }
 }
 
 void Sampler::restore_logits(float* logits) {
-  if (row_saved_) {
-    std::copy(row_backup_.begin(), row_backup_.end(), logits);
-    row_saved_ = false;
-    undo_.clear();
-    return;
+  // The mask came last: its words go back first, then the other changes.
+  const int32_t vocab = masked_vocab_;
+  for (int32_t w : masked_words_) {
+    const int32_t base = w * 32;
+    const int32_t n = std::min(vocab - base, 32);
+    std::memcpy(logits + base, row_backup_.data() + base, static_cast<size_t>(n) * sizeof(float));
   }
+  masked_words_.clear();
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) logits[it->first] = it->second;
   undo_.clear();
 }
@@ -366,12 +381,14 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
                              std::span<const int32_t> prompt_ids,
                              std::span<const int32_t> output_ids,
                              std::span<const int32_t> banned_ids, SamplerRng& rng,
-                             const int32_t* allowed_bitmask) {
+                             const int32_t* allowed_bitmask, bool restore_masked) {
   PAGELLM_CHECK(vocab > 0, "sampler: vocabulary size must be > 0, got {}", vocab);
   SampleResult result;
   {
     RestoreOnExit restore(*this, logits);
+    save_masked_ = restore_masked;
     process_logits(logits, vocab, params, prompt_ids, output_ids, banned_ids, allowed_bitmask);
+    save_masked_ = true;
     if (params.temperature < kGreedyTemperature) {
       result.token = argmax(logits, vocab);
     } else {

@@ -66,10 +66,13 @@ class Sampler {
   // set) prompt_ids / output_ids. rng is used only when not greedy, one
   // number per call. allowed_bitmask (may be null): bit (id % 32) of word
   // id / 32 clear means token id is not allowed (a grammar's mask).
+  // restore_masked false: tokens the mask excluded may be left at -inf (for a
+  // caller that reads the row no more: saving most of a vocabulary each token
+  // costs more than the mask itself); every allowed token is restored.
   SampleResult sample(float* logits, int32_t vocab, const SamplingParams& params,
                       std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
                       std::span<const int32_t> banned_ids, SamplerRng& rng,
-                      const int32_t* allowed_bitmask = nullptr);
+                      const int32_t* allowed_bitmask = nullptr, bool restore_masked = true);
 
   // --- The steps of sample(), public for tests and for callers that want them.
 
@@ -110,10 +113,13 @@ class Sampler {
     float weight;
   };
   std::vector<std::pair<int32_t, float>> undo_;  // (id, original logit), in write order
-  // A grammar's mask may exclude nearly the whole vocabulary: then the row is
-  // saved whole (one copy) instead of id by id.
+  // A grammar's mask: the 32-token words it touches are saved whole (a word
+  // is usually all allowed or all excluded), at their own offset in
+  // row_backup_ [vocab]; masked_words_ lists them.
   std::vector<float> row_backup_;
-  bool row_saved_ = false;
+  std::vector<int32_t> masked_words_;
+  int32_t masked_vocab_ = 0;  // the row length of the last mask
+  bool save_masked_ = true;
   std::vector<uint8_t> seen_;                    // [vocab] 0 between calls
   std::vector<int32_t> counts_;                  // [vocab] 0 between calls
   std::vector<float> dense_weights_;             // [vocab]

@@ -636,6 +636,19 @@ TEST(Sampler, AllowedBitmaskRestrictsEveryMode) {
       sampler.restore_logits(processed.data());
       EXPECT_EQ(r.token, best) << "trial " << trial;
     }
+    // Without restoring the masked tokens: the same token; allowed ids restored.
+    SamplerRng rng2(static_cast<uint64_t>(trial));
+    const SampleResult r2 =
+        sampler.sample(logits.data(), vocab, p, history, history, {}, rng2, mask.data(), /*restore_masked=*/false);
+    EXPECT_EQ(r2.token, r.token) << "trial " << trial;
+    for (int32_t id = 0; id < vocab; ++id) {
+      const bool ok = std::binary_search(allowed_ids.begin(), allowed_ids.end(), id);
+      if (ok) {
+        EXPECT_EQ(logits[id], before[id]) << id;
+      } else {
+        EXPECT_TRUE(logits[id] == before[id] || (std::isinf(logits[id]) && logits[id] < 0)) << id;
+      }
+    }
   }
 }
 
