@@ -147,6 +147,19 @@ def test_regex_choice_and_grammar(server):
         assert re.fullmatch(r"The (cat|dog) is [a-z]{3,6}\.", r.json()["choices"][0]["text"])
 
 
+def test_structural_tag(server):
+    """xgrammar's structural tag: a tag around a sequence of a constant and a regex."""
+    tag = {"type": "structural_tag",
+           "format": {"type": "tag", "begin": "<answer>",
+                      "content": {"type": "sequence", "elements": [
+                          {"type": "const_string", "value": "code "},
+                          {"type": "regex", "pattern": "[A-Z]{3}-[0-9]{2}"}]},
+                      "end": "</answer>"}}
+    r = complete(server, temperature=0, structured_outputs={"structural_tag": tag})
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"<answer>code [A-Z]{3}-[0-9]{2}</answer>", r.json()["choices"][0]["text"]), r.text
+
+
 def test_streaming_and_stop_strings_and_max_tokens(server):
     schema = SCHEMAS["array_bounds"]
     with requests.post(server.url("/v1/completions"), stream=True, timeout=120,
