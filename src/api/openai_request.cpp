@@ -256,7 +256,7 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std
   check_common(body);
   GenerationRequest g;
   g.chat = true;
-  const ChatTools tools = parse_tools(body, {m.enable_auto_tool_choice, m.tool_parser});
+  const ChatTools tools = parse_tools(body, {m.enable_auto_tool_choice, m.tool_parser}, raw_body);
   // Chat's default max_tokens depends on the prompt; see to_engine_requests.
   ParsedParams pp =
       parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len), m.limits);

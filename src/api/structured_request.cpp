@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/json_fields.h"
+#include "api/ordered_field.h"
 #include "core/error.h"
 #include "structured/grammar.h"
 
@@ -120,55 +121,14 @@ void read_guided_fields(const json& body, Found& f) {
       throw InvalidRequest(fmt::format("'{}' must be a string", key), key);
 }
 
-// Objects this large keep nlohmann's sorted order: ordered_json inserts in
-// linear time, and a hostile schema must not cost quadratic time.
-constexpr size_t kMaxOrderedKeys = 1000;
-
-bool small_objects(const json& v) {
-  if (v.is_object()) {
-    if (v.size() > kMaxOrderedKeys) return false;
-    for (const auto& [k, x] : v.items())
-      if (!small_objects(x)) return false;
-  } else if (v.is_array()) {
-    for (const json& x : v)
-      if (!small_objects(x)) return false;
-  }
-  return true;
-}
-
-// The schema object of field `param`, re-read from the raw text in its
-// original key order; empty when it cannot be (then the sorted text stands).
+// The schema of field `param`, in the client's key order; empty when the raw
+// text is not at hand (then the sorted text stands).
 std::string ordered_schema(const json& body, std::string_view raw, const char* param) {
-  const json* sorted = nullptr;
-  std::vector<std::string> path;
-  if (std::string_view(param) == "guided_json") {
-    path = {"guided_json"};
-  } else if (std::string_view(param) == "structured_outputs") {
-    path = {"structured_outputs", "json"};
-  } else {
-    path = {"response_format", "json_schema", "schema"};
-  }
-  sorted = &body;
-  for (const std::string& k : path) sorted = &(*sorted)[k];
-  if (!sorted->is_object() || !small_objects(*sorted)) return "";
-  // Keep only the top-level field on the path; everything else is parsed and dropped.
-  const std::string& top = path.front();
-  nlohmann::ordered_json::parser_callback_t keep = [&](int depth, nlohmann::ordered_json::parse_event_t event,
-                                                       nlohmann::ordered_json& parsed) {
-    return !(depth == 1 && event == nlohmann::ordered_json::parse_event_t::key && parsed != top);
-  };
-  nlohmann::ordered_json ordered;
-  try {
-    ordered = nlohmann::ordered_json::parse(raw.begin(), raw.end(), keep);
-  } catch (const nlohmann::ordered_json::exception&) {
-    return "";
-  }
-  const nlohmann::ordered_json* v = &ordered;
-  for (const std::string& k : path) {
-    if (!v->is_object() || !v->contains(k)) return "";
-    v = &(*v)[k];
-  }
-  return v->is_object() ? v->dump() : "";
+  std::vector<std::string> path = {"response_format", "json_schema", "schema"};
+  if (std::string_view(param) == "guided_json") path = {"guided_json"};
+  if (std::string_view(param) == "structured_outputs") path = {"structured_outputs", "json"};
+  const auto v = ordered_field(body, raw, path);
+  return v && v->is_object() ? v->dump() : "";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/json_fields.h"
+#include "api/ordered_field.h"
 #include "core/error.h"
 #include "structured/grammar.h"
 
@@ -22,15 +23,38 @@ bool valid_function_name(const std::string& s) {
 
 // The grammar of tool_choice "required": a list of one call per element, each
 // {"name": <a declared function>, "parameters": <its schema>} (vLLM's shape).
-std::string required_schema(const json& functions, bool parallel) {
-  json any_of = json::array();
-  for (const json& f : functions)
-    any_of.push_back({{"type", "object"},
-                      {"properties", {{"name", {{"type", "string"}, {"enum", {f["name"]}}}}, {"parameters", f["parameters"]}}},
-                      {"required", {"name", "parameters"}}});
-  json schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any_of}}}};
+std::string required_schema(const nlohmann::ordered_json& functions, bool parallel) {
+  using ojson = nlohmann::ordered_json;
+  ojson any_of = ojson::array();
+  for (const ojson& f : functions) {
+    ojson call = ojson::object();
+    call["type"] = "object";
+    call["properties"]["name"] = {{"type", "string"}, {"enum", {f["name"]}}};
+    call["properties"]["parameters"] = f["parameters"];
+    call["required"] = {"name", "parameters"};
+    any_of.push_back(std::move(call));
+  }
+  ojson schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any_of}}}};
   if (!parallel) schema["maxItems"] = 1;
   return schema.dump();
+}
+
+// The functions' {name, parameters} with each schema in the client's key
+// order when the raw text has it.
+nlohmann::ordered_json ordered_functions(const json& body, const json& functions, std::string_view raw) {
+  const auto tools = ordered_field(body, raw, {"tools"});
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < functions.size(); ++i) {
+    nlohmann::ordered_json params;
+    if (tools && tools->is_array() && i < tools->size() && (*tools)[i].is_object() &&
+        (*tools)[i].contains("function") && (*tools)[i]["function"].is_object() &&
+        (*tools)[i]["function"].contains("parameters") && (*tools)[i]["function"]["parameters"].is_object())
+      params = (*tools)[i]["function"]["parameters"];
+    else
+      params = nlohmann::ordered_json::parse(functions[i]["parameters"].dump());
+    out.push_back({{"name", functions[i]["name"]}, {"parameters", std::move(params)}});
+  }
+  return out;
 }
 
 // The checked tools; `functions` gets {name, parameters} of each.
@@ -81,7 +105,7 @@ json parse_tool_list(const json& body) {
   return read_tools(body, functions);
 }
 
-ChatTools parse_tools(const json& body, const ToolSettings& settings) {
+ChatTools parse_tools(const json& body, const ToolSettings& settings, std::string_view raw_body) {
   ChatTools out;
   json functions = json::array();  // {name, parameters}, checked
   out.tools = read_tools(body, functions);
@@ -117,10 +141,11 @@ ChatTools parse_tools(const json& body, const ToolSettings& settings) {
     out.mode = chat::ToolMode::Required;
     out.grammar.kind = StructuredOutputs::Kind::Json;
     out.grammar.any_whitespace = false;  // calls are data: JSON as json.dumps writes it
-    out.grammar.spec = required_schema(functions, parallel);
+    out.grammar.spec = required_schema(ordered_functions(body, functions, raw_body), parallel);
   } else if (choice == "named") {
-    const json* params = nullptr;
-    for (const json& f : functions)
+    const nlohmann::ordered_json ordered = ordered_functions(body, functions, raw_body);
+    const nlohmann::ordered_json* params = nullptr;
+    for (const auto& f : ordered)
       if (f["name"] == named) params = &f["parameters"];
     if (!params)
       throw InvalidRequest(fmt::format("'tool_choice' names '{}', which is not among the tools", named), "tool_choice");

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "chat/chat_output.h"
 #include "sampling/sampling_params.h"
@@ -32,7 +33,9 @@ struct ChatTools {
 // function without a valid name or whose parameters are not a JSON schema
 // (checked by the grammar engine), a tool_choice naming no declared
 // function, "auto" without a tool-call parser.
-ChatTools parse_tools(const nlohmann::json& body, const ToolSettings& settings);
+// raw_body (may be empty): the text of `body`, so that parameter schemas keep
+// their property order in the grammars (see api/ordered_field.h).
+ChatTools parse_tools(const nlohmann::json& body, const ToolSettings& settings, std::string_view raw_body = {});
 
 // Only the checked `tools` (null when none), for rendering a prompt (/tokenize).
 nlohmann::json parse_tool_list(const nlohmann::json& body);

@@ -235,6 +235,26 @@ TEST_F(OpenAIRequestTest, ModelField) {
   EXPECT_THROW(check_model_field({{"model", 5}}, m_), InvalidRequest);
 }
 
+TEST_F(OpenAIRequestTest, ToolChoiceGrammarsKeepParameterOrder) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {
+      "type": "object", "properties": {"zebra": {"type": "string"}, "apple": {"type": "integer"}}}}}])";
+  const std::string named = R"({"messages": [{"role": "user", "content": "hi"}], )" + tools +
+                            R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})";
+  const GenerationRequest n = parse_chat_request(json::parse(named), m_, named);
+  EXPECT_EQ(n.output.tools, chat::ToolMode::Named);
+  EXPECT_EQ(n.output.named_function, "f");
+  EXPECT_LT(n.params.structured.spec.find("zebra"), n.params.structured.spec.find("apple")) << n.params.structured.spec;
+  EXPECT_FALSE(n.params.structured.any_whitespace);
+  const std::string required =
+      R"({"messages": [{"role": "user", "content": "hi"}], )" + tools + R"(, "tool_choice": "required"})";
+  const GenerationRequest r = parse_chat_request(json::parse(required), m_, required);
+  EXPECT_EQ(r.output.tools, chat::ToolMode::Required);
+  EXPECT_LT(r.params.structured.spec.find("zebra"), r.params.structured.spec.find("apple")) << r.params.structured.spec;
+  // auto needs the server's tool-call parser
+  const std::string automatic = R"({"messages": [{"role": "user", "content": "hi"}], )" + tools + "}";
+  EXPECT_THROW(parse_chat_request(json::parse(automatic), m_, automatic), InvalidRequest);
+}
+
 TEST_F(OpenAIRequestTest, ChatRendering) {
   const json body = {{"messages",
                       {{{"role", "system"}, {"content", "Be brief."}},
