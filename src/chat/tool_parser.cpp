@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace pagellm::chat {
 namespace {
@@ -565,24 +566,6 @@ class Llama3JsonStream final : public WholeOutputStream {
 };
 
 // ---- pythonic -----------------------------------------------------------------------------------------------
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // A recursive-descent parser for the Python a model writes as a call list: [f(a=1, b='x'), g()]. Values are the
 // literals vLLM's ast-based parser accepts (strings, numbers, True/False/None, lists, dicts), converted to JSON
