@@ -246,7 +246,8 @@ struct GrammarCompiler::Impl {
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stopping || !jobs.empty(); });
-        if (jobs.empty()) return;  // stopping
+        // Stopping: the engine and its requests are going; queued compiles are dropped.
+        if (stopping) return;
         job = std::move(jobs.front());
         jobs.pop_front();
       }

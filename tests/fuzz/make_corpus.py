@@ -431,6 +431,15 @@ REQUESTS = [
     {"model": "other", "prompt": "x"},
     {"prompt": "", "max_tokens": 0, "n": 0, "temperature": -1, "top_p": 2, "logprobs": 99, "stop": [""]},
     {"prompt": [1e300], "max_tokens": 1.5, "seed": -1, "top_k": -1, "logit_bias": {"x": 1}},
+    {"prompt": "x", "guided_regex": "(a|b)+[0-9]{2,3}", "guided_decoding_backend": "xgrammar"},
+    {"prompt": "x", "structured_outputs": {"choice": ["yes", "no"], "disable_any_whitespace": True}},
+    {"prompt": "x", "structured_outputs": {"grammar": "root ::= \"a\" b\nb ::= [0-9]*"}},
+    {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+        "type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/p"}, "maxItems": 3}},
+        "$defs": {"p": {"type": "string", "pattern": "^[a-z]+$"}}}}}},
+    {"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "parallel_tool_calls": False,
+     "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+         "type": "object", "properties": {"x": {"enum": [1, "a", None]}}}}}]},
 ]
 
 
