@@ -198,7 +198,7 @@ void AsyncEngine::loop() {
     for (auto& req : incoming) {
       const std::string id = req.id;
       try {
-        engine_->add_request(std::move(req));
+        engine_->add_checked_request(std::move(req));  // submit_group ran validate_params
       } catch (const std::exception& e) {
         RequestOutput out;
         out.request_id = id;

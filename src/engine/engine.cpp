@@ -216,6 +216,15 @@ void Engine::validate_params(const EngineRequest& req) const {
 
 void Engine::add_request(EngineRequest req) {
   validate(req);
+  enqueue(std::move(req));
+}
+
+void Engine::add_checked_request(EngineRequest req) {
+  if (requests_.count(req.id)) throw InvalidRequest(fmt::format("duplicate request id '{}'", req.id));
+  enqueue(std::move(req));
+}
+
+void Engine::enqueue(EngineRequest req) {
   auto r = std::make_unique<Request>();
   r->id = req.id;
   r->params = req.params;

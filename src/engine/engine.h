@@ -113,6 +113,10 @@ class Engine {
   // call from any thread while another runs step().
   void validate_params(const EngineRequest& req) const;
   void add_request(EngineRequest req);
+  // add_request for a request whose validate_params() already passed on the
+  // caller's thread (AsyncEngine's submit): only the id is checked here, so
+  // the step thread does not convert a request's grammar a second time.
+  void add_checked_request(EngineRequest req);
   // Aborts a request: its blocks return to the pool now. Returns the final
   // output (finish reason abort), or nothing for an unknown id.
   std::optional<RequestOutput> abort(const std::string& request_id);
@@ -144,6 +148,7 @@ class Engine {
   using Clock = std::chrono::steady_clock;
 
   void load(const LoadProgress& progress);
+  void enqueue(EngineRequest req);
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void sample_entry(const StepPlan& plan, size_t plan_index, const float* logits, std::vector<Request*>& touched);
