@@ -19,11 +19,7 @@ void ChatOutputStream::content_in(std::string_view text, bool final, ChatDelta& 
     case ToolMode::Auto:
       if (tools_) {
         ToolParseResult r = tools_->feed(text);
-        if (final) {
-          ToolParseResult rest = tools_->finish();
-          r.content += rest.content;
-          for (ToolCall& c : rest.calls) r.calls.push_back(std::move(c));
-        }
+        if (final) r.append(tools_->finish());
         out.content += r.content;
         for (ToolCall& c : r.calls) out.calls.push_back(std::move(c));
         break;
@@ -77,6 +73,19 @@ ChatDelta ChatOutputStream::finish() {
   }
   content_in(rest, true, out);
   return out;
+}
+
+void ChatDelta::append(ChatDelta&& later) {
+  reasoning += later.reasoning;
+  content += later.content;
+  for (ToolCall& c : later.calls) calls.push_back(std::move(c));
+}
+
+ChatDelta parse_chat_output(const ChatOutputOptions& options, std::string_view text) {
+  ChatOutputStream s(options);
+  ChatDelta d = s.feed(text);
+  d.append(s.finish());
+  return d;
 }
 
 bool prompt_ends_in_think(std::string_view prompt) {

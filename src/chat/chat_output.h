@@ -34,6 +34,8 @@ struct ChatDelta {
   std::string content;
   std::vector<ToolCall> calls;
   bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  // What came later, after this.
+  void append(ChatDelta&& later);
 };
 
 class ChatOutputStream {
@@ -53,6 +55,9 @@ class ChatOutputStream {
   std::string forced_;  // Named / Required: the whole constrained text
   size_t num_calls_ = 0;
 };
+
+// A whole output at once: feed(text) then finish().
+ChatDelta parse_chat_output(const ChatOutputOptions& options, std::string_view text);
 
 // Whether a rendered prompt ends inside an opened thinking section (the
 // template wrote "<think>" last, as DeepSeek-R1's and Qwen3's do).

@@ -577,18 +577,13 @@ class PythonCallParser {
 
   bool call_list(std::vector<ToolCall>& calls) {
     if (!eat('[')) return false;
-    while (true) {
+    const bool closed = items(']', [&] {
       ToolCall call;
       if (!function_call(call)) return false;
       calls.push_back(std::move(call));
-      space();
-      if (eat(',')) {
-        space();
-        if (eat(']')) return true;
-        continue;
-      }
-      return eat(']');
-    }
+      return true;
+    });
+    return closed && !calls.empty();  // "[]" calls nothing: not a call list
   }
 
  private:
@@ -597,29 +592,20 @@ class PythonCallParser {
     if (!identifier(out.name)) return false;
     space();
     if (!eat('(')) return false;
-    space();
     Json args = Json::object();
-    if (!eat(')')) {
-      while (true) {
-        std::string key;
-        Json arg;
-        if (!identifier(key)) return false;
-        space();
-        if (!eat('=')) return false;
-        space();
-        if (!value(arg, 1)) return false;
-        if (args.contains(key)) return false;  // Python: "keyword argument repeated"
-        args[key] = std::move(arg);
-        space();
-        if (eat(',')) {
-          space();
-          if (eat(')')) break;
-          continue;
-        }
-        if (eat(')')) break;
-        return false;
-      }
-    }
+    const bool closed = items(')', [&] {
+      std::string key;
+      Json arg;
+      if (!identifier(key)) return false;
+      space();
+      if (!eat('=')) return false;
+      space();
+      if (!value(arg, 1)) return false;
+      if (args.contains(key)) return false;  // Python: "keyword argument repeated"
+      args[key] = std::move(arg);
+      return true;
+    });
+    if (!closed) return false;
     out.arguments = dump(args);
     return true;
   }
@@ -661,31 +647,39 @@ class PythonCallParser {
     return true;
   }
 
-  bool list(Json& out, size_t depth) {
-    eat('[');
-    out = Json::array();
+  // The comma-separated items after an opening bracket, through `close`; a
+  // trailing comma is allowed, as in Python.
+  template <class ParseItem>
+  bool items(char close, ParseItem&& item) {
     space();
-    if (eat(']')) return true;
+    if (eat(close)) return true;
     while (true) {
-      Json item;
-      if (!value(item, depth + 1)) return false;
-      out.push_back(std::move(item));
+      if (!item()) return false;
       space();
       if (eat(',')) {
         space();
-        if (eat(']')) return true;
+        if (eat(close)) return true;
         continue;
       }
-      return eat(']');
+      return eat(close);
     }
+  }
+
+  bool list(Json& out, size_t depth) {
+    eat('[');
+    out = Json::array();
+    return items(']', [&] {
+      Json item;
+      if (!value(item, depth + 1)) return false;
+      out.push_back(std::move(item));
+      return true;
+    });
   }
 
   bool dict(Json& out, size_t depth) {
     eat('{');
     out = Json::object();
-    space();
-    if (eat('}')) return true;
-    while (true) {
+    return items('}', [&] {
       Json key;
       Json item;
       if (!value(key, depth + 1)) return false;
@@ -696,14 +690,8 @@ class PythonCallParser {
       if (!value(item, depth + 1)) return false;
       // json.dumps writes non-string keys as their JSON text: 1 -> "1", True -> "true", None -> "null".
       out[key.is_string() ? key.get<std::string>() : dump(key)] = std::move(item);
-      space();
-      if (eat(',')) {
-        space();
-        if (eat('}')) return true;
-        continue;
-      }
-      return eat('}');
-    }
+      return true;
+    });
   }
 
   bool number(Json& out, bool negative) {
@@ -960,9 +948,7 @@ constexpr ToolParserEntry kToolParsers[] = {
 ToolParseResult ToolParser::parse(std::string_view text) const {
   std::unique_ptr<ToolCallStream> s = stream();
   ToolParseResult result = s->feed(text);
-  ToolParseResult rest = s->finish();
-  result.content += rest.content;
-  for (ToolCall& call : rest.calls) result.calls.push_back(std::move(call));
+  result.append(s->finish());
   return result;
 }
 

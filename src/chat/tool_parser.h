@@ -37,6 +37,11 @@ struct ToolCall {
 struct ToolParseResult {
   std::string content;          // text outside tool calls (may be empty)
   std::vector<ToolCall> calls;  // in output order
+  // What came later: its content and calls after these.
+  void append(ToolParseResult&& later) {
+    content += later.content;
+    for (ToolCall& c : later.calls) calls.push_back(std::move(c));
+  }
 };
 
 // Incremental parsing of one generated sequence. Work is linear in the output: each delta is scanned once,

@@ -30,18 +30,6 @@ void check_token_id(const char* param, int32_t id, int32_t vocab_size) {
 
 }  // namespace
 
-const char* to_string(StructuredOutputs::Kind k) {
-  switch (k) {
-    case StructuredOutputs::Kind::Json: return "json";
-    case StructuredOutputs::Kind::JsonObject: return "json_object";
-    case StructuredOutputs::Kind::Regex: return "regex";
-    case StructuredOutputs::Kind::Choice: return "choice";
-    case StructuredOutputs::Kind::Grammar: return "grammar";
-    case StructuredOutputs::Kind::StructuralTag: return "structural_tag";
-    default: return "none";
-  }
-}
-
 void SamplingParams::validate(int32_t vocab_size) const {
   if (!std::isfinite(temperature) || !(temperature >= 0.0f))
     reject("temperature", fmt::format("must be a finite number >= 0, got {}", temperature));

@@ -24,9 +24,7 @@ struct StructuredOutputs {
   bool any_whitespace = true;
 
   bool active() const { return kind != Kind::None; }
-  bool operator==(const StructuredOutputs&) const = default;
 };
-const char* to_string(StructuredOutputs::Kind k);
 
 struct SamplingParams {
   // Sampling. temperature 0 means greedy.

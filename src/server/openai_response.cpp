@@ -153,12 +153,7 @@ json ResponseCollector::render(const TokenPiece& piece) const {
     json choice = {{"index", i}};
     size_t num_calls = 0;
     if (meta_.chat) {
-      chat::ChatOutputStream parse(output_);
-      chat::ChatDelta d = parse.feed(c.text);
-      chat::ChatDelta rest = parse.finish();
-      d.reasoning += rest.reasoning;
-      d.content += rest.content;
-      for (auto& call : rest.calls) d.calls.push_back(std::move(call));
+      const chat::ChatDelta d = chat::parse_chat_output(output_, c.text);
       json message = {{"role", "assistant"}};
       put_chat_fields(message, d, output_.reasoning != nullptr, true);
       message["refusal"] = nullptr;
@@ -261,12 +256,7 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
     chat::ChatDelta parsed;
     if (meta_.chat) {
       parsed = outputs_[index]->feed(d.text);
-      if (finished) {
-        chat::ChatDelta rest = outputs_[index]->finish();
-        parsed.reasoning += rest.reasoning;
-        parsed.content += rest.content;
-        for (auto& call : rest.calls) parsed.calls.push_back(std::move(call));
-      }
+      if (finished) parsed.append(outputs_[index]->finish());
       if (parsed.empty() && !has_logprobs && !finished) {
         c.text += d.text;  // held back by a parser
         continue;

@@ -264,11 +264,11 @@ struct GrammarCompiler::Impl {
       } catch (const std::exception& e) {
         r.error = clean_message(e.what());
       }
-      r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       {
         std::lock_guard<std::mutex> lock(mu);
         (r.grammar ? stats.compiled : stats.failed)++;
-        stats.compile_seconds += r.compile_seconds;
+        stats.compile_seconds += seconds;
       }
       job.promise.set_value(std::move(r));
     }

@@ -41,7 +41,6 @@ class CompiledGrammar;  // xgrammar's compiled grammar (grammar.cpp)
 struct CompileResult {
   std::shared_ptr<const CompiledGrammar> grammar;  // null on failure
   std::string error;
-  double compile_seconds = 0;  // 0 when it came from the cache
 };
 
 struct GrammarCompilerStats {

@@ -10,13 +10,8 @@ namespace {
 ChatDelta run(const ChatOutputOptions& o, const std::string& text, size_t piece) {
   ChatOutputStream s(o);
   ChatDelta all;
-  auto merge = [&](ChatDelta d) {
-    all.reasoning += d.reasoning;
-    all.content += d.content;
-    for (auto& c : d.calls) all.calls.push_back(std::move(c));
-  };
-  for (size_t i = 0; i < text.size(); i += piece) merge(s.feed(std::string_view(text).substr(i, piece)));
-  merge(s.finish());
+  for (size_t i = 0; i < text.size(); i += piece) all.append(s.feed(std::string_view(text).substr(i, piece)));
+  all.append(s.finish());
   EXPECT_EQ(s.num_calls(), all.calls.size());
   return all;
 }
