@@ -4,6 +4,7 @@
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/ops.h"
 
@@ -279,23 +280,36 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         }
       }
     }
-    // Scores: 4 rows x 8 keys per register tile.
+    // Scores: 4 rows x 8 keys per register tile, summed in the direct path's
+    // order: partial sums of every 8th dimension (lane l: d = l, l + 8, ...),
+    // then the same tree as hsum8x8. A row's scores are then the same bits
+    // whether it shares its tile (prefill, verifying speculative tokens) or
+    // not (decode).
     for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 4) {
       const int rn = static_cast<int>(min64(4, R - r0));
       for (int k0 = 0; k0 < cnt8; k0 += 8) {
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        __m256 lane[4][8];
         const float* q0 = qs + r0 * D;
-        for (int d = 0; d < D; ++d) {
-          const __m256 kk = _mm256_load_ps(kt + d * cnt8 + k0);
-          s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), kk, s0);
-          if (rn > 1) s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + D + d), kk, s1);
-          if (rn > 2) s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 2 * D + d), kk, s2);
-          if (rn > 3) s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 3 * D + d), kk, s3);
+        for (int l = 0; l < 8; ++l) {
+          __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+          for (int d = l; d < D; d += 8) {
+            const __m256 kk = _mm256_load_ps(kt + d * cnt8 + k0);
+            s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), kk, s0);
+            if (rn > 1) s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + D + d), kk, s1);
+            if (rn > 2) s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 2 * D + d), kk, s2);
+            if (rn > 3) s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 3 * D + d), kk, s3);
+          }
+          lane[0][l] = s0;
+          lane[1][l] = s1;
+          lane[2][l] = s2;
+          lane[3][l] = s3;
         }
-        _mm256_store_ps(sc + r0 * kMaxBlock + k0, s0);
-        if (rn > 1) _mm256_store_ps(sc + (r0 + 1) * kMaxBlock + k0, s1);
-        if (rn > 2) _mm256_store_ps(sc + (r0 + 2) * kMaxBlock + k0, s2);
-        if (rn > 3) _mm256_store_ps(sc + (r0 + 3) * kMaxBlock + k0, s3);
+        for (int i = 0; i < rn; ++i) {
+          const __m256(&p)[8] = lane[i];
+          const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+          const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7]));
+          _mm256_store_ps(sc + (r0 + i) * kMaxBlock + k0, _mm256_add_ps(lo, hi));
+        }
       }
     }
     // Per row: mask, online softmax update, then acc += weights x V.
@@ -404,35 +418,52 @@ static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) 
 
 // out = act(gate) * up. GELU is the tanh form, evaluated exactly (the AVX2
 // path gets tanh from the vector exp: tanh(u) = 1 - 2 / (exp(2u) + 1)).
+// Every element goes through the same arithmetic wherever it falls (the
+// AVX2 path runs a tail of fewer than 8 through the vector code too), so an
+// element's result does not depend on how many rows the call covers.
+#if defined(OPS_AVX2)
+static inline void glu8(const float* gate, const float* up, int act, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;  // gpt-oss's clamped SwiGLU (act 2)
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
+  __m256 g = _mm256_loadu_ps(gate);
+  __m256 a;
+  if (act == 2) {
+    const __m256 lim = _mm256_set1_ps(kOaiLimit);
+    g = _mm256_min_ps(g, lim);
+    const __m256 u = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(up), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+    a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_mul_ps(_mm256_set1_ps(-kOaiAlpha), g))));
+    _mm256_storeu_ps(out, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
+    return;
+  }
+  if (act == 0) {
+    a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+  } else {
+    const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+    const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(exp8(_mm256_add_ps(u, u)), one)));
+    a = _mm256_mul_ps(_mm256_mul_ps(half, g), _mm256_add_ps(one, t));
+  }
+  _mm256_storeu_ps(out, _mm256_mul_ps(a, _mm256_loadu_ps(up)));
+}
+
+static void glu(const float* gate, const float* up, int64_t n, int act, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) glu8(gate + i, up + i, act, out + i);
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    const int64_t rest = n - i;
+    std::memcpy(g, gate + i, static_cast<size_t>(rest) * sizeof(float));
+    std::memcpy(u, up + i, static_cast<size_t>(rest) * sizeof(float));
+    glu8(g, u, act, o);
+    std::memcpy(out + i, o, static_cast<size_t>(rest) * sizeof(float));
+  }
+}
+#else
 static void glu(const float* gate, const float* up, int64_t n, int act, float* out) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;  // gpt-oss's clamped SwiGLU (act 2)
-  int64_t i = 0;
-#if defined(OPS_AVX2)
-  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
-  for (; i + 8 <= n; i += 8) {
-    __m256 g = _mm256_loadu_ps(gate + i);
-    __m256 a;
-    if (act == 2) {
-      const __m256 lim = _mm256_set1_ps(kOaiLimit);
-      g = _mm256_min_ps(g, lim);
-      const __m256 u = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(up + i), _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
-      a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_mul_ps(_mm256_set1_ps(-kOaiAlpha), g))));
-      _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_add_ps(u, one)));
-      continue;
-    }
-    if (act == 0) {
-      a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-    } else {
-      const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
-      const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
-      const __m256 t = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(exp8(_mm256_add_ps(u, u)), one)));
-      a = _mm256_mul_ps(_mm256_mul_ps(half, g), _mm256_add_ps(one, t));
-    }
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
-  }
-#endif
-  for (; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     if (act == 2) {
       const float g = gate[i] < kOaiLimit ? gate[i] : kOaiLimit;
       const float u = up[i] < -kOaiLimit ? -kOaiLimit : (up[i] > kOaiLimit ? kOaiLimit : up[i]);
@@ -445,6 +476,7 @@ static void glu(const float* gate, const float* up, int64_t n, int act, float* o
     out[i] = a * up[i];
   }
 }
+#endif
 
 static void store_kv(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
                      int64_t slot, const float* k, const float* v) {

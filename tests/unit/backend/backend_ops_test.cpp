@@ -298,6 +298,63 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
 }
 
+// A query row's result does not depend on how many rows of its sequence run
+// with it: decoding one token and verifying several speculative tokens (or
+// a prefill chunk) give the same bits on the CPU.
+TEST_P(BackendOps, AttentionRowsDoNotDependOnTheirTile) {
+  if (be_->name() != "cpu") return;  // a device may reduce in other orders
+  struct Shape {
+    int n_head, n_kv, D;
+    bool f16;
+  };
+  uint32_t seed = 900;
+  for (const Shape& sh : {Shape{8, 4, 8, true}, Shape{8, 2, 64, false}, Shape{4, 1, 256, true}, Shape{4, 4, 128, true},
+                          Shape{12, 1, 64, false}, Shape{6, 2, 40, true}}) {
+    SCOPED_TRACE(sh.D);
+    const int ctx = 45, m = 6, B = 16, D = sh.D;
+    be_->allocate_kv_cache(cache_spec(1, sh.n_kv, D, 8, sh.f16 ? DType::F16 : DType::F32));
+    const std::vector<int32_t> table = {5, 2, 7};
+    const BatchInfo fill = one_sequence(ctx, table, B);
+    be_->set_batch(fill);
+    {
+      auto kb = put(randn(int64_t{ctx} * sh.n_kv * D, seed)), vb = put(randn(int64_t{ctx} * sh.n_kv * D, seed + 1));
+      be_->store_kv(0, *kb, *vb);
+    }
+    const int64_t row = int64_t{sh.n_head} * D;
+    const auto q = randn(m * row, seed + 2);
+    seed += 3;
+    AttentionConfig a;
+    a.n_head = sh.n_head;
+    a.n_head_kv = sh.n_kv;
+    a.head_dim = D;
+    a.scale = 0.3f;
+    auto run = [&](int first, int n) {  // rows first .. first + n - 1 of the last m positions
+      BatchInfo b;
+      SeqInfo si;
+      si.q_len = n;
+      si.ctx_len = ctx - m + first + n;
+      si.block_table = table;
+      b.seqs.push_back(si);
+      for (int t = 0; t < n; ++t) {
+        const int pos = si.ctx_len - n + t;
+        b.token_ids.push_back(0);
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(int64_t{table[pos / B]} * B + pos % B);
+      }
+      be_->set_batch(b);
+      auto qb = put(std::vector<float>(q.begin() + first * row, q.begin() + (first + n) * row));
+      auto ob = be_->alloc(DType::F32, static_cast<size_t>(n * row));
+      be_->attention(0, *qb, *ob, a);
+      return get(*ob, n * row);
+    };
+    const auto tile = run(0, m);
+    for (int t = 0; t < m; ++t) {
+      const auto one = run(t, 1);
+      ASSERT_EQ(0, std::memcmp(one.data(), tile.data() + t * row, row * sizeof(float))) << "row " << t;
+    }
+  }
+}
+
 TEST_P(BackendOps, AttentionSinksJoinEverySoftmax) {
   // gpt-oss-like: GQA 8:1, head_dim 64, sliding and full, prefill, decode and split decode.
   const std::vector<AttnCase> cases = {
