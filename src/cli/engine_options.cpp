@@ -73,6 +73,10 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  app->add_option("--speculative-config", f->speculative_config,
+                  "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' or '{\"model\": \"draft.gguf\", "
+                  "\"num_speculative_tokens\": 4}' (a draft with the same vocabulary)");
   app->add_flag("--exact-matmul", f->exact_matmul,
                 "CPU backend: float activations in matrix products (slower; no 8-bit activation rounding); "
                 "the same as --backend-option exact_matmul=true");
@@ -112,6 +116,7 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
   c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
   c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
+  c.speculative = parse_speculative_config(speculative_config);
   c.profile = profile;
   return c;
 }

@@ -34,6 +34,7 @@ struct EngineFlags {
   std::string scheduling_policy = "fcfs";
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4;
+  std::string speculative_config;  // JSON (vLLM's --speculative-config)
   bool exact_matmul = false;
   bool profile = false;
   std::string trace;  // Chrome-trace JSON written at exit

@@ -18,6 +18,8 @@
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/sampler_rng.h"
+#include "spec/adaptive.h"
+#include "spec/draft_model.h"
 
 namespace pagellm {
 
@@ -36,6 +38,11 @@ struct Engine::Sample {
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<structured::GrammarMatcher> matcher;  // structured outputs only
+  // Speculative decoding: when to propose, the draft model's random stream,
+  // and q of this step's drafts (empty: point-mass proposals).
+  AdaptiveSpeculation spec;
+  SamplerRng draft_rng;
+  std::vector<float> draft_probs;
   bool in_scheduler = false;
   bool finished = false;
   FinishReason pending_finish = FinishReason::None;  // decided this step, applied after on_step_done
@@ -84,6 +91,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
 Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
 
 Engine::~Engine() = default;
+
+int64_t Engine::logits_rows_per_step() const {
+  // One row per sampling sequence, and one more per draft it verifies.
+  const int64_t per_seq = 1 + (config_.speculative.enabled() ? config_.speculative.num_speculative_tokens : 0);
+  return std::min<int64_t>(sched_config_.max_num_batched_tokens, int64_t{sched_config_.max_num_seqs} * per_seq);
+}
 
 void Engine::load(const LoadProgress& progress) {
   for (const std::string& plugin : config_.backend_plugins) load_backend_plugin(plugin);
@@ -138,7 +151,7 @@ void Engine::load(const LoadProgress& progress) {
     const double util = config_.gpu_memory_utilization > 0 ? config_.gpu_memory_utilization : 0.9;
     if (!mem.host_memory || config_.gpu_memory_utilization > 0) {
       const int64_t activations = static_cast<int64_t>(
-          model_->activation_bytes(sched_config_.max_num_batched_tokens, sched_config_.max_num_seqs));
+          model_->activation_bytes(sched_config_.max_num_batched_tokens, logits_rows_per_step()));
       // This instance's share of the device (vLLM's rule): the fraction, less
       // its weights and a full step's activations, and never more than is free.
       const int64_t weights = static_cast<int64_t>(model_->held_weight_bytes());
@@ -177,6 +190,23 @@ void Engine::load(const LoadProgress& progress) {
   sampler_ = std::make_unique<Sampler>();
   grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
   bitmask_.assign(static_cast<size_t>(structured::bitmask_words(grammars_->vocab_size())), 0);
+  const SpeculativeConfig& spec = config_.speculative;
+  if (spec.method == SpecMethod::Ngram) {
+    proposer_ = std::make_unique<NgramProposer>(spec.prompt_lookup_min, spec.prompt_lookup_max);
+  } else if (spec.method == SpecMethod::DraftModel) {
+    DraftModelOptions o;
+    o.model = spec.model;
+    o.device = config_.device;
+    o.backend_options = config_.backend_options;
+    o.block_size = config_.block_size;
+    o.num_blocks = kv_config_.num_blocks;  // as many tokens as the target's pool
+    o.kv_cache_dtype = config_.kv_cache_dtype;
+    o.enable_prefix_caching = config_.enable_prefix_caching;
+    o.max_model_len = sched_config_.max_model_len;
+    o.profile = config_.profile;
+    proposer_ = std::make_unique<DraftModelProposer>(o, *tokenizer_, mc.n_vocab, progress);
+  }
+  if (proposer_) metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
   update_gauges();
 }
 
@@ -187,7 +217,8 @@ std::string Engine::describe() const {
                      kv_config_.num_blocks - 1, kv_config_.block_size,
                      format_bytes(per_block * kv_config_.num_blocks), dtype_name(config_.kv_cache_dtype),
                      static_cast<int64_t>(kv_config_.num_blocks - 1) * kv_config_.block_size,
-                     sched_config_.max_model_len, backend_->describe());
+                     sched_config_.max_model_len, backend_->describe()) +
+         (proposer_ ? fmt::format("; {}: {}", config_.speculative.describe(), proposer_->describe()) : "");
 }
 
 void Engine::validate(const EngineRequest& req) const {
@@ -235,6 +266,8 @@ void Engine::enqueue(EngineRequest req) {
   for (int32_t i = 0; i < r->params.n; ++i) {
     Sample& s = r->samples[i];
     s.rng = SamplerRng::for_request(r->params, static_cast<uint64_t>(i));
+    // A stream of its own, apart from the n samples' streams.
+    if (proposer_) s.draft_rng = SamplerRng::for_request(r->params, (uint64_t{1} << 32) + static_cast<uint64_t>(i));
     s.detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, r->params.skip_special_tokens);
     s.stop = std::make_unique<StopChecker>(r->params.stop, r->params.include_stop_str_in_output);
     s.delta.index = i;
@@ -358,18 +391,61 @@ void Engine::finish_sample(Request& r, Sample& s, FinishReason reason) {
   r.finished_samples++;
 }
 
-void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* logits_row,
-                          std::vector<Request*>& touched) {
-  Sequence* seq = plan.seqs[plan_index].seq;
+void Engine::propose_drafts() {
+  draft_requests_.clear();
+  const SpeculativeConfig& cfg = config_.speculative;
+  const auto& running = scheduler_->running();
+  if (cfg.disable_by_batch_size > 0 && static_cast<int32_t>(running.size()) > cfg.disable_by_batch_size) return;
+  for (Sequence* seq : running) {
+    if (seq->num_tokens() - seq->num_computed_tokens != 1) continue;  // a prefill: nothing to verify with
+    auto& [req, index] = seq_owner_.at(seq->id);
+    Sample& s = req->samples[index];
+    // Room for the drafts and the token after them, within max_tokens and the context.
+    const int32_t room = std::min(req->params.max_tokens - seq->num_output_tokens(),
+                                  sched_config_.max_model_len - seq->num_tokens()) - 1;
+    const int32_t k = std::min(cfg.num_speculative_tokens, room);
+    if (k <= 0 || s.finished) continue;
+    // The first token of an n > 1 request is drawn n times from one row and
+    // the samples fork from the prompt: no drafts before that.
+    if (req->params.n > 1 && !req->forked) continue;
+    if (cfg.adaptive && !s.spec.should_propose()) continue;
+    DraftRequest d;
+    d.seq = seq;
+    d.max_drafts = k;
+    d.params = &req->params;
+    d.rng = &s.draft_rng;
+    d.tokens = &seq->spec_token_ids;
+    d.probs = &s.draft_probs;
+    draft_requests_.push_back(d);
+  }
+  if (draft_requests_.empty()) return;
+  try {
+    proposer_->propose(draft_requests_);
+  } catch (const std::exception& e) {
+    // Speculation only saves time: a proposer that fails costs this step's drafts, not the requests.
+    spdlog::warn("speculative proposer failed, this step runs without drafts: {}", e.what());
+    for (DraftRequest& d : draft_requests_) {
+      d.tokens->clear();
+      d.probs->clear();
+    }
+  }
+}
+
+void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched) {
+  const ScheduledSeq& e = plan.seqs[runner_output_.entries[entry]];
+  Sequence* seq = e.seq;
   auto& [req, index] = seq_owner_.at(seq->id);
   Request& r = *req;
   Sample& s = r.samples[index];
   const int32_t vocab = model_->config().n_vocab;
-  // The sampler restores the row after use, so one row serves every sample.
-  float* row = const_cast<float*>(logits_row);
   std::vector<int32_t> banned;
   const std::span<const int32_t> eog(tokenizer_->eog_ids());
-  auto draw = [&](Sample& target) {
+  // One token from `row` for `target` (with a draft distribution q: accept
+  // or reject `draft` against it). The sampler restores the row after use,
+  // so one row serves every sample.
+  auto draw = [&](Sample& target, const float* logits_row, int32_t draft = -1, const float* q = nullptr,
+                  bool* accepted = nullptr) {
+    float* row = const_cast<float*>(logits_row);
     banned.clear();
     const int32_t* allowed = nullptr;
     if (target.matcher) {
@@ -384,9 +460,17 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
     // tokens of an n > 1 request.
     const bool row_reused = r.params.logprobs >= 0 || (!r.forked && r.params.n > 1);
     const std::span<const int32_t> all(target.seq->token_ids);
-    return sampler_->sample(row, vocab, r.params, all.first(target.seq->num_prompt_tokens),
-                            all.subspan(target.seq->num_prompt_tokens), banned, target.rng, allowed, row_reused);
+    const auto prompt = all.first(target.seq->num_prompt_tokens);
+    const auto output = all.subspan(target.seq->num_prompt_tokens);
+    if (q) {
+      return sampler_->sample_against_draft(row, vocab, r.params, prompt, output, banned, target.rng, allowed,
+                                            row_reused, draft, q, *accepted);
+    }
+    SampleResult res = sampler_->sample(row, vocab, r.params, prompt, output, banned, target.rng, allowed, row_reused);
+    if (accepted) *accepted = res.token == draft;
+    return res;
   };
+  touched.push_back(&r);
   if (!r.forked && r.params.n > 1 && seq->num_output_tokens() == 0) {
     // Parallel sampling: n first tokens from the prompt's logits.
     for (int32_t k = 1; k < r.params.n; ++k) {
@@ -399,24 +483,58 @@ void Engine::sample_entry(const StepPlan& plan, size_t plan_index, const float* 
       child.seq->num_prompt_tokens = seq->num_prompt_tokens;
       seq_owner_[child.seq->id] = {&r, k};
       // (a child's matcher, made with the request, is at the start like the first sample's)
-      const SampleResult res = draw(child);
+      const SampleResult res = draw(child, runner_output_.row(entry, 0, vocab));
       append_token(r, child, res.token, res);
     }
   }
-  const SampleResult res = draw(s);
-  append_token(r, s, res.token, res);
-  touched.push_back(&r);
+  const int32_t num_drafts = e.num_draft_tokens();
+  if (num_drafts == 0) {
+    const SampleResult res = draw(s, runner_output_.row(entry, 0, vocab));
+    append_token(r, s, res.token, res);
+    return;
+  }
+  // Speculative decoding: row j verifies draft j; each accepted draft is
+  // appended (stop checks, grammar, penalties see it) before the next row is
+  // sampled, and the first rejection, or the row after the last draft, gives
+  // one token of the target's own.
+  const bool has_q = !s.draft_probs.empty();
+  int32_t accepted = 0;
+  for (int32_t j = 0; j <= num_drafts; ++j) {
+    const float* row = runner_output_.row(entry, j, vocab);
+    bool ok = false;
+    const SampleResult res = j < num_drafts
+                                 ? draw(s, row, e.draft_tokens[j],
+                                        has_q ? s.draft_probs.data() + static_cast<size_t>(j) * vocab : nullptr, &ok)
+                                 : draw(s, row);
+    append_token(r, s, res.token, res);
+    if (ok) ++accepted;
+    if (!ok || s.pending_finish != FinishReason::None) break;
+  }
+  metrics_.spec_decode_num_drafts++;
+  metrics_.spec_decode_num_draft_tokens += num_drafts;
+  metrics_.spec_decode_num_accepted_tokens += accepted;
+  for (int32_t j = 0; j < accepted && j < static_cast<int32_t>(metrics_.spec_decode_accepted_per_pos.size()); ++j)
+    metrics_.spec_decode_accepted_per_pos[j]++;
+  s.spec.record(num_drafts, accepted);
+}
+
+void Engine::release_sample(Sample& s) {
+  if (proposer_ && s.seq) proposer_->release(s.seq->id);
 }
 
 std::vector<RequestOutput> Engine::step() {
   trace::Scope step_scope("engine.step", "engine");
   std::vector<RequestOutput> outputs;
   admit_compiled_grammars(outputs);
+  const int64_t t_propose = ThreadPool::now_ns();
+  if (proposer_) propose_drafts();
   const int64_t t_start = ThreadPool::now_ns();
   StepPlan plan = [&] {
     trace::Scope s("schedule", "engine");
     return scheduler_->schedule();
   }();
+  // The plan holds the drafts it runs.
+  for (DraftRequest& d : draft_requests_) d.tokens->clear();
   const int64_t t_scheduled = ThreadPool::now_ns();
   int64_t t_forward = t_scheduled;
   std::vector<Request*> touched;
@@ -442,9 +560,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     t_forward = ThreadPool::now_ns();
     trace::Scope s("sample", "engine");
-    const int32_t vocab = model_->config().n_vocab;
-    for (size_t i = 0; i < runner_output_.entries.size(); ++i)
-      sample_entry(plan, runner_output_.entries[i], runner_output_.row(i, vocab), touched);
+    for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, touched);
   }
   scheduler_->on_step_done(plan);
 
@@ -463,12 +579,14 @@ std::vector<RequestOutput> Engine::step() {
       if (s.pending_finish != FinishReason::None && !s.finished) {
         scheduler_->finish(s.seq->id, s.pending_finish == FinishReason::Stop ? SeqStatus::FinishedStopped
                                                                              : SeqStatus::FinishedLength);
+        release_sample(s);
         finish_sample(*r, s, s.pending_finish);
       }
   for (SeqId id : plan.length_capped) {
     auto it = seq_owner_.find(id);
     if (it == seq_owner_.end()) continue;
     Request& r = *it->second.first;
+    release_sample(r.samples[it->second.second]);
     finish_sample(r, r.samples[it->second.second], FinishReason::Length);
     touched.push_back(&r);
   }
@@ -482,16 +600,23 @@ std::vector<RequestOutput> Engine::step() {
   phase_ns_[0] += t_scheduled - t_start;
   phase_ns_[1] += t_forward - t_scheduled;
   phase_ns_[2] += t_end - t_forward;
+  phase_ns_[3] += t_start - t_propose;
   return outputs;
 }
 
 std::string Engine::profile_report() const {
-  const double total = static_cast<double>(phase_ns_[0] + phase_ns_[1] + phase_ns_[2]);
+  const double total = static_cast<double>(phase_ns_[0] + phase_ns_[1] + phase_ns_[2] + phase_ns_[3]);
   if (total <= 0) return "no steps run";
   auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
-  return fmt::format("{} steps: schedule {:.1f} ms, forward {:.1f} ms [{}], sample+stop+detokenize {:.1f} ms",
-                     metrics_.num_steps, ms(phase_ns_[0]), ms(phase_ns_[1]), backend_->profile_report(),
-                     ms(phase_ns_[2]));
+  std::string report =
+      fmt::format("{} steps: schedule {:.1f} ms, forward {:.1f} ms [{}], sample+stop+detokenize {:.1f} ms",
+                  metrics_.num_steps, ms(phase_ns_[0]), ms(phase_ns_[1]), backend_->profile_report(), ms(phase_ns_[2]));
+  if (proposer_) {
+    report += fmt::format(", propose {:.1f} ms", ms(phase_ns_[3]));
+    const std::string p = proposer_->profile_report();
+    if (!p.empty()) report += " [" + p + "]";
+  }
+  return report;
 }
 
 RequestOutput Engine::collect(Request& r) {
@@ -534,6 +659,7 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   for (Sample& s : r.samples) {
     if (s.finished) continue;
     if (s.in_scheduler) scheduler_->abort(s.seq->id);
+    release_sample(s);
     s.finished = true;
     s.delta.finish_reason = FinishReason::Abort;
     s.has_news = true;

@@ -25,6 +25,8 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "scheduler/scheduler.h"
+#include "spec/proposer.h"
+#include "spec/spec_config.h"
 #include "structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,6 +53,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   AllocationPolicy block_allocation = AllocationPolicy::Any;
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
+  SpeculativeConfig speculative;   // --speculative-config (off by default)
   bool profile = false;            // per-op timing breakdown
 };
 
@@ -148,10 +151,13 @@ class Engine {
   using Clock = std::chrono::steady_clock;
 
   void load(const LoadProgress& progress);
+  int64_t logits_rows_per_step() const;
   void enqueue(EngineRequest req);
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
-  void sample_entry(const StepPlan& plan, size_t plan_index, const float* logits, std::vector<Request*>& touched);
+  void propose_drafts();
+  void sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched);
+  void release_sample(Sample& s);
   void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
   void finish_sample(Request& r, Sample& s, FinishReason reason);
   RequestOutput collect(Request& r);
@@ -168,10 +174,12 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<structured::GrammarCompiler> grammars_;
+  std::unique_ptr<Proposer> proposer_;         // speculative decoding, when configured
+  std::vector<DraftRequest> draft_requests_;   // this step's, reused
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
   std::vector<int32_t> bitmask_;               // one sequence's allowed tokens, reused
   ModelRunner::Output runner_output_;  // reused across steps
-  int64_t phase_ns_[3] = {};           // schedule, forward, sample + postprocess
+  int64_t phase_ns_[4] = {};           // schedule, forward, sample + postprocess, propose
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<SeqId, std::pair<Request*, int32_t>> seq_owner_;  // seq -> (request, sample index)

@@ -44,6 +44,10 @@ struct EngineMetrics {
   int64_t num_requests_swapped = 0;  // gauge: sequences whose KV is in the host pool
   int64_t num_steps = 0;
   std::map<std::string, int64_t> request_success;  // finish reason -> count
+  // Speculative decoding (vLLM's names): verifications with drafts, drafts
+  // verified, drafts accepted, and accepted drafts by position (0: first).
+  int64_t spec_decode_num_drafts = 0, spec_decode_num_draft_tokens = 0, spec_decode_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_decode_accepted_per_pos;  // [num_speculative_tokens]
   // Histograms (seconds, tokens).
   Histogram time_to_first_token;
   Histogram inter_token_latency;

@@ -132,6 +132,23 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
   }
 }
 
+void KVCacheManager::truncate(SeqId seq, int32_t num_tokens) {
+  auto it = seqs_.find(seq);
+  PAGELLM_CHECK(it != seqs_.end(), "truncate: sequence {} has no KV blocks", seq);
+  SeqBlocks& s = it->second;
+  if (num_tokens >= s.num_tokens) return;
+  const int32_t bs = pool_.block_size();
+  const int32_t keep = blocks_for_tokens(num_tokens, bs);
+  PAGELLM_CHECK(num_tokens >= 0 && int64_t{num_tokens} >= static_cast<int64_t>(s.hashes.size()) * bs,
+                "truncate(seq {}): {} tokens would drop committed blocks ({} committed)", seq, num_tokens,
+                s.hashes.size());
+  while (static_cast<int32_t>(s.blocks.size()) > keep) {
+    pool_.release(s.blocks.back());
+    s.blocks.pop_back();
+  }
+  s.num_tokens = num_tokens;
+}
+
 void KVCacheManager::fork(SeqId parent, SeqId child) {
   const auto it = seqs_.find(parent);
   PAGELLM_CHECK(it != seqs_.end(), "fork: parent sequence {} has no KV blocks", parent);

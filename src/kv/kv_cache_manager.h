@@ -86,6 +86,12 @@ class KVCacheManager {
   // (at least num_computed_tokens of them).
   void commit_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens);
 
+  // Rejected speculative tokens: the sequence keeps the blocks that hold its
+  // first num_tokens token slots and releases the rest, tail first (their
+  // contents were never committed). num_tokens must cover the committed
+  // blocks; a table already that short is left alone.
+  void truncate(SeqId seq, int32_t num_tokens);
+
   // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
   void fork(SeqId parent, SeqId child);
 

@@ -6,6 +6,7 @@ namespace pagellm {
 
 void ModelRunner::execute(const StepPlan& plan, Output& out) {
   out.entries.clear();
+  out.first_row.clear();
   Backend& be = model_.backend();
   // Block moves first, in the plan's order: a block swapped out may be
   // written by this very step's forward pass.
@@ -30,8 +31,7 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
   int32_t row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
-    const auto ids = s.input_ids();
-    batch_.token_ids.insert(batch_.token_ids.end(), ids.begin(), ids.end());
+    s.append_input_ids(batch_.token_ids);
     plan.append_positions_and_slots(s, batch_.positions, batch_.slot_mapping);
     SeqInfo& info = batch_.seqs[i];
     info.q_start = row;
@@ -41,7 +41,8 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
     row += s.num_new_tokens;
     if (s.sample) {
       out.entries.push_back(static_cast<int32_t>(i));
-      logits_rows_.push_back(row - 1);
+      out.first_row.push_back(static_cast<int32_t>(logits_rows_.size()));
+      for (int32_t j = s.num_logits(); j >= 1; --j) logits_rows_.push_back(row - j);
     }
   }
   const size_t vocab = static_cast<size_t>(model_.config().n_vocab);

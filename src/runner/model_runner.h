@@ -17,9 +17,15 @@ class ModelRunner {
   explicit ModelRunner(Model& model) : model_(model) {}
 
   struct Output {
-    std::vector<int32_t> entries;  // indices into plan.seqs that sample (sample == true)
-    std::vector<float> logits;     // [entries.size(), n_vocab]
-    const float* row(size_t i, int n_vocab) const { return logits.data() + i * static_cast<size_t>(n_vocab); }
+    std::vector<int32_t> entries;    // indices into plan.seqs that sample (sample == true)
+    // Per entry: its first row of logits. Entry i has plan.seqs[entries[i]].num_logits()
+    // consecutive rows: one per draft token, then the one after the last.
+    std::vector<int32_t> first_row;
+    std::vector<float> logits;       // [rows, n_vocab]
+    // Row j of entry i.
+    const float* row(size_t i, int32_t j, int n_vocab) const {
+      return logits.data() + static_cast<size_t>(first_row[i] + j) * static_cast<size_t>(n_vocab);
+    }
   };
 
   // Performs the plan's block moves (swap-out, swap-in, copy-on-write), then

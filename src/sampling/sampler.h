@@ -74,6 +74,21 @@ class Sampler {
                       std::span<const int32_t> banned_ids, SamplerRng& rng,
                       const int32_t* allowed_bitmask = nullptr, bool restore_masked = true);
 
+  // Speculative decoding against a draft distribution (rejection sampling):
+  // the target distribution p is what sample() would draw from on this row
+  // (same processing and filters). The draft token d, drawn by the draft
+  // model from its distribution q, is accepted with probability
+  // min(1, p(d) / q(d)); otherwise the token is drawn from (p - q)+
+  // renormalized, so the result is distributed exactly as p. Greedy
+  // (temperature ~0): the argmax, accepted when it is d. draft_probs: q over
+  // the vocabulary (dense, [vocab]). `accepted` tells whether the token is d.
+  // Uses one random number when accepting, two when not; logprobs as sample().
+  SampleResult sample_against_draft(float* logits, int32_t vocab, const SamplingParams& params,
+                                    std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                                    std::span<const int32_t> banned_ids, SamplerRng& rng,
+                                    const int32_t* allowed_bitmask, bool restore_masked, int32_t draft_token,
+                                    const float* draft_probs, bool& accepted);
+
   // --- The steps of sample(), public for tests and for callers that want them.
 
   // In place: logit_bias, bans (-inf), repetition / presence / frequency
@@ -107,6 +122,8 @@ class Sampler {
   size_t keep_nucleus(size_t n, double target);
   size_t keep_if_weight_at_least(size_t n, float min_weight);
   void save(float* logits, int32_t id) { undo_.emplace_back(id, logits[id]); }
+  // Fills result's logprobs from the raw (restored) row when params ask.
+  static void add_logprobs(const float* logits, int32_t vocab, const SamplingParams& params, SampleResult& result);
 
   struct Ranked {  // a candidate near the top-p cut
     int32_t id;
@@ -129,6 +146,7 @@ class Sampler {
   std::vector<Ranked> window_;                   // top-p: the candidates around the cut
   std::vector<float> values_;                    // top-k selection scratch
   std::vector<double> bucket_mass_;              // top-p histogram
+  std::vector<float> residual_;                  // [vocab] (p - q)+ of a rejected draft
 };
 
 // The ids sample() must not choose yet: while fewer than params.min_tokens

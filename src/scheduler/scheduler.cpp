@@ -126,17 +126,20 @@ int32_t Scheduler::tokens_to_schedule(const Sequence& seq, int32_t num_computed,
   return std::min(n, budget);
 }
 
-void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc) {
+void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc,
+                            int32_t num_drafts) {
   ScheduledSeq s;
   s.seq = seq;
   s.seq_id = seq->id;
   s.start_pos = seq->num_computed_tokens;
-  s.num_new_tokens = num_new;
+  s.num_new_tokens = num_new + num_drafts;
   s.block_table = kv_.block_table(seq->id);
-  s.sample = s.end_pos() == seq->num_tokens();
-  plan.seqs.push_back(s);
+  s.sample = seq->num_computed_tokens + num_new == seq->num_tokens();
+  s.draft_tokens.assign(seq->spec_token_ids.begin(), seq->spec_token_ids.begin() + num_drafts);
+  plan.seqs.push_back(std::move(s));
   plan.block_copies.insert(plan.block_copies.end(), alloc.copies.begin(), alloc.copies.end());
-  plan.num_batched_tokens += num_new;
+  plan.num_batched_tokens += num_new + num_drafts;
+  plan.num_draft_tokens += num_drafts;
 }
 
 void Scheduler::preempt(Sequence* seq, StepPlan& plan) {
@@ -219,6 +222,7 @@ StepPlan Scheduler::schedule() {
     if (entry != plan.seqs.end()) {
       budget += entry->num_new_tokens;
       plan.num_batched_tokens -= entry->num_new_tokens;
+      plan.num_draft_tokens -= entry->num_draft_tokens();
       table.assign(entry->block_table.begin(), entry->block_table.end());
       plan.seqs.erase(entry);
     }
@@ -233,7 +237,11 @@ StepPlan Scheduler::schedule() {
 
   // Running sequences: decodes (one token behind) first, then prefill chunks
   // (several behind: new prompts, recompute after preemption), so decodes
-  // never wait behind a long prompt.
+  // never wait behind a long prompt. A decode with speculative tokens takes
+  // them too, as far as the budget allows after one token for every decode
+  // still to come.
+  int32_t decodes_left = 0;
+  for (const Sequence* seq : running_) decodes_left += seq->num_tokens() - seq->num_computed_tokens == 1;
   for (const bool decodes : {true, false}) {
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       Sequence* seq = running_[i];
@@ -253,17 +261,28 @@ StepPlan Scheduler::schedule() {
         continue;
       }
       const int32_t n = tokens_to_schedule(*seq, seq->num_computed_tokens, budget);
+      if (decodes) --decodes_left;
       if (n == 0) {
         ++i;
         continue;
       }
+      int32_t drafts = 0;
+      if (decodes && !seq->spec_token_ids.empty()) {
+        drafts = std::min({static_cast<int32_t>(seq->spec_token_ids.size()), budget - n - decodes_left,
+                           config_.max_model_len - seq->num_tokens()});
+        drafts = std::max(drafts, 0);
+      }
       std::optional<SlotAllocation> alloc;
-      while (!(alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n))) {
+      while (!(alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n + drafts))) {
+        if (drafts > 0) {
+          drafts = 0;  // memory is short: verify nothing rather than preempt anyone
+          continue;
+        }
         if (preempt_last() == seq) break;
       }
       if (!alloc) break;  // it preempted itself: it was the last one
-      add_to_plan(plan, seq, n, *alloc);
-      budget -= n;
+      add_to_plan(plan, seq, n, *alloc, drafts);
+      budget -= n + drafts;
       ++i;
     }
   }
@@ -317,11 +336,22 @@ void Scheduler::on_step_done(const StepPlan& plan) {
                   "on_step_done: sequence {} has {} computed tokens, the plan started it at {} "
                   "(plan applied twice?)",
                   seq->id, seq->num_computed_tokens, s.start_pos);
-    seq->num_computed_tokens = s.end_pos();
+    int32_t computed = s.end_pos();
+    if (s.num_draft_tokens() > 0) {
+      // The engine appended the accepted drafts and one token after them:
+      // positions past the accepted drafts hold rejected ones, whose slots
+      // go back (their blocks were never committed).
+      computed = std::min(computed, seq->num_tokens() - 1);
+      PAGELLM_CHECK(computed >= s.end_pos() - s.num_draft_tokens(),
+                    "on_step_done: sequence {} verified {} drafts but no token was appended", seq->id,
+                    s.num_draft_tokens());
+    }
+    seq->num_computed_tokens = computed;
     PAGELLM_CHECK(seq->num_computed_tokens <= seq->num_tokens(),
                   "on_step_done: sequence {} lost tokens ({} computed, {} token ids)", seq->id,
                   seq->num_computed_tokens, seq->num_tokens());
     kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+    if (s.num_draft_tokens() > 0) kv_.truncate(seq->id, seq->num_tokens());
   }
 #ifndef NDEBUG
   check_invariants();

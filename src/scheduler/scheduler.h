@@ -14,13 +14,20 @@
 //      reducing what they compute.
 // Waiting sequences never preempt running ones.
 //
+// Speculative decoding: a decode whose seq->spec_token_ids holds proposals
+// runs them in the same pass (the plan entry's draft_tokens), with KV slots
+// for all of them; when blocks are short it runs without them rather than
+// preempt. on_step_done() keeps the computed tokens the engine accepted and
+// gives back the slots of the rejected ones.
+//
 // The engine owns the Sequence objects; the scheduler keeps pointers to the
 // live ones (waiting or running) until finish() / abort() or a length cap
 // returns them. Each engine step:
 //   StepPlan plan = scheduler.schedule();
 //   runner: do plan.block_copies, then one forward pass over plan.seqs,
 //           sample one token for each entry with sample == true;
-//   engine: append each sampled token to its seq->token_ids;
+//   engine: append each sampled token to its seq->token_ids (with speculative
+//           decoding: the accepted drafts, then one token);
 //   scheduler.on_step_done(plan);
 //   engine: stop checks; scheduler.finish(id, status) for finished sequences
 //           (and for seqs with seq.num_tokens() >= max_model_len);
@@ -145,7 +152,7 @@ class Scheduler {
   bool swap_out(Sequence* seq, StepPlan& plan);
   bool swap_in(Sequence* seq, StepPlan& plan);
   int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
-  void add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc);
+  void add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc, int32_t num_drafts = 0);
 
   SchedulerConfig config_;
   KVCacheManager kv_;

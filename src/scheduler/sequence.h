@@ -33,6 +33,11 @@ struct Sequence {
   uint64_t arrival = 0;         // set by Scheduler::add / fork: admission order key
 
   std::vector<TokenId> token_ids;  // prompt, then generated tokens
+  // Speculative decoding: tokens proposed to follow token_ids, set by the
+  // engine before schedule() and cleared after the step. The scheduler runs
+  // as many of them as the budget allows with a decode; they are never part
+  // of token_ids until the target model accepts them.
+  std::vector<TokenId> spec_token_ids;
   int32_t num_prompt_tokens = 0;
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission; -1 before

@@ -12,6 +12,13 @@ int64_t StepPlan::slot_of(std::span<const BlockId> block_table, int32_t pos, int
   return int64_t{block_table[index]} * block_size + pos % block_size;
 }
 
+void ScheduledSeq::append_input_ids(std::vector<TokenId>& out) const {
+  const int32_t real = num_new_tokens - num_draft_tokens();
+  const auto ids = std::span<const TokenId>(seq->token_ids).subspan(start_pos, real);
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), draft_tokens.begin(), draft_tokens.end());
+}
+
 void StepPlan::append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions,
                                           std::vector<int64_t>& slots) const {
   for (int32_t pos = s.start_pos; pos < s.end_pos(); ++pos) {

@@ -23,12 +23,20 @@ struct ScheduledSeq {
   // This step reaches the end of the sequence's tokens: the runner samples
   // one token from the logits of the last position.
   bool sample = false;
+  // Speculative decoding: the last draft_tokens.size() of the new tokens are
+  // proposals that follow seq->token_ids (a prefix of seq->spec_token_ids).
+  // The runner returns logits for every position from the last real token
+  // on (draft_tokens.size() + 1 rows): each verifies the next draft, the last
+  // gives the token after all of them.
+  std::vector<TokenId> draft_tokens;
 
   int32_t end_pos() const { return start_pos + num_new_tokens; }
-  // Token ids fed to the model this step.
-  std::span<const TokenId> input_ids() const {
-    return std::span<const TokenId>(seq->token_ids).subspan(start_pos, num_new_tokens);
-  }
+  int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_tokens.size()); }
+  // Rows of logits the runner returns for this entry (0 when not sampling).
+  int32_t num_logits() const { return sample ? num_draft_tokens() + 1 : 0; }
+  // Appends the token ids fed to the model this step: the sequence's tokens
+  // from start_pos, then the drafts.
+  void append_input_ids(std::vector<TokenId>& out) const;
 };
 
 struct StepPlan {
@@ -44,6 +52,7 @@ struct StepPlan {
   std::vector<SeqId> swapped_out;         // those of them whose blocks went to the host pool
   std::vector<SeqId> length_capped;       // finished by the scheduler at max_model_len
   int32_t num_batched_tokens = 0;         // sum of num_new_tokens
+  int32_t num_draft_tokens = 0;           // sum of draft_tokens.size() (included above)
 
   // No token to compute. A plan may still move blocks (a swap-out of the
   // only running sequence, a swap-in without room for its next token): the

@@ -114,6 +114,19 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.counter("pagellm:generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");
   w.counter("pagellm:engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
+  w.counter("pagellm:spec_decode_num_drafts_total", static_cast<double>(m.spec_decode_num_drafts),
+            "Speculative decoding: verifications of one sequence's drafts.");
+  w.counter("pagellm:spec_decode_num_draft_tokens_total", static_cast<double>(m.spec_decode_num_draft_tokens),
+            "Speculative decoding: draft tokens verified.");
+  w.counter("pagellm:spec_decode_num_accepted_tokens_total", static_cast<double>(m.spec_decode_num_accepted_tokens),
+            "Speculative decoding: draft tokens accepted.");
+  if (!m.spec_decode_accepted_per_pos.empty()) {
+    w.header("pagellm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+             "Speculative decoding: accepted draft tokens by position in the draft (0: first).");
+    for (size_t i = 0; i < m.spec_decode_accepted_per_pos.size(); ++i)
+      w.sample("pagellm:spec_decode_num_accepted_tokens_per_pos_total",
+               static_cast<double>(m.spec_decode_accepted_per_pos[i]), fmt::format("position=\"{}\"", i));
+  }
   const structured::GrammarCompilerStats& g = stats.grammars;
   w.counter("pagellm:structured_output_compile_requests_total", static_cast<double>(g.requests),
             "Requests with a structured output (each asks the grammar cache once).");

@@ -39,6 +39,39 @@ int32_t admit_and_compute(KVCacheManager& kv, SeqId id, const std::vector<TokenI
   return m.num_tokens;
 }
 
+// Speculative decoding: slots of rejected drafts go back, tail first; the
+// blocks that hold accepted tokens stay, and only full accepted blocks are
+// ever hashed for the prefix cache.
+TEST(KVCacheManager, TruncateReleasesTheTailOfRejectedDrafts) {
+  KVCacheManager kv(config(11));
+  const auto tokens = iota_tokens(40);
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 14));
+  kv.commit_computed(1, tokens, 14);
+  // 14 computed, then 1 real + 4 draft tokens: positions 14..18, two blocks.
+  ASSERT_TRUE(kv.allocate_slots(1, 14, 5));
+  EXPECT_EQ(table(kv, 1).size(), 2u);
+  EXPECT_EQ(kv.stats().used_blocks, 2);
+  // Nothing accepted: 15 computed + the next token = 16 slots, one block.
+  kv.commit_computed(1, tokens, 15);
+  kv.truncate(1, 16);
+  kv.check_invariants();
+  EXPECT_EQ(table(kv, 1).size(), 1u);
+  EXPECT_EQ(kv.stats().used_blocks, 1);
+  EXPECT_EQ(kv.stats().cached_blocks, 0);  // the released block held no committed contents
+  kv.truncate(1, 30);                      // longer than the table: nothing to do
+  EXPECT_EQ(table(kv, 1).size(), 1u);
+  // A full committed block is never dropped.
+  ASSERT_TRUE(kv.allocate_slots(1, 16, 8));
+  kv.commit_computed(1, tokens, 20);
+  EXPECT_THROW(kv.truncate(1, 10), Error);
+  kv.truncate(1, 16);
+  kv.check_invariants();
+  EXPECT_THROW(kv.truncate(2, 1), Error);  // unknown sequence
+  kv.free(1);
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().used_blocks, 0);
+}
+
 TEST(KVCacheManager, AllocatesBlocksAsTokensGrow) {
   KVCacheManager kv(config(11));
   kv.check_invariants();

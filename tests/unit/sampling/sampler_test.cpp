@@ -330,6 +330,108 @@ TEST(Sampler, EmpiricalFrequenciesMatchDistribution) {
   }
 }
 
+// Speculative decoding with a draft distribution q: drafts drawn from q and
+// accepted with min(1, p/q), else replaced by a draw from (p - q)+, come out
+// distributed as p itself, whatever q is (Leviathan et al. 2023, Theorem 1).
+TEST(Sampler, RejectionSamplingAgainstADraftReproducesTheTarget) {
+  struct Config {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+  };
+  const int32_t vocab = 12;
+  for (const Config& cfg : {Config{1.0f, 0, 1.0f, 0.0f}, Config{0.7f, 8, 0.9f, 0.0f},
+                            Config{1.3f, 0, 0.95f, 0.05f}}) {
+    SCOPED_TRACE(cfg.temperature);
+    SamplingParams p;
+    p.temperature = cfg.temperature;
+    p.top_k = cfg.top_k;
+    p.top_p = cfg.top_p;
+    p.min_p = cfg.min_p;
+    std::vector<float> logits = random_logits(vocab, 3, 1.0f);
+    const ReferenceDistribution ref = reference_distribution(logits, p);
+    // A draft that disagrees: its own random distribution over every token.
+    std::vector<float> q(vocab);
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    for (float& x : q) x = u(gen);
+    const float q_sum = std::accumulate(q.begin(), q.end(), 0.0f);
+    for (float& x : q) x /= q_sum;
+    std::discrete_distribution<int32_t> draft(q.begin(), q.end());
+
+    Sampler sampler;
+    SamplerRng rng(77);
+    const int draws = 40000;
+    std::vector<int> counts(vocab, 0);
+    int accepted_count = 0;
+    for (int i = 0; i < draws; ++i) {
+      const int32_t d = draft(gen);
+      bool accepted = false;
+      const SampleResult r =
+          sampler.sample_against_draft(logits.data(), vocab, p, {}, {}, {}, rng, nullptr, true, d, q.data(), accepted);
+      ASSERT_EQ(accepted, r.token == d);
+      accepted_count += accepted;
+      ++counts[r.token];
+    }
+    double chi2 = 0.0, expected_acceptance = 0.0;
+    for (int32_t i = 0; i < vocab; ++i) {
+      expected_acceptance += std::min<double>(q[i], ref.prob[i]);
+      if (ref.prob[i] == 0.0) {
+        EXPECT_EQ(counts[i], 0) << "token " << i << " is filtered out";
+        continue;
+      }
+      const double expected = ref.prob[i] * draws;
+      chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+    }
+    EXPECT_LT(chi2, 31.3);  // 99.9th percentile of chi-square, 11 degrees of freedom
+    // The acceptance rate is sum(min(p, q)): 4 standard deviations.
+    EXPECT_NEAR(double(accepted_count) / draws, expected_acceptance, 4 * std::sqrt(0.25 / draws));
+  }
+}
+
+TEST(Sampler, RejectionSamplingGreedyAndEqualDistributions) {
+  const int32_t vocab = 50;
+  std::vector<float> logits = random_logits(vocab, 5, 2.0f);
+  const int32_t best = Sampler::argmax(logits.data(), vocab);
+  std::vector<float> q(vocab, 1.0f / vocab);
+  Sampler sampler;
+  SamplerRng rng(1);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 2;
+  bool accepted = false;
+  SampleResult r = sampler.sample_against_draft(logits.data(), vocab, greedy, {}, {}, {}, rng, nullptr, true, best,
+                                                q.data(), accepted);
+  EXPECT_TRUE(accepted);
+  EXPECT_EQ(r.token, best);
+  EXPECT_EQ(r.top_logprobs.size(), 2u);
+  r = sampler.sample_against_draft(logits.data(), vocab, greedy, {}, {}, {}, rng, nullptr, true, (best + 1) % vocab,
+                                   q.data(), accepted);
+  EXPECT_FALSE(accepted);
+  EXPECT_EQ(r.token, best);
+  // q == p: every draft is accepted.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  const ReferenceDistribution ref = reference_distribution(logits, p);
+  std::vector<float> same(ref.prob.begin(), ref.prob.end());
+  std::discrete_distribution<int32_t> draft(same.begin(), same.end());
+  std::mt19937 gen(3);
+  int accepted_count = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int32_t d = draft(gen);
+    sampler.sample_against_draft(logits.data(), vocab, p, {}, {}, {}, rng, nullptr, true, d, same.data(), accepted);
+    accepted_count += accepted;
+  }
+  EXPECT_GE(accepted_count, 1990);  // all but rounding at the very edge
+  // The row is restored; a draft id outside the vocabulary is refused.
+  const std::vector<float> before = logits;
+  EXPECT_THROW(sampler.sample_against_draft(logits.data(), vocab, p, {}, {}, {}, rng, nullptr, true, vocab, q.data(),
+                                            accepted),
+               Error);
+  EXPECT_EQ(logits, before);
+}
+
 TEST(Sampler, SeedReproducesSequenceIndependentOfOtherWork) {
   std::vector<float> logits = random_logits(3000, 8, 2.0f);
   SamplingParams p;

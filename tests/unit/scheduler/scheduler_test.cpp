@@ -510,8 +510,15 @@ TEST(StepPlan, SlotMappingAndPositions) {
   plan.append_positions_and_slots(s, positions, slots);
   EXPECT_EQ(positions, (std::vector<int32_t>{14, 15, 16, 17}));
   EXPECT_EQ(slots, (std::vector<int64_t>{94, 95, 32, 33}));
-  const auto ids = s.input_ids();
-  EXPECT_EQ(std::vector<TokenId>(ids.begin(), ids.end()), (std::vector<TokenId>{114, 115, 116, 117}));
+  std::vector<TokenId> ids;
+  s.append_input_ids(ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{114, 115, 116, 117}));
+  // The last two of the new tokens are drafts that follow token_ids.
+  seq.token_ids = tokens(16);
+  s.draft_tokens = {7, 8};
+  ids.clear();
+  s.append_input_ids(ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{114, 115, 7, 8}));
 }
 
 }  // namespace

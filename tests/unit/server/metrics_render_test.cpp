@@ -43,6 +43,10 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   m.time_to_first_token.observe(0.003);
   m.time_to_first_token.observe(1000);  // past the last bound: only +Inf
   m.iteration_tokens.observe(16);
+  m.spec_decode_num_drafts = 10;
+  m.spec_decode_num_draft_tokens = 40;
+  m.spec_decode_num_accepted_tokens = 25;
+  m.spec_decode_accepted_per_pos = {9, 7, 5, 4};
   const std::string text = render_metrics(s, "my \"model\"", {{{"/v1/completions", 200}, 5}});
   const std::string l = "{model_name=\"my \\\"model\\\"\"";
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:num_requests_running gauge"));
@@ -74,7 +78,13 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 28u);
+  EXPECT_EQ(types, 32u);
+  // Speculative decoding, by vLLM's names.
+  EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_drafts_total" + l + "} 10.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_draft_tokens_total" + l + "} 40.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_accepted_tokens_total" + l + "} 25.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_accepted_tokens_per_pos_total" + l + ",position=\"0\"} 9.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_accepted_tokens_per_pos_total" + l + ",position=\"3\"} 4.0"));
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:structured_output_cache_hits_total counter"));
   EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_mode_total" + l + ",mode=\"swap\"} 0.0"));
   EXPECT_TRUE(has_line(text, "pagellm:kv_swapped_bytes_total" + l + ",direction=\"out\"} 0.0"));
