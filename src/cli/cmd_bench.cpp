@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "bench/dataset.h"
 #include "bench/memory_probe.h"
 #include "bench/offline.h"
 #include "bench/serve_client.h"
@@ -121,6 +122,7 @@ struct LatencyFlags {
 };
 
 struct ThroughputFlags {
+  std::string dataset;
   int32_t num_prompts = 64, input_len = 128, output_len = 128, num_iters = 1;
   bool no_warmup = false;
   uint64_t seed = 0;
@@ -157,16 +159,41 @@ int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFla
   const auto cases = bench::run_latency(*engine, o, log_line);
   std::fputs(bench::latency_summary(cases).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());
+  const bench::SpecCounts spec = bench::spec_counts(engine->metrics());
+  std::fputs(bench::spec_summary(spec).c_str(), stderr);
   j["engine"] = engine_json(*engine, ef);
   j["options"] = {{"input_lens", o.input_lens}, {"output_len", o.output_len},          {"batch_size", o.batch_size},
                   {"num_iters", o.num_iters},   {"num_iters_warmup", o.num_iters_warmup}, {"seed", o.seed}};
   j["results"] = bench::latency_json(cases);
+  j["speculative"] = bench::spec_json(spec);
+  finish_record(j);
+  write_json(j, f.output_json);
+  return 0;
+}
+
+int run_dataset_cmd(const CLI::App* app, const EngineFlags& ef, const ThroughputFlags& f) {
+  bench::DatasetOptions o;
+  o.path = f.dataset;
+  o.default_max_tokens = f.output_len;
+  o.num_iters = f.num_iters;
+  o.warmup = !f.no_warmup;
+  nlohmann::json j = record("throughput", bench::machine_info());
+  // A dataset's lengths vary: the model's own context unless given.
+  auto engine = load_engine(ef.to_config(), app);
+  const TraceSession trace(ef.trace);
+  const auto runs = bench::run_dataset(*engine, o, log_line);
+  std::fputs(bench::dataset_summary(runs, o).c_str(), stderr);
+  if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->profile_report().c_str());
+  j["engine"] = engine_json(*engine, ef);
+  j["engine"]["speculative_config"] = engine->config().speculative.describe();
+  j["results"] = bench::dataset_json(runs, o);
   finish_record(j);
   write_json(j, f.output_json);
   return 0;
 }
 
 int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const ThroughputFlags& f) {
+  if (!f.dataset.empty()) return run_dataset_cmd(app, ef, f);
   bench::ThroughputOptions o;
   o.num_prompts = f.num_prompts;
   o.input_len = f.input_len;
@@ -181,8 +208,11 @@ int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const Through
   const auto runs = bench::run_throughput(*engine, o, log_line);
   std::fputs(bench::throughput_summary(runs, o).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());
+  const bench::SpecCounts spec = bench::spec_counts(engine->metrics());
+  std::fputs(bench::spec_summary(spec).c_str(), stderr);
   j["engine"] = engine_json(*engine, ef);
   j["results"] = bench::throughput_json(runs, o);
+  j["speculative"] = bench::spec_json(spec);
   finish_record(j);
   write_json(j, f.output_json);
   return 0;
@@ -260,6 +290,9 @@ Command register_bench(CLI::App& app) {
   auto* thr = sub->add_subcommand("throughput", "Offline throughput: every request submitted at once");
   auto thr_engine = add_engine_flags(thr);
   auto tf = std::make_shared<ThroughputFlags>();
+  thr->add_option("--dataset", tf->dataset,
+                  "JSONL prompt file ({\"prompt\": TEXT, \"max_tokens\": N} per line) instead of random token ids: "
+                  "greedy, stopping at end-of-sequence; --output-len is the default max_tokens");
   thr->add_option("--num-prompts", tf->num_prompts, "Requests")->capture_default_str();
   thr->add_option("--input-len", tf->input_len, "Prompt tokens per request")->capture_default_str();
   thr->add_option("--output-len", tf->output_len, "Generated tokens per request")->capture_default_str();
