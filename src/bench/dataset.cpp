@@ -34,7 +34,17 @@ std::vector<DatasetPrompt> load_dataset(const std::string& path) {
     }
     if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string() || j["prompt"].get<std::string>().empty())
       fail("{}: expected an object with a non-empty \"prompt\" string", where);
-    DatasetPrompt p{j["prompt"].get<std::string>(), 0};
+    DatasetPrompt p;
+    p.prompt = j["prompt"].get<std::string>();
+    for (const char* key : {"temperature", "top_p"}) {
+      if (!j.contains(key)) continue;
+      if (!j[key].is_number()) fail("{}: \"{}\" must be a number", where, key);
+      (std::string(key) == "top_p" ? p.top_p : p.temperature) = j[key].get<float>();
+    }
+    if (j.contains("seed")) {
+      if (!j["seed"].is_number_unsigned()) fail("{}: \"seed\" must be a non-negative integer", where);
+      p.seed = j["seed"].get<uint64_t>();
+    }
     if (j.contains("max_tokens")) {
       if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<int64_t>() < 1 ||
           j["max_tokens"].get<int64_t>() > (1 << 20))
@@ -92,7 +102,9 @@ DatasetRun run_once(Engine& engine, const std::vector<DatasetPrompt>& prompts, c
     EngineRequest r;
     r.id = fmt::format("data-{}-{}", run_id, i);
     r.prompt_ids = engine.tokenizer().encode(prompts[i].prompt, true, false);
-    r.params.temperature = 0;
+    r.params.temperature = prompts[i].temperature;
+    r.params.top_p = prompts[i].top_p;
+    r.params.seed = prompts[i].seed;
     r.params.max_tokens = prompts[i].max_tokens > 0 ? prompts[i].max_tokens : opts.default_max_tokens;
     engine.validate(r);
     reqs.push_back(std::move(r));

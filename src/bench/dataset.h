@@ -1,14 +1,16 @@
 // Offline benchmark over a prompt file instead of random token ids: the
 // workload speculative decoding is judged on (outputs that copy from their
 // prompts) needs real text. Each line of the JSONL file is an object
-// {"prompt": TEXT, "max_tokens": N} (max_tokens optional). Decoding is greedy
-// and stops at end-of-sequence, so two engine configurations that decode
-// alike (with and without speculation) produce the same tokens and their
-// times compare directly.
+// {"prompt": TEXT, "max_tokens": N, "temperature": T, "top_p": P, "seed": S}
+// (all but prompt optional; greedy by default). Decoding stops at
+// end-of-sequence, so two engine configurations that decode alike (with and
+// without n-gram speculation, also for seeded sampling) produce the same
+// tokens and their times compare directly.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ using Log = std::function<void(const std::string&)>;
 struct DatasetPrompt {
   std::string prompt;
   int32_t max_tokens = 0;  // 0: the run's default
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  std::optional<uint64_t> seed;
 };
 
 // Throws Error naming the line for anything but such objects.

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <queue>
 #include <span>
 
 #include "core/error.h"
@@ -429,6 +431,67 @@ void Engine::propose_drafts() {
       d.probs->clear();
     }
   }
+  if (cfg.adaptive) trim_drafts();
+}
+
+// Keeps the point-mass drafts (greedy requests, n-gram proposals: the output
+// is the same whatever is verified) that raise the step's expected tokens per
+// second. A draft
+// at position j of a sequence whose drafts are accepted with probability a
+// (once the ones before it are) yields a^j tokens on average and costs one
+// more token and row of logits in the pass; with E tokens expected from a
+// step of T seconds, it pays when a^j * T > per_draft * E. Drafts are taken
+// best first. Memory-bound steps (few rows) keep most; steps the output
+// projection already makes compute-bound keep only likely ones.
+void Engine::trim_drafts() {
+  if (!step_cost_.ready()) return;
+  double tokens = 0, rows = 0, expected = 0;
+  for (const Sequence* seq : scheduler_->running()) {
+    const int32_t behind = seq->num_tokens() - seq->num_computed_tokens;
+    if (behind == 1) expected += 1, rows += 1;
+    tokens += std::max(behind, 0);
+  }
+  tokens = std::min<double>(tokens, sched_config_.max_num_batched_tokens);
+  double time = step_cost_.predict(tokens, rows);
+  const double per_draft = step_cost_.per_draft();
+  struct Candidate {
+    double gain;
+    size_t request;
+    bool operator<(const Candidate& o) const { return gain < o.gain; }
+  };
+  std::vector<int32_t> keep(draft_requests_.size(), 0);
+  std::vector<double> accept(draft_requests_.size());
+  std::priority_queue<Candidate> best;
+  for (size_t i = 0; i < draft_requests_.size(); ++i) {
+    const DraftRequest& d = draft_requests_[i];
+    const auto& [req, index] = seq_owner_.at(d.seq->id);
+    accept[i] = req->samples[index].spec.per_draft_acceptance();
+    if (d.tokens->empty()) continue;
+    if (!d.probs->empty()) {
+      // Drafts drawn from a distribution: how many are verified changes which
+      // random numbers the sample uses, and a seeded request must not depend
+      // on timing. They all run, and count.
+      keep[i] = static_cast<int32_t>(d.tokens->size());
+      for (int32_t j = 1; j <= keep[i]; ++j) expected += std::pow(accept[i], j), time += per_draft;
+      continue;
+    }
+    best.push({accept[i], i});
+  }
+  while (!best.empty()) {
+    const Candidate c = best.top();
+    best.pop();
+    if (c.gain * time <= per_draft * expected) break;
+    expected += c.gain;
+    time += per_draft;
+    if (++keep[c.request] < static_cast<int32_t>(draft_requests_[c.request].tokens->size()))
+      best.push({c.gain * accept[c.request], c.request});
+  }
+  for (size_t i = 0; i < draft_requests_.size(); ++i) {
+    DraftRequest& d = draft_requests_[i];
+    if (static_cast<int32_t>(d.tokens->size()) <= keep[i]) continue;
+    d.tokens->resize(static_cast<size_t>(keep[i]));
+    if (!d.probs->empty()) d.probs->resize(static_cast<size_t>(keep[i]) * model_->config().n_vocab);
+  }
 }
 
 void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched) {
@@ -559,6 +622,11 @@ std::vector<RequestOutput> Engine::step() {
       runner_->execute(plan, runner_output_);
     }
     t_forward = ThreadPool::now_ns();
+    if (proposer_) {
+      int64_t rows = 0;
+      for (const ScheduledSeq& e : plan.seqs) rows += e.num_logits();
+      step_cost_.observe(plan.num_batched_tokens, rows, static_cast<double>(t_forward - t_scheduled) * 1e-9);
+    }
     trace::Scope s("sample", "engine");
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, touched);
   }

@@ -27,6 +27,7 @@
 #include "scheduler/scheduler.h"
 #include "spec/proposer.h"
 #include "spec/spec_config.h"
+#include "spec/step_cost.h"
 #include "structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -156,6 +157,7 @@ class Engine {
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void propose_drafts();
+  void trim_drafts();
   void sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched);
   void release_sample(Sample& s);
   void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
@@ -176,6 +178,7 @@ class Engine {
   std::unique_ptr<structured::GrammarCompiler> grammars_;
   std::unique_ptr<Proposer> proposer_;         // speculative decoding, when configured
   std::vector<DraftRequest> draft_requests_;   // this step's, reused
+  StepCostModel step_cost_;                    // forward time by tokens and logits rows
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
   std::vector<int32_t> bitmask_;               // one sequence's allowed tokens, reused
   ModelRunner::Output runner_output_;  // reused across steps

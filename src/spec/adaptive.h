@@ -28,9 +28,15 @@ class AdaptiveSpeculation {
 
   double acceptance() const { return rate_; }
   bool paused() const { return pause_ > 0; }
+  // The chance that a draft is accepted once the ones before it were: each
+  // verification counts its accepted drafts as successes and its first
+  // rejection, if any, as a failure (recent ones weigh most). What the engine
+  // expects the next draft at position j to yield: this to the power j.
+  double per_draft_acceptance() const { return successes_ / trials_; }
 
  private:
   double rate_ = 1.0;
+  double successes_ = 1.2, trials_ = 2.0;  // a prior of 0.6, worth two drafts
   int32_t pause_ = 0;
   int32_t next_pause_ = kFirstPause;
 };

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <map>
 #include <random>
 
@@ -155,7 +157,9 @@ EngineMetrics expect_same_outputs(EngineConfig config, const SpeculativeConfig& 
   }
   const EngineMetrics& m = e.metrics();
   EXPECT_GT(m.spec_decode_num_drafts, 0);
-  if (expect_accepted) EXPECT_GT(m.spec_decode_num_accepted_tokens, 0);
+  if (expect_accepted) {
+    EXPECT_GT(m.spec_decode_num_accepted_tokens, 0);
+  }
   EXPECT_LE(m.spec_decode_num_accepted_tokens, m.spec_decode_num_draft_tokens);
   return m;
 }
@@ -216,6 +220,32 @@ TEST(SpecEngine, NgramMixedBatchWithPreemptionSameAsAlone) {
     const EngineMetrics spec = expect_same_outputs(c, ngram_spec(), reqs, true);
     EXPECT_GT(spec.num_preemptions, 0) << "the KV budget should force preemption";
   }
+}
+
+// The real default model with the input-grounded prompts of the benchmark
+// (tools/datasets/grounded.jsonl): same greedy tokens, most drafts accepted.
+// The name keeps it out of the ASan run with the other Gemma 3 270M tests.
+TEST(TrainedModelVsItself, Gemma3_270M_SpeculativeGreedy) {
+  const std::string path = test::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "default model not installed (run tools/setup.sh)";
+  EngineConfig c;
+  c.model = path;
+  c.backend_options["threads"] = "2";
+  c.scheduler.max_model_len = 1024;
+  c.kv_cache_memory = int64_t{64} << 20;
+  std::ifstream in(std::string(PAGELLM_SOURCE_DIR) + "/tools/datasets/grounded.jsonl");
+  std::string line;
+  std::vector<std::string> prompts;
+  while (std::getline(in, line) && prompts.size() < 3) prompts.push_back(nlohmann::json::parse(line)["prompt"]);
+  ASSERT_EQ(prompts.size(), 3u);
+  Engine tok(c);
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    reqs.push_back(greedy("g" + std::to_string(i), tok.tokenizer().encode(prompts[i], true, false), 40));
+  const EngineMetrics m = expect_same_outputs(c, parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})"), reqs,
+      false);
+  EXPECT_GT(m.spec_decode_num_accepted_tokens * 2, m.spec_decode_num_draft_tokens);
 }
 
 // Every sampling control behaves as without speculation: with point-mass

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "spec/adaptive.h"
 #include "spec/ngram.h"
+#include "spec/step_cost.h"
 
 namespace pagellm {
 namespace {
@@ -109,6 +110,33 @@ TEST(AdaptiveSpeculation, PausesLongerWhileDraftsKeepFailing) {
   EXPECT_EQ(n, AdaptiveSpeculation::kFirstPause);
   a.record(0, 0);  // nothing proposed: no news
   EXPECT_FALSE(a.paused());
+}
+
+TEST(AdaptiveSpeculation, PerDraftAcceptanceCountsTheFirstRejection) {
+  AdaptiveSpeculation a;
+  EXPECT_NEAR(a.per_draft_acceptance(), 0.6, 1e-9);  // the prior
+  // Drafts accepted 4 times out of 5 at each position: runs of 4 accepted, then a rejection.
+  for (int i = 0; i < 200; ++i) a.record(8, 4);
+  EXPECT_NEAR(a.per_draft_acceptance(), 0.8, 1e-6);
+  for (int i = 0; i < 200; ++i) a.record(3, 3);  // all accepted: no failure counted
+  EXPECT_GT(a.per_draft_acceptance(), 0.99);
+}
+
+TEST(StepCostModel, RecoversALinearCostFromMixedSteps) {
+  StepCostModel m;
+  const double fixed = 0.012, per_token = 0.0004, per_row = 0.003;
+  EXPECT_FALSE(m.ready());
+  for (int step = 0; step < 60; ++step) {
+    // Decodes of 1..6 sequences, some with drafts, and now and then a prefill chunk.
+    const int64_t rows = 1 + step % 6, tokens = rows + (step % 4) * 2 + (step % 9 == 0 ? 200 : 0);
+    m.observe(tokens, rows, fixed + per_token * tokens + per_row * rows);
+  }
+  ASSERT_TRUE(m.ready());
+  EXPECT_NEAR(m.fixed(), fixed, 1e-4);
+  EXPECT_NEAR(m.per_draft(), per_token + per_row, 1e-5);
+  EXPECT_NEAR(m.predict(10, 5), fixed + per_token * 10 + per_row * 5, 1e-4);
+  m.observe(0, 0, 1.0);  // an empty step teaches nothing
+  EXPECT_NEAR(m.fixed(), fixed, 1e-4);
 }
 
 }  // namespace
