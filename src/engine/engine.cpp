@@ -420,6 +420,8 @@ void Engine::propose_drafts() {
     d.probs = &s.draft_probs;
     draft_requests_.push_back(d);
   }
+  if (cfg.adaptive) plan_draft_budget();
+  std::erase_if(draft_requests_, [](const DraftRequest& d) { return d.max_drafts == 0; });
   if (draft_requests_.empty()) return;
   try {
     proposer_->propose(draft_requests_);
@@ -431,19 +433,19 @@ void Engine::propose_drafts() {
       d.probs->clear();
     }
   }
-  if (cfg.adaptive) trim_drafts();
 }
 
-// Keeps the point-mass drafts (greedy requests, n-gram proposals: the output
-// is the same whatever is verified) that raise the step's expected tokens per
-// second. A draft
+// How many drafts each sequence asks for: those that raise the step's
+// expected tokens per second, decided before anything is proposed. A draft
 // at position j of a sequence whose drafts are accepted with probability a
 // (once the ones before it are) yields a^j tokens on average and costs one
-// more token and row of logits in the pass; with E tokens expected from a
-// step of T seconds, it pays when a^j * T > per_draft * E. Drafts are taken
-// best first. Memory-bound steps (few rows) keep most; steps the output
-// projection already makes compute-bound keep only likely ones.
-void Engine::trim_drafts() {
+// more token and row of logits in the pass, plus a share of a draft model's
+// pass; with E tokens expected from a step of T seconds, it pays when
+// a^j * T > per_draft * E. Drafts are taken best first. Memory-bound steps
+// (few rows) keep most; steps the output projection already makes
+// compute-bound keep only likely ones. A sequence given none relaxes its
+// estimate toward the prior, so that it is tried again later.
+void Engine::plan_draft_budget() {
   if (!step_cost_.ready()) return;
   double tokens = 0, rows = 0, expected = 0;
   for (const Sequence* seq : scheduler_->running()) {
@@ -453,7 +455,9 @@ void Engine::trim_drafts() {
   }
   tokens = std::min<double>(tokens, sched_config_.max_num_batched_tokens);
   double time = step_cost_.predict(tokens, rows);
-  const double per_draft = step_cost_.per_draft();
+  // A draft model's pass serves every sequence that drafts: its share.
+  const double per_draft = step_cost_.per_draft() +
+                           proposer_->seconds_per_pass() / static_cast<double>(std::max<size_t>(1, draft_requests_.size()));
   struct Candidate {
     double gain;
     size_t request;
@@ -466,12 +470,11 @@ void Engine::trim_drafts() {
     const DraftRequest& d = draft_requests_[i];
     const auto& [req, index] = seq_owner_.at(d.seq->id);
     accept[i] = req->samples[index].spec.per_draft_acceptance();
-    if (d.tokens->empty()) continue;
-    if (!d.probs->empty()) {
-      // Drafts drawn from a distribution: how many are verified changes which
-      // random numbers the sample uses, and a seeded request must not depend
-      // on timing. They all run, and count.
-      keep[i] = static_cast<int32_t>(d.tokens->size());
+    if (config_.speculative.method == SpecMethod::DraftModel && d.params->temperature >= kGreedyTemperature) {
+      // A draft model's sampled proposals: how many are verified changes
+      // which random numbers the sample uses, and a seeded request must not
+      // depend on timing. They all run, and count.
+      keep[i] = d.max_drafts;
       for (int32_t j = 1; j <= keep[i]; ++j) expected += std::pow(accept[i], j), time += per_draft;
       continue;
     }
@@ -483,14 +486,15 @@ void Engine::trim_drafts() {
     if (c.gain * time <= per_draft * expected) break;
     expected += c.gain;
     time += per_draft;
-    if (++keep[c.request] < static_cast<int32_t>(draft_requests_[c.request].tokens->size()))
-      best.push({c.gain * accept[c.request], c.request});
+    if (++keep[c.request] < draft_requests_[c.request].max_drafts) best.push({c.gain * accept[c.request], c.request});
   }
   for (size_t i = 0; i < draft_requests_.size(); ++i) {
     DraftRequest& d = draft_requests_[i];
-    if (static_cast<int32_t>(d.tokens->size()) <= keep[i]) continue;
-    d.tokens->resize(static_cast<size_t>(keep[i]));
-    if (!d.probs->empty()) d.probs->resize(static_cast<size_t>(keep[i]) * model_->config().n_vocab);
+    d.max_drafts = keep[i];
+    if (keep[i] == 0) {
+      const auto& [req, index] = seq_owner_.at(d.seq->id);
+      req->samples[index].spec.idle();
+    }
   }
 }
 

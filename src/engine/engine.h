@@ -157,7 +157,7 @@ class Engine {
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void propose_drafts();
-  void trim_drafts();
+  void plan_draft_budget();
   void sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched);
   void release_sample(Sample& s);
   void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);

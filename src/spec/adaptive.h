@@ -33,10 +33,17 @@ class AdaptiveSpeculation {
   // rejection, if any, as a failure (recent ones weigh most). What the engine
   // expects the next draft at position j to yield: this to the power j.
   double per_draft_acceptance() const { return successes_ / trials_; }
+  // A step in which it was given no drafts: the estimate drifts back toward
+  // the prior, so that a sequence whose text changes is tried again.
+  void idle() {
+    successes_ = 0.95 * successes_ + 0.05 * kPriorSuccesses;
+    trials_ = 0.95 * trials_ + 0.05 * kPriorTrials;
+  }
 
  private:
   double rate_ = 1.0;
-  double successes_ = 1.2, trials_ = 2.0;  // a prior of 0.6, worth two drafts
+  static constexpr double kPriorSuccesses = 1.2, kPriorTrials = 2.0;  // 0.6, worth two drafts
+  double successes_ = kPriorSuccesses, trials_ = kPriorTrials;
   int32_t pause_ = 0;
   int32_t next_pause_ = kFirstPause;
 };

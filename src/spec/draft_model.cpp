@@ -179,8 +179,10 @@ void DraftModelProposer::propose(std::span<DraftRequest> requests) {
     }
     const int64_t t0 = ThreadPool::now_ns();
     runner_->execute(plan, out_);
-    forward_ns_ += ThreadPool::now_ns() - t0;
+    const int64_t ns = ThreadPool::now_ns() - t0;
+    forward_ns_ += ns;
     ++passes_;
+    if (pass > 0) pass_seconds_ = pass_seconds_ > 0 ? 0.8 * pass_seconds_ + 0.2 * ns * 1e-9 : ns * 1e-9;
     std::vector<size_t> next;
     for (size_t k = 0; k < active.size(); ++k) {
       DraftRequest& r = requests[active[k]];

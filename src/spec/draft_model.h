@@ -48,6 +48,7 @@ class DraftModelProposer : public Proposer {
   void release(SeqId seq) override;
   std::string describe() const override;
   std::string profile_report() const override;
+  double seconds_per_pass() const override { return pass_seconds_; }
 
   // Test hooks.
   const KVCacheManager& kv() const { return *kv_; }
@@ -78,6 +79,7 @@ class DraftModelProposer : public Proposer {
   int32_t max_len_ = 0;  // positions the draft may use
   std::unordered_map<SeqId, State> states_;
   int64_t forward_ns_ = 0, passes_ = 0, tokens_ = 0;
+  double pass_seconds_ = 0;  // moving average of the one-token passes
 };
 
 }  // namespace pagellm

@@ -41,6 +41,9 @@ class Proposer {
   virtual std::string describe() const = 0;
   // Time spent proposing, for --profile.
   virtual std::string profile_report() const { return {}; }
+  // Seconds one more proposal per sequence costs (a draft model's pass, over
+  // every sequence it serves; recent passes weigh most); 0 for lookups.
+  virtual double seconds_per_pass() const { return 0.0; }
 };
 
 // Prompt lookup over the sequence's own tokens (spec/ngram.h).

@@ -169,7 +169,7 @@ std::vector<EngineRequest> greedy_requests(int count, int vocab, bool bos, uint3
   std::vector<EngineRequest> reqs;
   for (int i = 0; i < count; ++i) {
     const int len = 2 + static_cast<int>(rng() % max_prompt);
-    reqs.push_back(greedy("r" + std::to_string(i), repetitive_prompt(rng, len, vocab, bos),
+    reqs.push_back(greedy(fmt::format("r{}", i), repetitive_prompt(rng, len, vocab, bos),
                           4 + static_cast<int>(rng() % 40)));
   }
   return reqs;
@@ -241,7 +241,7 @@ TEST(TrainedModelVsItself, Gemma3_270M_SpeculativeGreedy) {
   Engine tok(c);
   std::vector<EngineRequest> reqs;
   for (size_t i = 0; i < prompts.size(); ++i)
-    reqs.push_back(greedy("g" + std::to_string(i), tok.tokenizer().encode(prompts[i], true, false), 40));
+    reqs.push_back(greedy(fmt::format("g{}", i), tok.tokenizer().encode(prompts[i], true, false), 40));
   const EngineMetrics m = expect_same_outputs(c, parse_speculative_config(
       R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})"), reqs,
       false);
@@ -421,7 +421,7 @@ TEST(SpecEngine, DraftModelSamplingMatchesTheTargetDistribution) {
   Engine e(c);
   const int n = 3000;
   for (int i = 0; i < n; ++i) {
-    EngineRequest r = greedy("s" + std::to_string(i), prompt, 3);
+    EngineRequest r = greedy(fmt::format("s{}", i), prompt, 3);
     r.params.temperature = temperature;
     r.params.top_k = top_k;
     r.params.seed = static_cast<uint64_t>(i);
@@ -460,8 +460,9 @@ TEST(SpecEngine, AdaptiveSpeculationBacksOffWhenDraftsFail) {
   run_all(e);
   const EngineMetrics& m = e.metrics();
   const double acceptance = double(m.spec_decode_num_accepted_tokens) / double(m.spec_decode_num_draft_tokens);
-  if (acceptance < AdaptiveSpeculation::kMinAcceptance)
+  if (acceptance < AdaptiveSpeculation::kMinAcceptance) {
     EXPECT_LT(m.spec_decode_num_drafts, 200 / 3) << "acceptance " << acceptance;
+  }
 }
 
 }  // namespace
