@@ -170,58 +170,62 @@ std::vector<DatasetRun> run_dataset(Engine& engine, const DatasetOptions& opts, 
   return runs;
 }
 
-nlohmann::json dataset_json(const std::vector<DatasetRun>& runs, const DatasetOptions& opts) {
-  std::vector<double> elapsed, output, decode, tpot;
-  nlohmann::json iters = nlohmann::json::array();
+namespace {
+
+// The runs' figures side by side, and their speculative counts summed.
+struct Aggregate {
+  std::vector<double> elapsed, output, decode, tpot_ms;
   SpecCounts spec;
+};
+
+Aggregate aggregate(const std::vector<DatasetRun>& runs) {
+  Aggregate a;
   for (const DatasetRun& r : runs) {
-    elapsed.push_back(r.elapsed_s);
-    output.push_back(r.output_tokens_per_s());
-    decode.push_back(r.decode_tokens_per_s());
+    a.elapsed.push_back(r.elapsed_s);
+    a.output.push_back(r.output_tokens_per_s());
+    a.decode.push_back(r.decode_tokens_per_s());
     for (double t : r.tpot_s)
-      if (t > 0) tpot.push_back(t);
-    spec.drafts += r.spec.drafts;
-    spec.draft_tokens += r.spec.draft_tokens;
-    spec.accepted += r.spec.accepted;
+      if (t > 0) a.tpot_ms.push_back(t * 1000.0);
+    a.spec.drafts += r.spec.drafts;
+    a.spec.draft_tokens += r.spec.draft_tokens;
+    a.spec.accepted += r.spec.accepted;
+  }
+  return a;
+}
+
+}  // namespace
+
+nlohmann::json dataset_json(const std::vector<DatasetRun>& runs, const DatasetOptions& opts) {
+  const Aggregate a = aggregate(runs);
+  nlohmann::json iters = nlohmann::json::array();
+  for (const DatasetRun& r : runs)
     iters.push_back({{"elapsed_s", r.elapsed_s},
                      {"prompt_tokens", r.prompt_tokens},
                      {"output_tokens", r.output_tokens},
                      {"decode_tokens_per_s", r.decode_tokens_per_s()},
                      {"speculative", spec_json(r.spec)},
                      {"output_token_ids", r.outputs}});
-  }
   return {{"dataset", opts.path},
           {"num_prompts", runs.empty() ? 0 : runs.front().outputs.size()},
           {"default_max_tokens", opts.default_max_tokens},
-          {"elapsed_s", to_json(summarize(elapsed))},
-          {"output_tokens_per_s", to_json(summarize(output))},
-          {"decode_tokens_per_s", to_json(summarize(decode))},
-          {"tpot_ms", to_json(summarize(tpot), 1000.0)},
-          {"speculative", spec_json(spec)},
+          {"elapsed_s", to_json(summarize(a.elapsed))},
+          {"output_tokens_per_s", to_json(summarize(a.output))},
+          {"decode_tokens_per_s", to_json(summarize(a.decode))},
+          {"tpot_ms", to_json(summarize(a.tpot_ms))},
+          {"speculative", spec_json(a.spec)},
           {"iterations", iters}};
 }
 
 std::string dataset_summary(const std::vector<DatasetRun>& runs, const DatasetOptions& opts) {
-  std::vector<double> elapsed, output, decode, tpot;
-  SpecCounts spec;
-  for (const DatasetRun& r : runs) {
-    elapsed.push_back(r.elapsed_s);
-    output.push_back(r.output_tokens_per_s());
-    decode.push_back(r.decode_tokens_per_s());
-    for (double t : r.tpot_s)
-      if (t > 0) tpot.push_back(t * 1000.0);
-    spec.drafts += r.spec.drafts;
-    spec.draft_tokens += r.spec.draft_tokens;
-    spec.accepted += r.spec.accepted;
-  }
+  const Aggregate a = aggregate(runs);
   std::string s = fmt::format("dataset: {} prompts from {}, {} run{}; median [min, max]\n",
                               runs.empty() ? 0 : runs.front().outputs.size(), opts.path, runs.size(),
                               runs.size() == 1 ? "" : "s");
-  s += fmt::format("  elapsed s          {}\n", median_range(summarize(elapsed), 2));
-  s += fmt::format("  output tokens/s    {}\n", median_range(summarize(output)));
-  s += fmt::format("  decode tokens/s    {}\n", median_range(summarize(decode)));
-  s += fmt::format("  TPOT ms            {}\n", median_range(summarize(tpot), 2));
-  s += spec_summary(spec);
+  s += fmt::format("  elapsed s          {}\n", median_range(summarize(a.elapsed), 2));
+  s += fmt::format("  output tokens/s    {}\n", median_range(summarize(a.output)));
+  s += fmt::format("  decode tokens/s    {}\n", median_range(summarize(a.decode)));
+  s += fmt::format("  TPOT ms            {}\n", median_range(summarize(a.tpot_ms), 2));
+  s += spec_summary(a.spec);
   return s;
 }
 

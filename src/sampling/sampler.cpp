@@ -382,28 +382,8 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
                              std::span<const int32_t> output_ids,
                              std::span<const int32_t> banned_ids, SamplerRng& rng,
                              const int32_t* allowed_bitmask, bool restore_masked) {
-  PAGELLM_CHECK(vocab > 0, "sampler: vocabulary size must be > 0, got {}", vocab);
-  SampleResult result;
-  {
-    RestoreOnExit restore(*this, logits);
-    save_masked_ = restore_masked;
-    process_logits(logits, vocab, params, prompt_ids, output_ids, banned_ids, allowed_bitmask);
-    save_masked_ = true;
-    if (params.temperature < kGreedyTemperature) {
-      result.token = argmax(logits, vocab);
-    } else {
-      result.token = draw(filter(logits, vocab, params), rng);
-    }
-  }
-  add_logprobs(logits, vocab, params, result);
-  return result;
-}
-
-void Sampler::add_logprobs(const float* logits, int32_t vocab, const SamplingParams& params, SampleResult& result) {
-  if (params.logprobs < 0) return;
-  const float log_norm = log_softmax_topk(logits, vocab, params.logprobs, result.top_logprobs);
-  const float raw = logits[result.token];
-  result.logprob = std::isfinite(raw) ? raw - log_norm : kNegInf;
+  return sample_impl(logits, vocab, params, prompt_ids, output_ids, banned_ids, rng, allowed_bitmask, restore_masked,
+                     -1, nullptr, nullptr);
 }
 
 SampleResult Sampler::sample_against_draft(float* logits, int32_t vocab, const SamplingParams& params,
@@ -411,8 +391,17 @@ SampleResult Sampler::sample_against_draft(float* logits, int32_t vocab, const S
                                            std::span<const int32_t> banned_ids, SamplerRng& rng,
                                            const int32_t* allowed_bitmask, bool restore_masked, int32_t draft_token,
                                            const float* draft_probs, bool& accepted) {
-  PAGELLM_CHECK(vocab > 0, "sampler: vocabulary size must be > 0, got {}", vocab);
   check_id("draft", draft_token, vocab);
+  return sample_impl(logits, vocab, params, prompt_ids, output_ids, banned_ids, rng, allowed_bitmask, restore_masked,
+                     draft_token, draft_probs, &accepted);
+}
+
+SampleResult Sampler::sample_impl(float* logits, int32_t vocab, const SamplingParams& params,
+                                  std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                                  std::span<const int32_t> banned_ids, SamplerRng& rng,
+                                  const int32_t* allowed_bitmask, bool restore_masked, int32_t draft_token,
+                                  const float* draft_probs, bool* accepted) {
+  PAGELLM_CHECK(vocab > 0, "sampler: vocabulary size must be > 0, got {}", vocab);
   SampleResult result;
   {
     RestoreOnExit restore(*this, logits);
@@ -421,32 +410,38 @@ SampleResult Sampler::sample_against_draft(float* logits, int32_t vocab, const S
     save_masked_ = true;
     if (params.temperature < kGreedyTemperature) {
       result.token = argmax(logits, vocab);
-      accepted = result.token == draft_token;
+      if (accepted) *accepted = result.token == draft_token;
+    } else if (!draft_probs) {
+      result.token = draw(filter(logits, vocab, params), rng);
     } else {
-      const Candidates c = filter(logits, vocab, params);
-      const auto at = std::lower_bound(c.ids.begin(), c.ids.end(), draft_token);
-      const double p_draft = at != c.ids.end() && *at == draft_token
-                                 ? double(c.weights[static_cast<size_t>(at - c.ids.begin())]) / c.total
-                                 : 0.0;
-      const double q_draft = draft_probs[draft_token];
-      // u < p/q, written without the division (q may be 0 after rounding).
-      accepted = q_draft > 0.0 && rng.next_double() * q_draft < p_draft;
-      if (accepted) {
-        result.token = draft_token;
-      } else {
-        const size_t n = c.ids.size();
-        if (residual_.size() < n) residual_.resize(n);
-        for (size_t i = 0; i < n; ++i)
-          residual_[i] = std::max(0.0f, static_cast<float>(double(c.weights[i]) / c.total) - draft_probs[c.ids[i]]);
-        const double mass = sum_weights(residual_.data(), n);
-        // p <= q everywhere only by rounding (then p == q): draw from p.
-        result.token = mass > 0.0 ? draw({c.ids, std::span<const float>(residual_.data(), n), mass}, rng)
-                                  : draw(c, rng);
-      }
+      result.token = draw_against_draft(filter(logits, vocab, params), draft_token, draft_probs, rng, *accepted);
     }
   }
-  add_logprobs(logits, vocab, params, result);
+  if (params.logprobs >= 0) {
+    const float log_norm = log_softmax_topk(logits, vocab, params.logprobs, result.top_logprobs);
+    const float raw = logits[result.token];
+    result.logprob = std::isfinite(raw) ? raw - log_norm : kNegInf;
+  }
   return result;
+}
+
+int32_t Sampler::draw_against_draft(const Candidates& c, int32_t draft_token, const float* draft_probs,
+                                    SamplerRng& rng, bool& accepted) {
+  const auto at = std::lower_bound(c.ids.begin(), c.ids.end(), draft_token);
+  const double p_draft = at != c.ids.end() && *at == draft_token
+                             ? double(c.weights[static_cast<size_t>(at - c.ids.begin())]) / c.total
+                             : 0.0;
+  const double q_draft = draft_probs[draft_token];
+  // u < p/q, written without the division (q may be 0 after rounding).
+  accepted = q_draft > 0.0 && rng.next_double() * q_draft < p_draft;
+  if (accepted) return draft_token;
+  const size_t n = c.ids.size();
+  if (residual_.size() < n) residual_.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    residual_[i] = std::max(0.0f, static_cast<float>(double(c.weights[i]) / c.total) - draft_probs[c.ids[i]]);
+  const double mass = sum_weights(residual_.data(), n);
+  // p <= q everywhere only by rounding (then p == q): draw from p.
+  return mass > 0.0 ? draw({c.ids, std::span<const float>(residual_.data(), n), mass}, rng) : draw(c, rng);
 }
 
 void min_tokens_banned_ids(const SamplingParams& params, std::span<const int32_t> eos_ids,

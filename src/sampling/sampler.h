@@ -122,8 +122,14 @@ class Sampler {
   size_t keep_nucleus(size_t n, double target);
   size_t keep_if_weight_at_least(size_t n, float min_weight);
   void save(float* logits, int32_t id) { undo_.emplace_back(id, logits[id]); }
-  // Fills result's logprobs from the raw (restored) row when params ask.
-  static void add_logprobs(const float* logits, int32_t vocab, const SamplingParams& params, SampleResult& result);
+  // sample() and sample_against_draft(): draft_probs null for the former.
+  SampleResult sample_impl(float* logits, int32_t vocab, const SamplingParams& params,
+                           std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids,
+                           std::span<const int32_t> banned_ids, SamplerRng& rng, const int32_t* allowed_bitmask,
+                           bool restore_masked, int32_t draft_token, const float* draft_probs, bool* accepted);
+  // Accepts draft_token with probability min(1, p/q), else draws from (p - q)+.
+  int32_t draw_against_draft(const Candidates& c, int32_t draft_token, const float* draft_probs, SamplerRng& rng,
+                             bool& accepted);
 
   struct Ranked {  // a candidate near the top-p cut
     int32_t id;
