@@ -14,42 +14,16 @@
 
 #include "core/error.h"
 #include "kv/kv_sizing.h"
+#include "engine_test_util.h"
 #include "test_paths.h"
 
 namespace pagellm {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::None;
-  std::string stop_string;
-};
-using Results = std::map<std::string, std::vector<Result>>;  // request id -> one per sample
-
-// Steps until every request is done, checking the KV invariants each step.
-Results run_all(Engine& engine, int64_t* peak_running = nullptr) {
-  Results results;
-  while (engine.has_unfinished()) {
-    for (RequestOutput& out : engine.step()) {
-      EXPECT_TRUE(out.error.empty()) << out.error;
-      auto& samples = results[out.request_id];
-      for (const CompletionDelta& d : out.completions) {
-        if (samples.size() <= static_cast<size_t>(d.index)) samples.resize(d.index + 1);
-        Result& r = samples[d.index];
-        r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-        r.text += d.text;
-        if (d.finish_reason != FinishReason::None) {
-          r.reason = d.finish_reason;
-          r.stop_string = d.stop_string;
-        }
-      }
-    }
-    engine.check_invariants();
-    if (peak_running) *peak_running = std::max(*peak_running, engine.metrics().num_requests_running);
-  }
-  return results;
-}
+using test::make_request;
+using test::Result;
+using test::Results;
+using test::run_all;
 
 void expect_no_leaks(const Engine& engine) {
   const EngineStats s = engine.stats();
@@ -75,16 +49,6 @@ EngineConfig tiny_config(int64_t kv_tokens = 0) {
     c.kv_cache_memory = kv_bytes_per_block(KVCacheLayout{2, 2, 64, 16, 4}) * (kv_tokens / 16 + 1);
   }
   return c;
-}
-
-EngineRequest make_request(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt_ids = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
 }
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len, int vocab) {

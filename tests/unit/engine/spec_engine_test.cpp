@@ -19,38 +19,20 @@
 #include "kv/kv_sizing.h"
 #include "model/dummy.h"
 #include "spec/adaptive.h"
+#include "engine_test_util.h"
 #include "test_paths.h"
 
 namespace pagellm {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::vector<float> logprobs;
-  FinishReason reason = FinishReason::None;
-};
-using Results = std::map<std::string, std::vector<Result>>;
+using test::make_request;
+using test::Result;
+using test::Results;
 
-Results run_all(Engine& engine) {
-  Results results;
-  while (engine.has_unfinished()) {
-    for (RequestOutput& out : engine.step()) {
-      EXPECT_TRUE(out.error.empty()) << out.error;
-      auto& samples = results[out.request_id];
-      for (const CompletionDelta& d : out.completions) {
-        if (samples.size() <= static_cast<size_t>(d.index)) samples.resize(d.index + 1);
-        Result& r = samples[d.index];
-        r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-        r.text += d.text;
-        for (const TokenLogprob& lp : d.logprobs) r.logprobs.push_back(lp.logprob);
-        if (d.finish_reason != FinishReason::None) r.reason = d.finish_reason;
-      }
-    }
-    engine.check_invariants();
-  }
-  const EngineStats s = engine.stats();
-  EXPECT_EQ(s.kv.used_blocks, 0);
+// run_all, and then every KV block is back in the pool.
+Results run_all_freed(Engine& engine) {
+  Results results = test::run_all(engine);
+  EXPECT_EQ(engine.stats().kv.used_blocks, 0);
   return results;
 }
 
@@ -97,16 +79,6 @@ std::string dummy_file(const std::string& shape, uint64_t seed, DType type = DTy
   return path;
 }
 
-EngineRequest greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  EngineRequest r;
-  r.id = id;
-  r.prompt_ids = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  return r;
-}
-
 // Prompts that give n-gram lookup something to find: random tokens with a
 // run repeated, as text that quotes itself.
 std::vector<int32_t> repetitive_prompt(std::mt19937& rng, int len, int vocab, bool bos) {
@@ -133,18 +105,18 @@ EngineMetrics expect_same_outputs(EngineConfig config, const SpeculativeConfig& 
     if (one_at_a_time_plain) {
       for (const auto& r : reqs) {
         e.add_request(r);
-        Results one = run_all(e);
+        Results one = run_all_freed(e);
         plain.insert(one.begin(), one.end());
       }
     } else {
       for (const auto& r : reqs) e.add_request(r);
-      plain = run_all(e);
+      plain = run_all_freed(e);
     }
   }
   config.speculative = spec;
   Engine e(config);
   for (const auto& r : reqs) e.add_request(r);
-  const Results fast = run_all(e);
+  const Results fast = run_all_freed(e);
   for (const auto& r : reqs) {
     EXPECT_EQ(fast.at(r.id).size(), plain.at(r.id).size()) << r.id;
     for (size_t i = 0; i < plain.at(r.id).size() && i < fast.at(r.id).size(); ++i) {
@@ -169,7 +141,7 @@ std::vector<EngineRequest> greedy_requests(int count, int vocab, bool bos, uint3
   std::vector<EngineRequest> reqs;
   for (int i = 0; i < count; ++i) {
     const int len = 2 + static_cast<int>(rng() % max_prompt);
-    reqs.push_back(greedy(fmt::format("r{}", i), repetitive_prompt(rng, len, vocab, bos),
+    reqs.push_back(make_request(fmt::format("r{}", i), repetitive_prompt(rng, len, vocab, bos),
                           4 + static_cast<int>(rng() % 40)));
   }
   return reqs;
@@ -241,7 +213,7 @@ TEST(TrainedModelVsItself, Gemma3_270M_SpeculativeGreedy) {
   Engine tok(c);
   std::vector<EngineRequest> reqs;
   for (size_t i = 0; i < prompts.size(); ++i)
-    reqs.push_back(greedy(fmt::format("g{}", i), tok.tokenizer().encode(prompts[i], true, false), 40));
+    reqs.push_back(make_request(fmt::format("g{}", i), tok.tokenizer().encode(prompts[i], true, false), 40));
   const EngineMetrics m = expect_same_outputs(c, parse_speculative_config(
       R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})"), reqs,
       false);
@@ -256,17 +228,27 @@ TEST(SpecEngine, NgramSamplingControlsUnchanged) {
   Engine tok_engine(stories_config());
   const auto prompt = tok_engine.tokenizer().encode(
       "Once upon a time, there was a little girl named Lily. Once upon a time, there was a little", true, false);
-  std::vector<EngineRequest> reqs;
   {
-    EngineRequest r = greedy("server", prompt, 60);
+    // With the server's defaults (the model's context, a 2048-token step,
+    // every core) this request's logprobs once differed in the last bits: the
+    // glu kernel's scalar tail.
+    EngineRequest r = make_request("server_defaults", prompt, 60);
     r.params.ignore_eos = false;
-    r.params.temperature = 0.8f; r.params.seed = 7; r.params.logprobs = 2; r.params.stop = {"Lily"};
-    EngineConfig c = stories_config(); c.scheduler.max_model_len = 0; c.scheduler.max_num_batched_tokens = 2048;
-    c.kv_cache_dtype = DType::F16; c.backend_options.clear();
-    expect_same_outputs(c, parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})"), {r}, false);
+    r.params.temperature = 0.8f;
+    r.params.seed = 7;
+    r.params.logprobs = 2;
+    r.params.stop = {"Lily"};
+    EngineConfig c = stories_config();
+    c.scheduler.max_model_len = 0;
+    c.scheduler.max_num_batched_tokens = 2048;
+    c.backend_options.clear();
+    expect_same_outputs(c, parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 4,
+                                                        "prompt_lookup_max": 4, "prompt_lookup_min": 2})"),
+                        {r}, false);
   }
+  std::vector<EngineRequest> reqs;
   auto add = [&](const std::string& id, auto set) {
-    EngineRequest r = greedy(id, prompt, 48);
+    EngineRequest r = make_request(id, prompt, 48);
     r.params.ignore_eos = false;
     set(r.params);
     reqs.push_back(r);
@@ -300,19 +282,19 @@ TEST(SpecEngine, ChunkedPromptsAndParallelSampling) {
   // 8 prompt tokens in the first step, the last one alone in the second,
   // where lookup finds "5 6" and proposes what followed it.
   const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 5, 6};
-  expect_same_outputs(c, ngram_spec(), {greedy("one", prompt, 20)}, false, /*expect_accepted=*/false);
+  expect_same_outputs(c, ngram_spec(), {make_request("one", prompt, 20)}, false, /*expect_accepted=*/false);
   // The target as its own draft accepts (nearly) everything: an n > 1
   // request must not take drafts before its samples fork. (Rejection
   // sampling draws other numbers than plain sampling: the samples differ
   // from a run without speculation, their lengths do not.)
-  EngineRequest three = greedy("three", prompt, 20);
+  EngineRequest three = make_request("three", prompt, 20);
   three.params.n = 3;
   three.params.temperature = 0.9f;
   three.params.seed = 3;
   c.speculative = draft_spec(target);
   Engine e(c);
   e.add_request(three);
-  const Results res = run_all(e);
+  const Results res = run_all_freed(e);
   ASSERT_EQ(res.at("three").size(), 3u);
   for (const Result& r : res.at("three")) EXPECT_EQ(r.tokens.size(), 20u);
   EXPECT_GT(e.metrics().spec_decode_num_accepted_tokens, 0);
@@ -324,13 +306,13 @@ TEST(SpecEngine, NgramWithStructuredOutputSameAsWithout) {
   REQUIRE_FILE(path);
   Engine tok_engine(stories_config());
   const auto prompt = tok_engine.tokenizer().encode("Lily and Lily and Lily and", true, false);
-  EngineRequest r = greedy("json", prompt, 60);
+  EngineRequest r = make_request("json", prompt, 60);
   r.params.ignore_eos = false;
   r.params.structured.kind = StructuredOutputs::Kind::Json;
   r.params.structured.spec =
       R"({"type": "object", "properties": {"names": {"type": "array", "items": {"enum": ["Lily", "Tom"]}}},
           "required": ["names"]})";
-  EngineRequest choice = greedy("regex", prompt, 40);
+  EngineRequest choice = make_request("regex", prompt, 40);
   choice.params.structured.kind = StructuredOutputs::Kind::Regex;
   choice.params.structured.spec = "(Lily and ){2,6}Tom";
   expect_same_outputs(stories_config(), ngram_spec(), {r, choice}, false);
@@ -394,7 +376,7 @@ TEST(SpecEngine, DraftModelSamplingMatchesTheTargetDistribution) {
 
   // The target's exact distribution from its raw top-k logprobs.
   auto next_dist = [&](Engine& e, const std::vector<int32_t>& p) {
-    EngineRequest r = greedy("probe", p, 1);
+    EngineRequest r = make_request("probe", p, 1);
     r.params.logprobs = top_k;
     e.add_request(r);
     std::vector<std::pair<int32_t, double>> dist;
@@ -421,14 +403,14 @@ TEST(SpecEngine, DraftModelSamplingMatchesTheTargetDistribution) {
   Engine e(c);
   const int n = 3000;
   for (int i = 0; i < n; ++i) {
-    EngineRequest r = greedy(fmt::format("s{}", i), prompt, 3);
+    EngineRequest r = make_request(fmt::format("s{}", i), prompt, 3);
     r.params.temperature = temperature;
     r.params.top_k = top_k;
     r.params.seed = static_cast<uint64_t>(i);
     e.add_request(r);
   }
   std::map<std::pair<int32_t, int32_t>, int> counts;
-  for (const auto& [id, samples] : run_all(e)) counts[{samples[0].tokens[0], samples[0].tokens[1]}]++;
+  for (const auto& [id, samples] : run_all_freed(e)) counts[{samples[0].tokens[0], samples[0].tokens[1]}]++;
   double chi2 = 0;
   int cells = 0;
   for (const auto& [pair, p] : expected) {
@@ -456,8 +438,8 @@ TEST(SpecEngine, AdaptiveSpeculationBacksOffWhenDraftsFail) {
   c.speculative = draft_spec(dummy_file("tiny-llama", 7), 3, /*adaptive=*/true);
   Engine e(c);
   std::mt19937 rng(1);
-  e.add_request(greedy("long", repetitive_prompt(rng, 20, 512, false), 200));
-  run_all(e);
+  e.add_request(make_request("long", repetitive_prompt(rng, 20, 512, false), 200));
+  run_all_freed(e);
   const EngineMetrics& m = e.metrics();
   const double acceptance = double(m.spec_decode_num_accepted_tokens) / double(m.spec_decode_num_draft_tokens);
   if (acceptance < AdaptiveSpeculation::kMinAcceptance) {

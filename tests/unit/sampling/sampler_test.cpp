@@ -291,21 +291,29 @@ TEST(Sampler, CombinedFiltersMatchReference) {
   expect_matches_reference(random_logits(100000, 5, 1.0f), p);
 }
 
-TEST(Sampler, EmpiricalFrequenciesMatchDistribution) {
+// Temperature alone; top-k with top-p; top-p with min-p: the draw tests' filter settings.
+std::vector<SamplingParams> filter_configs() {
   struct Config {
     float temperature;
     int32_t top_k;
     float top_p;
     float min_p;
   };
-  for (const Config& cfg : {Config{1.0f, 0, 1.0f, 0.0f}, Config{0.7f, 8, 0.9f, 0.0f},
-                            Config{1.3f, 0, 0.95f, 0.05f}}) {
-    SCOPED_TRACE(cfg.temperature);
+  std::vector<SamplingParams> out;
+  for (const Config& cfg : {Config{1.0f, 0, 1.0f, 0.0f}, Config{0.7f, 8, 0.9f, 0.0f}, Config{1.3f, 0, 0.95f, 0.05f}}) {
     SamplingParams p;
     p.temperature = cfg.temperature;
     p.top_k = cfg.top_k;
     p.top_p = cfg.top_p;
     p.min_p = cfg.min_p;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(Sampler, EmpiricalFrequenciesMatchDistribution) {
+  for (const SamplingParams& p : filter_configs()) {
+    SCOPED_TRACE(p.temperature);
     std::vector<float> logits = random_logits(12, 3, 1.0f);
     const ReferenceDistribution ref = reference_distribution(logits, p);
 
@@ -334,21 +342,9 @@ TEST(Sampler, EmpiricalFrequenciesMatchDistribution) {
 // accepted with min(1, p/q), else replaced by a draw from (p - q)+, come out
 // distributed as p itself, whatever q is (Leviathan et al. 2023, Theorem 1).
 TEST(Sampler, RejectionSamplingAgainstADraftReproducesTheTarget) {
-  struct Config {
-    float temperature;
-    int32_t top_k;
-    float top_p;
-    float min_p;
-  };
   const int32_t vocab = 12;
-  for (const Config& cfg : {Config{1.0f, 0, 1.0f, 0.0f}, Config{0.7f, 8, 0.9f, 0.0f},
-                            Config{1.3f, 0, 0.95f, 0.05f}}) {
-    SCOPED_TRACE(cfg.temperature);
-    SamplingParams p;
-    p.temperature = cfg.temperature;
-    p.top_k = cfg.top_k;
-    p.top_p = cfg.top_p;
-    p.min_p = cfg.min_p;
+  for (const SamplingParams& p : filter_configs()) {
+    SCOPED_TRACE(p.temperature);
     std::vector<float> logits = random_logits(vocab, 3, 1.0f);
     const ReferenceDistribution ref = reference_distribution(logits, p);
     // A draft that disagrees: its own random distribution over every token.

@@ -13,30 +13,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "scheduler_test_util.h"
 #include "scheduler/scheduler.h"
 
 namespace pagellm {
 namespace {
 
-std::vector<TokenId> tokens(int32_t n, TokenId first = 100) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-SchedulerConfig sched_config(int32_t budget, int32_t max_model_len = 1024) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_model_len = max_model_len;
-  return c;
-}
-
-KVCacheConfig kv_config(int32_t num_blocks, int32_t bs = 16) {
-  KVCacheConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = bs;
-  return c;
-}
+using test::kv_config;
+using test::sched_config;
+using test::tokens;
 
 constexpr TokenId kWrong = 7;  // a draft the fake target never accepts
 
@@ -136,7 +121,7 @@ class SpecEngine {
 };
 
 TEST(SchedulerSpec, DraftsRunWithTheDecodeAndRejectedSlotsGoBack) {
-  SpecEngine e(sched_config(256, 200), kv_config(20));
+  SpecEngine e(sched_config(256, 256, 200), kv_config(20));
   Sequence* seq = e.add(1, 14, 100);
   StepPlan plan = e.step(4, 1.0);  // the prompt: no drafts yet
   ASSERT_EQ(plan.seqs.size(), 1u);
@@ -169,7 +154,7 @@ TEST(SchedulerSpec, DraftsRunWithTheDecodeAndRejectedSlotsGoBack) {
 
 // Drafts take what the budget leaves after one token for every decode.
 TEST(SchedulerSpec, DraftsShareTheBudgetAfterEveryDecode) {
-  SpecEngine e(sched_config(8, 200), kv_config(40));
+  SpecEngine e(sched_config(8, 256, 200), kv_config(40));
   for (SeqId id = 1; id <= 3; ++id) e.add(id, 2, 50);
   e.step(0, 1.0);  // three prompts of 2 tokens
   const StepPlan plan = e.step(4, 1.0);
@@ -183,7 +168,7 @@ TEST(SchedulerSpec, DraftsShareTheBudgetAfterEveryDecode) {
 
 // Drafts never take a position past max_model_len.
 TEST(SchedulerSpec, DraftsStopAtMaxModelLen) {
-  SpecEngine e(sched_config(256, 20), kv_config(10));
+  SpecEngine e(sched_config(256, 256, 20), kv_config(10));
   e.add(1, 16, 100);
   e.step(4, 1.0);  // 17 tokens
   StepPlan plan = e.step(10, 1.0);
@@ -197,7 +182,7 @@ TEST(SchedulerSpec, DraftsStopAtMaxModelLen) {
 // another sequence.
 TEST(SchedulerSpec, ShortOfBlocksTheDecodeRunsWithoutDrafts) {
   // 4 usable blocks: two sequences of 32 tokens hold 2 each.
-  SpecEngine e(sched_config(256, 64), kv_config(5));
+  SpecEngine e(sched_config(256, 256, 64), kv_config(5));
   e.add(1, 31, 3);
   e.add(2, 31, 3);
   e.step(0, 1.0);
@@ -213,7 +198,7 @@ TEST(SchedulerSpec, ShortOfBlocksTheDecodeRunsWithoutDrafts) {
 // output is the expected one, and the invariants hold every step.
 TEST(SchedulerSpec, RandomAcceptanceWithPreemption) {
   for (uint32_t seed : {1u, 2u, 3u}) {
-    SpecEngine e(sched_config(96, 200), kv_config(30), seed);
+    SpecEngine e(sched_config(96, 256, 200), kv_config(30), seed);
     std::mt19937 rng(seed);
     for (SeqId id = 1; id <= 40; ++id)
       e.add(id, 1 + static_cast<int32_t>(rng() % 60), 1 + static_cast<int32_t>(rng() % 50));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "scheduler_test_util.h"
 
 namespace pagellm {
 namespace {
@@ -30,27 +31,9 @@ std::vector<Ran> summary(const StepPlan& plan) {
   return out;
 }
 
-std::vector<TokenId> tokens(int32_t n, TokenId first = 100) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-SchedulerConfig sched_config(int32_t budget, int32_t max_seqs = 256, int32_t max_model_len = 1024) {
-  SchedulerConfig c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
-  c.max_model_len = max_model_len;
-  return c;
-}
-
-KVCacheConfig kv_config(int32_t num_blocks, int32_t bs = 16, bool prefix = true) {
-  KVCacheConfig c;
-  c.num_blocks = num_blocks;
-  c.block_size = bs;
-  c.enable_prefix_caching = prefix;
-  return c;
-}
+using test::kv_config;
+using test::sched_config;
+using test::tokens;
 
 // A fake engine: owns the sequences, appends a token for every sampled entry,
 // finishes sequences at max_tokens, checks invariants around every step.
