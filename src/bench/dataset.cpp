@@ -65,6 +65,13 @@ SpecCounts operator-(const SpecCounts& a, const SpecCounts& b) {
   return {a.drafts - b.drafts, a.draft_tokens - b.draft_tokens, a.accepted - b.accepted};
 }
 
+SpecCounts& operator+=(SpecCounts& a, const SpecCounts& b) {
+  a.drafts += b.drafts;
+  a.draft_tokens += b.draft_tokens;
+  a.accepted += b.accepted;
+  return a;
+}
+
 nlohmann::json spec_json(const SpecCounts& s) {
   return {{"num_drafts", s.drafts},
           {"num_draft_tokens", s.draft_tokens},
@@ -186,9 +193,7 @@ Aggregate aggregate(const std::vector<DatasetRun>& runs) {
     a.decode.push_back(r.decode_tokens_per_s());
     for (double t : r.tpot_s)
       if (t > 0) a.tpot_ms.push_back(t * 1000.0);
-    a.spec.drafts += r.spec.drafts;
-    a.spec.draft_tokens += r.spec.draft_tokens;
-    a.spec.accepted += r.spec.accepted;
+    a.spec += r.spec;
   }
   return a;
 }

@@ -46,6 +46,7 @@ struct SpecCounts {
 };
 SpecCounts spec_counts(const EngineMetrics& m);
 SpecCounts operator-(const SpecCounts& a, const SpecCounts& b);
+SpecCounts& operator+=(SpecCounts& a, const SpecCounts& b);
 nlohmann::json spec_json(const SpecCounts& s);
 // "" when nothing was proposed.
 std::string spec_summary(const SpecCounts& s);

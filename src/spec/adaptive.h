@@ -26,7 +26,6 @@ class AdaptiveSpeculation {
   // One verification: `proposed` drafts ran, the first `accepted` were kept.
   void record(int32_t proposed, int32_t accepted);
 
-  double acceptance() const { return rate_; }
   bool paused() const { return pause_ > 0; }
   // The chance that a draft is accepted once the ones before it were: each
   // verification counts its accepted drafts as successes and its first

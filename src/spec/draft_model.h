@@ -50,10 +50,6 @@ class DraftModelProposer : public Proposer {
   std::string profile_report() const override;
   double seconds_per_pass() const override { return pass_seconds_; }
 
-  // Test hooks.
-  const KVCacheManager& kv() const { return *kv_; }
-  int32_t num_states() const { return static_cast<int32_t>(states_.size()); }
-  void check_invariants() const { kv_->check_invariants(); }
 
  private:
   struct State {
