@@ -59,7 +59,8 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
   static const char* const kKnown[] = {"method",           "model",        "num_speculative_tokens",
                                        "prompt_lookup_min", "prompt_lookup_max", "disable_by_batch_size",
                                        "adaptive"};
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // a named reference: clang 14 cannot capture bindings
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
         std::end(kKnown))
       fail("--speculative-config: unknown key \"{}\" (known: method, model, num_speculative_tokens, "
