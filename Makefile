@@ -1,6 +1,7 @@
 # pagellm: the two commands of the README.
 #   make serve   set up, build, and serve the default model (Gemma 3 270M) on 127.0.0.1:8000
-#   make test    set up, build, and run every test
+#   make test    set up, build, and run every test (unit incl. the C API's,
+#                end-to-end server, and the Python package's)
 # Both install what is missing (Debian packages, Python packages, the model).
 # CI (.ci/run) adds the checks below, each in its own build folder:
 #   make sanitize  unit tests under ASan + UBSan            (build-asan)
@@ -25,7 +26,7 @@ FUZZ_DIR := build-fuzz
 # not ours to sanitize (the release build tests it).
 SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGELLM_OPENCL=OFF
 
-.PHONY: all setup setup-sanitizers build test unit-test e2e-test serve generate clean sanitize tsan fuzz fuzz-build soak
+.PHONY: all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak
 
 all: build
 
@@ -47,7 +48,16 @@ unit-test: build
 e2e-test: build
 	PAGELLM_BIN=$(abspath $(PAGELLM)) .venv/bin/python -m pytest -q tests/e2e
 
-test: unit-test e2e-test
+# The Python package, installed into .venv from this tree (its own build
+# folder, build/python; with ccache it reuses the objects of `make build`,
+# which needs the same compiler name, hence CC/CXX).
+python-install: build
+	CC=cc CXX=c++ .venv/bin/pip install -q --no-build-isolation --disable-pip-version-check .
+
+python-test: python-install
+	PAGELLM_BIN=$(abspath $(PAGELLM)) PAGELLM_BUILD_DIR=$(abspath $(BUILD_DIR)) .venv/bin/python -m pytest -q tests/python
+
+test: unit-test e2e-test python-test
 
 generate: build
 	$(PAGELLM) generate -m "$$(cat $(BUILD_DIR)/default-model.txt)" -p "The capital of France is" -n 64 --temp 0
@@ -63,19 +73,19 @@ serve: build
 ASAN_EXCLUDE := ^TrainedModelVs[A-Za-z]+\.Gemma3_270M_
 sanitize: setup-sanitizers
 	cmake -S . -B $(ASAN_DIR) $(SAN_CMAKE) -DPAGELLM_SANITIZE=ON
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target pagellm_tests
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target pagellm_tests pagellm_capi_test
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 900 -E '$(ASAN_EXCLUDE)'
 
 # Tests where threads meet: the thread pool (also inside forward passes), the
 # async engine, the server pieces, HTTP client/server pairs, concurrent
 # tokenizers and templates; then the whole server under streaming load.
-TSAN_TESTS := ^(ThreadPool|AsyncEngine|Engine|Server|HttpServer|BenchServe|BenchOffline|BenchMemory|Trace|AllArchs/
+TSAN_TESTS := ^(ThreadPool|AsyncEngine|EmbeddedEngine|CApi|Engine|Server|HttpServer|BenchServe|BenchOffline|BenchMemory|Trace|AllArchs/
 TSAN_TESTS := $(TSAN_TESTS)|Matmul/MatmulTypes\.BatchAndThread|ChatTemplate\.Concurrent|TokenizerGguf\.Concurrent)
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tools/tsan.supp)"
 tsan: setup-sanitizers
 	cmake -S . -B $(TSAN_DIR) $(SAN_CMAKE) -DPAGELLM_TSAN=ON
-	cmake --build $(TSAN_DIR) -j $(JOBS) --target pagellm_tests pagellm
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target pagellm_tests pagellm pagellm_capi_test
 	cd $(TSAN_DIR) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) --timeout 900 -R '$(TSAN_TESTS)'
 	$(TSAN_ENV) tests/tsan/serve_load.sh $(TSAN_DIR)
 

@@ -1,7 +1,7 @@
 # The layers of src/, lowest first, and what each may include (docs/architecture.md).
 # A layer may include itself and the layers listed for it, nothing else; the
 # check below fails the build on an include that points the wrong way.
-set(PAGELLM_LAYERS core backend model tokenizer chat kv scheduler runner sampling structured spec engine api server bench cli)
+set(PAGELLM_LAYERS core backend model tokenizer chat kv scheduler runner sampling structured spec engine api server bench embed capi cli)
 set(PAGELLM_LAYER_DEPS_core "")
 set(PAGELLM_LAYER_DEPS_backend core)
 set(PAGELLM_LAYER_DEPS_model backend core)
@@ -17,4 +17,6 @@ set(PAGELLM_LAYER_DEPS_engine spec runner structured sampling tokenizer schedule
 set(PAGELLM_LAYER_DEPS_api engine structured sampling chat tokenizer core)
 set(PAGELLM_LAYER_DEPS_server api engine sampling chat tokenizer core)
 set(PAGELLM_LAYER_DEPS_bench engine tokenizer sampling core)
-set(PAGELLM_LAYER_DEPS_cli bench server api engine spec structured sampling runner scheduler kv chat tokenizer model backend core)
+set(PAGELLM_LAYER_DEPS_embed api engine spec structured sampling chat tokenizer model core)
+set(PAGELLM_LAYER_DEPS_capi embed api engine sampling tokenizer core)
+set(PAGELLM_LAYER_DEPS_cli embed bench server api engine spec structured sampling runner scheduler kv chat tokenizer model backend core)

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/openai_request.h"
-#include "cli/chat_template_flag.h"
+#include "embed/chat_template_source.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -105,7 +105,7 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
   int64_t total_prompt = 0;
   api::ServedModel served;  // what the shared request parser checks lines against
   served.tokenizer = &engine.tokenizer();
-  served.chat_template = load_chat_template(g.chat_template, engine);
+  served.chat_template = embed::load_chat_template(g.chat_template, engine);
   served.vocab_size = engine.model_config().n_vocab;
   served.max_model_len = engine.max_model_len();
   served.default_max_tokens = g.max_tokens;

@@ -20,7 +20,7 @@
 #include "chat/chat_template.h"
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parser.h"
-#include "cli/chat_template_flag.h"
+#include "embed/chat_template_source.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -111,7 +111,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   server::ServedModel served;
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);
-  served.chat_template = load_chat_template(f.chat_template, *engine);
+  served.chat_template = embed::load_chat_template(f.chat_template, *engine);
   std::unique_ptr<chat::ToolParser> tool_parser;
   std::unique_ptr<chat::ReasoningParser> reasoning_parser;
   if (!f.tool_call_parser.empty()) tool_parser = chat::make_tool_parser(f.tool_call_parser);

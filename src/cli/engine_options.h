@@ -45,10 +45,6 @@ struct EngineFlags {
 // Registers the flags on `app`; the returned object is filled by parsing.
 std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app);
 
-// The default model (Gemma 3 270M Q4_K_M) as installed by tools/setup.sh;
-// throws Error with the set-up command when it is missing.
-std::string default_model_path();
-
 // Starts the --trace timeline when asked; writes it when destroyed.
 class TraceSession {
  public:

@@ -1,4 +1,4 @@
-#include "cli/chat_template_flag.h"
+#include "embed/chat_template_source.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "model/model_config.h"
 
-namespace pagellm::cli {
+namespace pagellm::embed {
 
 std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& flag, const Engine& engine) {
   std::string source;
@@ -51,4 +51,4 @@ std::shared_ptr<const ChatTemplate> load_chat_template(const std::string& flag, 
   }
 }
 
-}  // namespace pagellm::cli
+}  // namespace pagellm::embed

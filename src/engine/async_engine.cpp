@@ -27,6 +27,29 @@ void RequestStream::push(RequestOutput out) {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = out.finished;
+    if (!sink_) queue_.push_back(std::move(out));
+    else delivered_ = done_;
+  }
+  if (sink_) sink_->push(std::move(out));
+  else cv_.notify_all();
+}
+
+std::optional<RequestOutput> OutputQueue::next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  return out;
+}
+
+size_t OutputQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+void OutputQueue::push(RequestOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(out));
   }
   cv_.notify_all();
@@ -40,7 +63,8 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opti
 
 AsyncEngine::~AsyncEngine() { shutdown(std::chrono::milliseconds(0)); }
 
-std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vector<EngineRequest> reqs) {
+std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vector<EngineRequest> reqs,
+                                                                      std::shared_ptr<OutputQueue> sink) {
   if (reqs.empty()) throw InvalidRequest("a request needs at least one prompt", "prompt");
   size_t sequences = 0;
   for (const EngineRequest& r : reqs) {
@@ -73,7 +97,7 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
     group_waiting_[group] = reqs.size();
     waiting_sequences_ += sequences;
     for (EngineRequest& r : reqs) {
-      std::shared_ptr<RequestStream> stream(new RequestStream(r.id));
+      std::shared_ptr<RequestStream> stream(new RequestStream(r.id, sink));
       streams_[r.id] = stream;
       admitted_[r.id] = Admission{group, static_cast<size_t>(r.params.n), true};
       out.push_back(std::move(stream));
@@ -84,10 +108,10 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
   return out;
 }
 
-std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest req) {
+std::shared_ptr<RequestStream> AsyncEngine::submit(EngineRequest req, std::shared_ptr<OutputQueue> sink) {
   std::vector<EngineRequest> one;
   one.push_back(std::move(req));
-  return submit_group(std::move(one)).front();
+  return submit_group(std::move(one), std::move(sink)).front();
 }
 
 void AsyncEngine::started_locked(const std::string& id) {

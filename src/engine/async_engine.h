@@ -34,7 +34,27 @@ class ShuttingDown : public Error {
 
 class AsyncEngine;
 
-// The outputs of one request, in order; the last has finished == true.
+// The outputs of many requests in one queue, in the order the engine produced
+// them: one waiter serves a whole batch (the Python package's LLM.generate) or
+// every request of a client (the C API's poll), instead of one wait per request.
+class OutputQueue {
+ public:
+  // The next output of any request routed here, or nothing when `timeout`
+  // passes first.
+  std::optional<RequestOutput> next(std::chrono::milliseconds timeout);
+  size_t size() const;
+
+ private:
+  friend class RequestStream;
+  void push(RequestOutput out);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+};
+
+// The outputs of one request, in order; the last has finished == true. A
+// stream submitted with an OutputQueue forwards every output there instead.
 class RequestStream {
  public:
   const std::string& id() const { return id_; }
@@ -45,10 +65,11 @@ class RequestStream {
 
  private:
   friend class AsyncEngine;
-  explicit RequestStream(std::string id) : id_(std::move(id)) {}
+  RequestStream(std::string id, std::shared_ptr<OutputQueue> sink) : id_(std::move(id)), sink_(std::move(sink)) {}
   void push(RequestOutput out);
 
   std::string id_;
+  std::shared_ptr<OutputQueue> sink_;  // null: outputs wait in queue_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
@@ -76,9 +97,11 @@ class AsyncEngine {
   // group over max_sequences_per_request), then queues all of them, or none:
   // throws QueueFull when the waiting limits have no room for the whole group,
   // ShuttingDown when the engine no longer accepts work. The streams are in the
-  // order of `reqs`.
-  std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<EngineRequest> reqs);
-  std::shared_ptr<RequestStream> submit(EngineRequest req);
+  // order of `reqs`. With a `sink`, their outputs go there (the streams then
+  // only say when each request finished).
+  std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<EngineRequest> reqs,
+                                                           std::shared_ptr<OutputQueue> sink = nullptr);
+  std::shared_ptr<RequestStream> submit(EngineRequest req, std::shared_ptr<OutputQueue> sink = nullptr);
   void abort(const std::string& id);
   // Stops accepting, lets in-flight requests finish for up to `grace`, then
   // aborts the rest and stops the loop. Idempotent.

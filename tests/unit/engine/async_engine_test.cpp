@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <thread>
 
 namespace pagellm {
@@ -74,6 +75,32 @@ TEST(AsyncEngine, ManyThreadsSubmitAndAllFinish) {
     EXPECT_TRUE(std::equal(outputs[i].begin(), outputs[i].end(), outputs[4].begin())) << i;
   // Stats are a snapshot published after each step, just after the outputs.
   EXPECT_TRUE(eventually([&] { return engine.stats().kv.used_blocks == 0; }));
+}
+
+TEST(AsyncEngine, OneOutputQueueServesManyRequests) {
+  AsyncEngine engine(std::make_unique<Engine>(tiny()));
+  const std::vector<int32_t> alone = drain(*engine.submit(req("alone", 6))).first;
+  auto sink = std::make_shared<OutputQueue>();
+  std::vector<EngineRequest> group;
+  for (int i = 0; i < 5; ++i) group.push_back(req("q" + std::to_string(i), 6));
+  auto streams = engine.submit_group(std::move(group), sink);
+  std::map<std::string, std::vector<int32_t>> tokens;
+  int finished = 0;
+  while (finished < 5) {
+    auto out = sink->next(std::chrono::seconds(30));
+    ASSERT_TRUE(out.has_value()) << "queue stalled";
+    for (const auto& d : out->completions)
+      tokens[out->request_id].insert(tokens[out->request_id].end(), d.token_ids.begin(), d.token_ids.end());
+    finished += out->finished;
+  }
+  ASSERT_EQ(tokens.size(), 5u);
+  for (const auto& [id, t] : tokens) EXPECT_EQ(t, alone) << id;
+  for (const auto& s : streams) {
+    EXPECT_TRUE(s->finished());  // delivered to the queue
+    EXPECT_FALSE(s->next(std::chrono::milliseconds(1)).has_value());
+  }
+  EXPECT_EQ(sink->size(), 0u);
+  EXPECT_FALSE(sink->next(std::chrono::milliseconds(1)).has_value());
 }
 
 TEST(AsyncEngine, AbortFromAnotherThreadFreesBlocks) {

@@ -1,0 +1,22 @@
+"""pagellm: an LLM inference engine with a paged KV cache, embedded in Python.
+
+    from pagellm import LLM, SamplingParams
+    llm = LLM()  # the default model (Gemma 3 270M), or LLM(model="path/to/model.gguf")
+    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=16))
+    print(outputs[0].outputs[0].text)
+
+The API follows vLLM's: LLM, SamplingParams, RequestOutput, CompletionOutput,
+AsyncLLM (AsyncLLMEngine) and AsyncEngineArgs."""
+
+from ._core import __version__
+from .async_llm import AsyncEngineArgs, AsyncLLM, AsyncLLMEngine, EngineArgs
+from .llm import LLM
+from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
+from ._engine import Tokenizer
+
+__all__ = [
+    "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EngineArgs", "GuidedDecodingParams", "LLM",
+    "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams",
+    "Tokenizer", "__version__",
+]
