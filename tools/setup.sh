@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev zlib1g-dev
+  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev zlib1g-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo
   python3 python3-venv python3-pip python3-dev curl ccache

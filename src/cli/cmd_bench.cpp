@@ -144,6 +144,7 @@ struct MemoryFlags {
 };
 
 int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFlags& f) {
+  ef.load_config_file();
   bench::LatencyOptions o;
   o.input_lens = f.input_lens.empty() ? std::vector<int32_t>{f.input_len} : parse_int_list(f.input_lens, "--input-lens");
   o.output_len = f.output_len;
@@ -193,6 +194,7 @@ int run_dataset_cmd(const CLI::App* app, const EngineFlags& ef, const Throughput
 }
 
 int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const ThroughputFlags& f) {
+  ef.load_config_file();
   if (!f.dataset.empty()) return run_dataset_cmd(app, ef, f);
   bench::ThroughputOptions o;
   o.num_prompts = f.num_prompts;

@@ -211,6 +211,7 @@ Command register_generate(CLI::App& app) {
   sub->add_flag("--parse-special", g->parse_special, "Recognise special-token text in the prompt");
   sub->add_flag("--no-bos", g->no_bos, "Do not add the BOS token");
   return {sub, [sub, engine, g]() {
+            engine->load_config_file();
             if (g->prompt.empty() == g->batch.empty()) fail("give exactly one of -p PROMPT or --batch FILE");
             SamplingParams check;
             check.temperature = g->temperature;

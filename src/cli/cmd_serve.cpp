@@ -40,6 +40,7 @@ struct ServeFlags {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  std::string metrics_prefix = "pagellm";
   std::string chat_template;
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
@@ -82,6 +83,7 @@ std::string default_served_name(const EngineConfig& c) {
 }
 
 int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
+  engine_flags.load_config_file();  // --config fills the serve flags too
   ::signal(SIGPIPE, SIG_IGN);  // a vanished client must not kill the server
   // glibc gives up to 8 malloc arenas per core to a process with many
   // threads; each HTTP worker touching its own arena makes RSS creep for a
@@ -138,6 +140,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   server::OpenAIServerOptions api_options;
   api_options.api_key = f.api_key;
   api_options.log_requests = !f.disable_log_requests;
+  api_options.metrics_prefix = server::metrics_prefix_from_name(f.metrics_prefix);
   server::OpenAIServer api(async, served, api_options);
 
   server::HttpServerOptions http_options;
@@ -200,6 +203,11 @@ Command register_serve(CLI::App& app) {
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");
+  sub->add_option("--metrics-prefix", f->metrics_prefix,
+                  "Names on /metrics: pagellm (pagellm:...), vllm (vllm:..., for vLLM's dashboards and alerts), "
+                  "or both")
+      ->check(CLI::IsMember({"pagellm", "vllm", "both"}))
+      ->capture_default_str();
   sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "Let the model decide to call tools (tool_choice auto); needs --tool-call-parser");
   sub->add_option("--tool-call-parser", f->tool_call_parser,

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "core/util.h"
+#include "cli/yaml_config.h"
 #include "embed/engine_args.h"
 
 namespace pagellm::cli {
@@ -50,11 +51,34 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--max-model-len", f->max_model_len, "Longest sequence (prompt + output); default: the model's")
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences running at once")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget of one engine step")
-      ->check(CLI::PositiveNumber)
+  f->max_num_seqs_opt = app->add_option("--max-num-seqs", f->max_num_seqs, "Sequences running at once")
+                            ->check(CLI::PositiveNumber)
+                            ->capture_default_str();
+  f->max_num_batched_tokens_opt =
+      app->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget of one engine step")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  f->long_prefill_opt =
+      app->add_option("--long-prefill-token-threshold", f->long_prefill_token_threshold,
+                      "At most this many tokens of one prompt per step (chunked prefill), so decodes keep "
+                      "their pace; 0: off")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+  app->add_option("--scheduling-preset", f->scheduling_preset,
+                  "latency (small steps: 512 tokens, 32 sequences, prompts in 128-token chunks, conservative "
+                  "admission), balanced (2048, 128, 512, conservative) or throughput (8192, 256, whole prompts, "
+                  "aggressive); flags given explicitly win")
+      ->check(CLI::IsMember({"latency", "balanced", "throughput"}));
+  f->preemption_policy_opt =
+      app->add_option("--preemption-policy", f->preemption_policy,
+                      "Admission: aggressive (whenever blocks can be allocated) or conservative (keep free blocks "
+                      "for running sequences to grow into, so admitting never forces a preemption at once)")
+          ->check(CLI::IsMember({"aggressive", "conservative"}))
+          ->capture_default_str();
+  app->add_option("--priority-aging-steps", f->priority_aging_steps,
+                  "With --scheduling-policy priority: a request gains one priority level per this many engine "
+                  "steps, so low priority is never starved (0: no aging)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app->add_flag("--enable-prefix-caching,!--no-prefix-caching", f->enable_prefix_caching,
                 "Reuse KV blocks of identical prompt prefixes (default on)");
@@ -83,10 +107,34 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
                 "the same as --backend-option exact_matmul=true");
   app->add_flag("--profile", f->profile, "Print a time breakdown per step phase and per op kind");
   app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
+  app->add_option("--config", f->config_file,
+                  "YAML file of flags, as vLLM's --config: `max-num-seqs: 64` per line (underscores or dashes); "
+                  "flags on the command line override it");
+  f->app = app;
   return f;
 }
 
+const SchedulingPreset* find_scheduling_preset(const std::string& name) {
+  // latency: small steps bound each decode's wait behind prefill work;
+  // throughput: big steps, whole prompts, every sequence admitted at once.
+  static const SchedulingPreset presets[] = {
+      {"latency", 512, 32, 128, "conservative"},
+      {"balanced", 2048, 128, 512, "conservative"},
+      {"throughput", 8192, 256, 0, "aggressive"},
+  };
+  for (const SchedulingPreset& p : presets)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+void EngineFlags::load_config_file() const {
+  if (config_loaded) return;
+  config_loaded = true;
+  if (!config_file.empty()) apply_config_file(app, config_file);
+}
+
 EngineConfig EngineFlags::to_config() const {
+  load_config_file();
   EngineConfig c;
   c.load_format = load_format;
   c.model = model;
@@ -113,6 +161,20 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.max_model_len = max_model_len;
   c.scheduler.max_num_seqs = max_num_seqs;
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  c.scheduler.long_prefill_token_threshold = long_prefill_token_threshold;
+  std::string admission = preemption_policy;
+  if (!scheduling_preset.empty()) {
+    const SchedulingPreset* p = find_scheduling_preset(scheduling_preset);
+    PAGELLM_CHECK(p != nullptr, "unknown --scheduling-preset '{}'", scheduling_preset);
+    const auto unset = [](const CLI::Option* o) { return o == nullptr || o->count() == 0; };
+    if (unset(max_num_seqs_opt)) c.scheduler.max_num_seqs = p->max_num_seqs;
+    if (unset(max_num_batched_tokens_opt)) c.scheduler.max_num_batched_tokens = p->max_num_batched_tokens;
+    if (unset(long_prefill_opt)) c.scheduler.long_prefill_token_threshold = p->long_prefill_token_threshold;
+    if (unset(preemption_policy_opt)) admission = p->preemption_policy;
+  }
+  c.scheduler.admission_policy =
+      admission == "conservative" ? AdmissionPolicy::Conservative : AdmissionPolicy::Aggressive;
+  c.scheduler.priority_aging_steps = priority_aging_steps;
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
   c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;

@@ -28,6 +28,10 @@ struct EngineFlags {
   int max_model_len = 0;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
+  int long_prefill_token_threshold = 0;
+  std::string scheduling_preset;  // latency | throughput | balanced; empty: none
+  std::string preemption_policy = "aggressive";
+  int priority_aging_steps = 256;
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
   std::string block_allocation = "any";
@@ -39,10 +43,34 @@ struct EngineFlags {
   bool profile = false;
   std::string trace;  // Chrome-trace JSON written at exit
 
+  std::string config_file;  // --config FILE.yaml
+  // Reads --config into the command's options not given on the command line
+  // (once; to_config() calls it too). Commands call it before reading their
+  // own flags.
+  void load_config_file() const;
   EngineConfig to_config() const;
+
+  // The flags a --scheduling-preset sets unless given (on the command line or
+  // in --config).
+  CLI::Option* max_num_seqs_opt = nullptr;
+  CLI::Option* max_num_batched_tokens_opt = nullptr;
+  CLI::Option* long_prefill_opt = nullptr;
+  CLI::Option* preemption_policy_opt = nullptr;
+  CLI::App* app = nullptr;
+  mutable bool config_loaded = false;
 };
 
-// Registers the flags on `app`; the returned object is filled by parsing.
+// What each --scheduling-preset sets (docs/performance.md measures them).
+struct SchedulingPreset {
+  const char* name;
+  int max_num_batched_tokens;
+  int max_num_seqs;
+  int long_prefill_token_threshold;
+  const char* preemption_policy;
+};
+const SchedulingPreset* find_scheduling_preset(const std::string& name);
+
+// Registers the flags on `app` (and --config); the returned object is filled by parsing.
 std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app);
 
 // Starts the --trace timeline when asked; writes it when destroyed.

@@ -69,7 +69,8 @@ const std::set<std::string>& known_keys() {
       "exact_matmul", "gpu_memory_utilization", "block_size", "kv_cache_memory", "kv_cache_memory_bytes",
       "kv_cache_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
       "enable_chunked_prefill", "block_allocation", "scheduling_policy", "preemption_mode", "swap_space",
-      "speculative_config", "seed", "chat_template", "profile",
+      "speculative_config", "seed", "chat_template", "profile", "long_prefill_token_threshold",
+      "preemption_policy", "priority_aging_steps",
       // vLLM's, accepted (see the header)
       "dtype", "trust_remote_code", "enforce_eager", "disable_log_stats", "tensor_parallel_size",
       "pipeline_parallel_size"};
@@ -130,6 +131,14 @@ EngineArgs parse_engine_args(const json& args) {
   c.scheduler.max_num_seqs = static_cast<int32_t>(get_int(args, "max_num_seqs", c.scheduler.max_num_seqs, 1, 1 << 20));
   c.scheduler.max_num_batched_tokens =
       static_cast<int32_t>(get_int(args, "max_num_batched_tokens", c.scheduler.max_num_batched_tokens, 1, 1 << 24));
+  c.scheduler.long_prefill_token_threshold =
+      static_cast<int32_t>(get_int(args, "long_prefill_token_threshold", 0, 0, 1 << 24));
+  c.scheduler.admission_policy =
+      get_choice(args, "preemption_policy", "aggressive", {"aggressive", "conservative"}) == "conservative"
+          ? AdmissionPolicy::Conservative
+          : AdmissionPolicy::Aggressive;
+  c.scheduler.priority_aging_steps = static_cast<int32_t>(
+      get_int(args, "priority_aging_steps", c.scheduler.priority_aging_steps, 0, INT32_MAX));
   c.enable_prefix_caching = get_bool_field(args, "enable_prefix_caching", c.enable_prefix_caching);
   c.scheduler.enable_chunked_prefill = get_bool_field(args, "enable_chunked_prefill", c.scheduler.enable_chunked_prefill);
   c.block_allocation = get_choice(args, "block_allocation", "any", {"any", "contiguous"}) == "contiguous"

@@ -26,7 +26,9 @@ struct EngineArgs {
 //   kv_cache_memory_bytes, kv_cache_dtype (auto | f16 | f32), max_model_len,
 //   max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
 //   enable_chunked_prefill, block_allocation, scheduling_policy,
-//   preemption_mode, swap_space (GiB), speculative_config (object or JSON
+//   preemption_mode, preemption_policy (aggressive | conservative),
+//   long_prefill_token_threshold, priority_aging_steps, swap_space (GiB),
+//   speculative_config (object or JSON
 //   text), seed, chat_template, profile;
 //   accepted for vLLM compatibility: dtype ("auto"), trust_remote_code,
 //   enforce_eager, disable_log_stats, tensor_parallel_size and

@@ -618,14 +618,26 @@ std::vector<RequestOutput> Engine::step() {
     trace::Scope s("block moves", "engine");
     runner_->execute(plan, runner_output_);
   }
+  metrics_.scheduler_seconds.observe(static_cast<double>(t_scheduled - t_start) * 1e-9);
   if (!plan.empty()) {
     metrics_.num_steps++;
     metrics_.iteration_tokens.observe(plan.num_batched_tokens);
+    metrics_.batch_fill_ratio.observe(static_cast<double>(plan.num_batched_tokens) /
+                                      static_cast<double>(sched_config_.max_num_batched_tokens));
     {
       trace::Scope s("forward", "engine");
       runner_->execute(plan, runner_output_);
     }
     t_forward = ThreadPool::now_ns();
+    int64_t decode_tokens = 0;
+    for (const ScheduledSeq& e : plan.seqs)
+      if (e.num_new_tokens - e.num_draft_tokens() == 1) decode_tokens += e.num_new_tokens;
+    const int64_t prefill_tokens = plan.num_batched_tokens - decode_tokens;
+    const double forward_s = static_cast<double>(t_forward - t_scheduled) * 1e-9;
+    metrics_.step_tokens_decode += decode_tokens;
+    metrics_.step_tokens_prefill += prefill_tokens;
+    metrics_.forward_seconds_decode += forward_s * static_cast<double>(decode_tokens) / plan.num_batched_tokens;
+    metrics_.forward_seconds_prefill += forward_s * static_cast<double>(prefill_tokens) / plan.num_batched_tokens;
     if (proposer_) {
       int64_t rows = 0;
       for (const ScheduledSeq& e : plan.seqs) rows += e.num_logits();
@@ -758,6 +770,7 @@ void Engine::update_gauges() {
   metrics_.num_preemptions = scheduler_->num_preemptions();
   metrics_.num_preemptions_recompute = scheduler_->num_preemptions_recompute();
   metrics_.num_preemptions_swap = scheduler_->num_preemptions_swap();
+  metrics_.num_preemptions_priority = scheduler_->num_preemptions_priority();
   const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   metrics_.swapped_out_bytes = scheduler_->num_blocks_swapped_out() * block_bytes;
   metrics_.swapped_in_bytes = scheduler_->num_blocks_swapped_in() * block_bytes;

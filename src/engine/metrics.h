@@ -40,6 +40,12 @@ struct EngineMetrics {
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t num_preemptions = 0;
   int64_t num_preemptions_recompute = 0, num_preemptions_swap = 0;
+  int64_t num_preemptions_priority = 0;  // by cause: for a higher-priority request (the rest: KV blocks)
+  // Forward time and tokens by phase: a step's time is shared between its
+  // prefill and decode tokens in proportion (decode: one token behind, with
+  // its drafts).
+  double forward_seconds_prefill = 0, forward_seconds_decode = 0;
+  int64_t step_tokens_prefill = 0, step_tokens_decode = 0;
   int64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
   int64_t num_requests_swapped = 0;  // gauge: sequences whose KV is in the host pool
   int64_t num_steps = 0;
@@ -54,6 +60,8 @@ struct EngineMetrics {
   Histogram e2e_request_latency;
   Histogram request_queue_time;
   Histogram iteration_tokens;
+  Histogram scheduler_seconds;  // time in Scheduler::schedule() per step
+  Histogram batch_fill_ratio;   // tokens scheduled / max_num_batched_tokens, per step
 
   EngineMetrics();
 };

@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -18,12 +19,17 @@ void SchedulerConfig::validate() const {
                 "without chunked prefill a prompt must fit one step whole: max_num_batched_tokens "
                 "({}) must be >= max_model_len ({})",
                 max_num_batched_tokens, max_model_len);
+  PAGELLM_CHECK(admission_watermark >= 0 && admission_watermark < 1,
+                "admission_watermark must be in [0, 1), got {}", admission_watermark);
+  PAGELLM_CHECK(priority_aging_steps >= 0, "priority_aging_steps must be >= 0 (0: off), got {}",
+                priority_aging_steps);
   PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute || num_swap_blocks >= 1,
                 "swap preemption needs a host pool of at least one block (num_swap_blocks {})",
                 num_swap_blocks);
 }
 
 const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "swap" : "recompute"; }
+const char* to_string(AdmissionPolicy p) { return p == AdmissionPolicy::Conservative ? "conservative" : "aggressive"; }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
@@ -38,11 +44,28 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
   }
 }
 
+int64_t Scheduler::effective_priority(const Sequence& seq) const {
+  if (config_.priority_aging_steps <= 0) return seq.priority;
+  return int64_t{seq.priority} - (step_ - seq.arrival_step) / config_.priority_aging_steps;
+}
+
 bool Scheduler::runs_before(const Sequence* a, const Sequence* b) const {
-  if (config_.policy == SchedulingPolicy::Priority && a->priority != b->priority) {
-    return a->priority < b->priority;
+  if (config_.policy == SchedulingPolicy::Priority) {
+    const int64_t pa = effective_priority(*a), pb = effective_priority(*b);
+    if (pa != pb) return pa < pb;
   }
   return a->arrival < b->arrival;
+}
+
+bool Scheduler::admission_leaves_reserve(int32_t new_blocks) const {
+  // With nothing running there is nobody to keep a reserve for (and a prompt
+  // that needs the whole pool must still run).
+  if (config_.admission_policy == AdmissionPolicy::Aggressive || running_.empty()) return true;
+  const auto watermark =
+      static_cast<int32_t>(std::ceil(config_.admission_watermark * static_cast<double>(kv_.num_usable_blocks())));
+  // One block per running sequence (the admitted one included) for its next tokens.
+  const int32_t reserve = std::max(watermark, static_cast<int32_t>(running_.size()) + 1);
+  return kv_.num_available_blocks() - new_blocks >= reserve;
 }
 
 void Scheduler::insert_running(Sequence* seq) {
@@ -85,6 +108,7 @@ void Scheduler::add(Sequence* seq) {
   seq->num_computed_tokens = 0;
   seq->status = SeqStatus::Waiting;
   seq->arrival = next_arrival_++;
+  seq->arrival_step = step_;
   live_.emplace(seq->id, seq);
   insert_waiting(seq, /*at_head=*/false);
 }
@@ -113,6 +137,7 @@ void Scheduler::fork(SeqId parent_id, Sequence* child) {
   child->num_cached_tokens = parent->num_cached_tokens;
   child->status = SeqStatus::Running;
   child->arrival = next_arrival_++;
+  child->arrival_step = step_;
   live_.emplace(child->id, child);
   insert_running(child);
 }
@@ -209,6 +234,13 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.block_size = kv_.block_size();
   int32_t budget = config_.max_num_batched_tokens;
+  ++step_;
+  if (config_.policy == SchedulingPolicy::Priority && config_.priority_aging_steps > 0) {
+    // Aging moves effective priorities: keep both queues in policy order.
+    const auto before = [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); };
+    std::stable_sort(running_.begin(), running_.end(), before);
+    std::stable_sort(waiting_.begin(), waiting_.end(), before);
+  }
 
   // Preempt the last running sequence in policy order. When it already ran in
   // this plan (a decode, when a prefill chunk needs its blocks), take it out
@@ -287,6 +319,11 @@ StepPlan Scheduler::schedule() {
     }
   }
 
+  // Sequences that join running in this step: never priority victims in the
+  // same step (one swapped in now has its blocks copied back only when the
+  // step runs; one admitted now has computed nothing to give back yet).
+  std::vector<const Sequence*> admitted_now;
+
   // Swapped sequences come back before any waiting one is admitted, unless
   // memory was short this step; they then run as any running sequence.
   if (plan.preempted.empty()) {
@@ -296,6 +333,7 @@ StepPlan Scheduler::schedule() {
       if (n == 0) break;
       if (!swap_in(seq, plan)) break;
       swapped_.pop_front();
+      admitted_now.push_back(seq);
       auto alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n);
       if (!alloc) break;  // back in, but no room for its new tokens: it runs next step
       add_to_plan(plan, seq, n, *alloc);
@@ -304,20 +342,44 @@ StepPlan Scheduler::schedule() {
   }
 
   // Waiting sequences, unless memory was short this step or some are still swapped out.
+  // Under the priority policy one that outranks the last running sequence
+  // takes that one's seat or blocks.
   if (plan.preempted.empty() && swapped_.empty()) {
-    while (!waiting_.empty() && budget > 0 &&
-           static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    const auto outranks_last_running = [&](const Sequence* seq) {
+      if (config_.policy != SchedulingPolicy::Priority || running_.empty()) return false;
+      const Sequence* last = running_.back();
+      return effective_priority(*seq) < effective_priority(*last) &&
+             std::find(admitted_now.begin(), admitted_now.end(), last) == admitted_now.end();
+    };
+    while (!waiting_.empty() && budget > 0) {
       Sequence* seq = waiting_.front();
+      if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) {
+        if (!outranks_last_running(seq)) break;
+        ++num_preemptions_priority_;
+        preempt_last();
+        continue;
+      }
       const PrefixMatch match = kv_.match_prefix(seq->token_ids);
       const int32_t n = tokens_to_schedule(*seq, match.num_tokens, budget);
       if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
-      auto alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
-      if (!alloc) break;
+      // Blocks it would take: everything past the matched full blocks (matched
+      // ones count too when they sit in the cache, so this errs on the safe side).
+      const int32_t bs = kv_.block_size();
+      const int32_t new_blocks = (match.num_tokens + n + bs - 1) / bs;
+      std::optional<SlotAllocation> alloc;
+      if (admission_leaves_reserve(new_blocks)) alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
+      if (!alloc) {
+        if (!outranks_last_running(seq)) break;
+        ++num_preemptions_priority_;
+        preempt_last();
+        continue;
+      }
       waiting_.pop_front();
       seq->num_computed_tokens = match.num_tokens;
       if (seq->num_cached_tokens < 0) seq->num_cached_tokens = match.num_tokens;
       seq->status = SeqStatus::Running;
       insert_running(seq);
+      admitted_now.push_back(seq);
       add_to_plan(plan, seq, n, *alloc);
       budget -= n;
     }

@@ -11,8 +11,13 @@
 //      order (lowest priority / newest; possibly the one being scheduled);
 //   2. if nobody was preempted: admit waiting sequences in policy order while
 //      the budget, max_num_seqs and KV blocks allow, prefix-cache hits first
-//      reducing what they compute.
-// Waiting sequences never preempt running ones.
+//      reducing what they compute. The conservative admission policy also
+//      keeps a reserve of free blocks for the running sequences to grow into.
+// Under the priority policy a waiting sequence of higher (effective) priority
+// may preempt the lowest-priority running one when seats or blocks are short;
+// aging raises a sequence's effective priority with the steps it has been in
+// the system, so a low priority waits a bounded time. Under FCFS waiting
+// sequences never preempt running ones.
 //
 // Speculative decoding: a decode whose seq->spec_token_ids holds proposals
 // runs them in the same pass (the plan entry's draft_tokens), with KV slots
@@ -62,6 +67,14 @@ enum class SchedulingPolicy : uint8_t {
 enum class PreemptionMode : uint8_t { Recompute, Swap };
 const char* to_string(PreemptionMode m);
 
+// When a waiting sequence may be admitted (--preemption-policy, the tuning
+// guides' modes): Aggressive whenever its blocks can be allocated, so a
+// running decode may need a preemption right after; Conservative only when
+// the pool keeps a reserve afterwards (admission_watermark of the blocks, and
+// at least one block per running sequence for its next tokens).
+enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
+const char* to_string(AdmissionPolicy p);
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
@@ -73,6 +86,11 @@ struct SchedulerConfig {
   int32_t long_prefill_token_threshold = 0;
   PreemptionMode preemption_mode = PreemptionMode::Recompute;
   int32_t num_swap_blocks = 0;  // host pool size in blocks (Swap mode)
+  AdmissionPolicy admission_policy = AdmissionPolicy::Aggressive;
+  double admission_watermark = 0.01;  // Conservative: fraction of the blocks kept free, [0, 1)
+  // Priority policy: every this many steps in the system a sequence's
+  // effective priority improves by one (lower value); 0: no aging.
+  int32_t priority_aging_steps = 256;
 
   // Throws Error naming the bad field.
   void validate() const;
@@ -125,6 +143,10 @@ class Scheduler {
   Sequence* find(SeqId id) const;  // live sequence or nullptr
 
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Preempted for a waiting sequence of higher priority (the rest: for KV blocks).
+  int64_t num_preemptions_priority() const { return num_preemptions_priority_; }
+  // The priority a sequence is scheduled by now (aging applied).
+  int64_t effective_priority(const Sequence& seq) const;
   // By mode: recompute includes swap victims that did not fit the host pool.
   int64_t num_preemptions_recompute() const { return num_preemptions_ - num_preemptions_swap_; }
   int64_t num_preemptions_swap() const { return num_preemptions_swap_; }
@@ -149,6 +171,7 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void insert_waiting(Sequence* seq, bool at_head);
   void preempt(Sequence* seq, StepPlan& plan);
+  bool admission_leaves_reserve(int32_t new_blocks) const;
   bool swap_out(Sequence* seq, StepPlan& plan);
   bool swap_in(Sequence* seq, StepPlan& plan);
   int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
@@ -160,7 +183,9 @@ class Scheduler {
   std::deque<Sequence*> waiting_;   // admission order
   std::unordered_map<SeqId, Sequence*> live_;
   uint64_t next_arrival_ = 0;
+  int64_t step_ = 0;  // schedule() calls
   int64_t num_preemptions_ = 0;
+  int64_t num_preemptions_priority_ = 0;
   // Swap preemption: sequences whose blocks are in the host pool (resumed
   // before any waiting one), their host blocks, and the free host blocks.
   std::deque<Sequence*> swapped_;

@@ -31,6 +31,7 @@ struct Sequence {
   std::optional<SeqId> parent;  // the sequence this one was forked from (n > 1)
   int32_t priority = 0;         // lower runs first under SchedulingPolicy::Priority
   uint64_t arrival = 0;         // set by Scheduler::add / fork: admission order key
+  int64_t arrival_step = 0;     // the scheduler step it arrived in (priority aging)
 
   std::vector<TokenId> token_ids;  // prompt, then generated tokens
   // Speculative decoding: tokens proposed to follow token_ids, set by the

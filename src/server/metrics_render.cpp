@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace pagellm::server {
 
 void HttpCounters::add(const std::string& route, int status) {
@@ -32,6 +34,13 @@ std::string escape_label_value(const std::string& v) {
   return out;
 }
 
+MetricsPrefix metrics_prefix_from_name(const std::string& name) {
+  if (name == "pagellm") return MetricsPrefix::Pagellm;
+  if (name == "vllm") return MetricsPrefix::Vllm;
+  if (name == "both") return MetricsPrefix::Both;
+  fail("--metrics-prefix must be pagellm, vllm or both, not '{}'", name);
+}
+
 std::string format_metric_value(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -41,15 +50,18 @@ std::string format_metric_value(double v) {
 
 namespace {
 
+// Names are written without their prefix ("num_requests_running"); the
+// writer puts its prefix ("" or "vllm:") before each.
 class Writer {
  public:
-  explicit Writer(const std::string& model) : labels_("model_name=\"" + escape_label_value(model) + "\"") {}
+  Writer(const std::string& model, std::string prefix)
+      : labels_("model_name=\"" + escape_label_value(model) + "\""), prefix_(std::move(prefix)) {}
 
   void header(const std::string& name, const char* type, const char* help) {
-    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    out_ += fmt::format("# HELP {}{} {}\n# TYPE {}{} {}\n", prefix_, name, help, prefix_, name, type);
   }
   void sample(const std::string& name, double v, const std::string& extra_labels = "") {
-    out_ += fmt::format("{}{{{}{}}} {}\n", name, labels_, extra_labels.empty() ? "" : "," + extra_labels,
+    out_ += fmt::format("{}{}{{{}{}}} {}\n", prefix_, name, labels_, extra_labels.empty() ? "" : "," + extra_labels,
                         format_metric_value(v));
   }
   void gauge(const std::string& name, double v, const char* help) {
@@ -75,91 +87,112 @@ class Writer {
 
  private:
   std::string labels_;
+  std::string prefix_;
   std::string out_;
 };
 
 }  // namespace
 
 std::string render_metrics(const EngineStats& stats, const std::string& model_name,
-                           const std::map<std::pair<std::string, int>, int64_t>& http) {
+                           const std::map<std::pair<std::string, int>, int64_t>& http, MetricsPrefix prefix) {
+  if (prefix == MetricsPrefix::Both)
+    return render_metrics(stats, model_name, http, MetricsPrefix::Pagellm) +
+           render_metrics(stats, model_name, http, MetricsPrefix::Vllm);
   const EngineMetrics& m = stats.metrics;
-  Writer w(model_name);
-  w.gauge("pagellm:num_requests_running", static_cast<double>(m.num_requests_running),
+  Writer w(model_name, prefix == MetricsPrefix::Vllm ? "vllm:" : "pagellm:");
+  w.gauge("num_requests_running", static_cast<double>(m.num_requests_running),
           "Number of requests in model execution batches.");
-  w.gauge("pagellm:num_requests_waiting", static_cast<double>(m.num_requests_waiting),
+  w.gauge("num_requests_waiting", static_cast<double>(m.num_requests_waiting),
           "Number of requests waiting to be processed.");
-  w.gauge("pagellm:kv_cache_usage_perc", m.kv_cache_usage, "KV-cache usage. 1 means 100 percent usage.");
-  w.gauge("pagellm:kv_blocks_total", static_cast<double>(m.kv_blocks_total), "KV-cache blocks in the pool.");
-  w.gauge("pagellm:kv_blocks_used", static_cast<double>(m.kv_blocks_used),
+  w.gauge("kv_cache_usage_perc", m.kv_cache_usage, "KV-cache usage. 1 means 100 percent usage.");
+  w.gauge("kv_blocks_total", static_cast<double>(m.kv_blocks_total), "KV-cache blocks in the pool.");
+  w.gauge("kv_blocks_used", static_cast<double>(m.kv_blocks_used),
           "KV-cache blocks held by running or waiting requests.");
-  w.gauge("pagellm:kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
+  w.gauge("kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
           "Free KV-cache blocks that still hold a cached prefix.");
-  w.gauge("pagellm:kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");
-  w.counter("pagellm:prefix_cache_queries_total", static_cast<double>(m.prefix_cache_queries),
+  w.gauge("kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");
+  w.counter("prefix_cache_queries_total", static_cast<double>(m.prefix_cache_queries),
             "Prefix cache queries, in terms of number of queried tokens.");
-  w.counter("pagellm:prefix_cache_hits_total", static_cast<double>(m.prefix_cache_hits),
+  w.counter("prefix_cache_hits_total", static_cast<double>(m.prefix_cache_hits),
             "Prefix cache hits, in terms of number of cached tokens.");
-  w.counter("pagellm:num_preemptions_total", static_cast<double>(m.num_preemptions),
+  w.counter("num_preemptions_total", static_cast<double>(m.num_preemptions),
             "Cumulative number of preemptions from the engine.");
-  w.header("pagellm:preemptions_by_mode_total", "counter",
+  w.header("preemptions_by_cause_total", "counter",
+           "Preemptions by cause: KV blocks ran out, or a higher-priority request took the seat.");
+  w.sample("preemptions_by_cause_total", static_cast<double>(m.num_preemptions - m.num_preemptions_priority),
+           "cause=\"kv_cache\"");
+  w.sample("preemptions_by_cause_total", static_cast<double>(m.num_preemptions_priority), "cause=\"priority\"");
+  w.gauge("kv_fragmentation", m.kv_fragmentation,
+          "Token slots in used KV blocks that hold no token, as a fraction of all slots in used blocks.");
+  w.header("preemptions_by_mode_total", "counter",
            "Preemptions by how the sequence gets its KV back (swap: host pool; recompute).");
-  w.sample("pagellm:preemptions_by_mode_total", static_cast<double>(m.num_preemptions_recompute), "mode=\"recompute\"");
-  w.sample("pagellm:preemptions_by_mode_total", static_cast<double>(m.num_preemptions_swap), "mode=\"swap\"");
-  w.header("pagellm:kv_swapped_bytes_total", "counter", "KV-cache bytes copied to (out) and from (in) the host pool.");
-  w.sample("pagellm:kv_swapped_bytes_total", static_cast<double>(m.swapped_out_bytes), "direction=\"out\"");
-  w.sample("pagellm:kv_swapped_bytes_total", static_cast<double>(m.swapped_in_bytes), "direction=\"in\"");
-  w.gauge("pagellm:num_requests_swapped", static_cast<double>(m.num_requests_swapped),
+  w.sample("preemptions_by_mode_total", static_cast<double>(m.num_preemptions_recompute), "mode=\"recompute\"");
+  w.sample("preemptions_by_mode_total", static_cast<double>(m.num_preemptions_swap), "mode=\"swap\"");
+  w.header("kv_swapped_bytes_total", "counter", "KV-cache bytes copied to (out) and from (in) the host pool.");
+  w.sample("kv_swapped_bytes_total", static_cast<double>(m.swapped_out_bytes), "direction=\"out\"");
+  w.sample("kv_swapped_bytes_total", static_cast<double>(m.swapped_in_bytes), "direction=\"in\"");
+  w.gauge("num_requests_swapped", static_cast<double>(m.num_requests_swapped),
           "Sequences whose KV cache is swapped out to the host pool.");
-  w.counter("pagellm:prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
-  w.counter("pagellm:generation_tokens_total", static_cast<double>(m.generation_tokens),
+  w.counter("prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
+  w.counter("generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");
-  w.counter("pagellm:engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
-  w.counter("pagellm:spec_decode_num_drafts_total", static_cast<double>(m.spec_decode_num_drafts),
+  w.counter("engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
+  w.counter("spec_decode_num_drafts_total", static_cast<double>(m.spec_decode_num_drafts),
             "Speculative decoding: verifications of one sequence's drafts.");
-  w.counter("pagellm:spec_decode_num_draft_tokens_total", static_cast<double>(m.spec_decode_num_draft_tokens),
+  w.counter("spec_decode_num_draft_tokens_total", static_cast<double>(m.spec_decode_num_draft_tokens),
             "Speculative decoding: draft tokens verified.");
-  w.counter("pagellm:spec_decode_num_accepted_tokens_total", static_cast<double>(m.spec_decode_num_accepted_tokens),
+  w.counter("spec_decode_num_accepted_tokens_total", static_cast<double>(m.spec_decode_num_accepted_tokens),
             "Speculative decoding: draft tokens accepted.");
   if (!m.spec_decode_accepted_per_pos.empty()) {
-    w.header("pagellm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+    w.header("spec_decode_num_accepted_tokens_per_pos_total", "counter",
              "Speculative decoding: accepted draft tokens by position in the draft (0: first).");
     for (size_t i = 0; i < m.spec_decode_accepted_per_pos.size(); ++i)
-      w.sample("pagellm:spec_decode_num_accepted_tokens_per_pos_total",
+      w.sample("spec_decode_num_accepted_tokens_per_pos_total",
                static_cast<double>(m.spec_decode_accepted_per_pos[i]), fmt::format("position=\"{}\"", i));
   }
   const structured::GrammarCompilerStats& g = stats.grammars;
-  w.counter("pagellm:structured_output_compile_requests_total", static_cast<double>(g.requests),
+  w.counter("structured_output_compile_requests_total", static_cast<double>(g.requests),
             "Requests with a structured output (each asks the grammar cache once).");
-  w.counter("pagellm:structured_output_cache_hits_total", static_cast<double>(g.cache_hits),
+  w.counter("structured_output_cache_hits_total", static_cast<double>(g.cache_hits),
             "Structured-output grammars found in the compiled-grammar cache.");
-  w.counter("pagellm:structured_output_compile_failures_total", static_cast<double>(g.failed),
+  w.counter("structured_output_compile_failures_total", static_cast<double>(g.failed),
             "Grammars that failed to compile.");
-  w.counter("pagellm:structured_output_compile_seconds_total", g.compile_seconds,
+  w.counter("structured_output_compile_seconds_total", g.compile_seconds,
             "Time spent compiling grammars, in seconds (off the engine's step thread).");
-  w.gauge("pagellm:structured_output_cached_grammars", static_cast<double>(g.cached),
+  w.gauge("structured_output_cached_grammars", static_cast<double>(g.cached),
           "Compiled grammars held in the cache.");
 
-  w.header("pagellm:request_success_total", "counter", "Count of successfully processed requests.");
+  w.header("request_success_total", "counter", "Count of successfully processed requests.");
   std::map<std::string, int64_t> success = m.request_success;
   for (const char* reason : {"stop", "length", "abort"}) success.emplace(reason, 0);
   for (const auto& [reason, count] : success)
-    w.sample("pagellm:request_success_total", static_cast<double>(count),
+    w.sample("request_success_total", static_cast<double>(count),
              "finished_reason=\"" + escape_label_value(reason) + "\"");
 
-  w.histogram("pagellm:time_to_first_token_seconds", m.time_to_first_token,
+  w.histogram("time_to_first_token_seconds", m.time_to_first_token,
               "Histogram of time to first token in seconds.");
-  w.histogram("pagellm:inter_token_latency_seconds", m.inter_token_latency,
+  w.histogram("inter_token_latency_seconds", m.inter_token_latency,
               "Histogram of inter-token latency in seconds.");
-  w.histogram("pagellm:e2e_request_latency_seconds", m.e2e_request_latency,
+  w.histogram("e2e_request_latency_seconds", m.e2e_request_latency,
               "Histogram of end to end request latency in seconds.");
-  w.histogram("pagellm:request_queue_time_seconds", m.request_queue_time,
+  w.histogram("request_queue_time_seconds", m.request_queue_time,
               "Histogram of time spent in WAITING phase for request.");
-  w.histogram("pagellm:iteration_tokens_total", m.iteration_tokens, "Histogram of number of tokens per engine_step.");
+  w.histogram("iteration_tokens_total", m.iteration_tokens, "Histogram of number of tokens per engine_step.");
+  w.histogram("scheduler_seconds", m.scheduler_seconds, "Histogram of time spent in the scheduler per engine step.");
+  w.histogram("batch_fill_ratio", m.batch_fill_ratio,
+              "Histogram of tokens scheduled per step over the step's token budget (max_num_batched_tokens).");
+  w.header("step_forward_seconds_total", "counter",
+           "Forward-pass time by phase; a mixed step's time is shared by its prefill and decode tokens.");
+  w.sample("step_forward_seconds_total", m.forward_seconds_prefill, "phase=\"prefill\"");
+  w.sample("step_forward_seconds_total", m.forward_seconds_decode, "phase=\"decode\"");
+  w.header("step_tokens_total", "counter", "Tokens computed by phase (decode: one token behind, with its drafts).");
+  w.sample("step_tokens_total", static_cast<double>(m.step_tokens_prefill), "phase=\"prefill\"");
+  w.sample("step_tokens_total", static_cast<double>(m.step_tokens_decode), "phase=\"decode\"");
 
   if (!http.empty()) {
-    w.header("pagellm:http_requests_total", "counter", "HTTP responses by route and status code.");
+    w.header("http_requests_total", "counter", "HTTP responses by route and status code.");
     for (const auto& [key, count] : http)
-      w.sample("pagellm:http_requests_total", static_cast<double>(count),
+      w.sample("http_requests_total", static_cast<double>(count),
                fmt::format("route=\"{}\",status=\"{}\"", escape_label_value(key.first), key.second));
   }
   return w.take();

@@ -29,7 +29,14 @@ std::string escape_label_value(const std::string& v);
 // A sample value as Prometheus clients write it: "1.0", "0.25", "+Inf", "NaN".
 std::string format_metric_value(double v);
 
+// Which names /metrics uses (--metrics-prefix): pagellm:..., vLLM's vllm:...
+// (so vLLM's dashboards and alerts work unchanged), or both. The names after
+// the prefix are vLLM's wherever vLLM has the series.
+enum class MetricsPrefix : uint8_t { Pagellm, Vllm, Both };
+MetricsPrefix metrics_prefix_from_name(const std::string& name);  // throws Error
+
 std::string render_metrics(const EngineStats& stats, const std::string& model_name,
-                           const std::map<std::pair<std::string, int>, int64_t>& http = {});
+                           const std::map<std::pair<std::string, int>, int64_t>& http = {},
+                           MetricsPrefix prefix = MetricsPrefix::Pagellm);
 
 }  // namespace pagellm::server

@@ -36,6 +36,7 @@ struct OpenAIServerOptions {
   std::string api_key;                           // empty: no authentication
   bool log_requests = true;                      // one info line per generation request
   std::chrono::milliseconds poll_interval{100};  // how often waiting handlers look for a vanished client
+  MetricsPrefix metrics_prefix = MetricsPrefix::Pagellm;  // --metrics-prefix
 };
 
 class OpenAIServer {

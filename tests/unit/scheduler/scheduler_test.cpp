@@ -506,3 +506,128 @@ TEST(StepPlan, SlotMappingAndPositions) {
 
 }  // namespace
 }  // namespace pagellm
+
+namespace pagellm {
+namespace {
+
+// Twelve requests of 24-token prompts that grow by 40 tokens each, in a pool
+// that holds a few of them at full length: admitting eagerly preempts
+// running decodes; keeping a reserve preempts fewer and finishes everything.
+int64_t preemptions_with(AdmissionPolicy policy) {
+  SchedulerConfig c = sched_config(256, 256, 128);
+  c.admission_policy = policy;
+  c.admission_watermark = 0.0;
+  FakeEngine e(c, kv_config(25, 8));
+  for (SeqId id = 1; id <= 12; ++id) e.add(id, tokens(24, static_cast<TokenId>(1000 * id)), 40);
+  e.run_to_completion();
+  for (SeqId id = 1; id <= 12; ++id) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+  return e.sched.num_preemptions();
+}
+
+TEST(Scheduler, ConservativeAdmissionPreemptsLessThanAggressive) {
+  const int64_t aggressive = preemptions_with(AdmissionPolicy::Aggressive);
+  const int64_t conservative = preemptions_with(AdmissionPolicy::Conservative);
+  EXPECT_GT(aggressive, 0);
+  EXPECT_LT(conservative, aggressive);
+}
+
+// Two 16-token prompts that grow to 24 tokens (3 blocks each) and a third
+// of 24 in 8 usable blocks: admitting the third at once leaves one free block
+// for the two that both need a third one.
+int64_t preemptions_admitting(AdmissionPolicy policy, int32_t* running_after_first_step) {
+  SchedulerConfig c = sched_config(256, 256, 48);
+  c.admission_policy = policy;
+  c.admission_watermark = 0.0;
+  FakeEngine e(c, kv_config(9, 8));
+  e.add(1, tokens(16), 8);
+  e.add(2, tokens(16, 500), 8);
+  e.add(3, tokens(24, 900), 8);
+  e.step();
+  *running_after_first_step = e.sched.num_running();
+  e.run_to_completion();
+  for (SeqId id : {1, 2, 3}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+  return e.sched.num_preemptions();
+}
+
+TEST(Scheduler, ConservativeAdmissionKeepsOneBlockPerRunningSequence) {
+  int32_t running = 0;
+  EXPECT_GT(preemptions_admitting(AdmissionPolicy::Aggressive, &running), 0);
+  EXPECT_EQ(running, 3);
+  EXPECT_EQ(preemptions_admitting(AdmissionPolicy::Conservative, &running), 0);
+  EXPECT_EQ(running, 2);  // 3 more blocks would leave 1 for 3 running sequences
+}
+
+TEST(Scheduler, ConservativeAdmissionStillRunsAPromptThatNeedsTheWholePool) {
+  SchedulerConfig c = sched_config(256, 256, 64);
+  c.admission_policy = AdmissionPolicy::Conservative;
+  c.admission_watermark = 0.5;
+  FakeEngine e(c, kv_config(9, 8));
+  e.add(1, tokens(60), 4);  // 8 blocks at the end: all of them
+  e.run_to_completion();
+  EXPECT_EQ(e.seqs[1]->token_ids, e.expected_tokens(1));
+}
+
+TEST(Scheduler, HigherPriorityTakesTheSeatOfALowerOne) {
+  SchedulerConfig c = sched_config(256, 1, 256);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 0;
+  FakeEngine e(c, kv_config(64, 8));
+  e.add(1, tokens(8), 50, /*priority=*/5);
+  e.step();
+  e.step();
+  e.add(2, tokens(8, 500), 5, /*priority=*/0);
+  const StepPlan plan = e.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].seq_id, 2);
+  EXPECT_EQ(plan.preempted, std::vector<SeqId>{1});
+  EXPECT_EQ(e.sched.num_preemptions_priority(), 1);
+  e.add(3, tokens(8, 900), 5, /*priority=*/5);  // equal priority: waits its turn, no preemption
+  e.run_to_completion();
+  EXPECT_EQ(e.sched.num_preemptions_priority(), 1);
+  for (SeqId id : {1, 2, 3}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+}
+
+TEST(Scheduler, HigherPriorityTakesTheBlocksOfALowerOne) {
+  SchedulerConfig c = sched_config(256, 16, 48);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 0;
+  FakeEngine e(c, kv_config(7, 8));  // 6 usable blocks
+  e.add(1, tokens(40), 8, /*priority=*/3);
+  e.step();
+  e.add(2, tokens(24, 500), 4, /*priority=*/1);  // needs 3 blocks; 1 is free
+  const StepPlan plan = e.step();
+  EXPECT_EQ(plan.preempted, std::vector<SeqId>{1});
+  e.run_to_completion();
+  for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+}
+
+// One seat, a steady stream of urgent requests: without aging the patient
+// low-priority request never runs; with aging it runs within a bounded wait.
+int first_step_of_low_priority(int32_t aging_steps) {
+  SchedulerConfig c = sched_config(256, 1, 256);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = aging_steps;
+  FakeEngine e(c, kv_config(128, 8));
+  e.add(1, tokens(8, 7000), 2, /*priority=*/10);
+  SeqId next = 2;
+  for (int step = 0; step < 300; ++step) {
+    if (e.sched.num_waiting() < 2) {
+      e.add(next, tokens(8, static_cast<TokenId>(10000 + 100 * next)), 3, /*priority=*/0);
+      ++next;
+    }
+    for (const ScheduledSeq& s : e.step().seqs)
+      if (s.seq_id == 1) return step;
+  }
+  return -1;
+}
+
+TEST(Scheduler, AgingBoundsTheWaitOfLowPriority) {
+  EXPECT_EQ(first_step_of_low_priority(0), -1);  // starved
+  const int waited = first_step_of_low_priority(8);
+  EXPECT_GE(waited, 0);
+  // Ten levels apart at one level per 8 steps: it outranks every new arrival after ~80 steps.
+  EXPECT_LE(waited, 10 * 8 + 16);
+}
+
+}  // namespace
+}  // namespace pagellm

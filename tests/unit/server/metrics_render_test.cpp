@@ -78,7 +78,7 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 32u);
+  EXPECT_EQ(types, 38u);
   // Speculative decoding, by vLLM's names.
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_drafts_total" + l + "} 10.0"));
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_draft_tokens_total" + l + "} 40.0"));
@@ -88,6 +88,22 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:structured_output_cache_hits_total counter"));
   EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_mode_total" + l + ",mode=\"swap\"} 0.0"));
   EXPECT_TRUE(has_line(text, "pagellm:kv_swapped_bytes_total" + l + ",direction=\"out\"} 0.0"));
+  // What the tuning guides watch: preemptions by cause, scheduler time, batch fill, phase split.
+  EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_cause_total" + l + ",cause=\"priority\"} 0.0"));
+  EXPECT_TRUE(has_line(text, "# TYPE pagellm:scheduler_seconds histogram"));
+  EXPECT_TRUE(has_line(text, "# TYPE pagellm:batch_fill_ratio histogram"));
+  EXPECT_TRUE(has_line(text, "pagellm:step_tokens_total" + l + ",phase=\"decode\"} 0.0"));
+  EXPECT_TRUE(has_line(text, "# TYPE pagellm:kv_fragmentation gauge"));
+
+  // vLLM's prefix: the same families under vllm:, or both sets.
+  const std::string vllm = render_metrics(s, "m", {}, MetricsPrefix::Vllm);
+  EXPECT_TRUE(has_line(vllm, "vllm:num_requests_running{model_name=\"m\"} 3.0"));
+  EXPECT_EQ(vllm.find("pagellm:"), std::string::npos);
+  const std::string both = render_metrics(s, "m", {}, MetricsPrefix::Both);
+  EXPECT_TRUE(has_line(both, "vllm:num_requests_running{model_name=\"m\"} 3.0"));
+  EXPECT_TRUE(has_line(both, "pagellm:num_requests_running{model_name=\"m\"} 3.0"));
+  EXPECT_EQ(metrics_prefix_from_name("both"), MetricsPrefix::Both);
+  EXPECT_THROW(metrics_prefix_from_name("prometheus"), Error);
 }
 
 TEST(ServerMetrics, HttpCounters) {
