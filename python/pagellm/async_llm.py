@@ -94,6 +94,9 @@ class AsyncLLM:
         finally:
             if not finished:  # the caller left early: free the request's KV blocks now
                 self._engine.abort(rid)
+            # The id stays taken until its generator is done with it.
+            with self._lock:
+                self._routes.pop(rid, None)
 
     async def abort(self, request_id: str) -> None:
         """Stops a request; its generator ends with finish_reason "abort"."""
@@ -128,7 +131,7 @@ def _pump(sink, routes, lock, stop) -> None:
         if out is None:
             continue
         with lock:
-            route = routes.pop(out["request_id"], None) if out["finished"] else routes.get(out["request_id"])
+            route = routes.get(out["request_id"])
         if route is None:
             continue
         loop, queue = route

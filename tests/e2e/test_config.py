@@ -68,3 +68,19 @@ def test_serve_from_yaml_with_vllm_metric_names(tmp_path):
                  "pagellm:num_requests_running", "vllm:scheduler_seconds_count", "vllm:batch_fill_ratio_count",
                  'vllm:preemptions_by_cause_total{model_name="stories260K",cause="priority"}'):
         assert name in text, name
+
+
+def test_readme_yaml_example(tmp_path):
+    import re
+
+    from conftest import REPO
+    block = re.search(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    block = re.sub(r"(?m)^model: .*$", f"model: {STORIES}", block)
+    cfg = tmp_path / "readme.yaml"
+    cfg.write_text(block + "threads: 1\n")
+    s = Server(["--config", str(cfg)]).start()
+    try:
+        text = requests.get(s.url("/metrics"), timeout=10).text
+    finally:
+        s.stop()
+    assert "vllm:num_requests_running" in text and "pagellm:num_requests_running" in text

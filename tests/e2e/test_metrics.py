@@ -85,3 +85,21 @@ def test_grafana_dashboard_uses_served_metrics(stories_server):
             used.add(base)
             assert base in served, f"the dashboard uses {name}, which /metrics does not export"
     assert len(used) >= 15
+
+
+def test_alert_rules_use_served_metrics(stories_server):
+    import re
+
+    import yaml
+
+    from conftest import REPO
+
+    doc = yaml.safe_load((REPO / "deploy" / "prometheus-alerts.yaml").read_text())
+    rules = {r["alert"]: r["expr"] for g in doc["groups"] for r in g["rules"]}
+    assert all(r.get("for") and r["labels"]["severity"] for g in doc["groups"] for r in g["rules"])
+    assert {"PagellmQueueGrowing", "PagellmKVCacheFull", "PagellmPreemptionStorm"} <= set(rules)
+    served = scrape(stories_server)
+    for alert, expr in rules.items():
+        for name in re.findall(r"pagellm:[a-zA-Z0-9_:]+", expr):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert base in served or name in served, f"alert {alert} uses {name}, which /metrics does not export"
