@@ -18,10 +18,12 @@ Command register_generate(CLI::App& app);
 Command register_tokenize(CLI::App& app);
 Command register_serve(CLI::App& app);
 Command register_bench(CLI::App& app);
+Command register_perplexity(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
   return {register_serve(app),  register_generate(app),   register_tokenize(app),
-          register_info(app),   register_make_dummy(app), register_bench(app)};
+          register_info(app),   register_make_dummy(app), register_bench(app),
+          register_perplexity(app)};
 }
 
 }  // namespace pagellm::cli

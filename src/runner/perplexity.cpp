@@ -1,0 +1,128 @@
+#include "runner/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "runner/model_runner.h"
+#include "scheduler/sequence.h"
+#include "scheduler/step_plan.h"
+
+namespace pagellm {
+namespace {
+
+// -log softmax(row)[target], in double precision.
+double token_nll(const float* row, int32_t n_vocab, int32_t target) {
+  float max = row[0];
+  for (int32_t i = 1; i < n_vocab; ++i) max = std::max(max, row[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - max);
+  return std::log(sum) - (static_cast<double>(row[target]) - max);
+}
+
+// Runs `window` through the model, piece by piece, and adds the NLL of
+// predicting window[j + 1] for every j in [score_from, window.size() - 1).
+void score_window(Model& model, KVCacheManager& kv, ModelRunner& runner, std::span<const int32_t> window,
+                  int32_t score_from, int32_t batch, PerplexityResult& r) {
+  const int32_t n = static_cast<int32_t>(window.size());
+  const int32_t n_vocab = model.config().n_vocab;
+  constexpr SeqId kSeq = 1;
+  Sequence seq;
+  seq.id = kSeq;
+  seq.num_prompt_tokens = n;
+  StepPlan plan;
+  plan.block_size = kv.block_size();
+  ModelRunner::Output out;
+  for (int32_t start = 0; start < n - 1; start += batch) {
+    const int32_t len = std::min(batch, n - 1 - start);  // positions whose next token is known
+    auto alloc = kv.allocate_slots(kSeq, start, len);
+    PAGELLM_CHECK(alloc.has_value(), "perplexity: the KV cache cannot hold {} tokens", start + len);
+    // The piece's first token is the sequence's last; the rest ride as
+    // "drafts", for which the runner returns logits at every position.
+    seq.token_ids.assign(window.begin(), window.begin() + start + 1);
+    seq.num_computed_tokens = start;
+    ScheduledSeq e;
+    e.seq = &seq;
+    e.seq_id = kSeq;
+    e.start_pos = start;
+    e.num_new_tokens = len;
+    e.block_table = kv.block_table(kSeq);
+    e.sample = true;
+    e.draft_tokens.assign(window.begin() + start + 1, window.begin() + start + len);
+    plan.seqs.assign(1, std::move(e));
+    plan.num_batched_tokens = len;
+    plan.num_draft_tokens = len - 1;
+    runner.execute(plan, out);
+    for (int32_t j = 0; j < len; ++j) {
+      const int32_t pos = start + j;
+      if (pos < score_from) continue;
+      const double nll = token_nll(out.row(0, j, n_vocab), n_vocab, window[static_cast<size_t>(pos) + 1]);
+      r.nll_sum += nll;
+      r.sum_sq += nll * nll;
+      ++r.tokens_scored;
+    }
+  }
+  kv.free(kSeq);
+}
+
+}  // namespace
+
+double PerplexityResult::ppl() const { return tokens_scored ? std::exp(nll_sum / tokens_scored) : 0.0; }
+
+double PerplexityResult::ppl_stderr() const {
+  if (tokens_scored < 2) return 0.0;
+  const double n = static_cast<double>(tokens_scored);
+  const double mean = nll_sum / n;
+  const double var = std::max(0.0, sum_sq / n - mean * mean);
+  return ppl() * std::sqrt(var / (n - 1));  // d exp(m) = exp(m) dm
+}
+
+PerplexityResult compute_perplexity(Model& model, const KVCacheConfig& kv_config, std::span<const int32_t> tokens,
+                                    const PerplexityOptions& o,
+                                    const std::function<void(size_t, size_t, double)>& progress) {
+  PAGELLM_CHECK(o.ctx >= 2, "perplexity: --ctx must be at least 2, got {}", o.ctx);
+  PAGELLM_CHECK(o.stride >= 0 && o.stride <= o.ctx, "perplexity: --stride must be in [0, ctx], got {}", o.stride);
+  PAGELLM_CHECK(o.batch >= 1, "perplexity: the batch must be at least 1 token");
+  const int32_t n_vocab = model.config().n_vocab;
+  for (int32_t t : tokens) PAGELLM_CHECK(t >= 0 && t < n_vocab, "perplexity: token id {} is outside the vocabulary", t);
+  KVCacheConfig kc = kv_config;
+  kc.enable_prefix_caching = false;
+  KVCacheManager kv(kc);
+  ModelRunner runner(model);
+  PerplexityResult r;
+  const size_t n = tokens.size();
+  if (o.stride == 0) {
+    const size_t chunks = n / static_cast<size_t>(o.ctx);
+    PAGELLM_CHECK(chunks >= 1, "perplexity: the text has {} tokens, fewer than one chunk of --ctx {}", n, o.ctx);
+    const size_t todo = o.max_chunks > 0 ? std::min<size_t>(chunks, o.max_chunks) : chunks;
+    std::vector<int32_t> window(static_cast<size_t>(o.ctx));
+    for (size_t c = 0; c < todo; ++c) {
+      std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(c * o.ctx), o.ctx, window.begin());
+      if (o.bos_id >= 0) window[0] = o.bos_id;
+      score_window(model, kv, runner, window, o.ctx / 2, o.batch, r);
+      r.running_ppl.push_back(r.ppl());
+      if (progress) progress(c + 1, todo, r.ppl());
+    }
+    return r;
+  }
+  PAGELLM_CHECK(n >= 2, "perplexity: the text has fewer than 2 tokens");
+  // Hugging Face's recipe: windows every `stride` tokens; each scores what is new.
+  size_t scored_to = 0;  // targets [1, scored_to] are scored
+  const size_t windows = n <= static_cast<size_t>(o.ctx) ? 1 : (n - o.ctx + o.stride - 1) / o.stride + 1;
+  const size_t todo = o.max_chunks > 0 ? std::min<size_t>(windows, o.max_chunks) : windows;
+  for (size_t w = 0; w < todo; ++w) {
+    const size_t begin = std::min(w * static_cast<size_t>(o.stride), n > static_cast<size_t>(o.ctx) ? n - o.ctx : 0);
+    const size_t end = std::min(begin + o.ctx, n);
+    const std::span<const int32_t> window = tokens.subspan(begin, end - begin);
+    // Position p of the window predicts target begin + p + 1; score the new ones.
+    const int32_t from = static_cast<int32_t>(scored_to > begin ? scored_to - begin : 0);
+    score_window(model, kv, runner, window, from, o.batch, r);
+    scored_to = end - 1;
+    r.running_ppl.push_back(r.ppl());
+    if (progress) progress(w + 1, todo, r.ppl());
+    if (end == n) break;
+  }
+  return r;
+}
+
+}  // namespace pagellm
