@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/dataset.h"
+#include "bench/kv_report.h"
 #include "bench/memory_probe.h"
 #include "bench/offline.h"
 #include "bench/serve_client.h"
@@ -82,7 +83,7 @@ std::unique_ptr<Engine> load_engine(const EngineConfig& config, const CLI::App* 
     spdlog::info("{}", engine->describe());
     return engine;
   } catch (const Error& e) {
-    if (app->count("--max-model-len") == 0)
+    if (app && app->count("--max-model-len") == 0)
       fail("{} (bench sets --max-model-len to the longest input + output = {} unless given)", e.what(),
            config.scheduler.max_model_len);
     throw;
@@ -141,6 +142,12 @@ struct MemoryFlags {
   std::string size = "1GiB";
   int threads = 0, reps = 5;
   std::string output_json;
+  // --kv-report: the KV pool under a mixed workload instead of bandwidth.
+  bool kv_report = false;
+  std::string model, load_format = "dummy", dummy_shape = "tinyllama-1.1b", dummy_type = "q4_0";
+  std::string kv_cache_memory = "256MiB", block_allocation = "any";
+  int block_size = 16, max_num_seqs = 64, max_model_len = 1024;
+  bench::KvReportOptions kv;
 };
 
 int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFlags& f) {
@@ -257,7 +264,31 @@ int run_serve_cmd(ServeFlags& f) {
   return r.metrics.completed > 0 ? 0 : 1;
 }
 
+int run_kv_report_cmd(const MemoryFlags& f) {
+  EngineConfig c;
+  c.model = f.model;
+  c.load_format = f.model.empty() ? f.load_format : "auto";
+  c.dummy_shape = f.dummy_shape;
+  c.dummy_type = dtype_from_name(f.dummy_type);
+  if (f.threads > 0) c.backend_options["threads"] = std::to_string(f.threads);
+  c.kv_cache_memory = parse_byte_size(f.kv_cache_memory);
+  c.block_size = f.block_size;
+  c.block_allocation = f.block_allocation == "contiguous" ? AllocationPolicy::Contiguous : AllocationPolicy::Any;
+  c.scheduler.max_num_seqs = f.max_num_seqs;
+  c.scheduler.max_model_len = f.max_model_len;
+  auto engine = load_engine(c, nullptr);
+  nlohmann::json j = record("memory-kv-report", bench::machine_info());
+  const bench::KvReport r = bench::run_kv_report(*engine, f.kv, log_line);
+  std::fputs(bench::kv_report_summary(r).c_str(), stderr);
+  j["engine"] = {{"description", engine->describe()}, {"block_allocation", f.block_allocation}};
+  j["results"] = bench::kv_report_json(r);
+  finish_record(j);
+  write_json(j, f.output_json);
+  return 0;
+}
+
 int run_memory_cmd(const MemoryFlags& f) {
+  if (f.kv_report) return run_kv_report_cmd(f);
   bench::MemoryProbeOptions o;
   o.buffer_bytes = parse_byte_size(f.size);
   o.threads = f.threads;
@@ -336,6 +367,24 @@ Command register_bench(CLI::App& app) {
   mem->add_option("-t,--threads", mf->threads, "Reading threads (default: all cores)")->capture_default_str();
   mem->add_option("--reps", mf->reps, "Measured repetitions")->capture_default_str();
   mem->add_option("--output-json", mf->output_json, "Write the JSON record here instead of stdout");
+  mem->add_flag("--kv-report", mf->kv_report,
+                "Instead: run mixed requests through an engine and report the KV pool at its fullest (block usage, "
+                "fragmentation, runs of available blocks, contiguous-placement hit rate)");
+  mem->add_option("-m,--model", mf->model, "--kv-report: model file (default: random weights of --dummy-shape)");
+  mem->add_option("--dummy-shape", mf->dummy_shape, "--kv-report: shape of the random-weight model")->capture_default_str();
+  mem->add_option("--dummy-type", mf->dummy_type, "--kv-report: weight type of the random-weight model")
+      ->capture_default_str();
+  mem->add_option("--kv-cache-memory", mf->kv_cache_memory, "--kv-report: KV cache budget")->capture_default_str();
+  mem->add_option("--block-size", mf->block_size, "--kv-report: tokens per block")
+      ->check(CLI::IsMember({8, 16, 32, 64}))
+      ->capture_default_str();
+  mem->add_option("--block-allocation", mf->block_allocation, "--kv-report: any or contiguous")
+      ->check(CLI::IsMember({"any", "contiguous"}))
+      ->capture_default_str();
+  mem->add_option("--max-num-seqs", mf->max_num_seqs, "--kv-report: sequences at once")->capture_default_str();
+  mem->add_option("--max-model-len", mf->max_model_len, "--kv-report: context length")->capture_default_str();
+  mem->add_option("--num-prompts", mf->kv.num_prompts, "--kv-report: requests")->capture_default_str();
+  mem->add_option("--seed", mf->kv.seed, "--kv-report: seed of the request lengths")->capture_default_str();
 
   return {sub, [=]() {
             if (lat->parsed()) return run_latency_cmd(lat, *lat_engine, *lf);

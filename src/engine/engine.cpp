@@ -765,6 +765,8 @@ void Engine::update_gauges() {
   metrics_.kv_blocks_free = kv.free_blocks;
   metrics_.kv_cache_usage = kv.usage();
   metrics_.kv_fragmentation = kv.fragmentation;
+  metrics_.kv_following_allocations = kv.following_allocations;
+  metrics_.kv_contiguous_allocations = kv.contiguous_allocations;
   metrics_.prefix_cache_queries = scheduler_->prefix_query_tokens();
   metrics_.prefix_cache_hits = scheduler_->prefix_hit_tokens();
   metrics_.num_preemptions = scheduler_->num_preemptions();

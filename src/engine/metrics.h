@@ -35,6 +35,9 @@ struct EngineMetrics {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
   double kv_cache_usage = 0;  // used / total
   double kv_fragmentation = 0;
+  // Blocks allocated right after a sequence's last block, and those placed
+  // next to it (contiguous placement's hits).
+  int64_t kv_following_allocations = 0, kv_contiguous_allocations = 0;
   // Counters.
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
   int64_t prompt_tokens = 0, generation_tokens = 0;

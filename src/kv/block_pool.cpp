@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
 
@@ -159,10 +160,29 @@ bool BlockPool::allocate(int32_t n, AllocationPolicy policy, BlockId after,
   if (n > num_available_blocks()) return false;
   BlockId prev = after;
   for (int32_t i = 0; i < n; ++i) {
-    prev = take_fresh(policy, prev, n - i);
-    out.push_back(prev);
+    const BlockId b = take_fresh(policy, prev, n - i);
+    if (prev > kNullBlock) {
+      ++following_allocations_;
+      contiguous_allocations_ += b == prev + 1;
+    }
+    prev = b;
+    out.push_back(b);
   }
   return true;
+}
+
+std::vector<std::pair<int32_t, int32_t>> BlockPool::available_runs() const {
+  std::map<int32_t, int32_t> runs;
+  int32_t len = 0;
+  for (BlockId b = 1; b <= num_blocks_; ++b) {
+    if (b < num_blocks_ && (state_[b] == State::Free || state_[b] == State::Cached)) {
+      ++len;
+    } else if (len > 0) {
+      ++runs[len];
+      len = 0;
+    }
+  }
+  return {runs.begin(), runs.end()};
 }
 
 void BlockPool::acquire(BlockId b) {

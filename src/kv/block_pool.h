@@ -43,6 +43,14 @@ class BlockPool {
   // What allocate() can hand out: free blocks, then cached ones by eviction.
   int32_t num_available_blocks() const { return free_.size + cached_.size; }
   int64_t num_evictions() const { return num_evictions_; }
+  // Blocks handed out right after a predecessor (a sequence growing), and how
+  // many of them were the predecessor's neighbour (id + 1): the contiguous
+  // placement's hit rate.
+  int64_t num_following_allocations() const { return following_allocations_; }
+  int64_t num_contiguous_allocations() const { return contiguous_allocations_; }
+  // Runs of consecutive available (free or cached) block ids: run length ->
+  // how many runs. O(blocks); for reports, not per step.
+  std::vector<std::pair<int32_t, int32_t>> available_runs() const;
 
   int32_t ref_count(BlockId b) const;
   bool is_cached_free(BlockId b) const;
@@ -100,6 +108,7 @@ class BlockPool {
   void walk_list(const List& list, State state, const char* name) const;
 
   int32_t num_blocks_;
+  int64_t following_allocations_ = 0, contiguous_allocations_ = 0;
   int32_t block_size_;
   List free_;
   List cached_;

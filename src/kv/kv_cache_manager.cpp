@@ -182,6 +182,8 @@ KVCacheStats KVCacheManager::stats() const {
   st.prefix_query_tokens = prefix_query_tokens_;
   st.prefix_hit_tokens = prefix_hit_tokens_;
   st.evictions = pool_.num_evictions();
+  st.following_allocations = pool_.num_following_allocations();
+  st.contiguous_allocations = pool_.num_contiguous_allocations();
   if (st.used_blocks > 0) {
     // A shared block holds as many tokens as its fullest holder put there.
     const int32_t bs = st.block_size;

@@ -50,6 +50,7 @@ struct KVCacheStats {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t evictions = 0;      // cached blocks reused for new contents
+  int64_t following_allocations = 0, contiguous_allocations = 0;  // see BlockPool
   // Token slots in used blocks that hold no token (computed or being computed
   // this step) / all token slots in used blocks; 0 when nothing is used.
   double fragmentation = 0.0;

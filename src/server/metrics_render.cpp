@@ -124,6 +124,10 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.sample("preemptions_by_cause_total", static_cast<double>(m.num_preemptions_priority), "cause=\"priority\"");
   w.gauge("kv_fragmentation", m.kv_fragmentation,
           "Token slots in used KV blocks that hold no token, as a fraction of all slots in used blocks.");
+  w.counter("kv_block_allocations_following_total", static_cast<double>(m.kv_following_allocations),
+            "KV blocks allocated right after a sequence's last block.");
+  w.counter("kv_block_allocations_contiguous_total", static_cast<double>(m.kv_contiguous_allocations),
+            "Of those, blocks placed next to the sequence's last block (contiguous placement hits).");
   w.header("preemptions_by_mode_total", "counter",
            "Preemptions by how the sequence gets its KV back (swap: host pool; recompute).");
   w.sample("preemptions_by_mode_total", static_cast<double>(m.num_preemptions_recompute), "mode=\"recompute\"");

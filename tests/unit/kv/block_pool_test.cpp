@@ -69,6 +69,23 @@ TEST(BlockHash, NoCollisionsOverManySmallBlocks) {
   EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
 }
 
+TEST(BlockPool, CountsContiguousPlacementAndAvailableRuns) {
+  BlockPool pool(11, 16);  // blocks 1..10
+  std::vector<BlockId> a, b;
+  ASSERT_TRUE(pool.allocate(3, AllocationPolicy::Contiguous, kNullBlock, a));  // 1 2 3
+  EXPECT_EQ(a, (std::vector<BlockId>{1, 2, 3}));
+  EXPECT_EQ(pool.num_following_allocations(), 2);  // 2 after 1, 3 after 2
+  EXPECT_EQ(pool.num_contiguous_allocations(), 2);
+  ASSERT_TRUE(pool.allocate(1, AllocationPolicy::Contiguous, kNullBlock, b));  // 4
+  ASSERT_TRUE(pool.allocate(1, AllocationPolicy::Contiguous, a.back(), a));     // after 3: 4 is taken
+  EXPECT_EQ(pool.num_following_allocations(), 3);
+  EXPECT_EQ(pool.num_contiguous_allocations(), 2);
+  // Available now: the free blocks after the 5 used ones, one run.
+  EXPECT_EQ(pool.available_runs(), (std::vector<std::pair<int32_t, int32_t>>{{5, 1}}));
+  pool.release(2);
+  EXPECT_EQ(pool.available_runs(), (std::vector<std::pair<int32_t, int32_t>>{{1, 1}, {5, 1}}));
+}
+
 TEST(BlockPool, ValidatesSizes) {
   EXPECT_THROW(BlockPool(10, 12), Error);
   EXPECT_THROW(BlockPool(10, 0), Error);
