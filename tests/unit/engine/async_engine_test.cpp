@@ -8,18 +8,12 @@
 #include <map>
 #include <thread>
 
+#include "engine/engine_test_util.h"
+
 namespace pagellm {
 namespace {
 
-EngineConfig tiny() {
-  EngineConfig c;
-  c.load_format = "dummy";
-  c.dummy_shape = "tiny-llama";
-  c.dummy_type = DType::F32;
-  c.backend_options["threads"] = "1";
-  c.scheduler.max_model_len = 512;
-  return c;
-}
+EngineConfig tiny() { return test::tiny_engine_config(); }
 
 EngineRequest req(const std::string& id, int max_tokens) {
   EngineRequest r;

@@ -13,6 +13,18 @@
 
 namespace pagellm::test {
 
+// The tiny random-weight Llama (F32, one thread): fast and exact enough for
+// engine-level tests.
+inline EngineConfig tiny_engine_config(int32_t max_model_len = 512) {
+  EngineConfig c;
+  c.load_format = "dummy";
+  c.dummy_shape = "tiny-llama";
+  c.dummy_type = DType::F32;
+  c.backend_options["threads"] = "1";
+  c.scheduler.max_model_len = max_model_len;
+  return c;
+}
+
 struct Result {
   std::vector<int32_t> tokens;
   std::string text;

@@ -6,17 +6,13 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 
 namespace pagellm {
 namespace {
 
 EngineConfig tiny() {
-  EngineConfig c;
-  c.load_format = "dummy";
-  c.dummy_shape = "tiny-llama";
-  c.dummy_type = DType::F32;
-  c.backend_options["threads"] = "1";
-  c.scheduler.max_model_len = 128;
+  EngineConfig c = test::tiny_engine_config(128);
   c.scheduler.max_num_seqs = 2;
   return c;
 }
