@@ -11,6 +11,7 @@
 #include "api/request_params.h"
 #include "api/structured_request.h"
 #include "api/tool_request.h"
+#include "core/util.h"
 #include "embed/chat_template_source.h"
 
 namespace pagellm::embed {
@@ -18,12 +19,16 @@ namespace {
 
 using nlohmann::json;
 
-// Per-request seeds from the engine seed: distinct, well mixed (splitmix64).
-uint64_t derive_seed(uint64_t seed, uint64_t n) {
-  uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// Per-request seeds from the engine seed: distinct (a golden-ratio step per
+// request), well mixed.
+uint64_t derive_seed(uint64_t seed, uint64_t n) { return mix64(seed + (n + 1) * 0x9e3779b97f4a7c15ULL); }
+
+// Each id in [0, limit), or InvalidRequest naming the first that is not.
+void check_token_ids(const std::vector<int32_t>& ids, int32_t limit, const char* what, const char* param) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= limit)
+      throw InvalidRequest(
+          fmt::format("{} id {} (at {}) is outside the vocabulary [0, {})", what, ids[i], i, limit), param);
 }
 
 // A library caller queues as much as it likes: the waiting limits guard a
@@ -61,18 +66,9 @@ EmbeddedEngine::EmbeddedEngine(const json& engine_args, const LoadProgress& prog
   served_.max_model_len = engine->max_model_len();
   seed_ = args.seed;
   engine_ = std::make_unique<AsyncEngine>(std::move(engine), unlimited());
-  served_.tokenizer = &engine_->tokenizer();
 }
 
 EmbeddedEngine::~EmbeddedEngine() { engine_->shutdown(std::chrono::milliseconds(0)); }
-
-void EmbeddedEngine::check_prompt_ids(const std::vector<int32_t>& ids) const {
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= served_.vocab_size)
-      throw InvalidRequest(fmt::format("prompt token id {} (at {}) is outside the vocabulary [0, {})", ids[i], i,
-                                       served_.vocab_size),
-                           "prompt");
-}
 
 EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<int32_t> prompt_ids,
                                            const json& sampling) const {
@@ -80,7 +76,7 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
     throw InvalidRequest(fmt::format("sampling parameters must be an object, got {}", json_type_name(sampling)));
   json body = sampling.is_null() ? json::object() : sampling;
   const bool room_left = body.contains("max_tokens") && body["max_tokens"].is_null();
-  check_prompt_ids(prompt_ids);
+  check_token_ids(prompt_ids, served_.vocab_size, "prompt token", "prompt");
   ParsedParams parsed = parse_request_params(body, /*chat=*/false, served_.vocab_size, /*default_max_tokens=*/16,
                                              served_.limits);
   parsed.sampling.structured = api::parse_structured_outputs(body);
@@ -108,11 +104,7 @@ std::vector<int32_t> EmbeddedEngine::encode(const std::string& text, bool add_sp
 }
 
 std::string EmbeddedEngine::decode(const std::vector<int32_t>& ids, bool skip_special) const {
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= static_cast<int32_t>(tokenizer().vocab_size()))
-      throw InvalidRequest(fmt::format("token id {} (at {}) is outside the vocabulary [0, {})", ids[i], i,
-                                       tokenizer().vocab_size()),
-                           "token_ids");
+  check_token_ids(ids, tokenizer().vocab_size(), "token", "token_ids");
   return tokenizer().decode(ids, skip_special);
 }
 

@@ -48,8 +48,6 @@ class EmbeddedEngine {
   std::vector<int32_t> encode(const std::string& text, bool add_special) const;
   // Throws InvalidRequest for ids outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
-  // Prompt ids checked against the vocabulary (InvalidRequest naming `prompt`).
-  void check_prompt_ids(const std::vector<int32_t>& ids) const;
 
   // A conversation rendered by the chat template: `messages` as in a chat
   // completions request; `options` may hold add_generation_prompt,

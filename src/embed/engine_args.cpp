@@ -36,11 +36,6 @@ std::string get_choice(const json& args, const char* key, const std::string& fal
   throw InvalidRequest(fmt::format("engine argument '{}' is '{}'; expected one of {}", key, v, known), key);
 }
 
-int64_t get_int(const json& args, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
-  // The field helpers name the request field; an argument's name reads the same.
-  return get_int_field(args, key, fallback, lo, hi);
-}
-
 // Bytes as a number or a size text ("2GiB").
 int64_t get_bytes(const json& args, const char* key) {
   if (!has_field(args, key)) return 0;
@@ -114,10 +109,10 @@ EngineArgs parse_engine_args(const json& args) {
     }
   }
   if (has_field(args, "num_threads"))
-    c.backend_options["threads"] = std::to_string(get_int(args, "num_threads", 0, 0, 4096));
+    c.backend_options["threads"] = std::to_string(get_int_field(args, "num_threads", 0, 0, 4096));
   if (get_bool_field(args, "exact_matmul", false)) c.backend_options["exact_matmul"] = "true";
   c.gpu_memory_utilization = get_float_field(args, "gpu_memory_utilization", 0.0f, {0.0, 1.0});
-  c.block_size = static_cast<int>(get_int(args, "block_size", c.block_size, 1, 1024));
+  c.block_size = static_cast<int>(get_int_field(args, "block_size", c.block_size, 1, 1024));
   if (c.block_size != 8 && c.block_size != 16 && c.block_size != 32 && c.block_size != 64)
     throw InvalidRequest(fmt::format("engine argument 'block_size' is {}; expected 8, 16, 32 or 64", c.block_size),
                          "block_size");
@@ -127,18 +122,18 @@ EngineArgs parse_engine_args(const json& args) {
                                                          : get_bytes(args, "kv_cache_memory_bytes");
   const std::string kv_dtype = get_choice(args, "kv_cache_dtype", "auto", {"auto", "f16", "fp16", "float16", "f32", "float32"});
   c.kv_cache_dtype = (kv_dtype == "f32" || kv_dtype == "float32") ? DType::F32 : DType::F16;
-  c.scheduler.max_model_len = static_cast<int32_t>(get_int(args, "max_model_len", 0, 0, INT32_MAX));
-  c.scheduler.max_num_seqs = static_cast<int32_t>(get_int(args, "max_num_seqs", c.scheduler.max_num_seqs, 1, 1 << 20));
+  c.scheduler.max_model_len = static_cast<int32_t>(get_int_field(args, "max_model_len", 0, 0, INT32_MAX));
+  c.scheduler.max_num_seqs = static_cast<int32_t>(get_int_field(args, "max_num_seqs", c.scheduler.max_num_seqs, 1, 1 << 20));
   c.scheduler.max_num_batched_tokens =
-      static_cast<int32_t>(get_int(args, "max_num_batched_tokens", c.scheduler.max_num_batched_tokens, 1, 1 << 24));
+      static_cast<int32_t>(get_int_field(args, "max_num_batched_tokens", c.scheduler.max_num_batched_tokens, 1, 1 << 24));
   c.scheduler.long_prefill_token_threshold =
-      static_cast<int32_t>(get_int(args, "long_prefill_token_threshold", 0, 0, 1 << 24));
+      static_cast<int32_t>(get_int_field(args, "long_prefill_token_threshold", 0, 0, 1 << 24));
   c.scheduler.admission_policy =
       get_choice(args, "preemption_policy", "aggressive", {"aggressive", "conservative"}) == "conservative"
           ? AdmissionPolicy::Conservative
           : AdmissionPolicy::Aggressive;
   c.scheduler.priority_aging_steps = static_cast<int32_t>(
-      get_int(args, "priority_aging_steps", c.scheduler.priority_aging_steps, 0, INT32_MAX));
+      get_int_field(args, "priority_aging_steps", c.scheduler.priority_aging_steps, 0, INT32_MAX));
   c.enable_prefix_caching = get_bool_field(args, "enable_prefix_caching", c.enable_prefix_caching);
   c.scheduler.enable_chunked_prefill = get_bool_field(args, "enable_chunked_prefill", c.scheduler.enable_chunked_prefill);
   c.block_allocation = get_choice(args, "block_allocation", "any", {"any", "contiguous"}) == "contiguous"
@@ -165,7 +160,7 @@ EngineArgs parse_engine_args(const json& args) {
     }
   }
   c.profile = get_bool_field(args, "profile", false);
-  if (has_field(args, "seed")) out.seed = static_cast<uint64_t>(get_int(args, "seed", 0, INT64_MIN, INT64_MAX));
+  if (has_field(args, "seed")) out.seed = static_cast<uint64_t>(get_int_field(args, "seed", 0, INT64_MIN, INT64_MAX));
   out.chat_template = get_string(args, "chat_template", "");
 
   if (get_string(args, "dtype", "auto") != "auto")
@@ -173,7 +168,7 @@ EngineArgs parse_engine_args(const json& args) {
                          "file stores, activations in float32)",
                          "dtype");
   for (const char* key : {"tensor_parallel_size", "pipeline_parallel_size"})
-    if (get_int(args, key, 1, 1, 1 << 16) != 1)
+    if (get_int_field(args, key, 1, 1, 1 << 16) != 1)
       throw InvalidRequest(fmt::format("engine argument '{}': this build runs one device per engine (1)", key), key);
   for (const char* key : {"trust_remote_code", "enforce_eager", "disable_log_stats"}) get_bool_field(args, key, false);
   return out;

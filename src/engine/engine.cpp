@@ -641,7 +641,7 @@ std::vector<RequestOutput> Engine::step() {
     if (proposer_) {
       int64_t rows = 0;
       for (const ScheduledSeq& e : plan.seqs) rows += e.num_logits();
-      step_cost_.observe(plan.num_batched_tokens, rows, static_cast<double>(t_forward - t_scheduled) * 1e-9);
+      step_cost_.observe(plan.num_batched_tokens, rows, forward_s);
     }
     trace::Scope s("sample", "engine");
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, touched);

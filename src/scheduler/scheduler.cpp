@@ -29,7 +29,6 @@ void SchedulerConfig::validate() const {
 }
 
 const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "swap" : "recompute"; }
-const char* to_string(AdmissionPolicy p) { return p == AdmissionPolicy::Conservative ? "conservative" : "aggressive"; }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
@@ -353,22 +352,20 @@ StepPlan Scheduler::schedule() {
     };
     while (!waiting_.empty() && budget > 0) {
       Sequence* seq = waiting_.front();
-      if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) {
-        if (!outranks_last_running(seq)) break;
-        ++num_preemptions_priority_;
-        preempt_last();
-        continue;
-      }
-      const PrefixMatch match = kv_.match_prefix(seq->token_ids);
-      const int32_t n = tokens_to_schedule(*seq, match.num_tokens, budget);
-      if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
-      // Blocks it would take: everything past the matched full blocks (matched
-      // ones count too when they sit in the cache, so this errs on the safe side).
-      const int32_t bs = kv_.block_size();
-      const int32_t new_blocks = (match.num_tokens + n + bs - 1) / bs;
+      PrefixMatch match;
+      int32_t n = 0;
       std::optional<SlotAllocation> alloc;
-      if (admission_leaves_reserve(new_blocks)) alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
-      if (!alloc) {
+      if (static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+        match = kv_.match_prefix(seq->token_ids);
+        n = tokens_to_schedule(*seq, match.num_tokens, budget);
+        if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
+        // Blocks it would hold, matched ones included (they may sit in the
+        // cache, so counting them errs on the safe side).
+        const int32_t bs = kv_.block_size();
+        const int32_t blocks = (match.num_tokens + n + bs - 1) / bs;
+        if (admission_leaves_reserve(blocks)) alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
+      }
+      if (!alloc) {  // no seat or no blocks
         if (!outranks_last_running(seq)) break;
         ++num_preemptions_priority_;
         preempt_last();

@@ -73,7 +73,6 @@ const char* to_string(PreemptionMode m);
 // the pool keeps a reserve afterwards (admission_watermark of the blocks, and
 // at least one block per running sequence for its next tokens).
 enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
-const char* to_string(AdmissionPolicy p);
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once

@@ -72,6 +72,12 @@ class Writer {
     header(name, "counter", help);
     sample(name, v);
   }
+  // One family whose samples differ by one label: {label value, sample value} each.
+  void by_label(const std::string& name, const char* type, const char* help, const char* label,
+                std::initializer_list<std::pair<const char*, double>> samples) {
+    header(name, type, help);
+    for (const auto& [value, v] : samples) sample(name, v, fmt::format("{}=\"{}\"", label, value));
+  }
   void histogram(const std::string& name, const Histogram& h, const char* help) {
     header(name, "histogram", help);
     uint64_t cumulative = 0;
@@ -117,24 +123,23 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
             "Prefix cache hits, in terms of number of cached tokens.");
   w.counter("num_preemptions_total", static_cast<double>(m.num_preemptions),
             "Cumulative number of preemptions from the engine.");
-  w.header("preemptions_by_cause_total", "counter",
-           "Preemptions by cause: KV blocks ran out, or a higher-priority request took the seat.");
-  w.sample("preemptions_by_cause_total", static_cast<double>(m.num_preemptions - m.num_preemptions_priority),
-           "cause=\"kv_cache\"");
-  w.sample("preemptions_by_cause_total", static_cast<double>(m.num_preemptions_priority), "cause=\"priority\"");
+  w.by_label("preemptions_by_cause_total", "counter",
+             "Preemptions by cause: KV blocks ran out, or a higher-priority request took the seat.", "cause",
+             {{"kv_cache", static_cast<double>(m.num_preemptions - m.num_preemptions_priority)},
+              {"priority", static_cast<double>(m.num_preemptions_priority)}});
   w.gauge("kv_fragmentation", m.kv_fragmentation,
           "Token slots in used KV blocks that hold no token, as a fraction of all slots in used blocks.");
   w.counter("kv_block_allocations_following_total", static_cast<double>(m.kv_following_allocations),
             "KV blocks allocated right after a sequence's last block.");
   w.counter("kv_block_allocations_contiguous_total", static_cast<double>(m.kv_contiguous_allocations),
             "Of those, blocks placed next to the sequence's last block (contiguous placement hits).");
-  w.header("preemptions_by_mode_total", "counter",
-           "Preemptions by how the sequence gets its KV back (swap: host pool; recompute).");
-  w.sample("preemptions_by_mode_total", static_cast<double>(m.num_preemptions_recompute), "mode=\"recompute\"");
-  w.sample("preemptions_by_mode_total", static_cast<double>(m.num_preemptions_swap), "mode=\"swap\"");
-  w.header("kv_swapped_bytes_total", "counter", "KV-cache bytes copied to (out) and from (in) the host pool.");
-  w.sample("kv_swapped_bytes_total", static_cast<double>(m.swapped_out_bytes), "direction=\"out\"");
-  w.sample("kv_swapped_bytes_total", static_cast<double>(m.swapped_in_bytes), "direction=\"in\"");
+  w.by_label("preemptions_by_mode_total", "counter",
+             "Preemptions by how the sequence gets its KV back (swap: host pool; recompute).", "mode",
+             {{"recompute", static_cast<double>(m.num_preemptions_recompute)},
+              {"swap", static_cast<double>(m.num_preemptions_swap)}});
+  w.by_label("kv_swapped_bytes_total", "counter", "KV-cache bytes copied to (out) and from (in) the host pool.",
+             "direction",
+             {{"out", static_cast<double>(m.swapped_out_bytes)}, {"in", static_cast<double>(m.swapped_in_bytes)}});
   w.gauge("num_requests_swapped", static_cast<double>(m.num_requests_swapped),
           "Sequences whose KV cache is swapped out to the host pool.");
   w.counter("prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
@@ -185,13 +190,13 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.histogram("scheduler_seconds", m.scheduler_seconds, "Histogram of time spent in the scheduler per engine step.");
   w.histogram("batch_fill_ratio", m.batch_fill_ratio,
               "Histogram of tokens scheduled per step over the step's token budget (max_num_batched_tokens).");
-  w.header("step_forward_seconds_total", "counter",
-           "Forward-pass time by phase; a mixed step's time is shared by its prefill and decode tokens.");
-  w.sample("step_forward_seconds_total", m.forward_seconds_prefill, "phase=\"prefill\"");
-  w.sample("step_forward_seconds_total", m.forward_seconds_decode, "phase=\"decode\"");
-  w.header("step_tokens_total", "counter", "Tokens computed by phase (decode: one token behind, with its drafts).");
-  w.sample("step_tokens_total", static_cast<double>(m.step_tokens_prefill), "phase=\"prefill\"");
-  w.sample("step_tokens_total", static_cast<double>(m.step_tokens_decode), "phase=\"decode\"");
+  w.by_label("step_forward_seconds_total", "counter",
+             "Forward-pass time by phase; a mixed step's time is shared by its prefill and decode tokens.", "phase",
+             {{"prefill", m.forward_seconds_prefill}, {"decode", m.forward_seconds_decode}});
+  w.by_label("step_tokens_total", "counter", "Tokens computed by phase (decode: one token behind, with its drafts).",
+             "phase",
+             {{"prefill", static_cast<double>(m.step_tokens_prefill)},
+              {"decode", static_cast<double>(m.step_tokens_decode)}});
 
   if (!http.empty()) {
     w.header("http_requests_total", "counter", "HTTP responses by route and status code.");
