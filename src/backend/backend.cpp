@@ -12,6 +12,9 @@ namespace pagellm {
 void Backend::allocate_swap_space(int) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_out(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_in(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
+void Backend::set_deterministic(bool on) {
+  if (on) fail("the {} backend has no deterministic mode (its results may depend on batch and thread count)", name());
+}
 
 double rope_pair_frequencies(const RopeConfig& c, const float* factors, std::vector<double>& inv_freq) {
   const int half = c.n_rot / 2;

@@ -142,12 +142,15 @@ struct KVCacheSpec {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0;
   int block_size = 16;
   int num_blocks = 0;        // including block 0 (reserved padding block)
-  DType dtype = DType::F16;  // F32 or F16
-  // Bytes of one block across all layers, K and V (core/kv_layout.h).
-  size_t bytes_per_block() const {
-    return static_cast<size_t>(kv_bytes_per_block(
-        KVCacheLayout{n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype))}));
+  // F32, F16, or I8: symmetric int8 with one float scale per (token, KV
+  // head) vector, max |x| / 127, set as the vector is written.
+  DType dtype = DType::F16;
+  KVCacheLayout layout() const {
+    return {n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
+            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0};
   }
+  // Bytes of one block across all layers, K and V (core/kv_layout.h).
+  size_t bytes_per_block() const { return static_cast<size_t>(kv_bytes_per_block(layout())); }
 };
 
 // One sequence's slice of a step's batch. Its tokens are rows
@@ -179,6 +182,10 @@ enum class Feature {
   AsyncOps,    // ops return before their work is done
   MixtureOfExperts,  // moe_route / matmul_experts / moe_combine / scale_rows_sigmoid
   AttentionSinks,    // AttentionConfig::sinks
+  // set_deterministic(true): a row's results are the same bits whatever the
+  // thread count and whatever else is in the batch (fixed reduction orders
+  // and split points in every kernel).
+  Deterministic,
 };
 
 // (source, destination) block pairs.
@@ -190,6 +197,8 @@ class Backend {
   virtual std::string name() const = 0;      // "cpu", "opencl"
   virtual std::string describe() const = 0;  // device, kernels, threads: for logs
   virtual bool supports(Feature f) const { return false; }
+  // Feature::Deterministic; the default accepts only false.
+  virtual void set_deterministic(bool on);
 
   // ---- memory
   virtual MemoryInfo memory_info() const = 0;

@@ -118,7 +118,6 @@ struct LatencyFlags {
   int32_t input_len = 128;
   std::string input_lens;
   int32_t output_len = 128, batch_size = 1, num_iters = 5, num_iters_warmup = 1;
-  uint64_t seed = 0;
   std::string output_json;
 };
 
@@ -126,7 +125,6 @@ struct ThroughputFlags {
   std::string dataset;
   int32_t num_prompts = 64, input_len = 128, output_len = 128, num_iters = 1;
   bool no_warmup = false;
-  uint64_t seed = 0;
   std::string output_json;
 };
 
@@ -158,7 +156,7 @@ int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFla
   o.batch_size = f.batch_size;
   o.num_iters = f.num_iters;
   o.num_iters_warmup = f.num_iters_warmup;
-  o.seed = f.seed;
+  o.seed = ef.seed >= 0 ? static_cast<uint64_t>(ef.seed) : 0;  // the engine's --seed: prompts and sampling
   o.validate();
   const int32_t longest = *std::max_element(o.input_lens.begin(), o.input_lens.end());
   nlohmann::json j = record("latency", bench::machine_info());
@@ -209,7 +207,7 @@ int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const Through
   o.output_len = f.output_len;
   o.num_iters = f.num_iters;
   o.warmup = !f.no_warmup;
-  o.seed = f.seed;
+  o.seed = ef.seed >= 0 ? static_cast<uint64_t>(ef.seed) : 0;  // the engine's --seed: prompts and sampling
   o.validate();
   nlohmann::json j = record("throughput", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, 0, o.input_len + o.output_len, 0), app);
@@ -317,7 +315,6 @@ Command register_bench(CLI::App& app) {
   lat->add_option("--batch-size", lf->batch_size, "Requests per batch")->capture_default_str();
   lat->add_option("--num-iters", lf->num_iters, "Measured iterations")->capture_default_str();
   lat->add_option("--num-iters-warmup", lf->num_iters_warmup, "Unmeasured iterations first (at most 16 output tokens each)")->capture_default_str();
-  lat->add_option("--seed", lf->seed, "Seed of the random prompts")->capture_default_str();
   lat->add_option("--output-json", lf->output_json, "Write the JSON record here instead of stdout");
 
   auto* thr = sub->add_subcommand("throughput", "Offline throughput: every request submitted at once");
@@ -331,7 +328,6 @@ Command register_bench(CLI::App& app) {
   thr->add_option("--output-len", tf->output_len, "Generated tokens per request")->capture_default_str();
   thr->add_option("--num-iters", tf->num_iters, "Measured runs")->capture_default_str();
   thr->add_flag("--no-warmup", tf->no_warmup, "Skip the short warm-up request");
-  thr->add_option("--seed", tf->seed, "Seed of the random prompts")->capture_default_str();
   thr->add_option("--output-json", tf->output_json, "Write the JSON record here instead of stdout");
 
   auto* srv = sub->add_subcommand("serve", "Streaming load on an OpenAI-compatible server (/v1/completions)");

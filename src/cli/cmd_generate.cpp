@@ -29,7 +29,6 @@ struct GenerateFlags {
   int max_tokens = 128;
   float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repetition_penalty = 1.0f;
   int top_k = 0;
-  int64_t seed = -1;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool parse_special = false;
@@ -52,7 +51,6 @@ int run_single(Engine& engine, const GenerateFlags& g) {
   p.max_tokens = g.max_tokens;
   p.stop = g.stop;
   p.ignore_eos = g.ignore_eos;
-  if (g.seed >= 0) p.seed = static_cast<uint64_t>(g.seed);
   const size_t n_prompt = req.prompt_ids.size();
   const auto t0 = Clock::now();
   engine.add_request(std::move(req));
@@ -205,7 +203,6 @@ Command register_generate(CLI::App& app) {
   sub->add_option("--top-k", g->top_k, "Keep the k most likely tokens (0: all)")->capture_default_str();
   sub->add_option("--min-p", g->min_p, "Drop tokens below min-p x the top probability")->capture_default_str();
   sub->add_option("--repetition-penalty", g->repetition_penalty, "Penalty on repeated tokens")->capture_default_str();
-  sub->add_option("--seed", g->seed, "Sampling seed (reproducible output)");
   sub->add_option("--stop", g->stop, "Stop string (repeatable)");
   sub->add_flag("--ignore-eos", g->ignore_eos, "Keep generating past end-of-sequence tokens");
   sub->add_flag("--parse-special", g->parse_special, "Recognise special-token text in the prompt");

@@ -80,7 +80,7 @@ Command register_perplexity(CLI::App& app) {
                                   {"stride", o->stride},    {"tokens", tokens.size()}, {"scored", r.tokens_scored},
                                   {"ppl", r.ppl()},         {"ppl_stderr", r.ppl_stderr()},
                                   {"running_ppl", r.running_ppl}, {"seconds", s},
-                                  {"kv_cache_dtype", c.kv_cache_dtype == DType::F32 ? "f32" : "f16"}};
+                                  {"kv_cache_dtype", dtype_name(c.kv_cache_dtype)}};
               std::ofstream(o->output_json) << j.dump(1) << "\n";
             }
             return 0;

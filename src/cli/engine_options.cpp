@@ -46,8 +46,10 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--kv-cache-memory", f->kv_cache_memory,
                   "KV cache budget, e.g. 2GiB (default: a quarter of available memory, at most what max-num-seqs "
                   "full-length sequences need)");
-  app->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache element type")
-      ->check(CLI::IsMember({"f16", "f32"}))
+  app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache element type: auto (fp16), fp16, f32, or int8 (one float scale per token and KV head; "
+                  "half the memory of fp16)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kKvCacheDtypeNames), std::end(kKvCacheDtypeNames))))
       ->capture_default_str();
   app->add_option("--max-model-len", f->max_model_len, "Longest sequence (prompt + output); default: the model's")
       ->check(CLI::NonNegativeNumber);
@@ -105,6 +107,13 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_flag("--exact-matmul", f->exact_matmul,
                 "CPU backend: float activations in matrix products (slower; no 8-bit activation rounding); "
                 "the same as --backend-option exact_matmul=true");
+  app->add_flag("--deterministic", f->deterministic,
+                "Bit-identical outputs across runs, thread counts and batch compositions (fixed reduction order "
+                "in every kernel); requests without a seed sample with --seed (0 by default)");
+  app->add_option("--seed", f->seed,
+                  "Sampling seed of requests that give none (reproducible output); bench latency and throughput: "
+                  "also of the random prompts")
+      ->check(CLI::NonNegativeNumber);
   app->add_flag("--profile", f->profile, "Print a time breakdown per step phase and per op kind");
   app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
   app->add_option("--config", f->config_file,
@@ -155,7 +164,7 @@ EngineConfig EngineFlags::to_config() const {
   c.block_size = block_size;
   c.kv_cache_memory = kv_cache_memory.empty() ? 0 : parse_byte_size(kv_cache_memory);
   PAGELLM_CHECK(kv_cache_memory.empty() || c.kv_cache_memory > 0, "--kv-cache-memory must be positive");
-  c.kv_cache_dtype = kv_cache_dtype == "f32" ? DType::F32 : DType::F16;
+  c.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   c.enable_prefix_caching = enable_prefix_caching;
   c.block_allocation = block_allocation == "contiguous" ? AllocationPolicy::Contiguous : AllocationPolicy::Any;
   c.scheduler.max_model_len = max_model_len;
@@ -181,6 +190,8 @@ EngineConfig EngineFlags::to_config() const {
   c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
   c.speculative = parse_speculative_config(speculative_config);
   c.profile = profile;
+  c.deterministic = deterministic;
+  if (seed >= 0) c.seed = static_cast<uint64_t>(seed);
   return c;
 }
 

@@ -24,7 +24,7 @@ struct EngineFlags {
   double gpu_memory_utilization = 0;
   int block_size = 16;
   std::string kv_cache_memory;  // e.g. 2GiB; empty: automatic
-  std::string kv_cache_dtype = "f16";
+  std::string kv_cache_dtype = "auto";
   int max_model_len = 0;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
@@ -40,6 +40,8 @@ struct EngineFlags {
   double swap_space_gib = 4;
   std::string speculative_config;  // JSON (vLLM's --speculative-config)
   bool exact_matmul = false;
+  bool deterministic = false;
+  int64_t seed = -1;  // -1: not given
   bool profile = false;
   std::string trace;  // Chrome-trace JSON written at exit
 

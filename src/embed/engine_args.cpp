@@ -65,7 +65,7 @@ const std::set<std::string>& known_keys() {
       "kv_cache_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
       "enable_chunked_prefill", "block_allocation", "scheduling_policy", "preemption_mode", "swap_space",
       "speculative_config", "seed", "chat_template", "profile", "long_prefill_token_threshold",
-      "preemption_policy", "priority_aging_steps",
+      "preemption_policy", "priority_aging_steps", "deterministic",
       // vLLM's, accepted (see the header)
       "dtype", "trust_remote_code", "enforce_eager", "disable_log_stats", "tensor_parallel_size",
       "pipeline_parallel_size"};
@@ -120,8 +120,7 @@ EngineArgs parse_engine_args(const json& args) {
     throw InvalidRequest("give kv_cache_memory or kv_cache_memory_bytes, not both", "kv_cache_memory");
   c.kv_cache_memory = has_field(args, "kv_cache_memory") ? get_bytes(args, "kv_cache_memory")
                                                          : get_bytes(args, "kv_cache_memory_bytes");
-  const std::string kv_dtype = get_choice(args, "kv_cache_dtype", "auto", {"auto", "f16", "fp16", "float16", "f32", "float32"});
-  c.kv_cache_dtype = (kv_dtype == "f32" || kv_dtype == "float32") ? DType::F32 : DType::F16;
+  c.kv_cache_dtype = parse_kv_cache_dtype(get_string(args, "kv_cache_dtype", "auto"));
   c.scheduler.max_model_len = static_cast<int32_t>(get_int_field(args, "max_model_len", 0, 0, INT32_MAX));
   c.scheduler.max_num_seqs = static_cast<int32_t>(get_int_field(args, "max_num_seqs", c.scheduler.max_num_seqs, 1, 1 << 20));
   c.scheduler.max_num_batched_tokens =
@@ -160,6 +159,7 @@ EngineArgs parse_engine_args(const json& args) {
     }
   }
   c.profile = get_bool_field(args, "profile", false);
+  c.deterministic = get_bool_field(args, "deterministic", false);
   if (has_field(args, "seed")) out.seed = static_cast<uint64_t>(get_int_field(args, "seed", 0, INT64_MIN, INT64_MAX));
   out.chat_template = get_string(args, "chat_template", "");
 

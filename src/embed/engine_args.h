@@ -23,13 +23,13 @@ struct EngineArgs {
 //   model, tokenizer, load_format (auto | dummy), dummy_shape, dummy_type,
 //   device, backend_options {key: value}, num_threads, exact_matmul,
 //   gpu_memory_utilization, block_size, kv_cache_memory (bytes or "2GiB"),
-//   kv_cache_memory_bytes, kv_cache_dtype (auto | f16 | f32), max_model_len,
+//   kv_cache_memory_bytes, kv_cache_dtype (auto | fp16 | f32 | int8), max_model_len,
 //   max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
 //   enable_chunked_prefill, block_allocation, scheduling_policy,
 //   preemption_mode, preemption_policy (aggressive | conservative),
 //   long_prefill_token_threshold, priority_aging_steps, swap_space (GiB),
-//   speculative_config (object or JSON
-//   text), seed, chat_template, profile;
+//   speculative_config (object or JSON text), seed, chat_template, profile,
+//   deterministic;
 //   accepted for vLLM compatibility: dtype ("auto"), trust_remote_code,
 //   enforce_eager, disable_log_stats, tensor_parallel_size and
 //   pipeline_parallel_size (1).

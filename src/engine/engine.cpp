@@ -25,6 +25,13 @@
 
 namespace pagellm {
 
+DType parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto" || name == "fp16" || name == "f16" || name == "float16") return DType::F16;
+  if (name == "f32" || name == "fp32" || name == "float32") return DType::F32;
+  if (name == "int8" || name == "i8") return DType::I8;
+  throw InvalidRequest(fmt::format("kv_cache_dtype '{}' is not one of auto, fp16, f32, int8", name), "kv_cache_dtype");
+}
+
 const char* to_string(FinishReason r) {
   switch (r) {
     case FinishReason::Stop: return "stop";
@@ -141,8 +148,7 @@ void Engine::load(const LoadProgress& progress) {
   // what --gpu-memory-utilization leaves after weights and activations (as
   // vLLM); on host memory, a quarter of what is free, at most what
   // max_num_seqs full-length sequences could use, and at least one.
-  const KVCacheLayout layout{mc.n_layer, mc.n_head_kv, mc.head_dim, config_.block_size,
-                             config_.kv_cache_dtype == DType::F16 ? 2 : 4};
+  const KVCacheLayout layout = model_->kv_cache_spec(config_.block_size, 2, config_.kv_cache_dtype).layout();
   const int64_t per_block = kv_bytes_per_block(layout);
   const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
   PAGELLM_CHECK(config_.gpu_memory_utilization >= 0 && config_.gpu_memory_utilization <= 1,
@@ -175,6 +181,11 @@ void Engine::load(const LoadProgress& progress) {
   kv_config_.enable_prefix_caching = config_.enable_prefix_caching;
   kv_config_.allocation_policy = config_.block_allocation;
   backend_->allocate_kv_cache(model_->kv_cache_spec(config_.block_size, kv_config_.num_blocks, config_.kv_cache_dtype));
+  if (config_.deterministic) {
+    if (!backend_->supports(Feature::Deterministic))
+      fail("--deterministic: the {} backend has no deterministic mode", backend_->name());
+    backend_->set_deterministic(true);
+  }
   if (sched_config_.preemption_mode == PreemptionMode::Swap) {
     // vLLM's --swap-space: a host pool of that many bytes of blocks.
     if (!backend_->supports(Feature::SwapToHost))
@@ -206,6 +217,7 @@ void Engine::load(const LoadProgress& progress) {
     o.enable_prefix_caching = config_.enable_prefix_caching;
     o.max_model_len = sched_config_.max_model_len;
     o.profile = config_.profile;
+    o.deterministic = config_.deterministic;
     proposer_ = std::make_unique<DraftModelProposer>(o, *tokenizer_, mc.n_vocab, progress);
   }
   if (proposer_) metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
@@ -261,6 +273,9 @@ void Engine::enqueue(EngineRequest req) {
   auto r = std::make_unique<Request>();
   r->id = req.id;
   r->params = req.params;
+  // A seed for the engine (always, when deterministic): no entropy, so the
+  // same request samples the same tokens.
+  if (!r->params.seed && (config_.seed || config_.deterministic)) r->params.seed = config_.seed.value_or(0);
   r->priority = req.priority;
   r->prompt = std::move(req.prompt_ids);
   r->arrival = Clock::now();
@@ -513,6 +528,9 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
   auto draw = [&](Sample& target, const float* logits_row, int32_t draft = -1, const float* q = nullptr,
                   bool* accepted = nullptr) {
     float* row = const_cast<float*>(logits_row);
+    if (config_.logits_observer)
+      config_.logits_observer(r.id, static_cast<int32_t>(&target - r.samples.data()), target.seq->num_output_tokens(),
+                              std::span<const float>(logits_row, static_cast<size_t>(vocab)));
     banned.clear();
     const int32_t* allowed = nullptr;
     if (target.matcher) {

@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +58,24 @@ struct EngineConfig {
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
   SpeculativeConfig speculative;   // --speculative-config (off by default)
   bool profile = false;            // per-op timing breakdown
+  // Bit-identical outputs across runs, thread counts and batch compositions
+  // (Feature::Deterministic); requests without a seed sample with `seed`
+  // (0 when deterministic and not given).
+  bool deterministic = false;
+  std::optional<uint64_t> seed;
+  // Sees every row of logits a sample draws from, before sampling: which
+  // request, which sample (0..n-1), how many tokens it had output. For
+  // determinism checks and debugging; called on the step thread.
+  std::function<void(const std::string& request_id, int32_t sample, int32_t num_output_tokens,
+                     std::span<const float> logits)>
+      logits_observer;
 };
+
+// --kv-cache-dtype: auto | fp16 | f16 | float16 -> F16; f32 | fp32 | float32
+// -> F32; int8 | i8 -> I8. Throws InvalidRequest (field kv_cache_dtype).
+DType parse_kv_cache_dtype(const std::string& name);
+inline constexpr const char* kKvCacheDtypeNames[] = {"auto", "fp16", "f16", "float16", "f32",
+                                                      "fp32", "float32", "int8", "i8"};
 
 enum class FinishReason { None, Stop, Length, Abort };
 const char* to_string(FinishReason r);

@@ -46,6 +46,7 @@ DraftModelProposer::DraftModelProposer(const DraftModelOptions& options, const T
   check_same_vocabulary(target_tokenizer, *draft_tokenizer, options_.model);
   backend_ = create_backend(options_.device, options_.backend_options);
   backend_->set_profiling(options_.profile);
+  if (options_.deterministic) backend_->set_deterministic(true);
   model_ = Model::load(options_.model, *backend_, progress);
   n_vocab_ = model_->config().n_vocab;
   PAGELLM_CHECK(n_vocab_ == target_n_vocab,

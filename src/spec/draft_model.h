@@ -34,6 +34,7 @@ struct DraftModelOptions {
   bool enable_prefix_caching = true;
   int32_t max_model_len = 0;
   bool profile = false;
+  bool deterministic = false;  // the target's --deterministic
 };
 
 class DraftModelProposer : public Proposer {

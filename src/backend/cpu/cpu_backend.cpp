@@ -72,6 +72,11 @@ class CpuWeight : public Weight {
 
 const CpuWeight& as_cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
 
+// Keys per attention split in the deterministic mode: long enough that a
+// split's merge costs little next to its keys, short enough that one long
+// decode still spreads over the threads.
+constexpr int64_t kDeterministicSplit = 256;
+
 // Op categories of the profile breakdown.
 enum Category { kMatmul, kAttention, kOther, kNumCategories };
 
@@ -82,8 +87,9 @@ class CpuBackend : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return fmt::format("cpu ({} threads, {} kernels{}; cpu has {})", pool_.size(), isa_name(isa_),
-                       exact_matmul_ ? ", exact float matmul" : "", cpu_features().describe());
+    return fmt::format("cpu ({} threads, {} kernels{}{}; cpu has {})", pool_.size(), isa_name(isa_),
+                       exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "",
+                       cpu_features().describe());
   }
 
   MemoryInfo memory_info() const override {
@@ -109,7 +115,13 @@ class CpuBackend : public Backend {
   }
   void synchronize() override {}  // every op is done when it returns
 
-  bool supports(Feature f) const override { return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks; }
+  bool supports(Feature f) const override {
+    return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic;
+  }
+  // Matmuls, norms and the elementwise ops already give a row the same bits
+  // whatever the batch and threads; attention's key-range splits are what
+  // this fixes (see attention()).
+  void set_deterministic(bool on) override { deterministic_ = on; }
   bool supports_weight(DType t) const override { return cpu::matmul_supported(t); }
 
   std::unique_ptr<Weight> upload(const TensorData& t) override {
@@ -135,18 +147,28 @@ class CpuBackend : public Backend {
   }
 
   void allocate_kv_cache(const KVCacheSpec& cfg) override {
-    PAGELLM_CHECK(cfg.dtype == DType::F16 || cfg.dtype == DType::F32, "KV cache type must be f16 or f32");
+    PAGELLM_CHECK(cfg.dtype == DType::F16 || cfg.dtype == DType::F32 || cfg.dtype == DType::I8,
+                  "KV cache type must be f16, f32 or int8");
     PAGELLM_CHECK(cfg.num_blocks > 1 && cfg.block_size > 0, "KV cache needs at least 2 blocks");
     kv_cfg_ = cfg;
-    const size_t elem = cfg.dtype == DType::F16 ? 2 : 4;
-    block_bytes_ = static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size * cfg.head_dim * elem;
+    kv_elem_ = cfg.dtype == DType::F16 ? cpu::KVElem::F16 : cfg.dtype == DType::I8 ? cpu::KVElem::I8 : cpu::KVElem::F32;
+    const size_t vectors = static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size;
+    block_bytes_ = vectors * cfg.head_dim * dtype_size(cfg.dtype);
+    scale_bytes_ = cfg.dtype == DType::I8 ? vectors * sizeof(float) : 0;
     k_cache_.clear();
     v_cache_.clear();
+    k_scale_.clear();
+    v_scale_.clear();
     for (int l = 0; l < cfg.n_layers; ++l) {
       k_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
       v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
+      if (scale_bytes_ == 0) continue;
+      k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
+      v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
     }
   }
+  float* k_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(k_scale_[layer].get()) : nullptr; }
+  float* v_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr; }
   const KVCacheSpec& kv_cache_spec() const override { return kv_cfg_; }
 
   void copy_blocks(const BlockPairs& src_dst) override {
@@ -156,6 +178,9 @@ class CpuBackend : public Backend {
       for (int l = 0; l < kv_cfg_.n_layers; ++l) {
         std::memcpy(k_cache_[l].get() + dst * block_bytes_, k_cache_[l].get() + src * block_bytes_, block_bytes_);
         std::memcpy(v_cache_[l].get() + dst * block_bytes_, v_cache_[l].get() + src * block_bytes_, block_bytes_);
+        if (scale_bytes_ == 0) continue;
+        std::memcpy(k_scale_[l].get() + dst * scale_bytes_, k_scale_[l].get() + src * scale_bytes_, scale_bytes_);
+        std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
       }
     }
   }
@@ -242,7 +267,8 @@ class CpuBackend : public Backend {
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     float* k = f32(kb, batch_->n_tokens() * row);
     const float* v = f32(vb, batch_->n_tokens() * row);
-    const bool f16 = kv_cfg_.dtype == DType::F16;
+    const cpu::KVStore cache{k_cache_[layer].get(), v_cache_[layer].get(), kv_elem_, k_scale(layer), v_scale(layer),
+                             kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
     const auto& slots = batch_->slot_mapping;
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
     const int half = k_rope ? k_rope->n_rot / 2 : 0;
@@ -253,8 +279,7 @@ class CpuBackend : public Backend {
             if (cs)
               ops_->rope(k + i * row, 1, kv_cfg_.n_kv_heads, kv_cfg_.head_dim, k_rope->n_rot, k_rope->neox,
                          cs + i * half * 2);
-            ops_->store_kv(k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
-                           kv_cfg_.block_size, kv_cfg_.head_dim, slots[i], k + i * row, v + i * row);
+            ops_->store_kv(cache, slots[i], k + i * row, v + i * row);
           }
         },
         1, min_rows(2 * row));
@@ -460,7 +485,10 @@ class CpuBackend : public Backend {
   const cpu::OpsTable* ops_;
   KVCacheSpec kv_cfg_;
   size_t block_bytes_ = 0;
+  size_t scale_bytes_ = 0;  // of one block's scales (int8 caches)
+  cpu::KVElem kv_elem_ = cpu::KVElem::F16;
   std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
+  std::vector<AlignedBuffer> k_scale_, v_scale_;  // [layer], int8 caches
   const BatchInfo* batch_ = nullptr;
   std::vector<std::pair<RopeConfig, std::vector<float>>> rope_tables_;
   std::vector<double> rope_freqs_;  // [n_rot / 2] of the table being built
@@ -480,6 +508,7 @@ class CpuBackend : public Backend {
   std::vector<AttnUnit> units_;
   std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
   bool exact_matmul_ = false;
+  bool deterministic_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
   cpu::ExpertGroups moe_groups_;      // matmul_experts: slots per expert
   std::vector<float> moe_in_, moe_out_;  // input rows gathered by expert, and their outputs
@@ -509,6 +538,11 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   // Work units: (sequence, KV head, token tile, key range). Decode tiles (one
   // token) over long contexts are split into key ranges when there are too
   // few units to keep every thread busy, and merged afterwards (flash-decoding).
+  // A row's result depends on where its keys are split, so the deterministic
+  // mode splits every tile, decode or prefill, at the same fixed key
+  // positions (multiples of kDeterministicSplit), whatever the batch and
+  // thread count.
+  const int64_t split = (kDeterministicSplit + kv_cfg_.block_size - 1) / kv_cfg_.block_size * kv_cfg_.block_size;
   int64_t base_units = 0;
   for (const auto& s : batch_->seqs) base_units += ((s.q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
   const int64_t want_units = static_cast<int64_t>(nth) * 4;
@@ -525,18 +559,26 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
         parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (j1 - j0 + 255) / 256);
         parts = std::max<int64_t>(parts, 1);
       }
-      for (int32_t g = 0; g < cfg.n_head_kv; ++g)
+      for (int32_t g = 0; g < cfg.n_head_kv; ++g) {
+        if (deterministic_) {
+          for (int64_t a = j0; a < j1;) {
+            const int64_t b = std::min(j1, (a / split + 1) * split);
+            units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
+            a = b;
+          }
+          continue;
+        }
         for (int64_t p = 0; p < parts; ++p) {
           const int64_t a = j0 + (j1 - j0) * p / parts, b = j0 + (j1 - j0) * (p + 1) / parts;
           units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
         }
+      }
     }
   }
   const size_t rows_max = static_cast<size_t>(tile_tokens) * G;
   const size_t unit_floats = rows_max * (2 + D);
   if (partials_.size() < units_.size() * unit_floats) partials_.resize(units_.size() * unit_floats);
 
-  const bool f16 = kv_cfg_.dtype == DType::F16;
   const int64_t q_stride = static_cast<int64_t>(cfg.n_head) * D;
   std::atomic<int64_t> next{0};
   const int64_t n_units = static_cast<int64_t>(units_.size());
@@ -545,8 +587,8 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[layer].get(), v_cache_[layer].get(), f16, kv_cfg_.n_kv_heads,
-                     kv_cfg_.block_size, D, batch_->seqs[w.seq].block_table.data()};
+      cpu::AttnKV kv{k_cache_[layer].get(), v_cache_[layer].get(), kv_elem_, k_scale(layer), v_scale(layer),
+                     kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].block_table.data()};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};
       float* p = partials_.data() + u * unit_floats;

@@ -32,13 +32,29 @@ struct AttnTile {
   float scale, softcap;
 };
 
+// Element type of a KV cache. I8 holds round(x / s) per element and a float
+// scale s = max |x| / 127 per (token, KV head) vector.
+enum class KVElem { F32, F16, I8 };
+
 // What one attention call needs to find a sequence's keys and values.
 struct AttnKV {
   const void* k;               // this layer's K cache, [num_blocks][n_kv_heads][block_size][head_dim]
   const void* v;               // same layout for V
-  bool f16;                    // cache element type: F16 (else F32)
+  KVElem elem;
+  const float* k_scale;        // I8: [num_blocks][n_kv_heads][block_size]; else null
+  const float* v_scale;
   int n_kv_heads, block_size, head_dim;
   const int32_t* block_table;  // logical block -> physical block
+};
+
+// Where one token's K and V rows go (store_kv).
+struct KVStore {
+  void* k;
+  void* v;
+  KVElem elem;
+  float* k_scale;  // I8 only
+  float* v_scale;
+  int n_kv_heads, block_size, head_dim;
 };
 
 struct OpsTable {
@@ -53,9 +69,9 @@ struct OpsTable {
   // causal (and windowed) per row; writes the partial (m, l, acc) of each row.
   // Rows that see no key in the range get m = -inf, l = 0, acc = 0.
   void (*attend)(const AttnTile& tile, const AttnKV& kv, int g, AttnPartial out);
-  // Writes one token's rows of K and V (n_kv_heads * head_dim each) at `slot`.
-  void (*store_kv)(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
-                   int64_t slot, const float* k, const float* v);
+  // Writes one token's rows of K and V (n_kv_heads * head_dim each) at
+  // `slot`, quantized as they go into an I8 cache.
+  void (*store_kv)(const KVStore& cache, int64_t slot, const float* k, const float* v);
 };
 
 const OpsTable& ops_table(Isa isa);

@@ -2,9 +2,11 @@
 // ISA inside a distinct namespace (OPS_NS), so no symbol is shared between the
 // two compilations. Plain loops with `omp simd` reductions: the compiler
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/ops.h"
 
@@ -120,6 +122,9 @@ static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8(const half_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+static inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 static inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -230,6 +235,9 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   }
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
+  // int8 caches: scores and value weights take each key's scales once
+  // (s * kscale, w * vscale), not every element.
+  constexpr bool kScaled = std::is_same_v<T, int8_t>;
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
@@ -312,6 +320,11 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         }
       }
     }
+    if constexpr (kScaled) {
+      const float* ks = kv.k_scale + base;
+      for (int r = 0; r < R; ++r)
+        for (int k = 0; k < cnt; ++k) sc[r * kMaxBlock + k] *= ks[k];
+    }
     // Per row: mask, online softmax update, then acc += weights x V.
     for (int r = 0; r < R; ++r) {
       float* s = sc + r * kMaxBlock;
@@ -349,7 +362,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         auto accumulate = [&](auto value_at, auto n8) {
           for (int k = 0; k < cnt; ++k) {
             if (s[k] == 0.0f) continue;
-            const __m256 w = _mm256_set1_ps(s[k]);
+            const __m256 w = _mm256_set1_ps(kScaled ? s[k] * kv.v_scale[base + k] : s[k]);
             const auto* v = value_at(k);
 #pragma GCC unroll 8
             for (int i = 0; i < n8(); ++i) a8[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a8[i]);
@@ -375,10 +388,11 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
 }
 
 static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
-  if (kv.f16)
-    attend_tile_t<half_t>(a, kv, g, out);
-  else
-    attend_tile_t<float>(a, kv, g, out);
+  switch (kv.elem) {
+    case KVElem::F16: return attend_tile_t<half_t>(a, kv, g, out);
+    case KVElem::I8: return attend_tile_t<int8_t>(a, kv, g, out);
+    case KVElem::F32: return attend_tile_t<float>(a, kv, g, out);
+  }
 }
 #else
 // Portable reference: each row on its own, key by key.
@@ -396,11 +410,12 @@ static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int64_t j = a.j0; j < a.j1; ++j) {
       if (!key_visible(j, p, a.window)) continue;
       const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.n_kv_heads + g) * B + j % B;
-      const float s = cap_score(dot_q(q, kc + slot * D, D) * a.scale, a.softcap);
+      const float ks = kv.k_scale ? kv.k_scale[slot] : 1.0f, vs = kv.v_scale ? kv.v_scale[slot] : 1.0f;
+      const float s = cap_score(dot_q(q, kc + slot * D, D) * ks * a.scale, a.softcap);
       const float mx = s > m ? s : m;
       const float corr = std::exp(m - mx), w = std::exp(s - mx);
       l = l * corr + w;
-      scale_add(acc, corr, w, vc + slot * D, D);
+      scale_add(acc, corr, w * vs, vc + slot * D, D);
       m = mx;
     }
     out.m[r] = m;
@@ -409,10 +424,11 @@ static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
 }
 
 static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
-  if (kv.f16)
-    attend_rows_t<half_t>(a, kv, g, out);
-  else
-    attend_rows_t<float>(a, kv, g, out);
+  switch (kv.elem) {
+    case KVElem::F16: return attend_rows_t<half_t>(a, kv, g, out);
+    case KVElem::I8: return attend_rows_t<int8_t>(a, kv, g, out);
+    case KVElem::F32: return attend_rows_t<float>(a, kv, g, out);
+  }
 }
 #endif
 
@@ -478,28 +494,42 @@ static void glu(const float* gate, const float* up, int64_t n, int act, float* o
 }
 #endif
 
-static void store_kv(void* k_cache, void* v_cache, bool f16, int n_kv_heads, int block_size, int head_dim,
-                     int64_t slot, const float* k, const float* v) {
-  const int64_t blk = slot / block_size, off = slot % block_size;
-  for (int g = 0; g < n_kv_heads; ++g) {
-    const int64_t at = ((blk * n_kv_heads + g) * block_size + off) * head_dim;
-    const float* ks = k + g * head_dim;
-    const float* vs = v + g * head_dim;
-    if (f16) {
-      half_t* kd = static_cast<half_t*>(k_cache) + at;
-      half_t* vd = static_cast<half_t*>(v_cache) + at;
+// One vector of an int8 cache: q = round(x * 127 / max |x|), scale max |x| / 127.
+// Plain scalar code in both tables so that both write the same bytes.
+static void quantize_kv_row(const float* x, int n, int8_t* q, float* scale) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  *scale = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(std::clamp(x[i] * inv, -127.0f, 127.0f)));
+}
+
+static void store_kv(const KVStore& c, int64_t slot, const float* k, const float* v) {
+  const int64_t blk = slot / c.block_size, off = slot % c.block_size;
+  const int D = c.head_dim;
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    const int64_t row = (blk * c.n_kv_heads + g) * c.block_size + off, at = row * D;
+    const float* ks = k + g * D;
+    const float* vs = v + g * D;
+    switch (c.elem) {
+      case KVElem::F16: {
+        half_t* kd = static_cast<half_t*>(c.k) + at;
+        half_t* vd = static_cast<half_t*>(c.v) + at;
 #pragma omp simd
-      for (int i = 0; i < head_dim; ++i) {
-        kd[i] = static_cast<half_t>(ks[i]);
-        vd[i] = static_cast<half_t>(vs[i]);
+        for (int i = 0; i < D; ++i) {
+          kd[i] = static_cast<half_t>(ks[i]);
+          vd[i] = static_cast<half_t>(vs[i]);
+        }
+        break;
       }
-    } else {
-      float* kd = static_cast<float*>(k_cache) + at;
-      float* vd = static_cast<float*>(v_cache) + at;
-      for (int i = 0; i < head_dim; ++i) {
-        kd[i] = ks[i];
-        vd[i] = vs[i];
-      }
+      case KVElem::I8:
+        quantize_kv_row(ks, D, static_cast<int8_t*>(c.k) + at, c.k_scale + row);
+        quantize_kv_row(vs, D, static_cast<int8_t*>(c.v) + at, c.v_scale + row);
+        break;
+      case KVElem::F32:
+        std::memcpy(static_cast<float*>(c.k) + at, ks, static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(static_cast<float*>(c.v) + at, vs, static_cast<size_t>(D) * sizeof(float));
+        break;
     }
   }
 }

@@ -153,7 +153,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   spec.head_dim = D;
   spec.block_size = B;
   spec.num_blocks = total_blocks + 3;
-  spec.dtype = c.f16 ? DType::F16 : DType::F32;
+  spec.dtype = c.int8 ? DType::I8 : c.f16 ? DType::F16 : DType::F32;
   be.allocate_kv_cache(spec);
   std::vector<int32_t> free_blocks(spec.num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);
@@ -190,9 +190,18 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
     be.store_kv(0, *kb, *vb);
     be.synchronize();
   }
-  if (c.f16)
+  if (c.int8) {
+    // What the cache holds: each (token, head) vector as q * max|x| / 127.
+    for (auto* x : {&k, &v})
+      for (size_t r = 0; r < x->size(); r += static_cast<size_t>(D)) {
+        float amax = 0;
+        for (int d = 0; d < D; ++d) amax = std::max(amax, std::fabs((*x)[r + d]));
+        for (int d = 0; d < D; ++d) (*x)[r + d] = std::nearbyint((*x)[r + d] * (127.0f / amax)) * (amax / 127.0f);
+      }
+  } else if (c.f16) {
     for (auto* x : {&k, &v})
       for (auto& e : *x) e = fp16_to_fp32(fp32_to_fp16(e));
+  }
 
   // Pass 2: the query batch: the last q_len positions of each sequence.
   BatchInfo qb;
@@ -270,7 +279,9 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
       }
     }
   }
-  EXPECT_LT(rel_l2(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << D << " B " << B
+  // int8: the kernel applies each key's scale to its dot product, not to
+  // every element, which rounds differently.
+  EXPECT_LT(rel_l2(out, ref), c.int8 ? 1e-5 : 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << D << " B " << B
                                        << " window " << c.window << " softcap " << c.softcap << " f16 " << c.f16;
 }
 
@@ -296,6 +307,22 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
   };
   uint32_t seed = 100;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+TEST_P(BackendOps, PagedAttentionInt8CacheMatchesReference) {
+  if (be_->name() != "cpu") GTEST_SKIP() << "int8 KV caches: CPU backend only";
+  std::vector<AttnCase> cases = {
+      {32, 4, 64, 16, 0, 0, false, {{70, 70}}},                             // prefill tiles
+      {8, 2, 64, 16, 0, 0, false, {{33, 90}, {1, 200}, {1, 17}, {1, 1}}},   // mixed batch, direct decode path
+      {4, 1, 256, 16, 24, 30.0f, false, {{40, 40}, {1, 300}}},              // Gemma-like, window, softcap
+      {2, 1, 64, 8, 0, 0, false, {{1, 1000}}},                              // split key ranges
+      {6, 2, 40, 16, 0, 0, false, {{7, 60}, {1, 700}}},                     // odd head_dim
+  };
+  uint32_t seed = 300;
+  for (auto& c : cases) {
+    c.int8 = true;
+    check_attention(*this, *be_, c, seed++);
+  }
 }
 
 // A query row's result does not depend on how many rows of its sequence run

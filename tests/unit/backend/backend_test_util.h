@@ -105,11 +105,12 @@ struct AttnCase {
   std::vector<std::pair<int, int>> seqs;
   bool neox = true;  // RoPE pairing, where the case rotates k
   bool sinks = false;  // per-head sink logits (where the backend supports them)
+  bool int8 = false;   // an int8 cache (f16 ignored), where the backend has one
 };
 
 inline void PrintTo(const AttnCase& c, std::ostream* os) {
   *os << "h" << c.n_head << " kv" << c.n_kv << " D" << c.head_dim << " block" << c.block << " window" << c.window
-      << " softcap" << c.softcap << (c.f16 ? " f16" : " f32") << (c.sinks ? " sinks" : "");
+      << " softcap" << c.softcap << (c.int8 ? " int8" : c.f16 ? " f16" : " f32") << (c.sinks ? " sinks" : "");
 }
 
 // A paged cache of num_blocks blocks of 16 tokens.

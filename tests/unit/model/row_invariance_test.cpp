@@ -53,7 +53,7 @@ TEST_P(RowInvariance, DecodeAndMultiTokenRowsGiveTheSameBits) {
     SCOPED_TRACE(dtype_name(w));
     auto src = make_dummy_source(cfg, DummySpec{shape, w, 1}, pool);
     auto model = Model::from_source(cfg, *src, *backend);
-    for (DType kv : {DType::F16, DType::F32}) expect_rows_invariant(*model, kv, 3);
+    for (DType kv : {DType::F16, DType::F32, DType::I8}) expect_rows_invariant(*model, kv, 3);
   }
 }
 
