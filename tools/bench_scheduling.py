@@ -8,6 +8,10 @@
 2. Presets (--scheduling-preset): for each preset (and none), a `pagellm
    serve` is started and `pagellm bench serve` sends a stream of long prompts
    at a fixed rate: TTFT, ITL and output throughput.
+3. Step composition (--step-composition): for fcfs and length-aware, a
+   `pagellm serve` with a small step budget takes two streams at once, short
+   prompts and long ones (two `pagellm bench serve` clients): each stream's
+   TTFT and ITL.
 
   tools/bench_scheduling.py --model "$(cat build/default-model.txt)" --reps 3 \\
       --output docs/bench/scheduling_gemma3_270m.json
@@ -115,6 +119,62 @@ def presets(args):
     return out
 
 
+def start_server(args, extra):
+    port = free_port()
+    cmd = [args.pagellm, "serve", "--model", args.model, "--port", str(port), "-t", str(args.threads),
+           "--max-model-len", "2048", *extra]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return server, port, cmd
+
+
+def composition(args):
+    """Short and long prompts at once: does a long prompt's prefill hold up short ones?"""
+    streams = {"short": (args.short_input_len, args.short_rate, args.short_prompts),
+               "long": (args.long_input_len, args.long_rate, args.long_prompts)}
+    out = {}
+    for rep in range(args.reps):
+        for comp in ("fcfs", "length-aware"):
+            server, port, cmd = start_server(args, ["--step-composition", comp, "--max-num-batched-tokens",
+                                                    str(args.composition_budget)])
+            try:
+                procs = {}
+                files = {}
+                for name, (input_len, rate, n) in streams.items():
+                    files[name] = tempfile.NamedTemporaryFile(suffix=".json")
+                    bench = [args.pagellm, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}",
+                             "--num-prompts", str(n), "--request-rate", str(rate), "--input-len", str(input_len),
+                             "--output-len", str(args.composition_output_len), "--seed", str(rep),
+                             "--output-json", files[name].name]
+                    procs[name] = subprocess.Popen(bench, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                for name, p in procs.items():
+                    if p.wait() != 0:
+                        sys.exit(f"bench serve ({name}) failed: {p.stderr.read()}")
+            finally:
+                server.terminate()
+                server.wait(60)
+            row = out.setdefault(comp, {"server": " ".join(cmd)})
+            for name in streams:
+                m = json.loads(Path(files[name].name).read_text())["results"]["metrics"]
+                files[name].close()
+                r = row.setdefault(name, {"ttft_ms_median": [], "ttft_ms_p99": [], "itl_ms_median": [],
+                                          "itl_ms_p99": [], "output_tokens_per_s": []})
+                r["ttft_ms_median"].append(m["ttft_ms"]["median"])
+                r["ttft_ms_p99"].append(m["ttft_ms"]["p99"])
+                r["itl_ms_median"].append(m["itl_ms"]["median"])
+                r["itl_ms_p99"].append(m["itl_ms"]["p99"])
+                r["output_tokens_per_s"].append(m["output_throughput"])
+                print(f"composition {comp} rep {rep + 1} {name}: TTFT {m['ttft_ms']['median']:.0f} ms "
+                      f"(p99 {m['ttft_ms']['p99']:.0f}), ITL p99 {m['itl_ms']['p99']:.1f} ms", file=sys.stderr)
+    return {c: {k: ({m: summary(v) for m, v in r.items()} if isinstance(r, dict) else r) for k, r in row.items()}
+            for c, row in out.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pagellm", default=str(REPO / "build" / "pagellm"))
@@ -131,6 +191,15 @@ def main():
     ap.add_argument("--request-rate", type=float, default=2.0)
     ap.add_argument("--skip-admission", action="store_true")
     ap.add_argument("--skip-presets", action="store_true")
+    ap.add_argument("--skip-composition", action="store_true")
+    ap.add_argument("--composition-budget", type=int, default=512)
+    ap.add_argument("--composition-output-len", type=int, default=32)
+    ap.add_argument("--short-input-len", type=int, default=64)
+    ap.add_argument("--short-rate", type=float, default=1.5)
+    ap.add_argument("--short-prompts", type=int, default=45)
+    ap.add_argument("--long-input-len", type=int, default=1536)
+    ap.add_argument("--long-rate", type=float, default=0.2)
+    ap.add_argument("--long-prompts", type=int, default=6)
     ap.add_argument("--output", help="write the JSON record here")
     args = ap.parse_args()
     record = {"model": args.model, "args": vars(args)}
@@ -140,6 +209,8 @@ def main():
             Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
     if not args.skip_presets:
         record["presets"] = presets(args)
+    if not args.skip_composition:
+        record["composition"] = composition(args)
     text = json.dumps(record, indent=1)
     if args.output:
         Path(args.output).write_text(text + "\n")

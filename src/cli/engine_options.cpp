@@ -100,6 +100,11 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  app->add_option("--step-composition", f->step_composition,
+                  "Which prefills a full step takes: fcfs (queue order), or length-aware (shortest first; a long "
+                  "prefill's chunk leaves room for shorter waiting prompts; bounded wait for long ones)")
+      ->check(CLI::IsMember({"fcfs", "length-aware"}))
+      ->capture_default_str();
   app->add_option("--speculative-config", f->speculative_config,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}' or '{\"model\": \"draft.gguf\", "
@@ -186,6 +191,7 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.priority_aging_steps = priority_aging_steps;
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
+  c.scheduler.composition = step_composition == "length-aware" ? StepComposition::LengthAware : StepComposition::Fcfs;
   c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
   c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
   c.speculative = parse_speculative_config(speculative_config);

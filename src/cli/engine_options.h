@@ -36,6 +36,7 @@ struct EngineFlags {
   bool enable_chunked_prefill = true;
   std::string block_allocation = "any";
   std::string scheduling_policy = "fcfs";
+  std::string step_composition = "fcfs";
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4;
   std::string speculative_config;  // JSON (vLLM's --speculative-config)

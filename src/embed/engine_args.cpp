@@ -65,7 +65,7 @@ const std::set<std::string>& known_keys() {
       "kv_cache_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
       "enable_chunked_prefill", "block_allocation", "scheduling_policy", "preemption_mode", "swap_space",
       "speculative_config", "seed", "chat_template", "profile", "long_prefill_token_threshold",
-      "preemption_policy", "priority_aging_steps", "deterministic",
+      "preemption_policy", "priority_aging_steps", "deterministic", "step_composition",
       // vLLM's, accepted (see the header)
       "dtype", "trust_remote_code", "enforce_eager", "disable_log_stats", "tensor_parallel_size",
       "pipeline_parallel_size"};
@@ -141,6 +141,10 @@ EngineArgs parse_engine_args(const json& args) {
   c.scheduler.policy = get_choice(args, "scheduling_policy", "fcfs", {"fcfs", "priority"}) == "priority"
                            ? SchedulingPolicy::Priority
                            : SchedulingPolicy::Fcfs;
+  c.scheduler.composition =
+      get_choice(args, "step_composition", "fcfs", {"fcfs", "length-aware", "length_aware"}) == "fcfs"
+          ? StepComposition::Fcfs
+          : StepComposition::LengthAware;
   c.scheduler.preemption_mode = get_choice(args, "preemption_mode", "recompute", {"recompute", "swap"}) == "swap"
                                     ? PreemptionMode::Swap
                                     : PreemptionMode::Recompute;

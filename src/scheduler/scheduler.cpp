@@ -23,12 +23,15 @@ void SchedulerConfig::validate() const {
                 "admission_watermark must be in [0, 1), got {}", admission_watermark);
   PAGELLM_CHECK(priority_aging_steps >= 0, "priority_aging_steps must be >= 0 (0: off), got {}",
                 priority_aging_steps);
+  PAGELLM_CHECK(length_aware_max_wait_steps >= 0, "length_aware_max_wait_steps must be >= 0, got {}",
+                length_aware_max_wait_steps);
   PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute || num_swap_blocks >= 1,
                 "swap preemption needs a host pool of at least one block (num_swap_blocks {})",
                 num_swap_blocks);
 }
 
 const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "swap" : "recompute"; }
+const char* to_string(StepComposition c) { return c == StepComposition::LengthAware ? "length-aware" : "fcfs"; }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
@@ -65,6 +68,42 @@ bool Scheduler::admission_leaves_reserve(int32_t new_blocks) const {
   // One block per running sequence (the admitted one included) for its next tokens.
   const int32_t reserve = std::max(watermark, static_cast<int32_t>(running_.size()) + 1);
   return kv_.num_available_blocks() - new_blocks >= reserve;
+}
+
+size_t Scheduler::next_waiting() const {
+  if (config_.composition == StepComposition::Fcfs) return 0;
+  // Length-aware: the shortest prompt first, so short requests are not stuck
+  // behind a long one's prefill; policy order (priority) still comes first.
+  // A preempted sequence, or one passed over for length_aware_max_wait_steps,
+  // goes in queue order: a long prompt waits a bounded time.
+  const auto urgent = [this](const Sequence* s) {
+    return s->status == SeqStatus::Preempted || step_ - s->arrival_step >= config_.length_aware_max_wait_steps;
+  };
+  size_t best = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    const Sequence* s = waiting_[i];
+    if (urgent(s)) return i;
+    if (config_.policy == SchedulingPolicy::Priority &&
+        effective_priority(*s) != effective_priority(*waiting_[best]))
+      break;  // a lower priority class: the best of the first class stays
+    if (s->num_tokens() < waiting_[best]->num_tokens()) best = i;
+  }
+  return best;
+}
+
+int32_t Scheduler::waiting_tokens_shorter_than(int32_t remaining) const {
+  // The prompts that would be admitted this step (as many as there are
+  // free seats) and are shorter: their tokens are kept out of a long
+  // prefill's chunk so they run now.
+  int64_t seats = config_.max_num_seqs - static_cast<int64_t>(running_.size());
+  int64_t tokens = 0;
+  for (const Sequence* s : waiting_) {
+    if (seats <= 0) break;
+    if (s->num_tokens() >= remaining) continue;
+    tokens += s->num_tokens();
+    --seats;
+  }
+  return static_cast<int32_t>(std::min<int64_t>(tokens, INT32_MAX));
 }
 
 void Scheduler::insert_running(Sequence* seq) {
@@ -273,30 +312,40 @@ StepPlan Scheduler::schedule() {
   // still to come.
   int32_t decodes_left = 0;
   for (const Sequence* seq : running_) decodes_left += seq->num_tokens() - seq->num_computed_tokens == 1;
+  std::vector<Sequence*> order;
   for (const bool decodes : {true, false}) {
-    for (size_t i = 0; i < running_.size() && budget > 0;) {
-      Sequence* seq = running_[i];
+    order.clear();
+    for (Sequence* seq : running_) {
       const int32_t behind = seq->num_tokens() - seq->num_computed_tokens;
-      if (behind <= 0 || (behind == 1) != decodes) {
-        ++i;
-        continue;
-      }
+      if (behind > 0 && (behind == 1) == decodes) order.push_back(seq);
+    }
+    if (!decodes && config_.composition == StepComposition::LengthAware) {
+      // Prefills closest to done first: a short prompt finishes its prefill
+      // in this step instead of waiting behind a long one's chunks.
+      std::stable_sort(order.begin(), order.end(), [](const Sequence* a, const Sequence* b) {
+        return a->num_tokens() - a->num_computed_tokens < b->num_tokens() - b->num_computed_tokens;
+      });
+    }
+    for (Sequence* seq : order) {
+      if (budget <= 0) break;
+      if (seq->status != SeqStatus::Running) continue;  // preempted for an earlier one's blocks
       if (seq->num_computed_tokens >= config_.max_model_len) {
         // No position left for its next token; the engine should have
         // finished it (reached_max_model_len).
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        running_.erase(std::find(running_.begin(), running_.end(), seq));
         kv_.free(seq->id);
         seq->status = SeqStatus::FinishedLength;
         live_.erase(seq->id);
         plan.length_capped.push_back(seq->id);
         continue;
       }
-      const int32_t n = tokens_to_schedule(*seq, seq->num_computed_tokens, budget);
+      int32_t room = budget;
+      if (!decodes && config_.composition == StepComposition::LengthAware &&
+          step_ - seq->arrival_step < config_.length_aware_max_wait_steps)
+        room -= waiting_tokens_shorter_than(seq->num_tokens() - seq->num_computed_tokens);
+      const int32_t n = tokens_to_schedule(*seq, seq->num_computed_tokens, room);
       if (decodes) --decodes_left;
-      if (n == 0) {
-        ++i;
-        continue;
-      }
+      if (n == 0) continue;
       int32_t drafts = 0;
       if (decodes && !seq->spec_token_ids.empty()) {
         drafts = std::min({static_cast<int32_t>(seq->spec_token_ids.size()), budget - n - decodes_left,
@@ -314,7 +363,6 @@ StepPlan Scheduler::schedule() {
       if (!alloc) break;  // it preempted itself: it was the last one
       add_to_plan(plan, seq, n, *alloc, drafts);
       budget -= n + drafts;
-      ++i;
     }
   }
 
@@ -351,7 +399,8 @@ StepPlan Scheduler::schedule() {
              std::find(admitted_now.begin(), admitted_now.end(), last) == admitted_now.end();
     };
     while (!waiting_.empty() && budget > 0) {
-      Sequence* seq = waiting_.front();
+      const size_t at = next_waiting();
+      Sequence* seq = waiting_[at];
       PrefixMatch match;
       int32_t n = 0;
       std::optional<SlotAllocation> alloc;
@@ -371,7 +420,7 @@ StepPlan Scheduler::schedule() {
         preempt_last();
         continue;
       }
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(at));
       seq->num_computed_tokens = match.num_tokens;
       if (seq->num_cached_tokens < 0) seq->num_cached_tokens = match.num_tokens;
       seq->status = SeqStatus::Running;

@@ -9,7 +9,8 @@
 //      as the budget allows (decodes take 1, prefill chunks take the rest);
 //      when KV blocks run out, preempt the last running sequence in policy
 //      order (lowest priority / newest; possibly the one being scheduled);
-//   2. if nobody was preempted: admit waiting sequences in policy order while
+//   2. if nobody was preempted: admit waiting sequences in policy order (or
+//      shortest first: StepComposition below) while
 //      the budget, max_num_seqs and KV blocks allow, prefix-cache hits first
 //      reducing what they compute. The conservative admission policy also
 //      keeps a reserve of free blocks for the running sequences to grow into.
@@ -74,6 +75,19 @@ const char* to_string(PreemptionMode m);
 // at least one block per running sequence for its next tokens).
 enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
 
+// Which prefills a step takes when its token budget cannot take them all
+// (--step-composition). Fcfs: queue order, so a long prompt's chunks fill the
+// budget and short prompts behind it wait. LengthAware (the tuning guides'
+// compute-aware grouping): running prefills closest to done first, waiting
+// prompts shortest first, and a running prefill's chunk leaves room for the
+// waiting prompts shorter than what it has left. Short requests get their
+// first token within a step or two while a long one takes the rest of each
+// budget. A sequence in the system for length_aware_max_wait_steps steps
+// loses its turn to no shorter one, so a long prompt waits a bounded time.
+// Decodes always come first.
+enum class StepComposition : uint8_t { Fcfs, LengthAware };
+const char* to_string(StepComposition c);
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
@@ -90,6 +104,8 @@ struct SchedulerConfig {
   // Priority policy: every this many steps in the system a sequence's
   // effective priority improves by one (lower value); 0: no aging.
   int32_t priority_aging_steps = 256;
+  StepComposition composition = StepComposition::Fcfs;
+  int32_t length_aware_max_wait_steps = 64;
 
   // Throws Error naming the bad field.
   void validate() const;
@@ -171,6 +187,8 @@ class Scheduler {
   void insert_waiting(Sequence* seq, bool at_head);
   void preempt(Sequence* seq, StepPlan& plan);
   bool admission_leaves_reserve(int32_t new_blocks) const;
+  size_t next_waiting() const;  // index in waiting_ of the next one to admit
+  int32_t waiting_tokens_shorter_than(int32_t remaining) const;
   bool swap_out(Sequence* seq, StepPlan& plan);
   bool swap_in(Sequence* seq, StepPlan& plan);
   int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;

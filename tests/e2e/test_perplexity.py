@@ -50,3 +50,15 @@ def test_bad_input_is_a_clear_error(tmp_path):
     out = subprocess.run([str(BIN), "perplexity", "-m", str(STORIES), "-f", str(tmp_path / "missing.txt")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "cannot open" in out.stderr
+
+
+def test_int8_kv_cache_stays_within_one_percent_of_fp16():
+    """--kv-cache-dtype int8 on the default model (docs/performance.md: +0.6%
+    over all 14 chunks); the first 4 chunks here, against fp16 in the same run."""
+    model = default_model_path()
+    if model is None:
+        pytest.skip("the default model is not installed (make setup)")
+    case = CASES["gemma3-270m-q4_k_m"]
+    fp16 = perplexity(model, case, "--chunks", "4", "--kv-cache-dtype", "fp16")
+    int8 = perplexity(model, case, "--chunks", "4", "--kv-cache-dtype", "int8")
+    assert int8 == pytest.approx(fp16, rel=1e-2)

@@ -629,5 +629,71 @@ TEST(Scheduler, AgingBoundsTheWaitOfLowPriority) {
   EXPECT_LE(waited, 10 * 8 + 16);
 }
 
+// A long prompt first, three short ones behind it, a budget that cannot take
+// them all: FCFS gives the whole step to the long prompt's chunk; length-aware
+// composition runs the short prompts whole and the long one in what is left.
+TEST(Scheduler, LengthAwareCompositionRunsShortPromptsBesideALongOne) {
+  for (const StepComposition comp : {StepComposition::Fcfs, StepComposition::LengthAware}) {
+    SchedulerConfig c = sched_config(256, 16, 2048);
+    c.composition = comp;
+    FakeEngine e(c, kv_config(256, 16));
+    e.add(1, tokens(1000, 100), 4);
+    for (SeqId id : {2, 3, 4}) e.add(id, tokens(20, static_cast<TokenId>(3000 + 100 * id)), 4);
+    const StepPlan plan = e.step();
+    if (comp == StepComposition::Fcfs) {
+      EXPECT_EQ(summary(plan), (std::vector<Ran>{{1, 0, 256, false}}));
+    } else {
+      EXPECT_EQ(summary(plan), (std::vector<Ran>{{2, 0, 20, true}, {3, 0, 20, true}, {4, 0, 20, true}, {1, 0, 196, false}}));
+    }
+    // The next step: decodes first; then the long prompt's next chunk (one prefill running).
+    const StepPlan next = e.step();
+    if (comp == StepComposition::LengthAware) {
+      EXPECT_EQ(summary(next), (std::vector<Ran>{{2, 20, 1, true}, {3, 20, 1, true}, {4, 20, 1, true}, {1, 196, 253, false}}));
+    }
+    e.run_to_completion();
+    for (SeqId id : {1, 2, 3, 4}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+  }
+}
+
+// Running prefills closest to done go first.
+TEST(Scheduler, LengthAwareCompositionFinishesTheShortestRunningPrefillFirst) {
+  SchedulerConfig c = sched_config(100, 16, 2048);
+  c.composition = StepComposition::LengthAware;
+  FakeEngine e(c, kv_config(256, 16));
+  e.add(1, tokens(500, 100), 2);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{1, 0, 100, false}}));
+  // A shorter prompt arrives: the long prefill leaves it the room it needs.
+  e.add(2, tokens(130, 2000), 2);
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{2, 0, 100, false}}));
+  // Both are running prefills now; 2 (30 left) goes before 1 (400 left).
+  EXPECT_EQ(summary(e.step()), (std::vector<Ran>{{2, 100, 30, true}, {1, 100, 70, false}}));
+  e.run_to_completion();
+  for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+}
+
+// A steady stream of short prompts never starves a long one: it is admitted
+// within length_aware_max_wait_steps steps.
+TEST(Scheduler, LengthAwareCompositionBoundsTheWaitOfALongPrompt) {
+  SchedulerConfig c = sched_config(64, 4, 2048);
+  c.composition = StepComposition::LengthAware;
+  c.length_aware_max_wait_steps = 20;
+  FakeEngine e(c, kv_config(512, 16));
+  e.add(1, tokens(16, 9000), 200);  // keeps one seat busy
+  e.step();
+  e.add(2, tokens(600, 100), 2);
+  SeqId next = 3;
+  int admitted = -1;
+  for (int step = 0; step < 200 && admitted < 0; ++step) {
+    while (e.sched.num_waiting() < 4) {
+      e.add(next, tokens(40, static_cast<TokenId>(20000 + 100 * next)), 2);
+      ++next;
+    }
+    for (const ScheduledSeq& s : e.step().seqs)
+      if (s.seq_id == 2) admitted = step;
+  }
+  EXPECT_GE(admitted, 1);  // short ones went first
+  EXPECT_LE(admitted, 20 + 2);
+}
+
 }  // namespace
 }  // namespace pagellm
