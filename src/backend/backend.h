@@ -159,6 +159,10 @@ struct KVCacheSpec {
 struct SeqInfo {
   int32_t q_start = 0, q_len = 0, ctx_len = 0;
   std::vector<int32_t> block_table;  // physical block of each logical block
+  // Sliding KV eviction (Feature::KvEviction): keys [kv_sinks, kv_evicted_to)
+  // are gone (their blocks may hold another sequence's data); attention
+  // visits only [0, kv_sinks) and [kv_evicted_to, ctx_len). 0, 0: none gone.
+  int32_t kv_sinks = 0, kv_evicted_to = 0;
 };
 
 struct BatchInfo {
@@ -186,6 +190,7 @@ enum class Feature {
   // thread count and whatever else is in the batch (fixed reduction orders
   // and split points in every kernel).
   Deterministic,
+  KvEviction,  // SeqInfo::kv_sinks / kv_evicted_to
 };
 
 // (source, destination) block pairs.

@@ -62,8 +62,12 @@ Command register_perplexity(CLI::App& app) {
             po.batch = o->batch;
             po.max_chunks = o->chunks;
             po.bos_id = tok.add_bos() ? tok.bos_id() : -1;
-            std::fprintf(stderr, "perplexity: %zu tokens, ctx %d, %s\n", tokens.size(), o->ctx,
-                         o->stride ? fmt::format("stride {}", o->stride).c_str() : "llama.cpp chunks");
+            if (c.scheduler.kv_eviction == KvEviction::Sliding) po.sinks = c.scheduler.attention_sinks;
+            const std::string how = po.sinks >= 0 ? fmt::format("one stream, sliding KV window with {} sinks "
+                                                                "(segment perplexities)", po.sinks)
+                                    : o->stride ? fmt::format("stride {}", o->stride)
+                                                : std::string("llama.cpp chunks");
+            std::fprintf(stderr, "perplexity: %zu tokens, ctx %d, %s\n", tokens.size(), o->ctx, how.c_str());
             const auto t0 = std::chrono::steady_clock::now();
             // The engine is idle: its model and KV memory serve the calculation.
             const PerplexityResult r = compute_perplexity(eng.model(), eng.kv_config(), tokens, po,
@@ -80,6 +84,7 @@ Command register_perplexity(CLI::App& app) {
                                   {"stride", o->stride},    {"tokens", tokens.size()}, {"scored", r.tokens_scored},
                                   {"ppl", r.ppl()},         {"ppl_stderr", r.ppl_stderr()},
                                   {"running_ppl", r.running_ppl}, {"seconds", s},
+                                  {"segment_ppl", r.segment_ppl}, {"attention_sinks", po.sinks},
                                   {"kv_cache_dtype", dtype_name(c.kv_cache_dtype)}};
               std::ofstream(o->output_json) << j.dump(1) << "\n";
             }

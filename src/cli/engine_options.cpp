@@ -100,6 +100,14 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  app->add_option("--kv-eviction", f->kv_eviction,
+                  "none (a sequence stops at --max-model-len), or sliding (StreamingLLM: it keeps its first "
+                  "--attention-sinks tokens and its most recent ones, max-model-len tokens of KV in all, and goes on)")
+      ->check(CLI::IsMember({"none", "sliding"}))
+      ->capture_default_str();
+  app->add_option("--attention-sinks", f->attention_sinks, "With --kv-eviction sliding: tokens kept from the start")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app->add_option("--step-composition", f->step_composition,
                   "Which prefills a full step takes: fcfs (queue order), or length-aware (shortest first; a long "
                   "prefill's chunk leaves room for shorter waiting prompts; bounded wait for long ones)")
@@ -192,6 +200,8 @@ EngineConfig EngineFlags::to_config() const {
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
   c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
   c.scheduler.composition = step_composition == "length-aware" ? StepComposition::LengthAware : StepComposition::Fcfs;
+  c.scheduler.kv_eviction = kv_eviction == "sliding" ? KvEviction::Sliding : KvEviction::None;
+  c.scheduler.attention_sinks = attention_sinks;
   c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
   c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
   c.speculative = parse_speculative_config(speculative_config);

@@ -37,6 +37,8 @@ struct EngineFlags {
   std::string block_allocation = "any";
   std::string scheduling_policy = "fcfs";
   std::string step_composition = "fcfs";
+  std::string kv_eviction = "none";
+  int attention_sinks = 4;
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4;
   std::string speculative_config;  // JSON (vLLM's --speculative-config)

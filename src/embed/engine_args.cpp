@@ -65,7 +65,7 @@ const std::set<std::string>& known_keys() {
       "kv_cache_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
       "enable_chunked_prefill", "block_allocation", "scheduling_policy", "preemption_mode", "swap_space",
       "speculative_config", "seed", "chat_template", "profile", "long_prefill_token_threshold",
-      "preemption_policy", "priority_aging_steps", "deterministic", "step_composition",
+      "preemption_policy", "priority_aging_steps", "deterministic", "step_composition", "kv_eviction", "attention_sinks",
       // vLLM's, accepted (see the header)
       "dtype", "trust_remote_code", "enforce_eager", "disable_log_stats", "tensor_parallel_size",
       "pipeline_parallel_size"};
@@ -141,6 +141,11 @@ EngineArgs parse_engine_args(const json& args) {
   c.scheduler.policy = get_choice(args, "scheduling_policy", "fcfs", {"fcfs", "priority"}) == "priority"
                            ? SchedulingPolicy::Priority
                            : SchedulingPolicy::Fcfs;
+  c.scheduler.kv_eviction = get_choice(args, "kv_eviction", "none", {"none", "sliding"}) == "sliding"
+                                ? KvEviction::Sliding
+                                : KvEviction::None;
+  c.scheduler.attention_sinks =
+      static_cast<int32_t>(get_int_field(args, "attention_sinks", c.scheduler.attention_sinks, 0, 1 << 20));
   c.scheduler.composition =
       get_choice(args, "step_composition", "fcfs", {"fcfs", "length-aware", "length_aware"}) == "fcfs"
           ? StepComposition::Fcfs

@@ -29,7 +29,8 @@ struct EngineArgs {
 //   preemption_mode, preemption_policy (aggressive | conservative),
 //   long_prefill_token_threshold, priority_aging_steps, swap_space (GiB),
 //   speculative_config (object or JSON text), seed, chat_template, profile,
-//   deterministic, step_composition (fcfs | length-aware);
+//   deterministic, step_composition (fcfs | length-aware), kv_eviction
+//   (none | sliding), attention_sinks;
 //   accepted for vLLM compatibility: dtype ("auto"), trust_remote_code,
 //   enforce_eager, disable_log_stats, tensor_parallel_size and
 //   pipeline_parallel_size (1).

@@ -181,6 +181,8 @@ void Engine::load(const LoadProgress& progress) {
   kv_config_.enable_prefix_caching = config_.enable_prefix_caching;
   kv_config_.allocation_policy = config_.block_allocation;
   backend_->allocate_kv_cache(model_->kv_cache_spec(config_.block_size, kv_config_.num_blocks, config_.kv_cache_dtype));
+  if (sched_config_.kv_eviction == KvEviction::Sliding && !backend_->supports(Feature::KvEviction))
+    fail("--kv-eviction sliding: the {} backend cannot skip evicted keys in attention", backend_->name());
   if (config_.deterministic) {
     if (!backend_->supports(Feature::Deterministic))
       fail("--deterministic: the {} backend has no deterministic mode", backend_->name());
@@ -252,7 +254,8 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (prompt >= sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
                                      prompt, sched_config_.max_model_len), "prompt");
-  if (prompt + req.params.max_tokens > sched_config_.max_model_len)
+  // (With sliding KV eviction a sequence outgrows max_model_len by design.)
+  if (sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
                                      "max_tokens is {} ({} in total); reduce the prompt or max_tokens",
                                      sched_config_.max_model_len, prompt, req.params.max_tokens,

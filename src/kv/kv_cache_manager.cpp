@@ -149,12 +149,38 @@ void KVCacheManager::truncate(SeqId seq, int32_t num_tokens) {
   s.num_tokens = num_tokens;
 }
 
+int32_t KVCacheManager::evict(SeqId seq, int32_t first_block, int32_t end_block) {
+  auto it = seqs_.find(seq);
+  PAGELLM_CHECK(it != seqs_.end(), "evict: sequence {} has no KV blocks", seq);
+  SeqBlocks& s = it->second;
+  PAGELLM_CHECK(first_block >= 0 && end_block <= static_cast<int32_t>(s.blocks.size()),
+                "evict(seq {}): blocks [{}, {}) outside a table of {}", seq, first_block, end_block, s.blocks.size());
+  if (end_block <= std::max(first_block, s.evicted_end)) return 0;
+  PAGELLM_CHECK(s.evicted_end == 0 || s.evicted_begin == first_block,
+                "evict(seq {}): the evicted range starts at block {}, not {}", seq, s.evicted_begin, first_block);
+  int32_t released = 0;
+  for (int32_t i = std::max(first_block, s.evicted_end); i < end_block; ++i) {
+    pool_.release(s.blocks[i]);
+    s.blocks[i] = kNullBlock;
+    ++released;
+  }
+  s.evicted_begin = first_block;
+  s.evicted_end = end_block;
+  return released;
+}
+
+int32_t KVCacheManager::evicted_end(SeqId seq) const {
+  const auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.evicted_end;
+}
+
 void KVCacheManager::fork(SeqId parent, SeqId child) {
   const auto it = seqs_.find(parent);
   PAGELLM_CHECK(it != seqs_.end(), "fork: parent sequence {} has no KV blocks", parent);
   PAGELLM_CHECK(!seqs_.count(child), "fork: child sequence {} already has KV blocks", child);
   SeqBlocks copy = it->second;
-  for (BlockId b : copy.blocks) pool_.acquire(b);
+  for (BlockId b : copy.blocks)
+    if (b != kNullBlock) pool_.acquire(b);
   seqs_.emplace(child, std::move(copy));
 }
 
@@ -162,7 +188,8 @@ void KVCacheManager::free(SeqId seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   const auto& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.release(*b);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b)
+    if (*b != kNullBlock) pool_.release(*b);  // evicted ones are gone already
   seqs_.erase(it);
 }
 
@@ -190,6 +217,7 @@ KVCacheStats KVCacheManager::stats() const {
     std::vector<int32_t> filled(static_cast<size_t>(pool_.num_blocks()), 0);
     for (const auto& [id, s] : seqs_) {
       for (size_t i = 0; i < s.blocks.size(); ++i) {
+        if (s.blocks[i] == kNullBlock) continue;  // evicted
         const int64_t in_block = std::clamp<int64_t>(s.num_tokens - int64_t(i) * bs, 0, bs);
         filled[s.blocks[i]] = std::max(filled[s.blocks[i]], static_cast<int32_t>(in_block));
       }
@@ -216,6 +244,10 @@ void KVCacheManager::check_invariants() const {
                   s.blocks.size());
     for (size_t i = 0; i < s.blocks.size(); ++i) {
       const BlockId b = s.blocks[i];
+      const bool evicted = static_cast<int32_t>(i) >= s.evicted_begin && static_cast<int32_t>(i) < s.evicted_end;
+      PAGELLM_CHECK(evicted == (b == kNullBlock), "sequence {} block {} is {} but {} the evicted range", id, i,
+                    b == kNullBlock ? "null" : "held", evicted ? "inside" : "outside");
+      if (evicted) continue;
       PAGELLM_CHECK(b > kNullBlock && b < pool_.num_blocks(),
                     "sequence {} holds invalid block {}", id, b);
       PAGELLM_CHECK(!(held[b] && last_holder[b] == id), "sequence {} holds block {} twice", id, b);

@@ -93,6 +93,14 @@ class KVCacheManager {
   // blocks; a table already that short is left alone.
   void truncate(SeqId seq, int32_t num_tokens);
 
+  // Sliding eviction: the blocks [first_block, end_block) of the sequence go
+  // back to the pool (full ones stay cached) and its table holds kNullBlock
+  // there. Blocks already evicted are skipped; the evicted range only grows,
+  // from the same first_block. Returns how many blocks were released.
+  int32_t evict(SeqId seq, int32_t first_block, int32_t end_block);
+  // The end of the sequence's evicted block range (0: none evicted).
+  int32_t evicted_end(SeqId seq) const;
+
   // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
   void fork(SeqId parent, SeqId child);
 
@@ -126,6 +134,7 @@ class KVCacheManager {
     std::vector<BlockId> blocks;
     std::vector<BlockHash> hashes;  // [num committed full blocks]
     int32_t num_tokens = 0;         // token slots the table was sized for
+    int32_t evicted_begin = 0, evicted_end = 0;  // blocks[evicted_begin, evicted_end) are kNullBlock
   };
 
   KVCacheConfig config_;

@@ -38,6 +38,8 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
     info.q_len = s.num_new_tokens;
     info.ctx_len = s.end_pos();
     info.block_table.assign(s.block_table.begin(), s.block_table.end());
+    info.kv_sinks = s.kv_sinks;
+    info.kv_evicted_to = s.kv_evicted_to;
     row += s.num_new_tokens;
     if (s.sample) {
       out.entries.push_back(static_cast<int32_t>(i));

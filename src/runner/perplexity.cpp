@@ -65,6 +65,77 @@ void score_window(Model& model, KVCacheManager& kv, ModelRunner& runner, std::sp
   kv.free(kSeq);
 }
 
+// Streaming: the whole text as one sequence through a sliding window of
+// `o.ctx` tokens of KV (the first o.sinks kept), evicting as it goes.
+void score_stream(Model& model, KVCacheManager& kv, ModelRunner& runner, std::span<const int32_t> tokens,
+                  const PerplexityOptions& o, PerplexityResult& r,
+                  const std::function<void(size_t, size_t, double)>& progress) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const int32_t n_vocab = model.config().n_vocab;
+  const int32_t bs = kv.block_size();
+  const int32_t sink_blocks = (o.sinks + bs - 1) / bs;
+  const int32_t window_blocks = o.ctx / bs - sink_blocks;
+  PAGELLM_CHECK(window_blocks >= 2, "perplexity: --ctx {} leaves fewer than 2 blocks besides {} sinks", o.ctx, o.sinks);
+  const int32_t piece = std::max(1, std::min(o.batch, window_blocks * bs / 2));
+  constexpr SeqId kSeq = 1;
+  Sequence seq;
+  seq.id = kSeq;
+  seq.num_prompt_tokens = n;
+  StepPlan plan;
+  plan.block_size = bs;
+  ModelRunner::Output out;
+  const size_t segments = static_cast<size_t>((n - 1 + o.ctx - 1) / o.ctx);
+  const size_t todo = o.max_chunks > 0 ? std::min<size_t>(segments, o.max_chunks) : segments;
+  const int32_t end = static_cast<int32_t>(std::min<int64_t>(n - 1, static_cast<int64_t>(todo) * o.ctx));
+  double seg_nll = 0;
+  int64_t seg_count = 0;
+  for (int32_t start = 0; start < end; start += piece) {
+    const int32_t len = std::min(piece, end - start);
+    if (kv.has_seq(kSeq)) {
+      const int32_t have = static_cast<int32_t>(kv.block_table(kSeq).size());
+      const int32_t first_kept = (start + len + bs - 1) / bs - window_blocks;
+      kv.evict(kSeq, sink_blocks, std::min(first_kept, have));
+    }
+    auto alloc = kv.allocate_slots(kSeq, start, len);
+    PAGELLM_CHECK(alloc.has_value(), "perplexity: the KV cache cannot hold the window");
+    seq.token_ids.assign(tokens.begin(), tokens.begin() + start + 1);
+    seq.num_computed_tokens = start;
+    ScheduledSeq e;
+    e.seq = &seq;
+    e.seq_id = kSeq;
+    e.start_pos = start;
+    e.num_new_tokens = len;
+    e.block_table = kv.block_table(kSeq);
+    e.sample = true;
+    e.draft_tokens.assign(tokens.begin() + start + 1, tokens.begin() + start + len);
+    if (const int32_t evicted = kv.evicted_end(kSeq); evicted > 0) {
+      e.kv_sinks = o.sinks;
+      e.kv_evicted_to = evicted * bs;
+    }
+    plan.seqs.assign(1, std::move(e));
+    plan.num_batched_tokens = len;
+    plan.num_draft_tokens = len - 1;
+    runner.execute(plan, out);
+    for (int32_t j = 0; j < len; ++j) {
+      const int32_t pos = start + j;
+      const double nll = token_nll(out.row(0, j, n_vocab), n_vocab, tokens[static_cast<size_t>(pos) + 1]);
+      r.nll_sum += nll;
+      r.sum_sq += nll * nll;
+      ++r.tokens_scored;
+      seg_nll += nll;
+      ++seg_count;
+      if ((pos + 1) % o.ctx == 0 || pos + 1 == end) {
+        r.segment_ppl.push_back(std::exp(seg_nll / static_cast<double>(seg_count)));
+        r.running_ppl.push_back(r.ppl());
+        seg_nll = 0;
+        seg_count = 0;
+        if (progress) progress(r.segment_ppl.size(), todo, r.segment_ppl.back());
+      }
+    }
+  }
+  kv.free(kSeq);
+}
+
 }  // namespace
 
 double PerplexityResult::ppl() const { return tokens_scored ? std::exp(nll_sum / tokens_scored) : 0.0; }
@@ -91,6 +162,11 @@ PerplexityResult compute_perplexity(Model& model, const KVCacheConfig& kv_config
   ModelRunner runner(model);
   PerplexityResult r;
   const size_t n = tokens.size();
+  if (o.sinks >= 0) {
+    PAGELLM_CHECK(n >= 2, "perplexity: the text has fewer than 2 tokens");
+    score_stream(model, kv, runner, tokens, o, r, progress);
+    return r;
+  }
   if (o.stride == 0) {
     const size_t chunks = n / static_cast<size_t>(o.ctx);
     PAGELLM_CHECK(chunks >= 1, "perplexity: the text has {} tokens, fewer than one chunk of --ctx {}", n, o.ctx);

@@ -7,6 +7,9 @@
 //    half of each chunk is scored (each token with at least ctx/2 of context).
 //  - stride s > 0 (the Hugging Face recipe): windows of ctx tokens starting
 //    every s tokens; each window scores the tokens no earlier window scored.
+//  - sinks >= 0 (StreamingLLM): one stream over the whole text through a
+//    sliding KV window, the curve of perplexity by position (flat when the
+//    window keeps what the model needs).
 // Logits come from the same batched forward pass the engine runs, in pieces
 // of at most `batch` tokens per pass (all positions' logits at once would
 // need ctx x vocabulary floats).
@@ -28,6 +31,11 @@ struct PerplexityOptions {
   int32_t batch = 128;    // tokens per forward pass
   int32_t bos_id = -1;    // >= 0: the first token of each llama.cpp chunk becomes this
   int32_t max_chunks = 0; // 0: all
+  // >= 0: streaming (--kv-eviction sliding): the whole text is one sequence,
+  // fed `batch` tokens at a time, whose KV keeps its first `sinks` tokens and
+  // its most recent ones (ctx tokens of KV in all); every token after the
+  // first is scored, and each ctx tokens make one segment of the curve.
+  int32_t sinks = -1;
 };
 
 struct PerplexityResult {
@@ -36,6 +44,7 @@ struct PerplexityResult {
   double ppl() const;
   double ppl_stderr() const;  // from the spread of the per-token losses (llama.cpp's estimate)
   std::vector<double> running_ppl;  // after each chunk / window
+  std::vector<double> segment_ppl;  // streaming: of each ctx tokens
   double sum_sq = 0;  // of per-token NLLs, for the error estimate
 };
 

@@ -23,6 +23,10 @@ void SchedulerConfig::validate() const {
                 "admission_watermark must be in [0, 1), got {}", admission_watermark);
   PAGELLM_CHECK(priority_aging_steps >= 0, "priority_aging_steps must be >= 0 (0: off), got {}",
                 priority_aging_steps);
+  PAGELLM_CHECK(kv_eviction == KvEviction::None || (attention_sinks >= 0 && attention_sinks < max_model_len / 2),
+                "attention_sinks ({}) must be in [0, max_model_len / 2) with sliding KV eviction", attention_sinks);
+  PAGELLM_CHECK(kv_eviction == KvEviction::None || preemption_mode == PreemptionMode::Recompute,
+                "sliding KV eviction needs --preemption-mode recompute");
   PAGELLM_CHECK(length_aware_max_wait_steps >= 0, "length_aware_max_wait_steps must be >= 0, got {}",
                 length_aware_max_wait_steps);
   PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute || num_swap_blocks >= 1,
@@ -40,6 +44,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
   PAGELLM_CHECK(config_.max_model_len <= capacity,
                 "max_model_len {} exceeds the KV cache capacity of {} tokens ({} blocks of {})",
                 config_.max_model_len, capacity, kv_.num_usable_blocks(), kv_.block_size());
+  PAGELLM_CHECK(config_.kv_eviction == KvEviction::None || window_tokens() >= 2 * kv_.block_size(),
+                "sliding KV eviction: max_model_len {} leaves fewer than 2 blocks of {} tokens besides {} attention "
+                "sinks",
+                config_.max_model_len, kv_.block_size(), config_.attention_sinks);
   if (config_.preemption_mode == PreemptionMode::Swap) {
     // Popped from the back: lowest ids first.
     for (int32_t b = config_.num_swap_blocks - 1; b >= 0; --b) free_host_blocks_.push_back(b);
@@ -182,11 +190,34 @@ void Scheduler::fork(SeqId parent_id, Sequence* child) {
 
 int32_t Scheduler::tokens_to_schedule(const Sequence& seq, int32_t num_computed,
                                       int32_t budget) const {
+  if (config_.kv_eviction == KvEviction::Sliding) {
+    // No length cap; a chunk at most half the window, so that its first
+    // token still sees half a window of recent keys.
+    const int32_t n = std::min({seq.num_tokens() - num_computed, budget, std::max(1, window_tokens() / 2)});
+    return std::max(n, 0);
+  }
   int32_t n = std::min(seq.num_tokens(), config_.max_model_len) - num_computed;
   if (n <= 0 || budget <= 0) return 0;
   if (!config_.enable_chunked_prefill) return n <= budget ? n : 0;
   if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
   return std::min(n, budget);
+}
+
+int32_t Scheduler::window_tokens() const {
+  // The recent keys a sequence keeps besides its sink blocks, whole blocks.
+  const int32_t bs = kv_.block_size();
+  const int32_t sink_blocks = blocks_for_tokens(config_.attention_sinks, bs);
+  return (config_.max_model_len / bs - sink_blocks) * bs;
+}
+
+void Scheduler::evict_for(Sequence* seq, int32_t end_tokens) {
+  if (config_.kv_eviction != KvEviction::Sliding || !kv_.has_seq(seq->id)) return;
+  const int32_t bs = kv_.block_size();
+  const int32_t sink_blocks = blocks_for_tokens(config_.attention_sinks, bs);
+  const int32_t first_kept = blocks_for_tokens(end_tokens, bs) - window_tokens() / bs;
+  // Only blocks the table already has (a later step's allocation adds the rest).
+  const int32_t have = static_cast<int32_t>(kv_.block_table(seq->id).size());
+  num_evicted_blocks_ += kv_.evict(seq->id, sink_blocks, std::min(first_kept, have));
 }
 
 void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc,
@@ -199,6 +230,10 @@ void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, Slot
   s.block_table = kv_.block_table(seq->id);
   s.sample = seq->num_computed_tokens + num_new == seq->num_tokens();
   s.draft_tokens.assign(seq->spec_token_ids.begin(), seq->spec_token_ids.begin() + num_drafts);
+  if (const int32_t end = kv_.evicted_end(seq->id); end > 0) {
+    s.kv_sinks = config_.attention_sinks;
+    s.kv_evicted_to = end * kv_.block_size();
+  }
   plan.seqs.push_back(std::move(s));
   plan.block_copies.insert(plan.block_copies.end(), alloc.copies.begin(), alloc.copies.end());
   plan.num_batched_tokens += num_new + num_drafts;
@@ -329,7 +364,7 @@ StepPlan Scheduler::schedule() {
     for (Sequence* seq : order) {
       if (budget <= 0) break;
       if (seq->status != SeqStatus::Running) continue;  // preempted for an earlier one's blocks
-      if (seq->num_computed_tokens >= config_.max_model_len) {
+      if (config_.kv_eviction == KvEviction::None && seq->num_computed_tokens >= config_.max_model_len) {
         // No position left for its next token; the engine should have
         // finished it (reached_max_model_len).
         running_.erase(std::find(running_.begin(), running_.end(), seq));
@@ -352,6 +387,8 @@ StepPlan Scheduler::schedule() {
                            config_.max_model_len - seq->num_tokens()});
         drafts = std::max(drafts, 0);
       }
+      if (config_.kv_eviction == KvEviction::Sliding) drafts = 0;  // the window moves by whole chunks only
+      evict_for(seq, seq->num_computed_tokens + n);
       std::optional<SlotAllocation> alloc;
       while (!(alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n + drafts))) {
         if (drafts > 0) {
@@ -405,7 +442,9 @@ StepPlan Scheduler::schedule() {
       int32_t n = 0;
       std::optional<SlotAllocation> alloc;
       if (static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-        match = kv_.match_prefix(seq->token_ids);
+        // (A sequence past its window recomputes through the window, not from cached blocks.)
+        if (config_.kv_eviction == KvEviction::None || seq->num_tokens() <= config_.max_model_len)
+          match = kv_.match_prefix(seq->token_ids);
         n = tokens_to_schedule(*seq, match.num_tokens, budget);
         if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
         // Blocks it would hold, matched ones included (they may sit in the
@@ -521,7 +560,7 @@ void Scheduler::check_invariants() const {
                   "running sequence {} has {} computed tokens in {} blocks", s->id,
                   s->num_computed_tokens, kv_.block_table(s->id).size());
     PAGELLM_CHECK(s->num_computed_tokens <= s->num_tokens() &&
-                      s->num_computed_tokens <= config_.max_model_len,
+                      (s->num_computed_tokens <= config_.max_model_len || config_.kv_eviction == KvEviction::Sliding),
                   "running sequence {} has {} computed of {} tokens", s->id,
                   s->num_computed_tokens, s->num_tokens());
     PAGELLM_CHECK(i == 0 || !runs_before(s, running_[i - 1]),

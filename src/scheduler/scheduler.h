@@ -88,6 +88,14 @@ enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
 enum class StepComposition : uint8_t { Fcfs, LengthAware };
 const char* to_string(StepComposition c);
 
+// What happens when a sequence's KV outgrows max_model_len tokens
+// (--kv-eviction). None: it finishes (length). Sliding (StreamingLLM): it
+// keeps its first attention_sinks tokens and its most recent ones, at most
+// max_model_len tokens of KV in all, and goes on; the blocks in between go
+// back to the pool as the window moves. Positions keep counting, so RoPE
+// distances within the window are the true ones.
+enum class KvEviction : uint8_t { None, Sliding };
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
@@ -105,6 +113,8 @@ struct SchedulerConfig {
   // effective priority improves by one (lower value); 0: no aging.
   int32_t priority_aging_steps = 256;
   StepComposition composition = StepComposition::Fcfs;
+  KvEviction kv_eviction = KvEviction::None;
+  int32_t attention_sinks = 4;  // Sliding: tokens kept from the start
   int32_t length_aware_max_wait_steps = 64;
 
   // Throws Error naming the bad field.
@@ -146,7 +156,7 @@ class Scheduler {
   // The engine should finish a sequence once this holds (vLLM's rule): the
   // next token would need a position past the model's context.
   bool reached_max_model_len(const Sequence& seq) const {
-    return seq.num_tokens() >= config_.max_model_len;
+    return config_.kv_eviction == KvEviction::None && seq.num_tokens() >= config_.max_model_len;
   }
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
@@ -167,6 +177,7 @@ class Scheduler {
   int64_t num_preemptions_swap() const { return num_preemptions_swap_; }
   int64_t num_blocks_swapped_out() const { return blocks_swapped_out_; }
   int64_t num_blocks_swapped_in() const { return blocks_swapped_in_; }
+  int64_t num_evicted_blocks() const { return num_evicted_blocks_; }  // sliding KV eviction
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
   int32_t num_free_swap_blocks() const { return static_cast<int32_t>(free_host_blocks_.size()); }
   KVCacheStats kv_stats() const { return kv_.stats(); }
@@ -188,7 +199,9 @@ class Scheduler {
   void preempt(Sequence* seq, StepPlan& plan);
   bool admission_leaves_reserve(int32_t new_blocks) const;
   size_t next_waiting() const;  // index in waiting_ of the next one to admit
+  void evict_for(Sequence* seq, int32_t end_tokens);  // sliding eviction before allocating
   int32_t waiting_tokens_shorter_than(int32_t remaining) const;
+  int32_t window_tokens() const;
   bool swap_out(Sequence* seq, StepPlan& plan);
   bool swap_in(Sequence* seq, StepPlan& plan);
   int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
@@ -209,6 +222,7 @@ class Scheduler {
   std::unordered_map<SeqId, std::vector<int32_t>> host_blocks_;
   std::vector<int32_t> free_host_blocks_;
   int64_t num_preemptions_swap_ = 0;
+  int64_t num_evicted_blocks_ = 0;
   int64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0;
 };
 

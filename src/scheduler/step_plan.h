@@ -29,6 +29,8 @@ struct ScheduledSeq {
   // on (draft_tokens.size() + 1 rows): each verifies the next draft, the last
   // gives the token after all of them.
   std::vector<TokenId> draft_tokens;
+  // Sliding KV eviction: keys [kv_sinks, kv_evicted_to) are gone (SeqInfo).
+  int32_t kv_sinks = 0, kv_evicted_to = 0;
 
   int32_t end_pos() const { return start_pos + num_new_tokens; }
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_tokens.size()); }

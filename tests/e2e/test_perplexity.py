@@ -4,6 +4,7 @@ stories260K (f32 weights) agrees to 0.05%; the Q4_K_M default model within 1%
 (the two engines round activations differently in quantized matrix products)."""
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -62,3 +63,33 @@ def test_int8_kv_cache_stays_within_one_percent_of_fp16():
     fp16 = perplexity(model, case, "--chunks", "4", "--kv-cache-dtype", "fp16")
     int8 = perplexity(model, case, "--chunks", "4", "--kv-cache-dtype", "int8")
     assert int8 == pytest.approx(fp16, rel=1e-2)
+
+
+def test_streaming_through_a_sliding_window_stays_bounded(tmp_path):
+    """--kv-eviction sliding: the whole text (~350 windows of 64 tokens) as one
+    stream. stories260K's context is 512, so no sinks here (a sink's RoPE
+    distance would pass what it was trained on). Every segment is reported,
+    and over the whole text and over its last third the stream stays within
+    1.5x of scoring fixed 64-token chunks (half a chunk of context each)."""
+    if not STORIES.exists():
+        pytest.skip(f"missing test data: {STORIES}")
+    records = {}
+    for name, extra in (("chunks", []), ("stream", ["--kv-eviction", "sliding", "--attention-sinks", "0"])):
+        path = tmp_path / f"{name}.json"
+        out = subprocess.run([str(BIN), "perplexity", "-m", str(STORIES), "-f", CASES["stories260K"]["text"],
+                              "--ctx", "64", "--output-json", str(path), *extra],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        records[name] = json.loads(path.read_text())
+    stream, chunks = records["stream"], records["chunks"]
+    segments = stream["segment_ppl"]
+    assert len(segments) == (stream["tokens"] - 1 + 63) // 64
+    assert stream["ppl"] < 1.5 * chunks["ppl"]
+    # The last third: geometric mean of the stream's segments; the chunks'
+    # running perplexity (32 scored tokens per chunk) gives theirs.
+    k = len(segments) * 2 // 3
+    tail_stream = math.exp(sum(math.log(x) for x in segments[k:-1]) / len(segments[k:-1]))
+    running = chunks["running_ppl"]
+    n, m = len(running), len(running) * 2 // 3
+    tail_chunks = math.exp((n * math.log(running[-1]) - m * math.log(running[m - 1])) / (n - m))
+    assert tail_stream < 1.5 * tail_chunks

@@ -116,7 +116,8 @@ class CpuBackend : public Backend {
   void synchronize() override {}  // every op is done when it returns
 
   bool supports(Feature f) const override {
-    return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic;
+    return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
+           f == Feature::KvEviction;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -554,23 +555,39 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t pos0 = s.ctx_len - s.q_len + t0;
       const int64_t j1 = pos0 + nt;
       const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos0 - cfg.sliding_window + 1) : 0;
+      // Key ranges: [j0, j1), or with evicted keys the sinks and what follows the gap.
+      int64_t ranges[2][2] = {{j0, j1}, {0, 0}};
+      int n_ranges = 1;
+      if (s.kv_evicted_to > s.kv_sinks) {
+        n_ranges = 0;
+        if (j0 < s.kv_sinks) ranges[n_ranges][0] = j0, ranges[n_ranges++][1] = std::min<int64_t>(j1, s.kv_sinks);
+        const int64_t a = std::max<int64_t>(j0, s.kv_evicted_to);
+        if (a < j1) ranges[n_ranges][0] = a, ranges[n_ranges++][1] = j1;
+      }
+      int64_t keys = 0;
+      for (int r = 0; r < n_ranges; ++r) keys += ranges[r][1] - ranges[r][0];
       int64_t parts = 1;
       if (nt == 1 && base_units < want_units) {
-        parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (j1 - j0 + 255) / 256);
+        parts = std::min<int64_t>((want_units + base_units - 1) / base_units, (keys + 255) / 256);
         parts = std::max<int64_t>(parts, 1);
       }
       for (int32_t g = 0; g < cfg.n_head_kv; ++g) {
-        if (deterministic_) {
-          for (int64_t a = j0; a < j1;) {
-            const int64_t b = std::min(j1, (a / split + 1) * split);
-            units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
-            a = b;
+        if (n_ranges == 0) units_.push_back({s.q_start + t0, nt, si, g, j0, j0, pos0});  // no key: zero output
+        for (int r = 0; r < n_ranges; ++r) {
+          const int64_t lo = ranges[r][0], hi = ranges[r][1];
+          if (deterministic_) {
+            for (int64_t a = lo; a < hi;) {
+              const int64_t b = std::min(hi, (a / split + 1) * split);
+              units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
+              a = b;
+            }
+            continue;
           }
-          continue;
-        }
-        for (int64_t p = 0; p < parts; ++p) {
-          const int64_t a = j0 + (j1 - j0) * p / parts, b = j0 + (j1 - j0) * (p + 1) / parts;
-          units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
+          const int64_t rp = std::max<int64_t>(1, parts * (hi - lo) / std::max<int64_t>(keys, 1));
+          for (int64_t p = 0; p < rp; ++p) {
+            const int64_t a = lo + (hi - lo) * p / rp, b = lo + (hi - lo) * (p + 1) / rp;
+            units_.push_back({s.q_start + t0, nt, si, g, a, b, pos0});
+          }
         }
       }
     }

@@ -214,6 +214,8 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
     s.q_len = ql;
     s.ctx_len = ctx;
     s.block_table = tables[si];
+    s.kv_sinks = c.evict_sinks;
+    s.kv_evicted_to = c.evict_to;
     for (int p = ctx - ql; p < ctx; ++p) {
       qb.token_ids.push_back(0);
       qb.positions.push_back(p);
@@ -258,6 +260,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
         double mx = -1e300;
         for (int j = 0; j <= p; ++j) {
           if (c.window > 0 && j <= p - c.window) continue;
+          if (j >= c.evict_sinks && j < c.evict_to) continue;
           const float* kr = k.data() + ((fill_start[si] + j) * c.n_kv + g) * D;
           double s = 0;
           for (int d = 0; d < D; ++d) s += static_cast<double>(q[(row * c.n_head + h) * D + d]) * kr[d];
@@ -307,6 +310,21 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
   };
   uint32_t seed = 100;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+TEST_P(BackendOps, PagedAttentionSkipsEvictedKeys) {
+  if (!be_->supports(Feature::KvEviction)) GTEST_SKIP() << "no sliding KV eviction";
+  std::vector<AttnCase> cases = {
+      {8, 2, 64, 16, 0, 0, true, {{1, 300}, {20, 290}}},   // decode and a chunk after the gap
+      {4, 1, 256, 16, 24, 0, false, {{1, 400}}},           // with a model window as well
+      {2, 1, 64, 8, 0, 0, false, {{1, 1000}}},             // split key ranges
+  };
+  uint32_t seed = 400;
+  for (auto& c : cases) {
+    c.evict_sinks = 4;
+    c.evict_to = 160;
+    check_attention(*this, *be_, c, seed++);
+  }
 }
 
 TEST_P(BackendOps, PagedAttentionInt8CacheMatchesReference) {

@@ -106,6 +106,8 @@ struct AttnCase {
   bool neox = true;  // RoPE pairing, where the case rotates k
   bool sinks = false;  // per-head sink logits (where the backend supports them)
   bool int8 = false;   // an int8 cache (f16 ignored), where the backend has one
+  // Sliding KV eviction: keys [evict_sinks, evict_to) of every sequence are gone.
+  int evict_sinks = 0, evict_to = 0;
 };
 
 inline void PrintTo(const AttnCase& c, std::ostream* os) {

@@ -421,5 +421,49 @@ TEST(EngineDevices, BatchInvarianceWithPreemptionOnOpenCl) {
   check_batch_invariance(c, 512, false);
 }
 
+// --kv-eviction sliding: requests run far past max_model_len, each holding
+// at most max_model_len tokens of KV; up to that length they match a run
+// without eviction token for token.
+TEST(EngineKvEviction, SlidingWindowGoesPastMaxModelLenInBoundedMemory) {
+  EngineConfig plain = test::tiny_engine_config(128);
+  plain.block_size = 16;
+  EngineConfig sliding = plain;
+  sliding.scheduler.kv_eviction = KvEviction::Sliding;
+  sliding.scheduler.attention_sinks = 4;
+  sliding.scheduler.max_num_batched_tokens = 96;
+  Engine engine(sliding);
+  const int64_t per_block = static_cast<int64_t>(engine.backend().kv_cache_spec().bytes_per_block());
+  (void)per_block;
+  for (int i = 0; i < 3; ++i)
+    engine.add_request(test::make_request("r" + std::to_string(i), {static_cast<int32_t>(5 + i), 6, 7, 8, 9, 10}, 400));
+  int64_t peak_used = 0;
+  test::Results out;
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      ASSERT_TRUE(o.error.empty()) << o.error;
+      for (const CompletionDelta& d : o.completions) {
+        auto& r = out[o.request_id];
+        if (r.empty()) r.resize(1);
+        r[0].tokens.insert(r[0].tokens.end(), d.token_ids.begin(), d.token_ids.end());
+        if (d.finish_reason != FinishReason::None) r[0].reason = d.finish_reason;
+      }
+    }
+    engine.check_invariants();
+    peak_used = std::max<int64_t>(peak_used, engine.stats().kv.used_blocks);
+  }
+  // 128 / 16 = 8 blocks per sequence (one more while a chunk crosses a block).
+  EXPECT_LE(peak_used, 3 * 9);
+  Engine reference(plain);
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    ASSERT_EQ(out[id][0].tokens.size(), 400u) << id;
+    EXPECT_EQ(out[id][0].reason, FinishReason::Length);
+    reference.add_request(test::make_request(id, {static_cast<int32_t>(5 + i), 6, 7, 8, 9, 10}, 128 - 6));
+  }
+  const test::Results ref = test::run_all(reference);
+  for (const auto& [id, samples] : ref)
+    EXPECT_TRUE(std::equal(samples[0].tokens.begin(), samples[0].tokens.end(), out[id][0].tokens.begin())) << id;
+}
+
 }  // namespace
 }  // namespace pagellm

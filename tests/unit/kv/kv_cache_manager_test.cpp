@@ -312,5 +312,29 @@ TEST(KVCacheManager, RejectsInconsistentCalls) {
   kv.check_invariants();
 }
 
+TEST(KVCacheManager, SlidingEvictionReleasesTheMiddleAndKeepsInvariants) {
+  KVCacheConfig c;
+  c.num_blocks = 16;
+  c.block_size = 8;
+  KVCacheManager kv(c);
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 80).has_value());  // 10 blocks
+  const int32_t before = kv.num_available_blocks();
+  EXPECT_EQ(kv.evict(1, 1, 6), 5);
+  EXPECT_EQ(kv.num_available_blocks(), before + 5);
+  EXPECT_EQ(kv.evicted_end(1), 6);
+  for (int32_t i = 1; i < 6; ++i) EXPECT_EQ(kv.block_table(1)[i], kNullBlock);
+  kv.check_invariants();
+  EXPECT_EQ(kv.evict(1, 1, 4), 0);  // already gone
+  EXPECT_EQ(kv.evict(1, 1, 8), 2);  // the window moves on
+  EXPECT_THROW(kv.evict(1, 2, 9), Error);  // the range keeps its start
+  ASSERT_TRUE(kv.allocate_slots(1, 80, 16).has_value());
+  kv.fork(1, 2);
+  kv.check_invariants();
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_available_blocks(), kv.num_usable_blocks());
+}
+
 }  // namespace
 }  // namespace pagellm
