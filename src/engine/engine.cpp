@@ -791,6 +791,7 @@ void Engine::update_gauges() {
   metrics_.prefix_cache_queries = scheduler_->prefix_query_tokens();
   metrics_.prefix_cache_hits = scheduler_->prefix_hit_tokens();
   metrics_.num_preemptions = scheduler_->num_preemptions();
+  metrics_.kv_evicted_blocks = scheduler_->num_evicted_blocks();
   metrics_.num_preemptions_recompute = scheduler_->num_preemptions_recompute();
   metrics_.num_preemptions_swap = scheduler_->num_preemptions_swap();
   metrics_.num_preemptions_priority = scheduler_->num_preemptions_priority();

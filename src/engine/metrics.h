@@ -42,6 +42,7 @@ struct EngineMetrics {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t kv_evicted_blocks = 0;  // --kv-eviction sliding: blocks that left a window
   int64_t num_preemptions_recompute = 0, num_preemptions_swap = 0;
   int64_t num_preemptions_priority = 0;  // by cause: for a higher-priority request (the rest: KV blocks)
   // Forward time and tokens by phase: a step's time is shared between its

@@ -127,6 +127,8 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
              "Preemptions by cause: KV blocks ran out, or a higher-priority request took the seat.", "cause",
              {{"kv_cache", static_cast<double>(m.num_preemptions - m.num_preemptions_priority)},
               {"priority", static_cast<double>(m.num_preemptions_priority)}});
+  w.counter("kv_evicted_blocks_total", static_cast<double>(m.kv_evicted_blocks),
+            "KV blocks released by sliding eviction (--kv-eviction sliding) as windows moved on.");
   w.gauge("kv_fragmentation", m.kv_fragmentation,
           "Token slots in used KV blocks that hold no token, as a fraction of all slots in used blocks.");
   w.counter("kv_block_allocations_following_total", static_cast<double>(m.kv_following_allocations),

@@ -94,6 +94,7 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:batch_fill_ratio histogram"));
   EXPECT_TRUE(has_line(text, "pagellm:step_tokens_total" + l + ",phase=\"decode\"} 0.0"));
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:kv_fragmentation gauge"));
+  EXPECT_TRUE(has_line(text, "# TYPE pagellm:kv_evicted_blocks_total counter"));
 
   // vLLM's prefix: the same families under vllm:, or both sets.
   const std::string vllm = render_metrics(s, "m", {}, MetricsPrefix::Vllm);
