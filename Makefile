@@ -26,7 +26,7 @@ FUZZ_DIR := build-fuzz
 # not ours to sanitize (the release build tests it).
 SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGELLM_OPENCL=OFF
 
-.PHONY: all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak
+.PHONY: all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
 
 all: build
 
@@ -102,6 +102,11 @@ fuzz-build: setup-sanitizers
 
 fuzz: fuzz-build
 	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+# The deployment files: lint and schema-check deploy/ (the e2e tests do too)
+# and, where docker or podman exists, build the image.
+deploy-check: setup
+	.venv/bin/python tools/validate_deploy.py --build
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR)
