@@ -72,19 +72,8 @@ def free_port():
 def presets(args):
     out = {}
     for preset in ("none", "latency", "balanced", "throughput"):
-        port = free_port()
-        cmd = [args.pagellm, "serve", "--model", args.model, "--port", str(port), "-t", str(args.threads),
-               "--max-model-len", "2048"]
-        if preset != "none":
-            cmd += ["--scheduling-preset", preset]
-        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server, port, cmd = start_server(args, [] if preset == "none" else ["--scheduling-preset", preset])
         try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.1)
             runs = []
             for rep in range(args.reps):
                 with tempfile.NamedTemporaryFile(suffix=".json") as f:

@@ -20,39 +20,51 @@ double token_nll(const float* row, int32_t n_vocab, int32_t target) {
   return std::log(sum) - (static_cast<double>(row[target]) - max);
 }
 
+// One forward pass over tokens [start, start + len) of `tokens` as sequence
+// kSeq, with logits at every position. The piece's first token is the
+// sequence's last; the rest ride as "drafts", for which the runner returns
+// logits at every position. sinks >= 0: the sequence's KV may have an
+// evicted gap (streaming).
+constexpr SeqId kSeq = 1;
+void forward_piece(KVCacheManager& kv, ModelRunner& runner, Sequence& seq, std::span<const int32_t> tokens,
+                   int32_t start, int32_t len, int32_t sinks, ModelRunner::Output& out) {
+  auto alloc = kv.allocate_slots(kSeq, start, len);
+  PAGELLM_CHECK(alloc.has_value(), "perplexity: the KV cache cannot hold {} tokens", start + len);
+  seq.token_ids.assign(tokens.begin(), tokens.begin() + start + 1);
+  seq.num_computed_tokens = start;
+  ScheduledSeq e;
+  e.seq = &seq;
+  e.seq_id = kSeq;
+  e.start_pos = start;
+  e.num_new_tokens = len;
+  e.block_table = kv.block_table(kSeq);
+  e.sample = true;
+  e.draft_tokens.assign(tokens.begin() + start + 1, tokens.begin() + start + len);
+  if (const int32_t evicted = kv.evicted_end(kSeq); sinks >= 0 && evicted > 0) {
+    e.kv_sinks = sinks;
+    e.kv_evicted_to = evicted * kv.block_size();
+  }
+  StepPlan plan;
+  plan.block_size = kv.block_size();
+  plan.seqs.assign(1, std::move(e));
+  plan.num_batched_tokens = len;
+  plan.num_draft_tokens = len - 1;
+  runner.execute(plan, out);
+}
+
 // Runs `window` through the model, piece by piece, and adds the NLL of
 // predicting window[j + 1] for every j in [score_from, window.size() - 1).
 void score_window(Model& model, KVCacheManager& kv, ModelRunner& runner, std::span<const int32_t> window,
                   int32_t score_from, int32_t batch, PerplexityResult& r) {
   const int32_t n = static_cast<int32_t>(window.size());
   const int32_t n_vocab = model.config().n_vocab;
-  constexpr SeqId kSeq = 1;
   Sequence seq;
   seq.id = kSeq;
   seq.num_prompt_tokens = n;
-  StepPlan plan;
-  plan.block_size = kv.block_size();
   ModelRunner::Output out;
   for (int32_t start = 0; start < n - 1; start += batch) {
     const int32_t len = std::min(batch, n - 1 - start);  // positions whose next token is known
-    auto alloc = kv.allocate_slots(kSeq, start, len);
-    PAGELLM_CHECK(alloc.has_value(), "perplexity: the KV cache cannot hold {} tokens", start + len);
-    // The piece's first token is the sequence's last; the rest ride as
-    // "drafts", for which the runner returns logits at every position.
-    seq.token_ids.assign(window.begin(), window.begin() + start + 1);
-    seq.num_computed_tokens = start;
-    ScheduledSeq e;
-    e.seq = &seq;
-    e.seq_id = kSeq;
-    e.start_pos = start;
-    e.num_new_tokens = len;
-    e.block_table = kv.block_table(kSeq);
-    e.sample = true;
-    e.draft_tokens.assign(window.begin() + start + 1, window.begin() + start + len);
-    plan.seqs.assign(1, std::move(e));
-    plan.num_batched_tokens = len;
-    plan.num_draft_tokens = len - 1;
-    runner.execute(plan, out);
+    forward_piece(kv, runner, seq, window, start, len, -1, out);
     for (int32_t j = 0; j < len; ++j) {
       const int32_t pos = start + j;
       if (pos < score_from) continue;
@@ -77,12 +89,9 @@ void score_stream(Model& model, KVCacheManager& kv, ModelRunner& runner, std::sp
   const int32_t window_blocks = o.ctx / bs - sink_blocks;
   PAGELLM_CHECK(window_blocks >= 2, "perplexity: --ctx {} leaves fewer than 2 blocks besides {} sinks", o.ctx, o.sinks);
   const int32_t piece = std::max(1, std::min(o.batch, window_blocks * bs / 2));
-  constexpr SeqId kSeq = 1;
   Sequence seq;
   seq.id = kSeq;
   seq.num_prompt_tokens = n;
-  StepPlan plan;
-  plan.block_size = bs;
   ModelRunner::Output out;
   const size_t segments = static_cast<size_t>((n - 1 + o.ctx - 1) / o.ctx);
   const size_t todo = o.max_chunks > 0 ? std::min<size_t>(segments, o.max_chunks) : segments;
@@ -96,26 +105,7 @@ void score_stream(Model& model, KVCacheManager& kv, ModelRunner& runner, std::sp
       const int32_t first_kept = (start + len + bs - 1) / bs - window_blocks;
       kv.evict(kSeq, sink_blocks, std::min(first_kept, have));
     }
-    auto alloc = kv.allocate_slots(kSeq, start, len);
-    PAGELLM_CHECK(alloc.has_value(), "perplexity: the KV cache cannot hold the window");
-    seq.token_ids.assign(tokens.begin(), tokens.begin() + start + 1);
-    seq.num_computed_tokens = start;
-    ScheduledSeq e;
-    e.seq = &seq;
-    e.seq_id = kSeq;
-    e.start_pos = start;
-    e.num_new_tokens = len;
-    e.block_table = kv.block_table(kSeq);
-    e.sample = true;
-    e.draft_tokens.assign(tokens.begin() + start + 1, tokens.begin() + start + len);
-    if (const int32_t evicted = kv.evicted_end(kSeq); evicted > 0) {
-      e.kv_sinks = o.sinks;
-      e.kv_evicted_to = evicted * bs;
-    }
-    plan.seqs.assign(1, std::move(e));
-    plan.num_batched_tokens = len;
-    plan.num_draft_tokens = len - 1;
-    runner.execute(plan, out);
+    forward_piece(kv, runner, seq, tokens, start, len, o.sinks, out);
     for (int32_t j = 0; j < len; ++j) {
       const int32_t pos = start + j;
       const double nll = token_nll(out.row(0, j, n_vocab), n_vocab, tokens[static_cast<size_t>(pos) + 1]);
