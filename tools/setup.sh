@@ -12,6 +12,7 @@ APT_PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev zlib1g-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd clinfo
+  libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip python3-dev curl ccache
 )
 if [ "${1:-}" = sanitizers ]; then

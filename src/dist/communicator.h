@@ -1,0 +1,48 @@
+// The collective operations tensor and pipeline parallelism need, behind one
+// interface: MPI now (mpi_communicator.cpp, built when MPI is found), NCCL /
+// HCCL / XCCL later. The backend seam (backend/backend.h) never sees it: the
+// runner calls it between ops, on host buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pagellm::dist {
+
+// How an all-reduce is carried out. Auto picks by message size (the seeds'
+// "smart all-reduce"): the library's own algorithm below large_message_bytes,
+// reduce-scatter + all-gather from there on (each rank moves 2 (N - 1) / N of
+// the message, the bandwidth optimum on a ring).
+enum class AllReduceAlgo { Auto, Library, ReduceScatterAllGather };
+const char* to_string(AllReduceAlgo a);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string describe() const = 0;
+  // In place: every rank ends with the element-wise sum over ranks.
+  virtual void all_reduce_sum(float* data, size_t n, AllReduceAlgo algo = AllReduceAlgo::Auto) = 0;
+  // out[r * n, (r + 1) * n) = rank r's in[0, n).
+  virtual void all_gather(const float* in, size_t n, float* out) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Auto uses ReduceScatterAllGather from this many bytes on. Off by
+  // default: on 2 ranks of one machine the library's own choice (OpenMPI's
+  // tuned component switches algorithms by size itself) was faster at every
+  // size from 8 KiB to 4 MiB (docs/scaling.md); set it where a measurement
+  // on the real interconnect says otherwise.
+  size_t large_message_bytes = SIZE_MAX;
+};
+
+// One rank: every collective is a no-op (or a copy).
+std::unique_ptr<Communicator> make_local_communicator();
+// MPI_COMM_WORLD (initializing MPI if needed). Throws Error when this build
+// has no MPI.
+std::unique_ptr<Communicator> make_mpi_communicator();
+bool have_mpi();
+
+}  // namespace pagellm::dist

@@ -1,0 +1,100 @@
+// The Communicator over MPI_COMM_WORLD. Compiled only when CMake finds MPI
+// (PAGELLM_HAVE_MPI). Errors abort every rank (MPI's default handler), so a
+// rank that dies takes the job down instead of leaving the others waiting.
+#ifdef PAGELLM_HAVE_MPI
+// The C API only (OpenMPI's and MPICH's headers add C++ bindings otherwise).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace pagellm::dist {
+namespace {
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator() {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+      MPI_Init(nullptr, nullptr);
+      owns_ = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiCommunicator() override {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (owns_ && !done) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);
+    std::string v(version, static_cast<size_t>(len));
+    v = v.substr(0, v.find_first_of(",\n"));
+    return fmt::format("MPI ({}), rank {} of {}", v, rank_, size_);
+  }
+
+  void all_reduce_sum(float* data, size_t n, AllReduceAlgo algo) override {
+    if (size_ == 1 || n == 0) return;
+    if (algo == AllReduceAlgo::Auto)
+      algo = n * sizeof(float) >= large_message_bytes ? AllReduceAlgo::ReduceScatterAllGather : AllReduceAlgo::Library;
+    if (algo == AllReduceAlgo::Library || n < static_cast<size_t>(size_)) {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      return;
+    }
+    // Each rank reduces one slice (the last takes the remainder), then the
+    // slices are gathered back to every rank.
+    counts_.assign(static_cast<size_t>(size_), 0);
+    displs_.assign(static_cast<size_t>(size_), 0);
+    const size_t slice = n / static_cast<size_t>(size_);
+    for (int r = 0; r < size_; ++r) {
+      displs_[r] = count(slice * static_cast<size_t>(r));
+      counts_[r] = count(r == size_ - 1 ? n - slice * static_cast<size_t>(r) : slice);
+    }
+    scratch_.resize(static_cast<size_t>(counts_[rank_]));
+    check(MPI_Reduce_scatter(data, scratch_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    check(MPI_Allgatherv(scratch_.data(), counts_[rank_], MPI_FLOAT, data, counts_.data(), displs_.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD));
+  }
+  void all_gather(const float* in, size_t n, float* out) override {
+    check(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, MPI_COMM_WORLD));
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    PAGELLM_CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
+    check(MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+  }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD)); }
+
+ private:
+  static int count(size_t n) {
+    PAGELLM_CHECK(n <= static_cast<size_t>(INT32_MAX), "MPI message of {} elements is too large", n);
+    return static_cast<int>(n);
+  }
+  static void check(int rc) {
+    if (rc != MPI_SUCCESS) fail("MPI call failed (code {})", rc);
+  }
+
+  int rank_ = 0, size_ = 1;
+  bool owns_ = false;
+  std::vector<int> counts_, displs_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+bool have_mpi() { return true; }
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+}  // namespace pagellm::dist
+#endif

@@ -1,0 +1,93 @@
+// The MPI Communicator under mpirun (ctest runs it with 2 ranks): every
+// collective against the values each rank can compute alone, for message
+// sizes on both sides of the all-reduce algorithm switch and not divisible
+// by the rank count. With --bench, rank 0 prints the median time of each
+// all-reduce algorithm for decode- and prefill-sized messages (docs/scaling.md).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "dist/communicator.h"
+
+using pagellm::dist::AllReduceAlgo;
+
+namespace {
+
+int failures = 0;
+void expect(bool ok, const std::string& what, int rank) {
+  if (ok) return;
+  std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
+  ++failures;
+}
+
+float value(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 97)) + 0.5f; }
+
+void check_all(pagellm::dist::Communicator& c) {
+  const int r = c.rank(), n_ranks = c.size();
+  for (size_t n : {size_t{1}, size_t{3}, size_t{1000}, size_t{65536 + 7}, size_t{300001}}) {
+    for (AllReduceAlgo algo : {AllReduceAlgo::Auto, AllReduceAlgo::Library, AllReduceAlgo::ReduceScatterAllGather}) {
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = value(r, i);
+      c.all_reduce_sum(v.data(), n, algo);
+      bool ok = true;
+      for (size_t i = 0; i < n && ok; ++i) {
+        float want = 0;
+        for (int k = 0; k < n_ranks; ++k) want += value(k, i);
+        ok = v[i] == want;
+      }
+      expect(ok, "all_reduce_sum n=" + std::to_string(n) + " " + pagellm::dist::to_string(algo), r);
+    }
+    std::vector<float> in(n), out(n * static_cast<size_t>(n_ranks));
+    for (size_t i = 0; i < n; ++i) in[i] = value(r, i);
+    c.all_gather(in.data(), n, out.data());
+    bool ok = true;
+    for (int k = 0; k < n_ranks && ok; ++k)
+      for (size_t i = 0; i < n && ok; ++i) ok = out[static_cast<size_t>(k) * n + i] == value(k, i);
+    expect(ok, "all_gather n=" + std::to_string(n), r);
+  }
+  const int root = n_ranks - 1;
+  char msg[32] = {};
+  if (r == root) std::snprintf(msg, sizeof msg, "plan of step %d", 42);
+  c.broadcast(msg, sizeof msg, root);
+  expect(std::string(msg) == "plan of step 42", "broadcast", r);
+  c.barrier();
+}
+
+void bench(pagellm::dist::Communicator& c) {
+  if (c.rank() == 0) std::printf("bytes,algorithm,median_us\n");
+  // One token of TinyLlama (2048 floats) up to a 512-token prefill step.
+  for (size_t bytes : {size_t{8} << 10, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20}) {
+    const size_t n = bytes / sizeof(float);
+    std::vector<float> v(n, 1.0f);
+    for (AllReduceAlgo algo : {AllReduceAlgo::Library, AllReduceAlgo::ReduceScatterAllGather}) {
+      std::vector<double> us;
+      for (int rep = 0; rep < 60; ++rep) {
+        c.barrier();
+        const int64_t t0 = pagellm::ThreadPool::now_ns();
+        c.all_reduce_sum(v.data(), n, algo);
+        const int64_t t1 = pagellm::ThreadPool::now_ns();
+        if (rep >= 10) us.push_back(static_cast<double>(t1 - t0) * 1e-3);
+        std::fill(v.begin(), v.end(), 1.0f);
+      }
+      std::sort(us.begin(), us.end());
+      if (c.rank() == 0) std::printf("%zu,%s,%.1f\n", bytes, pagellm::dist::to_string(algo), us[us.size() / 2]);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto c = pagellm::dist::make_mpi_communicator();
+  if (c->rank() == 0) std::printf("%s\n", c->describe().c_str());
+  check_all(*c);
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench(*c);
+  int bad = failures;
+  c->all_reduce_sum(reinterpret_cast<float*>(&bad), 0);  // (keeps every rank here until all are done)
+  c->barrier();
+  if (c->rank() == 0) std::printf("%s\n", failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
