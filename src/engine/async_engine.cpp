@@ -243,9 +243,18 @@ void AsyncEngine::loop() {
       for (const auto& id : ids)
         if (auto out = engine_->abort(id)) deliver(std::move(*out));
     }
+    bool stats_taken = false;
     if (engine_->has_unfinished()) {
       try {
-        for (RequestOutput& out : engine_->step()) deliver(std::move(out));
+        std::vector<RequestOutput> outs = engine_->step();
+        {
+          // The step's stats before its outputs: a caller woken by its
+          // request's last output already sees it counted as finished.
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_ = engine_->stats();
+          stats_taken = true;
+        }
+        for (RequestOutput& out : outs) deliver(std::move(out));
       } catch (const std::exception& e) {
         spdlog::error("engine step failed: {}", e.what());
         fail_all(std::string("internal error: ") + e.what());
@@ -253,7 +262,7 @@ void AsyncEngine::loop() {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_ = engine_->stats();
+      if (!stats_taken) stats_ = engine_->stats();
       if (stop_) return;
       if (drain_deadline_ && !engine_->has_unfinished() && incoming_.empty()) return;
     }
