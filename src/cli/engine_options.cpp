@@ -75,7 +75,7 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
       app->add_option("--preemption-policy", f->preemption_policy,
                       "Admission: aggressive (whenever blocks can be allocated) or conservative (keep free blocks "
                       "for running sequences to grow into, so admitting never forces a preemption at once)")
-          ->check(CLI::IsMember({"aggressive", "conservative"}))
+          ->check(CLI::IsMember(enum_names(kAdmissionPolicyNames)))
           ->capture_default_str();
   app->add_option("--priority-aging-steps", f->priority_aging_steps,
                   "With --scheduling-policy priority: a request gains one priority level per this many engine "
@@ -87,23 +87,23 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_flag("--enable-chunked-prefill,!--no-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts across steps, mixed with decodes (default on)");
   app->add_option("--block-allocation", f->block_allocation, "Physical block placement")
-      ->check(CLI::IsMember({"any", "contiguous"}))
+      ->check(CLI::IsMember(enum_names(kAllocationPolicyNames)))
       ->capture_default_str();
   app->add_option("--preemption-mode", f->preemption_mode,
                   "How a preempted sequence gets its KV back: recompute, or swap (to a host pool of --swap-space; "
                   "backends with their own memory)")
-      ->check(CLI::IsMember({"recompute", "swap"}))
+      ->check(CLI::IsMember(enum_names(kPreemptionModeNames)))
       ->capture_default_str();
   app->add_option("--swap-space", f->swap_space_gib, "Host memory for swapped-out KV blocks, GiB (with --preemption-mode swap)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app->add_option("--scheduling-policy", f->scheduling_policy, "fcfs, or priority (requests' priority field)")
-      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->check(CLI::IsMember(enum_names(kSchedulingPolicyNames)))
       ->capture_default_str();
   app->add_option("--kv-eviction", f->kv_eviction,
                   "none (a sequence stops at --max-model-len), or sliding (StreamingLLM: it keeps its first "
                   "--attention-sinks tokens and its most recent ones, max-model-len tokens of KV in all, and goes on)")
-      ->check(CLI::IsMember({"none", "sliding"}))
+      ->check(CLI::IsMember(enum_names(kKvEvictionNames)))
       ->capture_default_str();
   app->add_option("--attention-sinks", f->attention_sinks, "With --kv-eviction sliding: tokens kept from the start")
       ->check(CLI::NonNegativeNumber)
@@ -111,7 +111,7 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--step-composition", f->step_composition,
                   "Which prefills a full step takes: fcfs (queue order), or length-aware (shortest first; a long "
                   "prefill's chunk leaves room for shorter waiting prompts; bounded wait for long ones)")
-      ->check(CLI::IsMember({"fcfs", "length-aware"}))
+      ->check(CLI::IsMember(enum_names(kStepCompositionNames)))
       ->capture_default_str();
   app->add_option("--speculative-config", f->speculative_config,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
@@ -179,7 +179,7 @@ EngineConfig EngineFlags::to_config() const {
   PAGELLM_CHECK(kv_cache_memory.empty() || c.kv_cache_memory > 0, "--kv-cache-memory must be positive");
   c.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   c.enable_prefix_caching = enable_prefix_caching;
-  c.block_allocation = block_allocation == "contiguous" ? AllocationPolicy::Contiguous : AllocationPolicy::Any;
+  c.block_allocation = enum_from_name(kAllocationPolicyNames, block_allocation, "--block-allocation");
   c.scheduler.max_model_len = max_model_len;
   c.scheduler.max_num_seqs = max_num_seqs;
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
@@ -194,15 +194,14 @@ EngineConfig EngineFlags::to_config() const {
     if (unset(long_prefill_opt)) c.scheduler.long_prefill_token_threshold = p->long_prefill_token_threshold;
     if (unset(preemption_policy_opt)) admission = p->preemption_policy;
   }
-  c.scheduler.admission_policy =
-      admission == "conservative" ? AdmissionPolicy::Conservative : AdmissionPolicy::Aggressive;
+  c.scheduler.admission_policy = enum_from_name(kAdmissionPolicyNames, admission, "--preemption-policy");
   c.scheduler.priority_aging_steps = priority_aging_steps;
   c.scheduler.enable_chunked_prefill = enable_chunked_prefill;
-  c.scheduler.policy = scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
-  c.scheduler.composition = step_composition == "length-aware" ? StepComposition::LengthAware : StepComposition::Fcfs;
-  c.scheduler.kv_eviction = kv_eviction == "sliding" ? KvEviction::Sliding : KvEviction::None;
+  c.scheduler.policy = enum_from_name(kSchedulingPolicyNames, scheduling_policy, "--scheduling-policy");
+  c.scheduler.composition = enum_from_name(kStepCompositionNames, step_composition, "--step-composition");
+  c.scheduler.kv_eviction = enum_from_name(kKvEvictionNames, kv_eviction, "--kv-eviction");
   c.scheduler.attention_sinks = attention_sinks;
-  c.scheduler.preemption_mode = preemption_mode == "swap" ? PreemptionMode::Swap : PreemptionMode::Recompute;
+  c.scheduler.preemption_mode = enum_from_name(kPreemptionModeNames, preemption_mode, "--preemption-mode");
   c.swap_space_bytes = static_cast<int64_t>(swap_space_gib * static_cast<double>(int64_t{1} << 30));
   c.speculative = parse_speculative_config(speculative_config);
   c.profile = profile;

@@ -36,6 +36,18 @@ std::string get_choice(const json& args, const char* key, const std::string& fal
   throw InvalidRequest(fmt::format("engine argument '{}' is '{}'; expected one of {}", key, v, known), key);
 }
 
+// One of an enum's names (core/enum_names.h).
+template <typename E, size_t N>
+E get_enum(const json& args, const char* key, E fallback, const EnumName<E> (&table)[N]) {
+  if (!has_field(args, key)) return fallback;
+  const std::string v = get_string(args, key, "");
+  for (const auto& e : table)
+    if (v == e.name) return e.value;
+  std::string known;
+  for (const auto& e : table) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  throw InvalidRequest(fmt::format("engine argument '{}' is '{}'; expected one of {}", key, v, known), key);
+}
+
 // Bytes as a number or a size text ("2GiB").
 int64_t get_bytes(const json& args, const char* key) {
   if (!has_field(args, key)) return 0;
@@ -128,31 +140,19 @@ EngineArgs parse_engine_args(const json& args) {
   c.scheduler.long_prefill_token_threshold =
       static_cast<int32_t>(get_int_field(args, "long_prefill_token_threshold", 0, 0, 1 << 24));
   c.scheduler.admission_policy =
-      get_choice(args, "preemption_policy", "aggressive", {"aggressive", "conservative"}) == "conservative"
-          ? AdmissionPolicy::Conservative
-          : AdmissionPolicy::Aggressive;
+      get_enum(args, "preemption_policy", c.scheduler.admission_policy, kAdmissionPolicyNames);
   c.scheduler.priority_aging_steps = static_cast<int32_t>(
       get_int_field(args, "priority_aging_steps", c.scheduler.priority_aging_steps, 0, INT32_MAX));
   c.enable_prefix_caching = get_bool_field(args, "enable_prefix_caching", c.enable_prefix_caching);
   c.scheduler.enable_chunked_prefill = get_bool_field(args, "enable_chunked_prefill", c.scheduler.enable_chunked_prefill);
-  c.block_allocation = get_choice(args, "block_allocation", "any", {"any", "contiguous"}) == "contiguous"
-                           ? AllocationPolicy::Contiguous
-                           : AllocationPolicy::Any;
-  c.scheduler.policy = get_choice(args, "scheduling_policy", "fcfs", {"fcfs", "priority"}) == "priority"
-                           ? SchedulingPolicy::Priority
-                           : SchedulingPolicy::Fcfs;
-  c.scheduler.kv_eviction = get_choice(args, "kv_eviction", "none", {"none", "sliding"}) == "sliding"
-                                ? KvEviction::Sliding
-                                : KvEviction::None;
+  c.block_allocation = get_enum(args, "block_allocation", c.block_allocation, kAllocationPolicyNames);
+  c.scheduler.policy = get_enum(args, "scheduling_policy", c.scheduler.policy, kSchedulingPolicyNames);
+  c.scheduler.kv_eviction = get_enum(args, "kv_eviction", c.scheduler.kv_eviction, kKvEvictionNames);
   c.scheduler.attention_sinks =
       static_cast<int32_t>(get_int_field(args, "attention_sinks", c.scheduler.attention_sinks, 0, 1 << 20));
-  c.scheduler.composition =
-      get_choice(args, "step_composition", "fcfs", {"fcfs", "length-aware", "length_aware"}) == "fcfs"
-          ? StepComposition::Fcfs
-          : StepComposition::LengthAware;
-  c.scheduler.preemption_mode = get_choice(args, "preemption_mode", "recompute", {"recompute", "swap"}) == "swap"
-                                    ? PreemptionMode::Swap
-                                    : PreemptionMode::Recompute;
+  c.scheduler.composition = get_enum(args, "step_composition", c.scheduler.composition, kStepCompositionNames);
+  c.scheduler.preemption_mode =
+      get_enum(args, "preemption_mode", c.scheduler.preemption_mode, kPreemptionModeNames);
   if (has_field(args, "swap_space")) {
     const float gib = get_float_field(args, "swap_space", 4.0f, {0.0, 1 << 20, true});
     c.swap_space_bytes = static_cast<int64_t>(static_cast<double>(gib) * static_cast<double>(int64_t{1} << 30));

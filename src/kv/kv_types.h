@@ -1,6 +1,8 @@
 // Small value types shared by the KV-cache layers and the scheduler.
 #pragma once
 
+#include "core/enum_names.h"
+
 #include <cstdint>
 
 namespace pagellm {
@@ -17,6 +19,8 @@ inline constexpr BlockId kNullBlock = 0;
 // sequence's blocks physically adjacent when it can (friendlier to backends
 // that read runs of blocks), Any takes the head of the free list.
 enum class AllocationPolicy : uint8_t { Any, Contiguous };
+inline constexpr EnumName<AllocationPolicy> kAllocationPolicyNames[] = {{"any", AllocationPolicy::Any},
+                                                                         {"contiguous", AllocationPolicy::Contiguous}};
 
 // Copy-on-write: the runner copies block `src` to block `dst` (all layers,
 // K and V) before the forward pass that writes into `dst`.

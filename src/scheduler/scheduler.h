@@ -49,6 +49,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "kv/kv_cache_manager.h"
 #include "scheduler/sequence.h"
 #include "scheduler/step_plan.h"
@@ -59,6 +60,8 @@ enum class SchedulingPolicy : uint8_t {
   Fcfs,      // arrival order
   Priority,  // (priority, arrival): lower priority value runs first
 };
+inline constexpr EnumName<SchedulingPolicy> kSchedulingPolicyNames[] = {{"fcfs", SchedulingPolicy::Fcfs},
+                                                                         {"priority", SchedulingPolicy::Priority}};
 
 // How a preempted sequence gets its KV back (vLLM's --preemption-mode):
 // Recompute frees its blocks and computes its tokens again later; Swap copies
@@ -66,6 +69,8 @@ enum class SchedulingPolicy : uint8_t {
 // copies the plan lists) and back when memory allows. A victim that does not
 // fit the host pool is recomputed instead.
 enum class PreemptionMode : uint8_t { Recompute, Swap };
+inline constexpr EnumName<PreemptionMode> kPreemptionModeNames[] = {{"recompute", PreemptionMode::Recompute},
+                                                                     {"swap", PreemptionMode::Swap}};
 const char* to_string(PreemptionMode m);
 
 // When a waiting sequence may be admitted (--preemption-policy, the tuning
@@ -74,6 +79,8 @@ const char* to_string(PreemptionMode m);
 // the pool keeps a reserve afterwards (admission_watermark of the blocks, and
 // at least one block per running sequence for its next tokens).
 enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
+inline constexpr EnumName<AdmissionPolicy> kAdmissionPolicyNames[] = {{"aggressive", AdmissionPolicy::Aggressive},
+                                                                       {"conservative", AdmissionPolicy::Conservative}};
 
 // Which prefills a step takes when its token budget cannot take them all
 // (--step-composition). Fcfs: queue order, so a long prompt's chunks fill the
@@ -86,6 +93,8 @@ enum class AdmissionPolicy : uint8_t { Aggressive, Conservative };
 // loses its turn to no shorter one, so a long prompt waits a bounded time.
 // Decodes always come first.
 enum class StepComposition : uint8_t { Fcfs, LengthAware };
+inline constexpr EnumName<StepComposition> kStepCompositionNames[] = {{"fcfs", StepComposition::Fcfs},
+                                                                       {"length-aware", StepComposition::LengthAware}};
 const char* to_string(StepComposition c);
 
 // What happens when a sequence's KV outgrows max_model_len tokens
@@ -95,6 +104,8 @@ const char* to_string(StepComposition c);
 // back to the pool as the window moves. Positions keep counting, so RoPE
 // distances within the window are the true ones.
 enum class KvEviction : uint8_t { None, Sliding };
+inline constexpr EnumName<KvEviction> kKvEvictionNames[] = {{"none", KvEviction::None},
+                                                             {"sliding", KvEviction::Sliding}};
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
