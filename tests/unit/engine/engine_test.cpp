@@ -432,8 +432,6 @@ TEST(EngineKvEviction, SlidingWindowGoesPastMaxModelLenInBoundedMemory) {
   sliding.scheduler.attention_sinks = 4;
   sliding.scheduler.max_num_batched_tokens = 96;
   Engine engine(sliding);
-  const int64_t per_block = static_cast<int64_t>(engine.backend().kv_cache_spec().bytes_per_block());
-  (void)per_block;
   for (int i = 0; i < 3; ++i)
     engine.add_request(test::make_request("r" + std::to_string(i), {static_cast<int32_t>(5 + i), 6, 7, 8, 9, 10}, 400));
   int64_t peak_used = 0;
