@@ -49,7 +49,7 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
                   "KV cache element type: auto (fp16), fp16, f32, or int8 (one float scale per token and KV head; "
                   "half the memory of fp16)")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kKvCacheDtypeNames), std::end(kKvCacheDtypeNames))))
+      ->check(CLI::IsMember(enum_names(kKvCacheDtypeNames)))
       ->capture_default_str();
   app->add_option("--max-model-len", f->max_model_len, "Longest sequence (prompt + output); default: the model's")
       ->check(CLI::NonNegativeNumber);
@@ -177,7 +177,7 @@ EngineConfig EngineFlags::to_config() const {
   c.block_size = block_size;
   c.kv_cache_memory = kv_cache_memory.empty() ? 0 : parse_byte_size(kv_cache_memory);
   PAGELLM_CHECK(kv_cache_memory.empty() || c.kv_cache_memory > 0, "--kv-cache-memory must be positive");
-  c.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
+  c.kv_cache_dtype = enum_from_name(kKvCacheDtypeNames, kv_cache_dtype, "--kv-cache-dtype");
   c.enable_prefix_caching = enable_prefix_caching;
   c.block_allocation = enum_from_name(kAllocationPolicyNames, block_allocation, "--block-allocation");
   c.scheduler.max_model_len = max_model_len;

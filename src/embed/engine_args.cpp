@@ -132,7 +132,7 @@ EngineArgs parse_engine_args(const json& args) {
     throw InvalidRequest("give kv_cache_memory or kv_cache_memory_bytes, not both", "kv_cache_memory");
   c.kv_cache_memory = has_field(args, "kv_cache_memory") ? get_bytes(args, "kv_cache_memory")
                                                          : get_bytes(args, "kv_cache_memory_bytes");
-  c.kv_cache_dtype = parse_kv_cache_dtype(get_string(args, "kv_cache_dtype", "auto"));
+  c.kv_cache_dtype = get_enum(args, "kv_cache_dtype", c.kv_cache_dtype, kKvCacheDtypeNames);
   c.scheduler.max_model_len = static_cast<int32_t>(get_int_field(args, "max_model_len", 0, 0, INT32_MAX));
   c.scheduler.max_num_seqs = static_cast<int32_t>(get_int_field(args, "max_num_seqs", c.scheduler.max_num_seqs, 1, 1 << 20));
   c.scheduler.max_num_batched_tokens =

@@ -25,13 +25,6 @@
 
 namespace pagellm {
 
-DType parse_kv_cache_dtype(const std::string& name) {
-  if (name == "auto" || name == "fp16" || name == "f16" || name == "float16") return DType::F16;
-  if (name == "f32" || name == "fp32" || name == "float32") return DType::F32;
-  if (name == "int8" || name == "i8") return DType::I8;
-  throw InvalidRequest(fmt::format("kv_cache_dtype '{}' is not one of auto, fp16, f32, int8", name), "kv_cache_dtype");
-}
-
 const char* to_string(FinishReason r) {
   switch (r) {
     case FinishReason::Stop: return "stop";

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "core/enum_names.h"
 #include "engine/metrics.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
@@ -71,11 +72,10 @@ struct EngineConfig {
       logits_observer;
 };
 
-// --kv-cache-dtype: auto | fp16 | f16 | float16 -> F16; f32 | fp32 | float32
-// -> F32; int8 | i8 -> I8. Throws InvalidRequest (field kv_cache_dtype).
-DType parse_kv_cache_dtype(const std::string& name);
-inline constexpr const char* kKvCacheDtypeNames[] = {"auto", "fp16", "f16", "float16", "f32",
-                                                      "fp32", "float32", "int8", "i8"};
+// --kv-cache-dtype (core/enum_names.h).
+inline constexpr EnumName<DType> kKvCacheDtypeNames[] = {
+    {"auto", DType::F16}, {"fp16", DType::F16}, {"f16", DType::F16},  {"float16", DType::F16}, {"f32", DType::F32},
+    {"fp32", DType::F32}, {"float32", DType::F32}, {"int8", DType::I8}, {"i8", DType::I8}};
 
 enum class FinishReason { None, Stop, Length, Abort };
 const char* to_string(FinishReason r);

@@ -169,6 +169,20 @@ int32_t KVCacheManager::evict(SeqId seq, int32_t first_block, int32_t end_block)
   return released;
 }
 
+int32_t sliding_window_tokens(int32_t sink_tokens, int32_t max_kv_tokens, int32_t block_size) {
+  return (max_kv_tokens / block_size - blocks_for_tokens(sink_tokens, block_size)) * block_size;
+}
+
+int32_t KVCacheManager::slide_window(SeqId seq, int32_t sink_tokens, int32_t max_kv_tokens, int32_t end_tokens) {
+  if (!has_seq(seq)) return 0;
+  const int32_t bs = pool_.block_size();
+  const int32_t first_kept =
+      blocks_for_tokens(end_tokens, bs) - sliding_window_tokens(sink_tokens, max_kv_tokens, bs) / bs;
+  // Only blocks the table already has (a later allocation adds the rest).
+  const int32_t have = static_cast<int32_t>(block_table(seq).size());
+  return evict(seq, blocks_for_tokens(sink_tokens, bs), std::min(first_kept, have));
+}
+
 int32_t KVCacheManager::evicted_end(SeqId seq) const {
   const auto it = seqs_.find(seq);
   return it == seqs_.end() ? 0 : it->second.evicted_end;

@@ -61,6 +61,10 @@ struct KVCacheStats {
   }
 };
 
+// The recent tokens a sliding window keeps besides its sink blocks, in whole
+// blocks: max_kv_tokens of KV in all (KVCacheManager::slide_window).
+int32_t sliding_window_tokens(int32_t sink_tokens, int32_t max_kv_tokens, int32_t block_size);
+
 class KVCacheManager {
  public:
   // Throws Error for a bad block size or fewer than 2 blocks.
@@ -100,6 +104,12 @@ class KVCacheManager {
   int32_t evict(SeqId seq, int32_t first_block, int32_t end_block);
   // The end of the sequence's evicted block range (0: none evicted).
   int32_t evicted_end(SeqId seq) const;
+  // The sliding window (StreamingLLM) over the sequence's first end_tokens
+  // tokens: it keeps the blocks of its first sink_tokens tokens and its most
+  // recent sliding_window_tokens(...) tokens, max_kv_tokens in all, and
+  // evicts the blocks in between that its table already has. Returns how many
+  // blocks were released.
+  int32_t slide_window(SeqId seq, int32_t sink_tokens, int32_t max_kv_tokens, int32_t end_tokens);
 
   // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
   void fork(SeqId parent, SeqId child);

@@ -84,11 +84,10 @@ void score_stream(Model& model, KVCacheManager& kv, ModelRunner& runner, std::sp
                   const std::function<void(size_t, size_t, double)>& progress) {
   const int32_t n = static_cast<int32_t>(tokens.size());
   const int32_t n_vocab = model.config().n_vocab;
-  const int32_t bs = kv.block_size();
-  const int32_t sink_blocks = (o.sinks + bs - 1) / bs;
-  const int32_t window_blocks = o.ctx / bs - sink_blocks;
-  PAGELLM_CHECK(window_blocks >= 2, "perplexity: --ctx {} leaves fewer than 2 blocks besides {} sinks", o.ctx, o.sinks);
-  const int32_t piece = std::max(1, std::min(o.batch, window_blocks * bs / 2));
+  const int32_t window = sliding_window_tokens(o.sinks, o.ctx, kv.block_size());
+  PAGELLM_CHECK(window >= 2 * kv.block_size(), "perplexity: --ctx {} leaves fewer than 2 blocks besides {} sinks",
+                o.ctx, o.sinks);
+  const int32_t piece = std::max(1, std::min(o.batch, window / 2));
   Sequence seq;
   seq.id = kSeq;
   seq.num_prompt_tokens = n;
@@ -100,11 +99,7 @@ void score_stream(Model& model, KVCacheManager& kv, ModelRunner& runner, std::sp
   int64_t seg_count = 0;
   for (int32_t start = 0; start < end; start += piece) {
     const int32_t len = std::min(piece, end - start);
-    if (kv.has_seq(kSeq)) {
-      const int32_t have = static_cast<int32_t>(kv.block_table(kSeq).size());
-      const int32_t first_kept = (start + len + bs - 1) / bs - window_blocks;
-      kv.evict(kSeq, sink_blocks, std::min(first_kept, have));
-    }
+    kv.slide_window(kSeq, o.sinks, o.ctx, start + len);
     forward_piece(kv, runner, seq, tokens, start, len, o.sinks, out);
     for (int32_t j = 0; j < len; ++j) {
       const int32_t pos = start + j;

@@ -35,7 +35,6 @@ void SchedulerConfig::validate() const {
 }
 
 const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "swap" : "recompute"; }
-const char* to_string(StepComposition c) { return c == StepComposition::LengthAware ? "length-aware" : "fcfs"; }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
@@ -204,20 +203,7 @@ int32_t Scheduler::tokens_to_schedule(const Sequence& seq, int32_t num_computed,
 }
 
 int32_t Scheduler::window_tokens() const {
-  // The recent keys a sequence keeps besides its sink blocks, whole blocks.
-  const int32_t bs = kv_.block_size();
-  const int32_t sink_blocks = blocks_for_tokens(config_.attention_sinks, bs);
-  return (config_.max_model_len / bs - sink_blocks) * bs;
-}
-
-void Scheduler::evict_for(Sequence* seq, int32_t end_tokens) {
-  if (config_.kv_eviction != KvEviction::Sliding || !kv_.has_seq(seq->id)) return;
-  const int32_t bs = kv_.block_size();
-  const int32_t sink_blocks = blocks_for_tokens(config_.attention_sinks, bs);
-  const int32_t first_kept = blocks_for_tokens(end_tokens, bs) - window_tokens() / bs;
-  // Only blocks the table already has (a later step's allocation adds the rest).
-  const int32_t have = static_cast<int32_t>(kv_.block_table(seq->id).size());
-  num_evicted_blocks_ += kv_.evict(seq->id, sink_blocks, std::min(first_kept, have));
+  return sliding_window_tokens(config_.attention_sinks, config_.max_model_len, kv_.block_size());
 }
 
 void Scheduler::add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc,
@@ -388,7 +374,9 @@ StepPlan Scheduler::schedule() {
         drafts = std::max(drafts, 0);
       }
       if (config_.kv_eviction == KvEviction::Sliding) drafts = 0;  // the window moves by whole chunks only
-      evict_for(seq, seq->num_computed_tokens + n);
+      if (config_.kv_eviction == KvEviction::Sliding)
+        num_evicted_blocks_ += kv_.slide_window(seq->id, config_.attention_sinks, config_.max_model_len,
+                                                seq->num_computed_tokens + n);
       std::optional<SlotAllocation> alloc;
       while (!(alloc = kv_.allocate_slots(seq->id, seq->num_computed_tokens, n + drafts))) {
         if (drafts > 0) {

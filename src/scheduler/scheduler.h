@@ -95,7 +95,6 @@ inline constexpr EnumName<AdmissionPolicy> kAdmissionPolicyNames[] = {{"aggressi
 enum class StepComposition : uint8_t { Fcfs, LengthAware };
 inline constexpr EnumName<StepComposition> kStepCompositionNames[] = {{"fcfs", StepComposition::Fcfs},
                                                                        {"length-aware", StepComposition::LengthAware}};
-const char* to_string(StepComposition c);
 
 // What happens when a sequence's KV outgrows max_model_len tokens
 // (--kv-eviction). None: it finishes (length). Sliding (StreamingLLM): it
@@ -210,7 +209,6 @@ class Scheduler {
   void preempt(Sequence* seq, StepPlan& plan);
   bool admission_leaves_reserve(int32_t new_blocks) const;
   size_t next_waiting() const;  // index in waiting_ of the next one to admit
-  void evict_for(Sequence* seq, int32_t end_tokens);  // sliding eviction before allocating
   int32_t waiting_tokens_shorter_than(int32_t remaining) const;
   int32_t window_tokens() const;
   bool swap_out(Sequence* seq, StepPlan& plan);
