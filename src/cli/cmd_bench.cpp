@@ -23,6 +23,7 @@
 #include "core/json_limits.h"
 #include "core/util.h"
 #include "engine/engine.h"
+#include "engine/parallel.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagellm::cli {
@@ -78,6 +79,7 @@ EngineConfig bench_engine_config(const EngineFlags& flags, const CLI::App* app, 
 }
 
 std::unique_ptr<Engine> load_engine(const EngineConfig& config, const CLI::App* app) {
+  run_worker_if_parallel(config);
   try {
     auto engine = std::make_unique<Engine>(config, load_progress_reporter());
     spdlog::info("{}", engine->describe());

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "engine/engine.h"
+#include "engine/parallel.h"
 
 namespace pagellm::cli {
 namespace {
@@ -223,7 +224,9 @@ Command register_generate(CLI::App& app) {
               fail("invalid --{}: {}", e.param(), e.what());
             }
             TraceSession trace(engine->trace);
-            Engine eng(engine->to_config(), load_progress_reporter());
+            const EngineConfig config = engine->to_config();
+            run_worker_if_parallel(config);
+            Engine eng(config, load_progress_reporter());
             spdlog::info("{}", eng.describe());
             return g->batch.empty() ? run_single(eng, *g) : run_batch(eng, *g);
           }};

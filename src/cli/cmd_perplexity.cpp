@@ -15,6 +15,7 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/parallel.h"
 #include "runner/perplexity.h"
 
 namespace pagellm::cli {
@@ -47,6 +48,8 @@ Command register_perplexity(CLI::App& app) {
             ss << in.rdbuf();
             const std::string text = ss.str();
             EngineConfig c = engine->to_config();
+            PAGELLM_CHECK(parallel_ranks(c) == 1, "perplexity runs on one rank (no --tensor-parallel-size or "
+                          "--pipeline-parallel-size)");
             // One sequence of ctx tokens at a time: a small KV cache.
             if (sub->count("--max-model-len") == 0) c.scheduler.max_model_len = o->ctx;
             if (sub->count("--max-num-seqs") == 0) c.scheduler.max_num_seqs = 1;

@@ -27,6 +27,7 @@
 #include "core/request_limits.h"
 #include "core/util.h"
 #include "engine/async_engine.h"
+#include "engine/parallel.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
 #include "server/shutdown_signals.h"
@@ -105,6 +106,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
     ef.model = f.model_positional;
   }
   const EngineConfig config = ef.to_config();
+  run_worker_if_parallel(config);  // ranks > 0 of mpirun serve rank 0's steps and exit there
   const size_t max_request_bytes = static_cast<size_t>(parse_byte_size(f.max_request_bytes));
   PAGELLM_CHECK(max_request_bytes > 0, "--max-request-bytes must be positive");
 

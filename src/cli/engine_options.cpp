@@ -128,6 +128,16 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
                   "also of the random prompts")
       ->check(CLI::NonNegativeNumber);
   app->add_flag("--profile", f->profile, "Print a time breakdown per step phase and per op kind");
+  app->add_option("--tensor-parallel-size", f->tensor_parallel_size,
+                  "Split attention heads, FFN units and the vocabulary over this many ranks (launch with "
+                  "mpirun -np N; rank 0 serves, the others run their shard of every step)")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--pipeline-parallel-size", f->pipeline_parallel_size,
+                  "Split the layers over this many pipeline stages (ranks of mpirun)")
+      ->check(CLI::Range(1, 64));
+  app->add_option("--pipeline-micro-batches", f->pipeline_micro_batches,
+                  "Micro-batches per step under pipeline parallelism (0: twice the stages)")
+      ->check(CLI::Range(0, 1024));
   app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
   app->add_option("--config", f->config_file,
                   "YAML file of flags, as vLLM's --config: `max-num-seqs: 64` per line (underscores or dashes); "
@@ -206,6 +216,9 @@ EngineConfig EngineFlags::to_config() const {
   c.speculative = parse_speculative_config(speculative_config);
   c.profile = profile;
   c.deterministic = deterministic;
+  c.tensor_parallel_size = tensor_parallel_size;
+  c.pipeline_parallel_size = pipeline_parallel_size;
+  c.pipeline_micro_batches = pipeline_micro_batches;
   if (seed >= 0) c.seed = static_cast<uint64_t>(seed);
   return c;
 }

@@ -46,6 +46,9 @@ struct EngineFlags {
   bool deterministic = false;
   int64_t seed = -1;  // -1: not given
   bool profile = false;
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int pipeline_micro_batches = 0;
   std::string trace;  // Chrome-trace JSON written at exit
 
   std::string config_file;  // --config FILE.yaml

@@ -30,12 +30,25 @@ class Communicator {
   virtual void all_gather(const float* in, size_t n, float* out) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Point to point (pipeline stages): blocking, matched in order per pair.
+  virtual void send(const void* data, size_t bytes, int dst) = 0;
+  virtual void recv(void* data, size_t bytes, int src) = 0;
+  // Time spent inside the calls above (waiting for peers included), for the
+  // step trace and the scaling measurements.
+  struct Stats {
+    double seconds = 0;
+    uint64_t calls = 0, bytes = 0;
+  };
+  const Stats& stats() const { return stats_; }
   // Auto uses ReduceScatterAllGather from this many bytes on. Off by
   // default: on 2 ranks of one machine the library's own choice (OpenMPI's
   // tuned component switches algorithms by size itself) was faster at every
   // size from 8 KiB to 4 MiB (docs/scaling.md); set it where a measurement
   // on the real interconnect says otherwise.
   size_t large_message_bytes = SIZE_MAX;
+
+ protected:
+  Stats stats_;
 };
 
 // One rank: every collective is a no-op (or a copy).

@@ -11,10 +11,26 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "dist/communicator.h"
 
 namespace pagellm::dist {
 namespace {
+
+constexpr int kTag = 7;
+
+// Adds a call's wall time and bytes to the communicator's stats, and the
+// call to the --trace timeline ("comm" events).
+struct Timed {
+  Timed(Communicator::Stats& s, const char* name, size_t bytes) : stats(s), scope(name, "comm"), start(MPI_Wtime()) {
+    ++stats.calls;
+    stats.bytes += bytes;
+  }
+  ~Timed() { stats.seconds += MPI_Wtime() - start; }
+  Communicator::Stats& stats;
+  trace::Scope scope;
+  double start;
+};
 
 class MpiCommunicator : public Communicator {
  public:
@@ -22,7 +38,10 @@ class MpiCommunicator : public Communicator {
     int ready = 0;
     MPI_Initialized(&ready);
     if (!ready) {
-      MPI_Init(nullptr, nullptr);
+      // Serialized: the engine's collectives run on its step thread, not on
+      // the thread that initialized MPI, one call at a time.
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       owns_ = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -47,6 +66,7 @@ class MpiCommunicator : public Communicator {
 
   void all_reduce_sum(float* data, size_t n, AllReduceAlgo algo) override {
     if (size_ == 1 || n == 0) return;
+    Timed t(stats_, "all_reduce", n * sizeof(float));
     if (algo == AllReduceAlgo::Auto)
       algo = n * sizeof(float) >= large_message_bytes ? AllReduceAlgo::ReduceScatterAllGather : AllReduceAlgo::Library;
     if (algo == AllReduceAlgo::Library || n < static_cast<size_t>(size_)) {
@@ -68,13 +88,28 @@ class MpiCommunicator : public Communicator {
                          MPI_COMM_WORLD));
   }
   void all_gather(const float* in, size_t n, float* out) override {
+    Timed t(stats_, "all_gather", n * sizeof(float));
     check(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, MPI_COMM_WORLD));
   }
   void broadcast(void* data, size_t bytes, int root) override {
     PAGELLM_CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
+    Timed t(stats_, "broadcast", bytes);
     check(MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
   }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override {
+    Timed t(stats_, "barrier", 0);
+    check(MPI_Barrier(MPI_COMM_WORLD));
+  }
+  void send(const void* data, size_t bytes, int dst) override {
+    PAGELLM_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send from rank {} to rank {} of {}", rank_, dst, size_);
+    Timed t(stats_, "send", bytes);
+    check(MPI_Send(data, count(bytes), MPI_BYTE, dst, kTag, MPI_COMM_WORLD));
+  }
+  void recv(void* data, size_t bytes, int src) override {
+    PAGELLM_CHECK(src >= 0 && src < size_ && src != rank_, "receive on rank {} from rank {} of {}", rank_, src, size_);
+    Timed t(stats_, "recv", bytes);
+    check(MPI_Recv(data, count(bytes), MPI_BYTE, src, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  }
 
  private:
   static int count(size_t n) {

@@ -13,6 +13,8 @@
 #include "core/thread_pool.h"
 #include "core/trace.h"
 #include "core/util.h"
+#include "dist/communicator.h"
+#include "engine/parallel.h"
 #include "engine/stop_checker.h"
 #include "kv/kv_sizing.h"
 #include "model/dummy.h"
@@ -92,7 +94,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
 
 Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (runner_) runner_->stop_workers();
+}
 
 int64_t Engine::logits_rows_per_step() const {
   // One row per sampling sequence, and one more per draft it verifies.
@@ -100,32 +104,53 @@ int64_t Engine::logits_rows_per_step() const {
   return std::min<int64_t>(sched_config_.max_num_batched_tokens, int64_t{sched_config_.max_num_seqs} * per_seq);
 }
 
+LoadedModel load_model_and_tokenizer(const EngineConfig& c, Backend& backend, const LoadProgress& progress,
+                                     const ModelShard& shard) {
+  LoadedModel lm;
+  if (c.load_format == "dummy") {
+    if (!c.tokenizer.empty()) lm.tokenizer = load_tokenizer(c.tokenizer);
+    const int n_vocab = lm.tokenizer ? lm.tokenizer->vocab_size() : dummy_vocab_size(c.dummy_shape, nullptr);
+    if (!lm.tokenizer) {
+      const std::string vocab = synthetic_vocab_file(n_vocab);
+      lm.tokenizer = load_tokenizer(vocab);
+      std::filesystem::remove(vocab);
+    }
+    const ModelConfig cfg = dummy_config(c.dummy_shape, n_vocab);
+    ThreadPool pool(0);  // host work: random weights, on every core
+    DummySpec spec{c.dummy_shape, c.dummy_type, 0};
+    lm.dummy_source = make_dummy_source(cfg, spec, pool);
+    lm.model = Model::from_source(cfg, *lm.dummy_source, backend, progress, shard);
+  } else if (c.load_format == "auto") {
+    PAGELLM_CHECK(!c.model.empty(), "no model given");
+    lm.model = Model::load(c.model, backend, progress, shard);
+    if (!c.tokenizer.empty()) lm.tokenizer = load_tokenizer(c.tokenizer);
+    else if (lm.model->gguf()) lm.tokenizer = Tokenizer::from_gguf(*lm.model->gguf());
+    else lm.tokenizer = Tokenizer::from_hf_dir(c.model);
+  } else {
+    fail("unknown load format '{}' (auto or dummy)", c.load_format);
+  }
+  return lm;
+}
+
 void Engine::load(const LoadProgress& progress) {
+  comm_ = parallel_communicator(config_);
+  PAGELLM_CHECK(!comm_ || comm_->rank() == 0, "the engine runs on rank 0; other ranks run the worker");
+  if (comm_) {
+    PAGELLM_CHECK(config_.speculative.method != SpecMethod::DraftModel,
+                  "a draft model does not run under tensor or pipeline parallelism yet (use ngram speculation)");
+    PAGELLM_CHECK(config_.scheduler.preemption_mode != PreemptionMode::Swap,
+                  "--preemption-mode swap does not run under tensor or pipeline parallelism yet");
+  }
   for (const std::string& plugin : config_.backend_plugins) load_backend_plugin(plugin);
   backend_ = create_backend(config_.device, config_.backend_options);
   backend_->set_profiling(config_.profile);
-  if (config_.load_format == "dummy") {
-    if (!config_.tokenizer.empty()) tokenizer_ = load_tokenizer(config_.tokenizer);
-    const int n_vocab = tokenizer_ ? tokenizer_->vocab_size() : dummy_vocab_size(config_.dummy_shape, nullptr);
-    if (!tokenizer_) {
-      const std::string vocab = synthetic_vocab_file(n_vocab);
-      tokenizer_ = load_tokenizer(vocab);
-      std::filesystem::remove(vocab);
-    }
-    const ModelConfig cfg = dummy_config(config_.dummy_shape, n_vocab);
-    ThreadPool pool(0);  // host work: random weights, on every core
-    DummySpec spec{config_.dummy_shape, config_.dummy_type, 0};
-    dummy_source_ = make_dummy_source(cfg, spec, pool);
-    model_ = Model::from_source(cfg, *dummy_source_, *backend_, progress);
-  } else if (config_.load_format == "auto") {
-    PAGELLM_CHECK(!config_.model.empty(), "no model given");
-    model_ = Model::load(config_.model, *backend_, progress);
-    if (!config_.tokenizer.empty()) tokenizer_ = load_tokenizer(config_.tokenizer);
-    else if (model_->gguf()) tokenizer_ = Tokenizer::from_gguf(*model_->gguf());
-    else tokenizer_ = Tokenizer::from_hf_dir(config_.model);
-  } else {
-    fail("unknown load format '{}' (auto or dummy)", config_.load_format);
+  {
+    LoadedModel lm = load_model_and_tokenizer(config_, *backend_, progress, parallel_shard(config_, 0));
+    dummy_source_ = std::move(lm.dummy_source);
+    model_ = std::move(lm.model);
+    tokenizer_ = std::move(lm.tokenizer);
   }
+  model_->set_tp_communicator(comm_);
   const ModelConfig& mc = model_->config();
   PAGELLM_CHECK(tokenizer_->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
                 tokenizer_->vocab_size(), mc.n_vocab);
@@ -193,8 +218,15 @@ void Engine::load(const LoadProgress& progress) {
     sched_config_.num_swap_blocks = static_cast<int32_t>(std::min<int64_t>(swap_blocks, 1 << 30));
     backend_->allocate_swap_space(sched_config_.num_swap_blocks);
   }
+  if (comm_) {
+    WorkerInit init;
+    init.num_blocks = kv_config_.num_blocks;
+    init.max_model_len = sched_config_.max_model_len;
+    init.deterministic = config_.deterministic ? 1 : 0;
+    comm_->broadcast(&init, sizeof(init), 0);
+  }
   scheduler_ = std::make_unique<Scheduler>(sched_config_, kv_config_);
-  runner_ = std::make_unique<ModelRunner>(*model_);
+  runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
   sampler_ = std::make_unique<Sampler>();
   grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
   bitmask_.assign(static_cast<size_t>(structured::bitmask_words(grammars_->vocab_size())), 0);
@@ -227,7 +259,10 @@ std::string Engine::describe() const {
                      format_bytes(per_block * kv_config_.num_blocks), dtype_name(config_.kv_cache_dtype),
                      static_cast<int64_t>(kv_config_.num_blocks - 1) * kv_config_.block_size,
                      sched_config_.max_model_len, backend_->describe()) +
-         (proposer_ ? fmt::format("; {}: {}", config_.speculative.describe(), proposer_->describe()) : "");
+         (proposer_ ? fmt::format("; {}: {}", config_.speculative.describe(), proposer_->describe()) : "") +
+         (comm_ ? fmt::format("; tensor parallel {} x pipeline parallel {} over {}", config_.tensor_parallel_size,
+                              config_.pipeline_parallel_size, comm_->describe())
+                : "");
 }
 
 void Engine::validate(const EngineRequest& req) const {

@@ -34,6 +34,10 @@
 #include "structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
+namespace pagellm::dist {
+class Communicator;
+}
+
 namespace pagellm {
 
 struct EngineConfig {
@@ -59,6 +63,13 @@ struct EngineConfig {
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
   SpeculativeConfig speculative;   // --speculative-config (off by default)
   bool profile = false;            // per-op timing breakdown
+  // Ranks the model is split over (engine/parallel.h; launched with mpirun):
+  // attention heads, FFN units and vocabulary across tensor_parallel_size
+  // ranks, or layers across pipeline_parallel_size stages, each step cut
+  // into pipeline_micro_batches micro-batches (0: twice the stages).
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int pipeline_micro_batches = 0;
   // Bit-identical outputs across runs, thread counts and batch compositions
   // (Feature::Deterministic); requests without a seed sample with `seed`
   // (0 when deterministic and not given).
@@ -190,6 +201,7 @@ class Engine {
   SchedulerConfig sched_config_;
   KVCacheConfig kv_config_;
   std::unique_ptr<Backend> backend_;
+  dist::Communicator* comm_ = nullptr;  // all ranks, under tensor / pipeline parallelism
   std::unique_ptr<TensorSource> dummy_source_;  // owns dummy weights (the model borrows them)
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -6,16 +6,19 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "model/gguf.h"
 #include "model/tensor_source.h"
 
 namespace pagellm {
 
-Model::Model(const ModelConfig& cfg, Backend& backend) : cfg_(cfg), backend_(backend) {}
+Model::Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard)
+    : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {}
 
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, const LoadProgress& progress) {
+std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, const LoadProgress& progress,
+                                   const ModelShard& shard) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail("model '{}' does not exist", path);
   if (fs::is_directory(path)) {
@@ -23,22 +26,22 @@ std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, co
     if (!fs::exists(cfg_path)) fail("'{}' is a folder without config.json (expected a Hugging Face model folder)", path);
     const ModelConfig cfg = config_from_hf_json(cfg_path);
     auto src = hf_tensor_source(path, cfg);
-    auto m = from_source(cfg, *src, backend, progress);
+    auto m = from_source(cfg, *src, backend, progress, shard);
     m->source_ = std::move(src);
     return m;
   }
   auto gguf = GGUFFile::open(path);
   const ModelConfig cfg = config_from_gguf(*gguf);
   auto src = gguf_tensor_source(*gguf);
-  auto m = from_source(cfg, *src, backend, progress);
+  auto m = from_source(cfg, *src, backend, progress, shard);
   m->gguf_ = std::move(gguf);
   m->source_ = std::move(src);
   return m;
 }
 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSource& src, Backend& backend,
-                                          const LoadProgress& progress) {
-  std::unique_ptr<Model> m(new Model(cfg, backend));
+                                          const LoadProgress& progress, const ModelShard& shard) {
+  std::unique_ptr<Model> m(new Model(cfg, backend, shard));
   m->load_weights(src, progress);
   return m;
 }
@@ -166,7 +169,10 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
       auto& ws = expert_slot(spec.slots[0], il);
       ws.clear();
-      for (const TensorData& p : parts) {
+      const TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, c.head_dim);
+      if (cut.kind == TensorCut::None) return;
+      for (const TensorData& whole : parts) {
+        const TensorData p = cut_tensor(whole, cut, shard_storage_);
         const size_t bytes = dtype_row_bytes(p.type, p.cols()) * static_cast<size_t>(p.rows());
         weight_bytes_ += bytes;
         expert_bytes_ += bytes;
@@ -202,9 +208,6 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         return;
       }
       const size_t row_bytes = dtype_row_bytes(t->type, t->cols());
-      const size_t bytes = row_bytes * static_cast<size_t>(t->rows());
-      weight_bytes_ += bytes;
-      if (spec.slots[0] == Slot::TokEmbd) tok_embd_bytes_ = bytes;
       // A fused tensor is uploaded as one Weight per row range.
       int64_t row0 = 0;
       for (size_t k = 0; k < spec.slots.size(); ++k) {
@@ -212,18 +215,32 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         if (spec.slots.size() > 1) {
           part.shape = {t->cols(), parts[k]};
           part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;
-        } else if (spec.matrix && part.shape.size() == 1) {
-          part.shape = {t->cols(), 1};  // a one-row matrix stored as a vector
         }
         row0 += parts[k];
+        const TensorCut cut = tensor_cut(spec.slots[k], geo_, shard_.tp_rank, c.head_dim);
+        if (cut.kind == TensorCut::None) continue;
+        part = cut_tensor(part, cut, shard_storage_);
+        if (spec.slots.size() == 1 && spec.matrix && part.shape.size() == 1)
+          part.shape = {part.cols(), 1};  // a one-row matrix stored as a vector
+        const size_t bytes = dtype_row_bytes(part.type, part.cols()) * static_cast<size_t>(part.rows());
+        weight_bytes_ += bytes;
+        if (spec.slots[k] == Slot::TokEmbd) tok_embd_bytes_ = bytes;
         auto& w = slot(spec.slots[k], il);
         w = backend_.upload(part);
         held_weight_bytes_ += w->held_bytes;
         if (progress) progress(++done, total);
       }
     };
-    for (const TensorSpec& spec : arch.globals) get(spec, spec.gguf, 0);
-    for (int il = 0; il < c.n_layer; ++il)
+    // A pipeline stage maps only its layers, the embedding table when it is
+    // the first (or the last, when the output matrix is that table), and the
+    // output norm and matrix when it is the last.
+    for (const TensorSpec& spec : arch.globals) {
+      const Slot s0 = spec.slots[0];
+      if (s0 == Slot::TokEmbd && !geo_.first_stage && !(geo_.last_stage && !src.find("output.weight"))) continue;
+      if ((s0 == Slot::Output || s0 == Slot::OutputNorm) && !geo_.last_stage) continue;
+      get(spec, spec.gguf, 0);
+    }
+    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il)
       for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il);
   }
   PAGELLM_CHECK(!rope_short_ == !rope_long_, "LongRoPE needs both rope_factors_short.weight and "
@@ -251,8 +268,8 @@ void Model::set_context_length(int n_ctx) {
 
 KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) const {
   KVCacheSpec kv;
-  kv.n_layers = cfg_.n_layer;
-  kv.n_kv_heads = cfg_.n_head_kv;
+  kv.n_layers = geo_.layer_end - geo_.layer_begin;
+  kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
   kv.block_size = block_size;
   kv.num_blocks = num_blocks;
@@ -264,15 +281,16 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) co
 // false: per sampled row), so allocation and the size estimate agree.
 std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
-  const int64_t qd = static_cast<int64_t>(c.n_head) * c.head_dim, kd = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  const int64_t ff = c.moe() ? c.n_ff_shexp : c.n_ff;  // the dense (or shared expert) FFN
+  const ShardGeometry& g = geo_;
+  const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
+  const int64_t ff = c.moe() ? g.n_ff_shexp : g.n_ff;  // the dense (or shared expert) FFN
   const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
   return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, qd, true},
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
           {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},
-          {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, c.n_vocab, false},
+          {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, g.n_vocab, false},
           {&Buffers::router, c.n_expert, true}, {&Buffers::ids, k, true, DType::I32},
-          {&Buffers::route_w, k, true},    {&Buffers::eg, k * c.n_ff_exp, true}, {&Buffers::eu, k * c.n_ff_exp, true},
+          {&Buffers::route_w, k, true},    {&Buffers::eg, k * g.n_ff_exp, true}, {&Buffers::eu, k * g.n_ff_exp, true},
           {&Buffers::ed, k * c.n_embd, true}, {&Buffers::sh, shared * c.n_embd, true}, {&Buffers::sg, shared, true}};
 }
 
@@ -309,6 +327,8 @@ void Model::attention(int il, int64_t n) {
   Backend& be = backend_;
   const int hd = c.head_dim;
   const bool swa = c.is_swa[il];
+  const int n_head = geo_.n_head, n_head_kv = geo_.n_head_kv;  // this rank's heads
+  const int kv_layer = il - geo_.layer_begin;                   // this stage's cache holds its layers only
 
   be.rms_norm(*buf_.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
   be.matmul(*A.wq, *buf_.h, n, *buf_.q);
@@ -320,22 +340,23 @@ void Model::attention(int il, int64_t n) {
     be.add_bias(*buf_.v, *A.bv, n);
   }
   if (A.q_norm) {
-    be.rms_norm(*buf_.q, A.q_norm.get(), n * c.n_head, hd, c.norm_eps, *buf_.q);
-    be.rms_norm(*buf_.k, A.k_norm.get(), n * c.n_head_kv, hd, c.norm_eps, *buf_.k);
+    be.rms_norm(*buf_.q, A.q_norm.get(), n * n_head, hd, c.norm_eps, *buf_.q);
+    be.rms_norm(*buf_.k, A.k_norm.get(), n * n_head_kv, hd, c.norm_eps, *buf_.k);
   }
   const RopeConfig& rope = swa ? c.rope_swa : c.rope;
-  be.rope(*buf_.q, c.n_head, hd, rope);
-  be.store_kv(il, *buf_.k, *buf_.v, &rope);  // k rotated as it is written
+  be.rope(*buf_.q, n_head, hd, rope);
+  be.store_kv(kv_layer, *buf_.k, *buf_.v, &rope);  // k rotated as it is written
   AttentionConfig ac;
-  ac.n_head = c.n_head;
-  ac.n_head_kv = c.n_head_kv;
+  ac.n_head = n_head;
+  ac.n_head_kv = n_head_kv;
   ac.head_dim = hd;
   ac.scale = c.attn_scale;
   ac.sliding_window = swa ? c.sliding_window : 0;
   ac.softcap = c.attn_softcap;
   ac.sinks = A.sinks.get();
-  be.attention(il, *buf_.q, *buf_.attn, ac);
+  be.attention(kv_layer, *buf_.q, *buf_.attn, ac);
   be.matmul(*A.wo, *buf_.attn, n, *buf_.o);
+  all_reduce(*buf_.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
   if (A.bo) be.add_bias(*buf_.o, *A.bo, n);
   if (A.post_norm) be.rms_norm(*buf_.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
@@ -356,7 +377,8 @@ void Model::ffn_dense(int il, int64_t n) {
   const FfnWeights& F = layers_[il].ffn;
   Backend& be = backend_;
   be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  glu_ffn(*F.gate, *F.up, *F.down, n, c.n_ff, *buf_.o);
+  glu_ffn(*F.gate, *F.up, *F.down, n, geo_.n_ff, *buf_.o);
+  all_reduce(*buf_.o, n * c.n_embd);  // row-parallel down
   if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
@@ -375,29 +397,97 @@ void Model::ffn_moe(int il, int64_t n) {
   be.moe_route(*buf_.router, n, c.routing(), *buf_.ids, *buf_.route_w);
   be.matmul_experts(F.gate_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eg, F.gate_b_view);
   be.matmul_experts(F.up_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eu, F.up_b_view);
-  be.glu(*buf_.eg, *buf_.eu, n * k * c.n_ff_exp, c.act, *buf_.eg);
+  be.glu(*buf_.eg, *buf_.eu, n * k * geo_.n_ff_exp, c.act, *buf_.eg);
   be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed, F.down_b_view);
   be.moe_combine(*buf_.ed, *buf_.route_w, n, k, c.n_embd, *buf_.o);
   if (F.gate_shexp) {
-    glu_ffn(*F.gate_shexp, *F.up_shexp, *F.down_shexp, n, c.n_ff_shexp, *buf_.sh);
+    glu_ffn(*F.gate_shexp, *F.up_shexp, *F.down_shexp, n, geo_.n_ff_shexp, *buf_.sh);
     be.matmul(*F.shexp_gate, *buf_.h, n, *buf_.sg);
     be.scale_rows_sigmoid(*buf_.sh, *buf_.sg, n, c.n_embd);
     be.add(*buf_.o, *buf_.sh, n * c.n_embd);
   }
+  all_reduce(*buf_.o, n * c.n_embd);  // every expert's down product is row-parallel
   if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
 
-void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
-  const int64_t n = batch.n_tokens();
-  const int64_t m = static_cast<int64_t>(logits_rows.size());
-  PAGELLM_CHECK(n > 0, "empty batch");
-  for (int32_t r : logits_rows) PAGELLM_CHECK(r >= 0 && r < n, "logits row {} outside the batch", r);
-  ensure_buffers(n, std::max<int64_t>(m, 1));
+void Model::all_reduce(Buffer& buf, int64_t values) {
+  if (!geo_.tp) return;
+  PAGELLM_CHECK(tp_comm_ && tp_comm_->size() == shard_.tp_size, "tensor parallel model without its communicator");
   Backend& be = backend_;
-  be.set_batch(batch);
+  const size_t bytes = static_cast<size_t>(values) * sizeof(float);
+  host_.resize(static_cast<size_t>(values));
+  be.copy_to_host(buf, 0, bytes, host_.data());
+  be.synchronize();
+  tp_comm_->all_reduce_sum(host_.data(), host_.size());
+  be.copy_from_host(host_.data(), buf, 0, bytes);
+  be.synchronize();  // host_ is reused (and may move) by the next collective
+}
+
+void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
+  begin_pass(batch, static_cast<int64_t>(logits_rows.size()));
+  embed();
+  run_layers();
+  compute_logits(logits_rows, logits);
+}
+
+void Model::begin_pass(const BatchInfo& batch, int64_t m) {
+  n_ = batch.n_tokens();
+  PAGELLM_CHECK(n_ > 0, "empty batch");
+  ensure_buffers(n_, std::max<int64_t>(m, 1));
+  if (!geo_.tp) {
+    backend_.set_batch(batch);
+    return;
+  }
+  // Vocabulary-parallel embedding: each rank looks up the tokens in its slice
+  // of the table (local ids), the others' rows are zeroed before the sum.
+  tp_batch_ = batch;
+  local_ids_.resize(tp_batch_.token_ids.size());
+  for (size_t i = 0; i < local_ids_.size(); ++i) {
+    const int64_t id = tp_batch_.token_ids[i];
+    PAGELLM_CHECK(id >= 0 && id < cfg_.n_vocab, "token id {} outside the vocabulary ({})", id, cfg_.n_vocab);
+    const bool mine = id >= geo_.vocab_begin && id < geo_.vocab_begin + geo_.n_vocab;
+    local_ids_[i] = mine ? static_cast<int32_t>(id - geo_.vocab_begin) : -1;
+    tp_batch_.token_ids[i] = std::max(local_ids_[i], 0);
+  }
+  backend_.set_batch(tp_batch_);
+}
+
+void Model::embed() {
+  Backend& be = backend_;
   be.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
-  for (int il = 0; il < cfg_.n_layer; ++il) layer(il, n);
+  if (!geo_.tp) return;
+  const int64_t d = cfg_.n_embd;
+  const size_t bytes = static_cast<size_t>(n_ * d) * sizeof(float);
+  host_.resize(static_cast<size_t>(n_ * d));
+  be.copy_to_host(*buf_.x, 0, bytes, host_.data());
+  be.synchronize();
+  for (int64_t i = 0; i < n_; ++i)
+    if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * d, d, 0.0f);
+  tp_comm_->all_reduce_sum(host_.data(), host_.size());
+  be.copy_from_host(host_.data(), *buf_.x, 0, bytes);
+  be.synchronize();
+}
+
+void Model::run_layers() {
+  for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) layer(il, n_);
+}
+
+void Model::hidden_to_host(float* out) {
+  backend_.copy_to_host(*buf_.x, 0, static_cast<size_t>(n_ * cfg_.n_embd) * sizeof(float), out);
+  backend_.synchronize();
+}
+
+void Model::hidden_from_host(const float* in) {
+  backend_.copy_from_host(in, *buf_.x, 0, static_cast<size_t>(n_ * cfg_.n_embd) * sizeof(float));
+  backend_.synchronize();
+}
+
+void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logits) {
+  const int64_t n = n_;
+  const int64_t m = static_cast<int64_t>(logits_rows.size());
+  Backend& be = backend_;
+  for (int32_t r : logits_rows) PAGELLM_CHECK(r >= 0 && r < n, "logits row {} outside the batch", r);
   if (m == 0) {
     be.synchronize();  // the batch's metadata and the KV writes are the caller's again
     return;
@@ -406,11 +496,30 @@ void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_r
   be.gather_rows(*buf_.x, cfg_.n_embd, logits_rows, *buf_.sel);
   be.rms_norm(*buf_.sel, output_norm_.get(), m, cfg_.n_embd, cfg_.norm_eps, *buf_.sel);
   be.matmul(output_ ? *output_ : *tok_embd_, *buf_.sel, m, *buf_.logits);
-  be.copy_to_host(*buf_.logits, 0, static_cast<size_t>(m * cfg_.n_vocab) * sizeof(float), logits);
-  be.synchronize();  // the one wait of a step: the host needs the logits
+  const int64_t V = cfg_.n_vocab;
+  if (!geo_.tp) {
+    be.copy_to_host(*buf_.logits, 0, static_cast<size_t>(m * V) * sizeof(float), logits);
+    be.synchronize();  // the one wait of a step: the host needs the logits
+  } else {
+    // Vocabulary-parallel output: each rank's columns, padded to the same
+    // width, gathered and laid out as [m, n_vocab].
+    const int64_t local = geo_.n_vocab, stride = geo_.vocab_stride, ranks = shard_.tp_size;
+    host_.assign(static_cast<size_t>(m * stride), 0.0f);
+    std::vector<float> mine(static_cast<size_t>(m * local));
+    be.copy_to_host(*buf_.logits, 0, mine.size() * sizeof(float), mine.data());
+    be.synchronize();
+    for (int64_t i = 0; i < m; ++i) std::copy_n(mine.data() + i * local, local, host_.data() + i * stride);
+    gather_.resize(static_cast<size_t>(ranks * m * stride));
+    tp_comm_->all_gather(host_.data(), host_.size(), gather_.data());
+    for (int64_t q = 0; q < ranks; ++q) {
+      const int64_t begin = std::min(V, q * stride), cols = std::min(V, begin + stride) - begin;
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(gather_.data() + (q * m + i) * stride, cols, logits + i * V + begin);
+    }
+  }
   if (cfg_.final_softcap > 0) {
     const float cap = cfg_.final_softcap;
-    for (int64_t i = 0; i < m * cfg_.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    for (int64_t i = 0; i < m * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   }
 }
 

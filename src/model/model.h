@@ -12,6 +12,11 @@
 #include "backend/backend.h"
 #include "model/arch.h"
 #include "model/model_config.h"
+#include "model/shard.h"
+
+namespace pagellm::dist {
+class Communicator;
+}
 
 namespace pagellm {
 
@@ -57,13 +62,22 @@ using LoadProgress = std::function<void(size_t, size_t)>;
 class Model {
  public:
   // `path`: a GGUF file or a Hugging Face folder (config.json + safetensors).
-  static std::unique_ptr<Model> load(const std::string& path, Backend& backend, const LoadProgress& progress = {});
+  // With a shard, only this rank's part of each tensor it needs is mapped
+  // and uploaded (model/shard.h).
+  static std::unique_ptr<Model> load(const std::string& path, Backend& backend, const LoadProgress& progress = {},
+                                     const ModelShard& shard = {});
   // From an already-open source (used by the dummy loader and tests).
   static std::unique_ptr<Model> from_source(const ModelConfig& cfg, const TensorSource& src, Backend& backend,
-                                            const LoadProgress& progress = {});
+                                            const LoadProgress& progress = {}, const ModelShard& shard = {});
   ~Model();
 
+  // The whole model's config; the shard's local sizes are in geometry().
   const ModelConfig& config() const { return cfg_; }
+  const ModelShard& shard() const { return shard_; }
+  const ShardGeometry& geometry() const { return geo_; }
+  // The tensor-parallel group (tp_size ranks, this one at tp_rank): needed
+  // before the first forward pass when tp_size > 1.
+  void set_tp_communicator(dist::Communicator* comm) { tp_comm_ = comm; }
   Backend& backend() { return backend_; }
   // The longest context the model will serve. LongRoPE models take their
   // long factor set beyond the original context, the short one within it
@@ -84,7 +98,7 @@ class Model {
     if (!cfg_.moe()) return all;
     return all - expert_bytes_ + expert_bytes_ / cfg_.n_expert * cfg_.n_expert_used;
   }
-  // Shape of the paged KV cache this model needs.
+  // Shape of the paged KV cache this model (shard) needs: its layers, its KV heads.
   KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype) const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
@@ -94,8 +108,19 @@ class Model {
   // ([logits_rows.size(), n_vocab], host memory).
   void forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits);
 
+  // The same pass in the pieces a pipeline stage runs: begin_pass, then
+  // embed (first stage) or hidden_from_host (the previous stage's output),
+  // run_layers over this stage's layers, then hidden_to_host (to the next
+  // stage) or compute_logits (last stage). Hidden states are [n, n_embd].
+  void begin_pass(const BatchInfo& batch, int64_t n_logits);
+  void embed();
+  void run_layers();
+  void hidden_to_host(float* out);
+  void hidden_from_host(const float* in);
+  void compute_logits(const std::vector<int32_t>& logits_rows, float* logits);
+
  private:
-  Model(const ModelConfig& cfg, Backend& backend);
+  Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard);
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
   struct Buffers;
@@ -114,9 +139,19 @@ class Model {
   void glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out);
   void ffn_dense(int il, int64_t n);
   void ffn_moe(int il, int64_t n);
+  // Tensor parallel: the sum over ranks of buf's first `values` floats.
+  void all_reduce(Buffer& buf, int64_t values);
 
   ModelConfig cfg_;
   Backend& backend_;
+  ModelShard shard_;
+  ShardGeometry geo_;
+  dist::Communicator* tp_comm_ = nullptr;
+  std::vector<AlignedBuffer> shard_storage_;  // column slices cut at load (the weights may borrow them)
+  int64_t n_ = 0;                             // tokens of the pass begun
+  BatchInfo tp_batch_;                        // the batch with token ids local to this rank's vocabulary
+  std::vector<int32_t> local_ids_;            // ... or -1 for a token another rank's slice holds
+  std::vector<float> host_, gather_;          // host staging for collectives
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;

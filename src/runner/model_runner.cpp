@@ -1,39 +1,51 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "core/error.h"
+#include "core/trace.h"
+#include "dist/communicator.h"
+
 namespace pagellm {
+
+ModelRunner::ModelRunner(Model& model, dist::Communicator* comm, int micro_batches)
+    : model_(model), comm_(comm), micro_batches_(micro_batches) {
+  const ModelShard& s = model.shard();
+  const int ranks = s.tp_size * s.pp_size;
+  PAGELLM_CHECK(ranks == 1 || (comm && comm->size() == ranks), "a model sharded over {} ranks needs a communicator "
+                "of that many", ranks);
+  PAGELLM_CHECK(s.tp_size == 1 || s.pp_size == 1, "tensor and pipeline parallelism together are not supported yet");
+  if (micro_batches_ <= 0) micro_batches_ = 2 * s.pp_size;
+}
+
+bool ModelRunner::parallel() const { return comm_ && comm_->size() > 1; }
 
 void ModelRunner::execute(const StepPlan& plan, Output& out) {
   out.entries.clear();
   out.first_row.clear();
-  Backend& be = model_.backend();
-  // Block moves first, in the plan's order: a block swapped out may be
-  // written by this very step's forward pass.
-  auto pairs = [](const std::vector<BlockCopy>& v) {
-    BlockPairs p;
+  auto pairs = [](const std::vector<BlockCopy>& v, BlockPairs& p) {
+    p.clear();
     for (const auto& c : v) p.emplace_back(c.src, c.dst);
-    return p;
   };
-  if (!plan.swap_out.empty()) be.swap_out(pairs(plan.swap_out));
-  if (!plan.swap_in.empty()) be.swap_in(pairs(plan.swap_in));
-  if (!plan.block_copies.empty()) be.copy_blocks(pairs(plan.block_copies));
-  if (plan.empty()) {
-    be.synchronize();  // the moves are done before the next plan reuses their blocks
-    return;
-  }
+  StepMessage& m = msg_;
+  m.kind = StepMessage::Step;
+  pairs(plan.swap_out, m.swap_out);
+  pairs(plan.swap_in, m.swap_in);
+  pairs(plan.block_copies, m.block_copies);
 
-  batch_.token_ids.clear();
-  batch_.positions.clear();
-  batch_.slot_mapping.clear();
-  batch_.seqs.resize(plan.seqs.size());
-  logits_rows_.clear();
+  BatchInfo& batch = m.batch;
+  batch.token_ids.clear();
+  batch.positions.clear();
+  batch.slot_mapping.clear();
+  batch.seqs.resize(plan.seqs.size());
+  m.logits_rows.clear();
   int32_t row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
-    s.append_input_ids(batch_.token_ids);
-    plan.append_positions_and_slots(s, batch_.positions, batch_.slot_mapping);
-    SeqInfo& info = batch_.seqs[i];
+    s.append_input_ids(batch.token_ids);
+    plan.append_positions_and_slots(s, batch.positions, batch.slot_mapping);
+    SeqInfo& info = batch.seqs[i];
     info.q_start = row;
     info.q_len = s.num_new_tokens;
     info.ctx_len = s.end_pos();
@@ -43,13 +55,132 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
     row += s.num_new_tokens;
     if (s.sample) {
       out.entries.push_back(static_cast<int32_t>(i));
-      out.first_row.push_back(static_cast<int32_t>(logits_rows_.size()));
-      for (int32_t j = s.num_logits(); j >= 1; --j) logits_rows_.push_back(row - j);
+      out.first_row.push_back(static_cast<int32_t>(m.logits_rows.size()));
+      for (int32_t j = s.num_logits(); j >= 1; --j) m.logits_rows.push_back(row - j);
     }
   }
   const size_t vocab = static_cast<size_t>(model_.config().n_vocab);
-  out.logits.resize(logits_rows_.size() * vocab);
-  model_.forward(batch_, logits_rows_, out.logits.data());
+  out.logits.resize(m.logits_rows.size() * vocab);
+  if (parallel()) broadcast(m);
+  run(m, out.logits.data());
+}
+
+// Block moves first, in the plan's order: a block swapped out may be written
+// by this very step's forward pass.
+void ModelRunner::run(const StepMessage& m, float* logits) {
+  Backend& be = model_.backend();
+  if (!m.swap_out.empty()) be.swap_out(m.swap_out);
+  if (!m.swap_in.empty()) be.swap_in(m.swap_in);
+  if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
+  if (m.batch.seqs.empty()) {
+    be.synchronize();  // the moves are done before the next plan reuses their blocks
+    return;
+  }
+  if (model_.shard().pp_size > 1) pipeline_forward(m.batch, m.logits_rows, logits);
+  else model_.forward(m.batch, m.logits_rows, logits);
+}
+
+void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
+  const ShardGeometry& g = model_.geometry();
+  const int stage = model_.shard().pp_rank, stages = model_.shard().pp_size;
+  const int64_t d = model_.config().n_embd, vocab = model_.config().n_vocab;
+  // Micro-batches of whole sequences with about equal token counts.
+  const int64_t n = batch.n_tokens();
+  const int parts = std::max(1, std::min<int>(micro_batches_, static_cast<int>(batch.seqs.size())));
+  std::vector<size_t> seq_end;  // micro-batch k holds seqs [seq_end[k - 1], seq_end[k])
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const int64_t done = batch.seqs[i].q_start + batch.seqs[i].q_len;  // tokens up to this sequence's end
+    const auto closed = static_cast<int64_t>(seq_end.size());
+    if (i + 1 == batch.seqs.size() || (closed + 1 < parts && done * parts >= n * (closed + 1)))
+      seq_end.push_back(i + 1);
+  }
+  stage_logits_.resize(logits_rows.size() * static_cast<size_t>(vocab));
+  BatchInfo mb;
+  std::vector<int32_t> rows, slots;  // a micro-batch's logits rows, and where they go in the step's
+  size_t seq_begin = 0;
+  for (size_t k = 0; k < seq_end.size(); ++k) {
+    trace::Scope scope("micro-batch", "runner");
+    const int32_t r0 = batch.seqs[seq_begin].q_start;
+    const SeqInfo& tail = batch.seqs[seq_end[k] - 1];
+    const int32_t r1 = tail.q_start + tail.q_len;
+    mb.token_ids.assign(batch.token_ids.begin() + r0, batch.token_ids.begin() + r1);
+    mb.positions.assign(batch.positions.begin() + r0, batch.positions.begin() + r1);
+    mb.slot_mapping.assign(batch.slot_mapping.begin() + r0, batch.slot_mapping.begin() + r1);
+    mb.seqs.assign(batch.seqs.begin() + static_cast<std::ptrdiff_t>(seq_begin),
+                   batch.seqs.begin() + static_cast<std::ptrdiff_t>(seq_end[k]));
+    for (SeqInfo& s : mb.seqs) s.q_start -= r0;
+    rows.clear();
+    slots.clear();
+    for (size_t j = 0; j < logits_rows.size(); ++j)
+      if (logits_rows[j] >= r0 && logits_rows[j] < r1) {
+        rows.push_back(logits_rows[j] - r0);
+        slots.push_back(static_cast<int32_t>(j));
+      }
+    seq_begin = seq_end[k];
+    const int64_t tokens = r1 - r0;
+    model_.begin_pass(mb, static_cast<int64_t>(rows.size()));
+    scratch_.resize(static_cast<size_t>(std::max<int64_t>(tokens * d, static_cast<int64_t>(rows.size()) * vocab)));
+    if (g.first_stage) {
+      model_.embed();
+    } else {
+      comm_->recv(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), stage - 1);
+      model_.hidden_from_host(scratch_.data());
+    }
+    model_.run_layers();
+    if (!g.last_stage) {
+      model_.hidden_to_host(scratch_.data());
+      comm_->send(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), stage + 1);
+      continue;
+    }
+    model_.compute_logits(rows, scratch_.data());
+    for (size_t j = 0; j < rows.size(); ++j)
+      std::copy_n(scratch_.data() + static_cast<int64_t>(j) * vocab, vocab,
+                  stage_logits_.data() + static_cast<int64_t>(slots[j]) * vocab);
+  }
+  // The last stage sends the step's logits at once, after its last
+  // micro-batch: rank 0 is then done sending and waits for them.
+  const size_t bytes = stage_logits_.size() * sizeof(float);
+  if (g.last_stage && stage != 0 && bytes > 0) comm_->send(stage_logits_.data(), bytes, 0);
+  if (stage == 0 && bytes > 0) {
+    if (g.last_stage) std::copy(stage_logits_.begin(), stage_logits_.end(), logits);
+    else comm_->recv(logits, bytes, stages - 1);
+  }
+}
+
+void ModelRunner::broadcast(const StepMessage& m) {
+  std::vector<uint8_t> bytes = encode_step(m);
+  uint64_t size = bytes.size();
+  comm_->broadcast(&size, sizeof(size), 0);
+  comm_->broadcast(bytes.data(), bytes.size(), 0);
+}
+
+StepMessage ModelRunner::receive() {
+  uint64_t size = 0;
+  comm_->broadcast(&size, sizeof(size), 0);
+  PAGELLM_CHECK(size > 0 && size < (uint64_t{1} << 34), "step message of {} bytes", size);
+  std::vector<uint8_t> bytes(size);
+  comm_->broadcast(bytes.data(), bytes.size(), 0);
+  return decode_step(bytes);
+}
+
+void ModelRunner::serve_worker() {
+  PAGELLM_CHECK(parallel() && comm_->rank() != 0, "serve_worker runs on ranks other than 0");
+  const size_t vocab = static_cast<size_t>(model_.config().n_vocab);
+  std::vector<float> logits;
+  for (;;) {
+    StepMessage m = receive();
+    if (m.kind == StepMessage::Shutdown) return;
+    logits.resize(m.logits_rows.size() * vocab);
+    run(m, logits.data());
+  }
+}
+
+void ModelRunner::stop_workers() {
+  if (!parallel() || comm_->rank() != 0 || workers_stopped_) return;
+  workers_stopped_ = true;
+  StepMessage m;
+  m.kind = StepMessage::Shutdown;
+  broadcast(m);
 }
 
 }  // namespace pagellm

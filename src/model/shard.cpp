@@ -1,0 +1,130 @@
+#include "model/shard.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace pagellm {
+
+ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
+  const int n = s.tp_size, r = s.tp_rank;
+  PAGELLM_CHECK(n >= 1 && r >= 0 && r < n, "tensor-parallel rank {} of {}", r, n);
+  PAGELLM_CHECK(s.pp_size >= 1 && s.pp_rank >= 0 && s.pp_rank < s.pp_size, "pipeline stage {} of {}", s.pp_rank,
+                s.pp_size);
+  ShardGeometry g;
+  g.tp = n > 1;
+  PAGELLM_CHECK(c.n_head % n == 0, "--tensor-parallel-size {} does not divide the model's {} attention heads", n,
+                c.n_head);
+  g.n_head = c.n_head / n;
+  g.head_begin = r * g.n_head;
+  if (c.n_head_kv % n == 0) {
+    g.n_head_kv = c.n_head_kv / n;
+    g.kv_head_begin = r * g.n_head_kv;
+  } else {
+    PAGELLM_CHECK(n % c.n_head_kv == 0,
+                  "--tensor-parallel-size {} neither divides nor is a multiple of the model's {} KV heads", n,
+                  c.n_head_kv);
+    g.n_head_kv = 1;  // replicated: this rank's query heads all read one KV head
+    g.kv_head_begin = g.head_begin / (c.n_head / c.n_head_kv);
+  }
+  auto split = [&](int64_t total, const char* what, int64_t& local, int64_t& begin) {
+    if (total == 0) return;
+    PAGELLM_CHECK(total % n == 0, "--tensor-parallel-size {} does not divide the model's {} {}", n, total, what);
+    local = total / n;
+    begin = r * local;
+  };
+  split(c.n_ff, "feed-forward units", g.n_ff, g.ff_begin);
+  split(c.n_ff_exp, "feed-forward units per expert", g.n_ff_exp, g.ff_exp_begin);
+  split(c.n_ff_shexp, "shared-expert units", g.n_ff_shexp, g.ff_shexp_begin);
+  PAGELLM_CHECK(c.n_vocab >= n, "a vocabulary of {} tokens does not split {} ways", c.n_vocab, n);
+  g.vocab_stride = (c.n_vocab + n - 1) / n;
+  g.vocab_begin = std::min<int64_t>(c.n_vocab, g.vocab_stride * r);
+  g.n_vocab = std::min<int64_t>(c.n_vocab, g.vocab_begin + g.vocab_stride) - g.vocab_begin;
+  PAGELLM_CHECK(g.n_vocab > 0, "a vocabulary of {} tokens leaves rank {} of {} no rows", c.n_vocab, r, n);
+  PAGELLM_CHECK(c.n_layer >= s.pp_size, "--pipeline-parallel-size {} exceeds the model's {} layers", s.pp_size,
+                c.n_layer);
+  g.layer_begin = static_cast<int>(static_cast<int64_t>(c.n_layer) * s.pp_rank / s.pp_size);
+  g.layer_end = static_cast<int>(static_cast<int64_t>(c.n_layer) * (s.pp_rank + 1) / s.pp_size);
+  g.first_stage = s.pp_rank == 0;
+  g.last_stage = s.pp_rank == s.pp_size - 1;
+  return g;
+}
+
+TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim) {
+  using K = TensorCut::Kind;
+  const int64_t hd = head_dim;
+  switch (slot) {
+    case Slot::TokEmbd:
+    case Slot::Output:
+      if (!g.tp) return {};
+      return {K::Rows, g.vocab_begin, g.n_vocab};
+    default: break;
+  }
+  if (!g.tp) return {};
+  switch (slot) {
+    // Column-parallel: each rank computes its heads / units.
+    case Slot::Q:
+    case Slot::QBias: return {K::Rows, g.head_begin * hd, g.n_head * hd};
+    case Slot::AttnSinks: return {K::Rows, g.head_begin, g.n_head};
+    case Slot::K:
+    case Slot::V:
+    case Slot::KBias:
+    case Slot::VBias: return {K::Rows, g.kv_head_begin * hd, g.n_head_kv * hd};
+    case Slot::Gate:
+    case Slot::Up: return {K::Rows, g.ff_begin, g.n_ff};
+    case Slot::GateExps:
+    case Slot::UpExps:
+    case Slot::GateExpsBias:
+    case Slot::UpExpsBias: return {K::Rows, g.ff_exp_begin, g.n_ff_exp};
+    case Slot::GateShexp:
+    case Slot::UpShexp: return {K::Rows, g.ff_shexp_begin, g.n_ff_shexp};
+    // Row-parallel: each rank multiplies its share of the inputs; the sum
+    // over ranks (one all-reduce) is the product.
+    case Slot::O: return {K::Cols, g.head_begin * hd, g.n_head * hd};
+    case Slot::Down: return {K::Cols, g.ff_begin, g.n_ff};
+    case Slot::DownExps: return {K::Cols, g.ff_exp_begin, g.n_ff_exp};
+    case Slot::DownShexp: return {K::Cols, g.ff_shexp_begin, g.n_ff_shexp};
+    // Added to each expert's output before the sum over ranks: one rank only.
+    case Slot::DownExpsBias: return tp_rank == 0 ? TensorCut{} : TensorCut{K::None, 0, 0};
+    default: return {};  // norms, the router, biases added after the all-reduce
+  }
+}
+
+TensorData cut_tensor(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
+  if (cut.kind == TensorCut::All) return t;
+  PAGELLM_CHECK(cut.kind != TensorCut::None, "tensor '{}' is not held by this rank", t.name);
+  const bool vector = t.rows() == 1;
+  const int64_t limit = cut.kind == TensorCut::Rows && !vector ? t.rows() : t.cols();
+  PAGELLM_CHECK(cut.begin >= 0 && cut.count > 0 && cut.begin + cut.count <= limit,
+                "tensor '{}': slice [{}, {}) outside its {} {}", t.name, cut.begin, cut.begin + cut.count, limit,
+                cut.kind == TensorCut::Rows && !vector ? "rows" : "columns");
+  TensorData out = t;
+  const auto* base = static_cast<const uint8_t*>(t.data);
+  if (cut.kind == TensorCut::Rows && !vector) {
+    const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+    out.shape = {t.cols(), cut.count};
+    out.data = base + static_cast<size_t>(cut.begin) * row_bytes;
+    return out;
+  }
+  const int block = dtype_block_size(t.type);
+  PAGELLM_CHECK(cut.begin % block == 0 && cut.count % block == 0,
+                "tensor '{}' ({}) cannot be split at column {}: {} blocks are {} values wide; choose a "
+                "--tensor-parallel-size that divides its blocks",
+                t.name, dtype_name(t.type), cut.begin, dtype_name(t.type), block);
+  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  const size_t skip = dtype_row_bytes(t.type, cut.begin), keep = dtype_row_bytes(t.type, cut.count);
+  out.shape[0] = cut.count;
+  if (vector) {
+    out.data = base + skip;
+    return out;
+  }
+  const int64_t rows = t.rows();
+  AlignedBuffer buf = allocate_aligned(keep * static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(buf.get() + keep * static_cast<size_t>(i), base + row_bytes * static_cast<size_t>(i) + skip, keep);
+  out.data = buf.get();
+  storage.push_back(std::move(buf));
+  return out;
+}
+
+}  // namespace pagellm

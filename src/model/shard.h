@@ -1,0 +1,59 @@
+// One rank's share of a model under tensor parallelism (attention heads, FFN
+// hidden units and the vocabulary split tp_size ways: Megatron's column- and
+// row-parallel layers) and pipeline parallelism (a contiguous range of
+// layers per stage). The loader cuts each tensor as it maps it; the forward
+// pass runs on the local sizes and all-reduces where a row-parallel product
+// leaves partial sums.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/aligned_buffer.h"
+#include "model/arch.h"
+#include "model/model_config.h"
+
+namespace pagellm {
+
+struct ModelShard {
+  int tp_rank = 0, tp_size = 1;
+  int pp_rank = 0, pp_size = 1;
+};
+
+// The local sizes of a shard. Attention heads: each rank takes n_head /
+// tp_size query heads and the KV heads they read: n_head_kv / tp_size of
+// them, or one (replicated) when there are fewer KV heads than ranks.
+struct ShardGeometry {
+  int n_head = 0, head_begin = 0;
+  int n_head_kv = 0, kv_head_begin = 0;
+  int64_t n_ff = 0, ff_begin = 0;            // dense FFN
+  int64_t n_ff_exp = 0, ff_exp_begin = 0;    // each routed expert
+  int64_t n_ff_shexp = 0, ff_shexp_begin = 0;  // the shared expert
+  // Vocabulary rows [vocab_begin, vocab_begin + n_vocab); every rank's slice
+  // but the last has vocab_stride rows (ceil(n_vocab / tp_size)).
+  int64_t n_vocab = 0, vocab_begin = 0, vocab_stride = 0;
+  int layer_begin = 0, layer_end = 0;        // this pipeline stage's layers
+  bool first_stage = true, last_stage = true;
+  bool tp = false;
+  bool has_layer(int il) const { return il >= layer_begin && il < layer_end; }
+};
+
+// Fails with an error naming the size that does not divide.
+ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s);
+
+// The part of a tensor a rank holds: all of it, a range of rows (output
+// features) or of columns (input features), or nothing.
+struct TensorCut {
+  enum Kind { All, Rows, Cols, None } kind = All;
+  int64_t begin = 0, count = 0;
+};
+TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim);
+
+// The cut applied to t: rows are a view of the same bytes; columns of a
+// matrix are copied into a new buffer kept in `storage` (block-quantized
+// types split only on block boundaries). A vector (one row) is cut by
+// columns whichever kind is asked.
+TensorData cut_tensor(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage);
+
+}  // namespace pagellm
