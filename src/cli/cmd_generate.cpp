@@ -94,6 +94,7 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
     nlohmann::json line;
     std::vector<std::string> texts;
     std::vector<std::vector<int32_t>> tokens;
+    std::vector<nlohmann::json> logprobs;  // per sample: one entry per token, when the line asks for them
     std::vector<std::string> reasons;
     int prompt_tokens = 0;
     bool done = false;
@@ -135,6 +136,7 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       r.texts.resize(req.params.n);
       r.tokens.resize(req.params.n);
       r.reasons.resize(req.params.n);
+      r.logprobs.assign(req.params.n, nlohmann::json::array());
       total_prompt += r.prompt_tokens;
       engine.add_request(std::move(req));
     } catch (const std::exception& e) {
@@ -150,6 +152,11 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       for (const CompletionDelta& d : out.completions) {
         r.texts[d.index] += d.text;
         r.tokens[d.index].insert(r.tokens[d.index].end(), d.token_ids.begin(), d.token_ids.end());
+        for (const TokenLogprob& lp : d.logprobs) {
+          nlohmann::json top = nlohmann::json::array();
+          for (const auto& [token, logprob] : lp.top) top.push_back({token, logprob});
+          r.logprobs[d.index].push_back({{"token", lp.token}, {"logprob", lp.logprob}, {"top", top}});
+        }
         total_gen += static_cast<int64_t>(d.token_ids.size());
         if (d.finish_reason != FinishReason::None) r.reasons[d.index] = to_string(d.finish_reason);
       }
@@ -161,6 +168,7 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       r.line["text"] = r.texts[0];
       r.line["token_ids"] = r.tokens[0];
       r.line["finish_reason"] = r.reasons[0];
+      if (!r.logprobs[0].empty()) r.line["logprobs"] = r.logprobs[0];
       r.line["prompt_tokens"] = r.prompt_tokens;
       size_t completion = 0;
       for (const auto& t : r.tokens) completion += t.size();

@@ -174,6 +174,18 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
 
   const int sig = signals.wait();
   api.begin_draining();
+  if (parallel_ranks(config) > 1) {
+    // mpirun signals every rank when one of them exits or is signalled: a
+    // rank may be gone, and with it every step, so nothing drains. Open
+    // requests end with an error now; the exit status says the job failed.
+    const size_t failed = async.fail_open_requests(
+        "the tensor / pipeline parallel job is stopping (a rank exited or mpirun was signalled)");
+    spdlog::error("{}: the parallel job is stopping (mpirun ends every rank when one exits); {} open requests "
+                  "failed", sig ? strsignal(sig) : "stop", failed);
+    api.wait_idle(std::chrono::seconds(5));
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
   spdlog::info("{}: shutting down; in-flight requests get up to {} s to finish", sig ? strsignal(sig) : "stop",
                f.shutdown_timeout);
   async.shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));

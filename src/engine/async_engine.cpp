@@ -167,6 +167,26 @@ void AsyncEngine::shutdown(std::chrono::milliseconds grace) {
   if (thread_.joinable()) thread_.join();
 }
 
+size_t AsyncEngine::fail_open_requests(const std::string& message) {
+  std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.swap(streams_);
+    admitted_.clear();
+    group_waiting_.clear();
+    waiting_sequences_ = 0;
+    accepting_ = false;
+  }
+  for (auto& [id, stream] : streams) {
+    RequestOutput out;
+    out.request_id = id;
+    out.finished = true;
+    out.error = message;
+    stream->push(std::move(out));
+  }
+  return streams.size();
+}
+
 // Ends every request with an error output (the engine failed a step).
 void AsyncEngine::fail_all(const std::string& message) {
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams;

@@ -119,6 +119,10 @@ class AsyncEngine {
   // Admission counters now (see AsyncEngineOptions).
   size_t num_waiting_requests() const;
   size_t num_waiting_sequences() const;
+  // Ends every open request with an error output now, without the step
+  // thread (which may be blocked for good: a parallel job that lost a rank).
+  // Returns how many requests it ended.
+  size_t fail_open_requests(const std::string& message);
 
  private:
   // What admission counts for one submitted request (one prompt).

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "core/error.h"
@@ -51,7 +53,8 @@ int run_worker(const EngineConfig& c, dist::Communicator& comm) {
   model.set_context_length(init.max_model_len);
   backend->allocate_kv_cache(model.kv_cache_spec(c.block_size, init.num_blocks, c.kv_cache_dtype));
   if (init.deterministic) backend->set_deterministic(true);
-  spdlog::info("rank {}: {} layers [{}, {}), {} of {} heads, {} weights", comm.rank(), model.geometry().layer_end -
+  spdlog::info("rank {} (pid {}): {} layers [{}, {}), {} of {} heads, {} weights", comm.rank(), getpid(),
+               model.geometry().layer_end -
                model.geometry().layer_begin, model.geometry().layer_begin, model.geometry().layer_end,
                model.geometry().n_head, model.config().n_head, format_bytes(static_cast<int64_t>(model.weight_bytes())));
   ModelRunner runner(model, &comm, c.pipeline_micro_batches);

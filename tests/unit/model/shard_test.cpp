@@ -1,0 +1,159 @@
+// Tensor-parallel shard geometry and the load-time cuts of model/shard.h:
+// each rank's rows / columns of a (quantized) matrix are exactly that part of
+// the whole, on random values.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/error.h"
+#include "core/quant_blocks.h"
+#include "model/shard.h"
+
+namespace pagellm {
+namespace {
+
+ModelConfig config(int n_head, int n_head_kv, int n_ff, int n_vocab, int n_layer = 4) {
+  ModelConfig c;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = 64;
+  c.n_embd = 256;
+  c.n_ff = n_ff;
+  c.n_vocab = n_vocab;
+  c.n_layer = n_layer;
+  return c;
+}
+
+TEST(ShardGeometry, SplitsHeadsUnitsVocabularyAndLayers) {
+  const ModelConfig c = config(8, 4, 512, 1001, 5);
+  const ShardGeometry g = shard_geometry(c, {1, 2, 0, 1});
+  EXPECT_EQ(g.n_head, 4);
+  EXPECT_EQ(g.head_begin, 4);
+  EXPECT_EQ(g.n_head_kv, 2);
+  EXPECT_EQ(g.kv_head_begin, 2);
+  EXPECT_EQ(g.n_ff, 256);
+  EXPECT_EQ(g.ff_begin, 256);
+  EXPECT_EQ(g.vocab_stride, 501);  // the last rank's slice is the shorter one
+  EXPECT_EQ(g.vocab_begin, 501);
+  EXPECT_EQ(g.n_vocab, 500);
+  const ShardGeometry s1 = shard_geometry(c, {0, 1, 1, 2});
+  EXPECT_EQ(s1.layer_begin, 2);
+  EXPECT_EQ(s1.layer_end, 5);
+  EXPECT_FALSE(s1.first_stage);
+  EXPECT_TRUE(s1.last_stage);
+}
+
+TEST(ShardGeometry, ReplicatesKvHeadsWhenFewerThanRanks) {
+  const ModelConfig c = config(8, 2, 512, 512);
+  for (int r = 0; r < 4; ++r) {
+    const ShardGeometry g = shard_geometry(c, {r, 4, 0, 1});
+    EXPECT_EQ(g.n_head, 2);
+    EXPECT_EQ(g.n_head_kv, 1);
+    EXPECT_EQ(g.kv_head_begin, r / 2);  // query heads 2r, 2r + 1 read KV head (2r) / 4
+  }
+}
+
+TEST(ShardGeometry, IndivisibleSizesAreClearErrors) {
+  EXPECT_THROW(shard_geometry(config(6, 2, 512, 512), {0, 4, 0, 1}), Error);  // heads
+  EXPECT_THROW(shard_geometry(config(12, 3, 512, 512), {0, 2, 0, 1}), Error);  // 3 KV heads on 2 ranks
+  EXPECT_THROW(shard_geometry(config(8, 4, 510, 512), {0, 4, 0, 1}), Error);  // FFN units
+  EXPECT_THROW(shard_geometry(config(8, 4, 512, 512, 2), {0, 1, 0, 3}), Error);  // layers
+  try {
+    shard_geometry(config(6, 2, 512, 512), {0, 4, 0, 1});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the model's 6 attention heads"), std::string::npos);
+  }
+}
+
+TEST(ShardGeometry, CutsFollowColumnAndRowParallelLayers) {
+  const ShardGeometry g = shard_geometry(config(8, 4, 512, 512), {1, 2, 0, 1});
+  EXPECT_EQ(tensor_cut(Slot::Q, g, 1, 64).kind, TensorCut::Rows);
+  EXPECT_EQ(tensor_cut(Slot::Q, g, 1, 64).begin, 4 * 64);
+  EXPECT_EQ(tensor_cut(Slot::K, g, 1, 64).begin, 2 * 64);
+  EXPECT_EQ(tensor_cut(Slot::O, g, 1, 64).kind, TensorCut::Cols);
+  EXPECT_EQ(tensor_cut(Slot::Down, g, 1, 64).kind, TensorCut::Cols);
+  EXPECT_EQ(tensor_cut(Slot::AttnNorm, g, 1, 64).kind, TensorCut::All);
+  EXPECT_EQ(tensor_cut(Slot::OBias, g, 1, 64).kind, TensorCut::All);  // added after the all-reduce
+  EXPECT_EQ(tensor_cut(Slot::DownExpsBias, g, 1, 64).kind, TensorCut::None);
+  EXPECT_EQ(tensor_cut(Slot::DownExpsBias, g, 0, 64).kind, TensorCut::All);
+  EXPECT_EQ(tensor_cut(Slot::TokEmbd, g, 1, 64).kind, TensorCut::Rows);
+  const ShardGeometry one = shard_geometry(config(8, 4, 512, 512), {});
+  EXPECT_EQ(tensor_cut(Slot::Q, one, 0, 64).kind, TensorCut::All);
+}
+
+// A [rows, cols] matrix of `type` from random values, and its dequantized values.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  TensorData t;
+};
+Matrix random_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  m.bytes.resize(row_bytes * static_cast<size_t>(rows));
+  m.values.resize(static_cast<size_t>(rows * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row_ref(type, row.data(), m.bytes.data() + row_bytes * static_cast<size_t>(r), cols);
+    dequantize_row_ref(type, m.bytes.data() + row_bytes * static_cast<size_t>(r), m.values.data() + r * cols, cols);
+  }
+  m.t.name = "w";
+  m.t.type = type;
+  m.t.shape = {cols, rows};
+  m.t.data = m.bytes.data();
+  return m;
+}
+
+std::vector<float> dequantized(const TensorData& t) {
+  std::vector<float> out(static_cast<size_t>(t.rows() * t.cols()));
+  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  for (int64_t r = 0; r < t.rows(); ++r)
+    dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + row_bytes * static_cast<size_t>(r),
+                       out.data() + r * t.cols(), t.cols());
+  return out;
+}
+
+TEST(CutTensor, RowsAndColumnsOfQuantizedMatricesAreExactlyTheirPart) {
+  for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t rows = 6, cols = 1024;
+    const Matrix m = random_matrix(type, rows, cols, 7);
+    std::vector<AlignedBuffer> storage;
+    const TensorData r = cut_tensor(m.t, {TensorCut::Rows, 2, 3}, storage);
+    EXPECT_TRUE(storage.empty()) << "rows are a view";
+    const std::vector<float> rv = dequantized(r);
+    ASSERT_EQ(r.rows(), 3);
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(rv[i * cols + j], m.values[(i + 2) * cols + j]);
+    const TensorData c = cut_tensor(m.t, {TensorCut::Cols, 512, 512}, storage);
+    ASSERT_EQ(c.cols(), 512);
+    ASSERT_EQ(c.rows(), rows);
+    const std::vector<float> cv = dequantized(c);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < 512; ++j)
+        ASSERT_EQ(cv[i * 512 + j], m.values[i * cols + 512 + j]) << dtype_name(type) << " " << i << "," << j;
+  }
+}
+
+TEST(CutTensor, ColumnsInsideABlockAreAClearError) {
+  const Matrix m = random_matrix(DType::Q4_K, 2, 512, 3);
+  std::vector<AlignedBuffer> storage;
+  EXPECT_THROW(cut_tensor(m.t, {TensorCut::Cols, 128, 256}, storage), Error);
+  EXPECT_THROW(cut_tensor(m.t, {TensorCut::Rows, 1, 2}, storage), Error);  // past the end
+}
+
+TEST(CutTensor, VectorsAreCutByColumns) {
+  std::vector<float> bias(64);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  TensorData t{"b", DType::F32, {64}, bias.data()};
+  std::vector<AlignedBuffer> storage;
+  const TensorData part = cut_tensor(t, {TensorCut::Rows, 16, 32}, storage);
+  ASSERT_EQ(part.cols(), 32);
+  EXPECT_EQ(static_cast<const float*>(part.data)[0], bias[16]);
+  EXPECT_EQ(static_cast<const float*>(part.data)[31], bias[47]);
+}
+
+}  // namespace
+}  // namespace pagellm
