@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/util.h"
+#include "dist/communicator.h"
 #include "engine/engine.h"
 #include "engine/parallel.h"
 #include "tokenizer/tokenizer.h"
@@ -77,6 +78,37 @@ EngineConfig bench_engine_config(const EngineFlags& flags, const CLI::App* app, 
   if (max_seqs > 0 && app->count("--max-num-seqs") == 0) c.scheduler.max_num_seqs = max_seqs;
   return c;
 }
+
+// Rank 0's time in collectives over a run (tensor / pipeline parallel runs):
+// with pipeline stages it includes waiting for the next stage's output.
+class CommProbe {
+ public:
+  explicit CommProbe(const Engine& e) : start_(Clock::now()), steps_(e.metrics().num_steps) {
+    if (e.communicator()) before_ = e.communicator()->stats();
+  }
+  nlohmann::json report(const Engine& e) const {
+    const dist::Communicator::Stats& now = e.communicator()->stats();
+    const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double comm = now.seconds - before_.seconds;
+    const int64_t steps = std::max<int64_t>(1, e.metrics().num_steps - steps_);
+    std::fprintf(stderr, "communication on rank 0: %.3f s of %.3f s (%.1f%%), %llu calls, %.1f MiB, %.3f ms per step\n",
+                 comm, wall, 100.0 * comm / wall, static_cast<unsigned long long>(now.calls - before_.calls),
+                 static_cast<double>(now.bytes - before_.bytes) / (1 << 20), 1e3 * comm / static_cast<double>(steps));
+    return {{"seconds", comm},
+            {"wall_seconds", wall},
+            {"calls", now.calls - before_.calls},
+            {"bytes", now.bytes - before_.bytes},
+            {"steps", steps},
+            {"ms_per_step", 1e3 * comm / static_cast<double>(steps)},
+            {"describe", e.communicator()->describe()}};
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_;
+  int64_t steps_;
+  dist::Communicator::Stats before_;
+};
 
 std::unique_ptr<Engine> load_engine(const EngineConfig& config, const CLI::App* app) {
   run_worker_if_parallel(config);
@@ -164,8 +196,10 @@ int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFla
   nlohmann::json j = record("latency", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, o.batch_size * longest, longest + o.output_len, o.batch_size), app);
   const TraceSession trace(ef.trace);  // after loading: the timeline shows the runs only
+  const CommProbe comm(*engine);
   const auto cases = bench::run_latency(*engine, o, log_line);
   std::fputs(bench::latency_summary(cases).c_str(), stderr);
+  if (engine->communicator()) j["communication"] = comm.report(*engine);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());
   const bench::SpecCounts spec = bench::spec_counts(engine->metrics());
   std::fputs(bench::spec_summary(spec).c_str(), stderr);

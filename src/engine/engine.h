@@ -173,6 +173,9 @@ class Engine {
   // sampling and output), when EngineConfig::profile is on.
   std::string profile_report() const;
   const KVCacheConfig& kv_config() const { return kv_config_; }
+  // The ranks of a tensor / pipeline parallel run (their collectives'
+  // time and bytes), or null on one rank.
+  const dist::Communicator* communicator() const { return comm_; }
   // Runs of available KV blocks now (length -> count); O(blocks), for reports.
   std::vector<std::pair<int32_t, int32_t>> kv_available_runs() const { return scheduler_->kv().pool().available_runs(); }
   // Debug/test hook: checks scheduler and KV invariants (throws Error).

@@ -84,9 +84,14 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
   const ShardGeometry& g = model_.geometry();
   const int stage = model_.shard().pp_rank, stages = model_.shard().pp_size;
   const int64_t d = model_.config().n_embd, vocab = model_.config().n_vocab;
-  // Micro-batches of whole sequences with about equal token counts.
+  // Micro-batches of whole sequences with about equal token counts, each of
+  // at least kMinMicroBatchTokens: every micro-batch streams the stage's
+  // weights again, so cutting a memory-bound decode step only adds weight
+  // traffic (docs/scaling.md measures it); prefill-sized steps gain.
+  constexpr int64_t kMinMicroBatchTokens = 64;
   const int64_t n = batch.n_tokens();
-  const int parts = std::max(1, std::min<int>(micro_batches_, static_cast<int>(batch.seqs.size())));
+  const int parts = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({micro_batches_, static_cast<int64_t>(batch.seqs.size()), n / kMinMicroBatchTokens})));
   std::vector<size_t> seq_end;  // micro-batch k holds seqs [seq_end[k - 1], seq_end[k])
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const int64_t done = batch.seqs[i].q_start + batch.seqs[i].q_len;  // tokens up to this sequence's end

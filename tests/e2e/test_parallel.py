@@ -23,6 +23,9 @@ pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (ma
 
 TEXT_PROMPTS = ["Once upon a time", "The little dog ran to the park and", "Lily", "Tom and his mom went to the",
                 "One day, a big red ball"]
+# About 60-100 tokens each: a step of these prompts is cut into several
+# pipeline micro-batches (each holds at least 64 tokens).
+LONG_PROMPTS = [(p + ". ") * k for p, k in zip(TEXT_PROMPTS, (16, 9, 40, 12, 11))]
 ID_PROMPTS = [[1, 5, 9, 200, 31], [3, 3, 70], [400, 12, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7], [250, 251, 252, 253]]
 
 
@@ -77,7 +80,7 @@ PARALLEL = {"tp2": (2, ["--tensor-parallel-size", "2"]), "pp2": (2, ["--pipeline
 @pytest.mark.parametrize("how", ["tp2", "pp2"])
 def test_stories_exact_equals_one_rank(tmp_path, how):
     model = ["--model", str(need(STORIES)), "--exact-matmul"]
-    batch = batch_file(tmp_path, TEXT_PROMPTS, max_tokens=24)
+    batch = batch_file(tmp_path, TEXT_PROMPTS + LONG_PROMPTS, max_tokens=24)
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
     assert_same(ref, generate(model, batch, ranks, flags))
@@ -95,7 +98,7 @@ def test_stories_four_tensor_ranks_and_single_micro_batches(tmp_path):
 def test_default_model_exact_equals_one_rank(tmp_path, how):
     """Gemma 3 270M Q4_K_M: one KV head, so under TP=2 each rank keeps a copy of it."""
     model = ["--model", str(need(default_model_path())), "--exact-matmul"]
-    batch = batch_file(tmp_path, TEXT_PROMPTS)
+    batch = batch_file(tmp_path, TEXT_PROMPTS + LONG_PROMPTS[:2])
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
     assert_same(ref, generate(model, batch, ranks, flags))
