@@ -178,7 +178,11 @@ EngineArgs parse_engine_args(const json& args) {
                          "dtype");
   for (const char* key : {"tensor_parallel_size", "pipeline_parallel_size"})
     if (get_int_field(args, key, 1, 1, 1 << 16) != 1)
-      throw InvalidRequest(fmt::format("engine argument '{}': this build runs one device per engine (1)", key), key);
+      throw InvalidRequest(fmt::format("engine argument '{}': an embedded engine runs on one rank (1); split a "
+                                       "model over ranks with `mpirun ... pagellm serve --{}`",
+                                       key, key == std::string("tensor_parallel_size") ? "tensor-parallel-size"
+                                                                                       : "pipeline-parallel-size"),
+                           key);
   for (const char* key : {"trust_remote_code", "enforce_eager", "disable_log_stats"}) get_bool_field(args, key, false);
   return out;
 }

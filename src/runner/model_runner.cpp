@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dist/communicator.h"
+#include "runner/micro_batch.h"
 
 namespace pagellm {
 
@@ -84,36 +85,19 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
   const ShardGeometry& g = model_.geometry();
   const int stage = model_.shard().pp_rank, stages = model_.shard().pp_size;
   const int64_t d = model_.config().n_embd, vocab = model_.config().n_vocab;
-  // Micro-batches of whole sequences with about equal token counts, each of
-  // at least kMinMicroBatchTokens: every micro-batch streams the stage's
-  // weights again, so cutting a memory-bound decode step only adds weight
-  // traffic (docs/scaling.md measures it); prefill-sized steps gain.
+  // Micro-batches of about equal token counts, each of at least
+  // kMinMicroBatchTokens: every micro-batch streams the stage's weights
+  // again, so cutting a memory-bound decode step only adds weight traffic
+  // (docs/scaling.md measures it); prefill-sized steps gain.
   constexpr int64_t kMinMicroBatchTokens = 64;
-  const int64_t n = batch.n_tokens();
-  const int parts = static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({micro_batches_, static_cast<int64_t>(batch.seqs.size()), n / kMinMicroBatchTokens})));
-  std::vector<size_t> seq_end;  // micro-batch k holds seqs [seq_end[k - 1], seq_end[k])
-  for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    const int64_t done = batch.seqs[i].q_start + batch.seqs[i].q_len;  // tokens up to this sequence's end
-    const auto closed = static_cast<int64_t>(seq_end.size());
-    if (i + 1 == batch.seqs.size() || (closed + 1 < parts && done * parts >= n * (closed + 1)))
-      seq_end.push_back(i + 1);
-  }
+  const std::vector<int32_t> ends = micro_batch_ends(batch.n_tokens(), micro_batches_, kMinMicroBatchTokens);
   stage_logits_.resize(logits_rows.size() * static_cast<size_t>(vocab));
   BatchInfo mb;
   std::vector<int32_t> rows, slots;  // a micro-batch's logits rows, and where they go in the step's
-  size_t seq_begin = 0;
-  for (size_t k = 0; k < seq_end.size(); ++k) {
+  int32_t r0 = 0;
+  for (const int32_t r1 : ends) {
     trace::Scope scope("micro-batch", "runner");
-    const int32_t r0 = batch.seqs[seq_begin].q_start;
-    const SeqInfo& tail = batch.seqs[seq_end[k] - 1];
-    const int32_t r1 = tail.q_start + tail.q_len;
-    mb.token_ids.assign(batch.token_ids.begin() + r0, batch.token_ids.begin() + r1);
-    mb.positions.assign(batch.positions.begin() + r0, batch.positions.begin() + r1);
-    mb.slot_mapping.assign(batch.slot_mapping.begin() + r0, batch.slot_mapping.begin() + r1);
-    mb.seqs.assign(batch.seqs.begin() + static_cast<std::ptrdiff_t>(seq_begin),
-                   batch.seqs.begin() + static_cast<std::ptrdiff_t>(seq_end[k]));
-    for (SeqInfo& s : mb.seqs) s.q_start -= r0;
+    slice_batch(batch, r0, r1, mb);
     rows.clear();
     slots.clear();
     for (size_t j = 0; j < logits_rows.size(); ++j)
@@ -121,8 +105,8 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
         rows.push_back(logits_rows[j] - r0);
         slots.push_back(static_cast<int32_t>(j));
       }
-    seq_begin = seq_end[k];
     const int64_t tokens = r1 - r0;
+    r0 = r1;
     model_.begin_pass(mb, static_cast<int64_t>(rows.size()));
     scratch_.resize(static_cast<size_t>(std::max<int64_t>(tokens * d, static_cast<int64_t>(rows.size()) * vocab)));
     if (g.first_stage) {

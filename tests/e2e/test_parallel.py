@@ -23,8 +23,9 @@ pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (ma
 
 TEXT_PROMPTS = ["Once upon a time", "The little dog ran to the park and", "Lily", "Tom and his mom went to the",
                 "One day, a big red ball"]
-# About 60-100 tokens each: a step of these prompts is cut into several
-# pipeline micro-batches (each holds at least 64 tokens).
+# About 80-120 tokens each: a step of these prompts is cut into several
+# pipeline micro-batches (each holds at least 64 tokens), some of them inside
+# a prompt.
 LONG_PROMPTS = [(p + ". ") * k for p, k in zip(TEXT_PROMPTS, (16, 9, 40, 12, 11))]
 ID_PROMPTS = [[1, 5, 9, 200, 31], [3, 3, 70], [400, 12, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7], [250, 251, 252, 253]]
 
@@ -84,6 +85,15 @@ def test_stories_exact_equals_one_rank(tmp_path, how):
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
     assert_same(ref, generate(model, batch, ranks, flags))
+
+
+def test_stories_one_long_prompt_cut_into_micro_batches(tmp_path):
+    """About 210 prompt tokens: 3 micro-batches, each a chunk of the same prompt."""
+    model = ["--model", str(need(STORIES)), "--exact-matmul"]
+    batch = batch_file(tmp_path, [(TEXT_PROMPTS[1] + ". ") * 16], max_tokens=24)
+    ref = generate(model, batch)
+    assert ref[0]["prompt_tokens"] > 192
+    assert_same(ref, generate(model, batch, 2, ["--pipeline-parallel-size", "2"]))
 
 
 def test_stories_four_tensor_ranks_and_single_micro_batches(tmp_path):
