@@ -178,8 +178,10 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
     // mpirun signals every rank when one of them exits or is signalled: a
     // rank may be gone, and with it every step, so nothing drains. Open
     // requests end with an error now; the exit status says the job failed.
-    const size_t failed = async.fail_open_requests(
-        "the tensor / pipeline parallel job is stopping (a rank exited or mpirun was signalled)");
+    const size_t failed = async
+                              .fail_open_requests("the tensor / pipeline parallel job is stopping (a rank exited or "
+                                                  "mpirun was signalled)")
+                              .size();
     spdlog::error("{}: the parallel job is stopping (mpirun ends every rank when one exits); {} open requests "
                   "failed", sig ? strsignal(sig) : "stop", failed);
     api.wait_idle(std::chrono::seconds(5));

@@ -167,7 +167,7 @@ void AsyncEngine::shutdown(std::chrono::milliseconds grace) {
   if (thread_.joinable()) thread_.join();
 }
 
-size_t AsyncEngine::fail_open_requests(const std::string& message) {
+std::vector<std::string> AsyncEngine::fail_open_requests(const std::string& message) {
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -175,36 +175,23 @@ size_t AsyncEngine::fail_open_requests(const std::string& message) {
     admitted_.clear();
     group_waiting_.clear();
     waiting_sequences_ = 0;
-    accepting_ = false;
   }
+  std::vector<std::string> ids;
   for (auto& [id, stream] : streams) {
     RequestOutput out;
     out.request_id = id;
     out.finished = true;
     out.error = message;
     stream->push(std::move(out));
+    ids.push_back(id);
   }
-  return streams.size();
+  return ids;
 }
 
-// Ends every request with an error output (the engine failed a step).
+// Ends every request with an error output (the engine failed a step), and
+// takes them out of the engine.
 void AsyncEngine::fail_all(const std::string& message) {
-  std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    streams.swap(streams_);
-    admitted_.clear();
-    group_waiting_.clear();
-    waiting_sequences_ = 0;
-  }
-  for (auto& [id, stream] : streams) {
-    engine_->abort(id);
-    RequestOutput out;
-    out.request_id = id;
-    out.finished = true;
-    out.error = message;
-    stream->push(std::move(out));
-  }
+  for (const std::string& id : fail_open_requests(message)) engine_->abort(id);
 }
 
 void AsyncEngine::loop() {

@@ -121,8 +121,8 @@ class AsyncEngine {
   size_t num_waiting_sequences() const;
   // Ends every open request with an error output now, without the step
   // thread (which may be blocked for good: a parallel job that lost a rank).
-  // Returns how many requests it ended.
-  size_t fail_open_requests(const std::string& message);
+  // Returns their ids.
+  std::vector<std::string> fail_open_requests(const std::string& message);
 
  private:
   // What admission counts for one submitted request (one prompt).
