@@ -30,6 +30,7 @@ class LocalCommunicator : public Communicator {
     PAGELLM_CHECK(root == 0, "broadcast from rank {} of 1", root);
   }
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   void send(const void*, size_t, int dst) override { fail("send to rank {} of 1", dst); }
   void recv(void*, size_t, int src) override { fail("receive from rank {} of 1", src); }
 };

@@ -30,6 +30,10 @@ class Communicator {
   virtual void all_gather(const float* in, size_t n, float* out) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // The group of the ranks that pass the same color, ordered by key (and
+  // rank): a tensor-parallel group inside a pipeline stage. Collective: every
+  // rank calls it.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // Point to point (pipeline stages): blocking, matched in order per pair.
   virtual void send(const void* data, size_t bytes, int dst) = 0;
   virtual void recv(void* data, size_t bytes, int src) = 0;

@@ -1,4 +1,4 @@
-// The Communicator over MPI_COMM_WORLD. Compiled only when CMake finds MPI
+// The Communicator over MPI_COMM_WORLD (or a group split from it). Compiled only when CMake finds MPI
 // (PAGELLM_HAVE_MPI). Errors abort every rank (MPI's default handler), so a
 // rank that dies takes the job down instead of leaving the others waiting.
 #ifdef PAGELLM_HAVE_MPI
@@ -44,13 +44,25 @@ class MpiCommunicator : public Communicator {
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       owns_ = true;
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  // A group of the world (MPI_Comm_split); it is freed before MPI ends.
+  explicit MpiCommunicator(MPI_Comm group) : comm_(group) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
   }
   ~MpiCommunicator() override {
     int done = 0;
     MPI_Finalized(&done);
+    if (comm_ != MPI_COMM_WORLD && !done) MPI_Comm_free(&comm_);
     if (owns_ && !done) MPI_Finalize();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &group));
+    return std::make_unique<MpiCommunicator>(group);
   }
 
   int rank() const override { return rank_; }
@@ -70,7 +82,7 @@ class MpiCommunicator : public Communicator {
     if (algo == AllReduceAlgo::Auto)
       algo = n * sizeof(float) >= large_message_bytes ? AllReduceAlgo::ReduceScatterAllGather : AllReduceAlgo::Library;
     if (algo == AllReduceAlgo::Library || n < static_cast<size_t>(size_)) {
-      check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_));
       return;
     }
     // Each rank reduces one slice (the last takes the remainder), then the
@@ -83,32 +95,32 @@ class MpiCommunicator : public Communicator {
       counts_[r] = count(r == size_ - 1 ? n - slice * static_cast<size_t>(r) : slice);
     }
     scratch_.resize(static_cast<size_t>(counts_[rank_]));
-    check(MPI_Reduce_scatter(data, scratch_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    check(MPI_Reduce_scatter(data, scratch_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_));
     check(MPI_Allgatherv(scratch_.data(), counts_[rank_], MPI_FLOAT, data, counts_.data(), displs_.data(), MPI_FLOAT,
-                         MPI_COMM_WORLD));
+                         comm_));
   }
   void all_gather(const float* in, size_t n, float* out) override {
     Timed t(stats_, "all_gather", n * sizeof(float));
-    check(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, MPI_COMM_WORLD));
+    check(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
   }
   void broadcast(void* data, size_t bytes, int root) override {
     PAGELLM_CHECK(root >= 0 && root < size_, "broadcast from rank {} of {}", root, size_);
     Timed t(stats_, "broadcast", bytes);
-    check(MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+    check(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_));
   }
   void barrier() override {
     Timed t(stats_, "barrier", 0);
-    check(MPI_Barrier(MPI_COMM_WORLD));
+    check(MPI_Barrier(comm_));
   }
   void send(const void* data, size_t bytes, int dst) override {
     PAGELLM_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send from rank {} to rank {} of {}", rank_, dst, size_);
     Timed t(stats_, "send", bytes);
-    check(MPI_Send(data, count(bytes), MPI_BYTE, dst, kTag, MPI_COMM_WORLD));
+    check(MPI_Send(data, count(bytes), MPI_BYTE, dst, kTag, comm_));
   }
   void recv(void* data, size_t bytes, int src) override {
     PAGELLM_CHECK(src >= 0 && src < size_ && src != rank_, "receive on rank {} from rank {} of {}", rank_, src, size_);
     Timed t(stats_, "recv", bytes);
-    check(MPI_Recv(data, count(bytes), MPI_BYTE, src, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    check(MPI_Recv(data, count(bytes), MPI_BYTE, src, kTag, comm_, MPI_STATUS_IGNORE));
   }
 
  private:
@@ -120,6 +132,7 @@ class MpiCommunicator : public Communicator {
     if (rc != MPI_SUCCESS) fail("MPI call failed (code {})", rc);
   }
 
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0, size_ = 1;
   bool owns_ = false;
   std::vector<int> counts_, displs_;

@@ -150,7 +150,7 @@ void Engine::load(const LoadProgress& progress) {
     model_ = std::move(lm.model);
     tokenizer_ = std::move(lm.tokenizer);
   }
-  model_->set_tp_communicator(comm_);
+  model_->set_tp_communicator(tensor_parallel_communicator(config_, comm_, tp_group_));
   const ModelConfig& mc = model_->config();
   PAGELLM_CHECK(tokenizer_->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
                 tokenizer_->vocab_size(), mc.n_vocab);

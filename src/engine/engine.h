@@ -205,6 +205,7 @@ class Engine {
   KVCacheConfig kv_config_;
   std::unique_ptr<Backend> backend_;
   dist::Communicator* comm_ = nullptr;  // all ranks, under tensor / pipeline parallelism
+  std::unique_ptr<dist::Communicator> tp_group_;  // rank 0's stage, with both kinds
   std::unique_ptr<TensorSource> dummy_source_;  // owns dummy weights (the model borrows them)
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -39,6 +39,15 @@ ModelShard parallel_shard(const EngineConfig& c, int rank) {
   return s;
 }
 
+dist::Communicator* tensor_parallel_communicator(const EngineConfig& c, dist::Communicator* world,
+                                                 std::unique_ptr<dist::Communicator>& group) {
+  if (!world) return nullptr;
+  const ModelShard s = parallel_shard(c, world->rank());
+  if (s.pp_size > 1) group = world->split(s.pp_rank, s.tp_rank);  // collective: every rank splits
+  if (s.tp_size == 1) return nullptr;
+  return group ? group.get() : world;
+}
+
 namespace {
 
 int run_worker(const EngineConfig& c, dist::Communicator& comm) {
@@ -46,7 +55,8 @@ int run_worker(const EngineConfig& c, dist::Communicator& comm) {
   auto backend = create_backend(c.device, c.backend_options);
   LoadedModel lm = load_model_and_tokenizer(c, *backend, {}, parallel_shard(c, comm.rank()));
   Model& model = *lm.model;
-  model.set_tp_communicator(&comm);
+  std::unique_ptr<dist::Communicator> stage_group;
+  model.set_tp_communicator(tensor_parallel_communicator(c, &comm, stage_group));
   WorkerInit init;
   comm.broadcast(&init, sizeof(init), 0);
   PAGELLM_CHECK(init.num_blocks > 1, "rank 0 sent a KV cache of {} blocks", init.num_blocks);

@@ -23,6 +23,11 @@ int parallel_ranks(const EngineConfig& c);
 // have exactly parallel_ranks(c) processes.
 dist::Communicator* parallel_communicator(const EngineConfig& c);
 ModelShard parallel_shard(const EngineConfig& c, int rank);
+// The communicator a model's tensor-parallel all-reduces use: the world when
+// there are no pipeline stages, else the group of this rank's stage (split
+// from the world, held in `group`); null without tensor parallelism.
+dist::Communicator* tensor_parallel_communicator(const EngineConfig& c, dist::Communicator* world,
+                                                 std::unique_ptr<dist::Communicator>& group);
 
 // On ranks other than 0 of a parallel run: serves rank 0's steps, then exits
 // the process (0 when rank 0 stopped it, 1 on an error). Returns at once on

@@ -16,7 +16,6 @@ ModelRunner::ModelRunner(Model& model, dist::Communicator* comm, int micro_batch
   const int ranks = s.tp_size * s.pp_size;
   PAGELLM_CHECK(ranks == 1 || (comm && comm->size() == ranks), "a model sharded over {} ranks needs a communicator "
                 "of that many", ranks);
-  PAGELLM_CHECK(s.tp_size == 1 || s.pp_size == 1, "tensor and pipeline parallelism together are not supported yet");
   if (micro_batches_ <= 0) micro_batches_ = 2 * s.pp_size;
 }
 
@@ -83,7 +82,11 @@ void ModelRunner::run(const StepMessage& m, float* logits) {
 
 void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
   const ShardGeometry& g = model_.geometry();
-  const int stage = model_.shard().pp_rank, stages = model_.shard().pp_size;
+  // Global rank = stage * tp_size + tp_rank: each rank of a stage's tensor
+  // parallel group talks to the rank with its tp_rank in the next stage.
+  const ModelShard& sh = model_.shard();
+  const int prev = (sh.pp_rank - 1) * sh.tp_size + sh.tp_rank, next = (sh.pp_rank + 1) * sh.tp_size + sh.tp_rank;
+  const int last_stage_lead = (sh.pp_size - 1) * sh.tp_size;
   const int64_t d = model_.config().n_embd, vocab = model_.config().n_vocab;
   // Micro-batches of about equal token counts, each of at least
   // kMinMicroBatchTokens: every micro-batch streams the stage's weights
@@ -112,13 +115,13 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
     if (g.first_stage) {
       model_.embed();
     } else {
-      comm_->recv(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), stage - 1);
+      comm_->recv(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), prev);
       model_.hidden_from_host(scratch_.data());
     }
     model_.run_layers();
     if (!g.last_stage) {
       model_.hidden_to_host(scratch_.data());
-      comm_->send(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), stage + 1);
+      comm_->send(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), next);
       continue;
     }
     model_.compute_logits(rows, scratch_.data());
@@ -127,12 +130,14 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
                   stage_logits_.data() + static_cast<int64_t>(slots[j]) * vocab);
   }
   // The last stage sends the step's logits at once, after its last
-  // micro-batch: rank 0 is then done sending and waits for them.
+  // micro-batch (its tensor-parallel rank 0 does; all of them hold them):
+  // rank 0 is then done sending and waits for them.
   const size_t bytes = stage_logits_.size() * sizeof(float);
-  if (g.last_stage && stage != 0 && bytes > 0) comm_->send(stage_logits_.data(), bytes, 0);
-  if (stage == 0 && bytes > 0) {
+  const int rank = comm_->rank();
+  if (rank == last_stage_lead && rank != 0 && bytes > 0) comm_->send(stage_logits_.data(), bytes, 0);
+  if (rank == 0 && bytes > 0) {
     if (g.last_stage) std::copy(stage_logits_.begin(), stage_logits_.end(), logits);
-    else comm_->recv(logits, bytes, stages - 1);
+    else comm_->recv(logits, bytes, last_stage_lead);
   }
 }
 

@@ -1,5 +1,5 @@
 """Tensor and pipeline parallelism under mpirun (2 ranks on this machine, one
-thread each): with --exact-matmul the greedy tokens of TP=2 and PP=2 equal
+thread each): with --exact-matmul the greedy tokens of TP=2, PP=2 (and both) equal
 those of one rank, token for token; on quantized matrix products they agree up
 to a near-tie (vLLM's check_logprobs_close rule: where they part, each one's
 token is in the other's top 5). Also: the launch errors, and a rank that dies
@@ -96,11 +96,13 @@ def test_stories_one_long_prompt_cut_into_micro_batches(tmp_path):
     assert_same(ref, generate(model, batch, 2, ["--pipeline-parallel-size", "2"]))
 
 
-def test_stories_four_tensor_ranks_and_single_micro_batches(tmp_path):
+def test_stories_four_ranks_and_single_micro_batches(tmp_path):
+    """TP=4; TP=2 inside each of 2 pipeline stages (4 ranks); one micro-batch per step."""
     model = ["--model", str(need(STORIES)), "--exact-matmul"]
-    batch = batch_file(tmp_path, TEXT_PROMPTS)
+    batch = batch_file(tmp_path, TEXT_PROMPTS + LONG_PROMPTS)
     ref = generate(model, batch)
     assert_same(ref, generate(model, batch, 4, ["--tensor-parallel-size", "4"]))
+    assert_same(ref, generate(model, batch, 4, ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]))
     assert_same(ref, generate(model, batch, 2, ["--pipeline-parallel-size", "2", "--pipeline-micro-batches", "1"]))
 
 

@@ -54,6 +54,31 @@ void check_all(pagellm::dist::Communicator& c) {
   c.broadcast(msg, sizeof msg, root);
   expect(std::string(msg) == "plan of step 42", "broadcast", r);
   c.barrier();
+  // Point to point, around the ring (each rank sends before it receives,
+  // except the last, so no pair waits on the other).
+  if (n_ranks > 1) {
+    const int next = (r + 1) % n_ranks, prev = (r + n_ranks - 1) % n_ranks;
+    std::vector<float> out(1000), in(1000);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = value(r, i);
+    if (r == n_ranks - 1) {
+      c.recv(in.data(), in.size() * sizeof(float), prev);
+      c.send(out.data(), out.size() * sizeof(float), next);
+    } else {
+      c.send(out.data(), out.size() * sizeof(float), next);
+      c.recv(in.data(), in.size() * sizeof(float), prev);
+    }
+    bool ok = true;
+    for (size_t i = 0; i < in.size() && ok; ++i) ok = in[i] == value(prev, i);
+    expect(ok, "send / recv", r);
+  }
+  // Groups: the even and the odd ranks each sum among themselves.
+  auto group = c.split(r % 2, r);
+  float sum = static_cast<float>(r);
+  group->all_reduce_sum(&sum, 1);
+  float want = 0;
+  for (int k = r % 2; k < n_ranks; k += 2) want += static_cast<float>(k);
+  expect(sum == want && group->rank() == r / 2, "split groups", r);
+  expect(c.stats().calls > 0 && c.stats().seconds >= 0, "stats", r);
 }
 
 void bench(pagellm::dist::Communicator& c) {
