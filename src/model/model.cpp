@@ -411,17 +411,23 @@ void Model::ffn_moe(int il, int64_t n) {
   be.add(*buf_.x, *buf_.o, n * c.n_embd);
 }
 
+void Model::to_host(const Buffer& buf, int64_t values, float* dst) {
+  backend_.copy_to_host(buf, 0, static_cast<size_t>(values) * sizeof(float), dst);
+  backend_.synchronize();
+}
+
+void Model::from_host(const float* src, Buffer& buf, int64_t values) {
+  backend_.copy_from_host(src, buf, 0, static_cast<size_t>(values) * sizeof(float));
+  backend_.synchronize();  // src may be reused (and move) right after
+}
+
 void Model::all_reduce(Buffer& buf, int64_t values) {
   if (!geo_.tp) return;
   PAGELLM_CHECK(tp_comm_ && tp_comm_->size() == shard_.tp_size, "tensor parallel model without its communicator");
-  Backend& be = backend_;
-  const size_t bytes = static_cast<size_t>(values) * sizeof(float);
   host_.resize(static_cast<size_t>(values));
-  be.copy_to_host(buf, 0, bytes, host_.data());
-  be.synchronize();
+  to_host(buf, values, host_.data());
   tp_comm_->all_reduce_sum(host_.data(), host_.size());
-  be.copy_from_host(host_.data(), buf, 0, bytes);
-  be.synchronize();  // host_ is reused (and may move) by the next collective
+  from_host(host_.data(), buf, values);
 }
 
 void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
@@ -454,34 +460,24 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
 }
 
 void Model::embed() {
-  Backend& be = backend_;
-  be.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
+  backend_.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
   if (!geo_.tp) return;
   const int64_t d = cfg_.n_embd;
-  const size_t bytes = static_cast<size_t>(n_ * d) * sizeof(float);
   host_.resize(static_cast<size_t>(n_ * d));
-  be.copy_to_host(*buf_.x, 0, bytes, host_.data());
-  be.synchronize();
+  hidden_to_host(host_.data());
   for (int64_t i = 0; i < n_; ++i)
     if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * d, d, 0.0f);
   tp_comm_->all_reduce_sum(host_.data(), host_.size());
-  be.copy_from_host(host_.data(), *buf_.x, 0, bytes);
-  be.synchronize();
+  hidden_from_host(host_.data());
 }
 
 void Model::run_layers() {
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) layer(il, n_);
 }
 
-void Model::hidden_to_host(float* out) {
-  backend_.copy_to_host(*buf_.x, 0, static_cast<size_t>(n_ * cfg_.n_embd) * sizeof(float), out);
-  backend_.synchronize();
-}
+void Model::hidden_to_host(float* out) { to_host(*buf_.x, n_ * cfg_.n_embd, out); }
 
-void Model::hidden_from_host(const float* in) {
-  backend_.copy_from_host(in, *buf_.x, 0, static_cast<size_t>(n_ * cfg_.n_embd) * sizeof(float));
-  backend_.synchronize();
-}
+void Model::hidden_from_host(const float* in) { from_host(in, *buf_.x, n_ * cfg_.n_embd); }
 
 void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logits) {
   const int64_t n = n_;
@@ -498,17 +494,15 @@ void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logit
   be.matmul(output_ ? *output_ : *tok_embd_, *buf_.sel, m, *buf_.logits);
   const int64_t V = cfg_.n_vocab;
   if (!geo_.tp) {
-    be.copy_to_host(*buf_.logits, 0, static_cast<size_t>(m * V) * sizeof(float), logits);
-    be.synchronize();  // the one wait of a step: the host needs the logits
+    to_host(*buf_.logits, m * V, logits);  // the one wait of a step: the host needs the logits
   } else {
     // Vocabulary-parallel output: each rank's columns, padded to the same
     // width, gathered and laid out as [m, n_vocab].
     const int64_t local = geo_.n_vocab, stride = geo_.vocab_stride, ranks = shard_.tp_size;
+    local_logits_.resize(static_cast<size_t>(m * local));
+    to_host(*buf_.logits, m * local, local_logits_.data());
     host_.assign(static_cast<size_t>(m * stride), 0.0f);
-    std::vector<float> mine(static_cast<size_t>(m * local));
-    be.copy_to_host(*buf_.logits, 0, mine.size() * sizeof(float), mine.data());
-    be.synchronize();
-    for (int64_t i = 0; i < m; ++i) std::copy_n(mine.data() + i * local, local, host_.data() + i * stride);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(local_logits_.data() + i * local, local, host_.data() + i * stride);
     gather_.resize(static_cast<size_t>(ranks * m * stride));
     tp_comm_->all_gather(host_.data(), host_.size(), gather_.data());
     for (int64_t q = 0; q < ranks; ++q) {

@@ -139,6 +139,9 @@ class Model {
   void glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out);
   void ffn_dense(int il, int64_t n);
   void ffn_moe(int il, int64_t n);
+  // Copies of a buffer's first `values` floats, waited for.
+  void to_host(const Buffer& buf, int64_t values, float* dst);
+  void from_host(const float* src, Buffer& buf, int64_t values);
   // Tensor parallel: the sum over ranks of buf's first `values` floats.
   void all_reduce(Buffer& buf, int64_t values);
 
@@ -152,6 +155,7 @@ class Model {
   BatchInfo tp_batch_;                        // the batch with token ids local to this rank's vocabulary
   std::vector<int32_t> local_ids_;            // ... or -1 for a token another rank's slice holds
   std::vector<float> host_, gather_;          // host staging for collectives
+  std::vector<float> local_logits_;           // this rank's vocabulary columns of the logits
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;
