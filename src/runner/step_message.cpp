@@ -19,6 +19,7 @@ struct Writer {
   template <class T>
   void array(const std::vector<T>& v) {
     pod(static_cast<uint64_t>(v.size()));
+    if (v.empty()) return;  // data() may be null
     const auto* p = reinterpret_cast<const uint8_t*>(v.data());
     out.insert(out.end(), p, p + v.size() * sizeof(T));
   }
@@ -40,6 +41,7 @@ struct Reader {
     const auto n = pod<uint64_t>();
     PAGELLM_CHECK(n <= (in.size() - at) / sizeof(T), "truncated step message");
     v.resize(n);
+    if (n == 0) return;  // memcpy must not see the null data() of an empty vector
     std::memcpy(v.data(), in.data() + at, n * sizeof(T));
     at += n * sizeof(T);
   }
