@@ -33,6 +33,9 @@ class LocalCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   void send(const void*, size_t, int dst) override { fail("send to rank {} of 1", dst); }
   void recv(void*, size_t, int src) override { fail("receive from rank {} of 1", src); }
+  void recv_any_size(std::vector<uint8_t>&, int src) override { fail("receive from rank {} of 1", src); }
+  uint64_t send_async(const void*, size_t, int dst) override { fail("send to rank {} of 1", dst); }
+  void wait_sends(uint64_t) override {}
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pagellm::dist {
 
@@ -37,6 +38,15 @@ class Communicator {
   // Point to point (pipeline stages): blocking, matched in order per pair.
   virtual void send(const void* data, size_t bytes, int dst) = 0;
   virtual void recv(void* data, size_t bytes, int src) = 0;
+  // Receives a message whose size only the sender knows (into `out`, resized).
+  virtual void recv_any_size(std::vector<uint8_t>& out, int src) = 0;
+  // Non-blocking send, matched in order with the blocking ones: returns a
+  // ticket at once. `data` must stay as it is until wait_sends(ticket) has
+  // returned; that waits for this send and every earlier one. Rank 0 sends
+  // asynchronously so that it can go on with the next step while the later
+  // pipeline stages still work on this one.
+  virtual uint64_t send_async(const void* data, size_t bytes, int dst) = 0;
+  virtual void wait_sends(uint64_t ticket) = 0;
   // Time spent inside the calls above (waiting for peers included), for the
   // step trace and the scaling measurements.
   struct Stats {

@@ -55,6 +55,7 @@ class MpiCommunicator : public Communicator {
   ~MpiCommunicator() override {
     int done = 0;
     MPI_Finalized(&done);
+    if (!done) wait_sends(sends_started_);
     if (comm_ != MPI_COMM_WORLD && !done) MPI_Comm_free(&comm_);
     if (owns_ && !done) MPI_Finalize();
   }
@@ -122,6 +123,33 @@ class MpiCommunicator : public Communicator {
     Timed t(stats_, "recv", bytes);
     check(MPI_Recv(data, count(bytes), MPI_BYTE, src, kTag, comm_, MPI_STATUS_IGNORE));
   }
+  void recv_any_size(std::vector<uint8_t>& out, int src) override {
+    PAGELLM_CHECK(src >= 0 && src < size_ && src != rank_, "receive on rank {} from rank {} of {}", rank_, src, size_);
+    MPI_Status status;
+    check(MPI_Probe(src, kTag, comm_, &status));
+    int n = 0;
+    check(MPI_Get_count(&status, MPI_BYTE, &n));
+    out.resize(static_cast<size_t>(n));
+    Timed t(stats_, "recv", out.size());
+    check(MPI_Recv(out.data(), n, MPI_BYTE, src, kTag, comm_, MPI_STATUS_IGNORE));
+  }
+  uint64_t send_async(const void* data, size_t bytes, int dst) override {
+    PAGELLM_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send from rank {} to rank {} of {}", rank_, dst, size_);
+    Timed t(stats_, "send_async", bytes);
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Isend(data, count(bytes), MPI_BYTE, dst, kTag, comm_, &req));
+    pending_.push_back(req);
+    return ++sends_started_;
+  }
+  void wait_sends(uint64_t ticket) override {
+    // pending_ holds the sends after number sends_done_, oldest first.
+    if (ticket <= sends_done_) return;
+    Timed t(stats_, "wait_sends", 0);
+    const size_t n = static_cast<size_t>(std::min(ticket, sends_started_) - sends_done_);
+    check(MPI_Waitall(static_cast<int>(n), pending_.data(), MPI_STATUSES_IGNORE));
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    sends_done_ += n;
+  }
 
  private:
   static int count(size_t n) {
@@ -137,6 +165,8 @@ class MpiCommunicator : public Communicator {
   bool owns_ = false;
   std::vector<int> counts_, displs_;
   std::vector<float> scratch_;
+  std::vector<MPI_Request> pending_;  // send_async not yet waited for
+  uint64_t sends_started_ = 0, sends_done_ = 0;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <queue>
 #include <span>
@@ -64,6 +65,7 @@ struct Engine::Request {
   std::shared_future<structured::CompileResult> grammar;  // valid with a structured output
   bool forked = false;
   int32_t num_cached_tokens = 0;
+  int32_t ve = 0;  // its virtual engine (scheduler)
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_scheduled, first_token;
   int32_t finished_samples = 0;
@@ -225,7 +227,7 @@ void Engine::load(const LoadProgress& progress) {
     init.deterministic = config_.deterministic ? 1 : 0;
     comm_->broadcast(&init, sizeof(init), 0);
   }
-  scheduler_ = std::make_unique<Scheduler>(sched_config_, kv_config_);
+  make_schedulers(config_.pipeline_parallel_size > 1 ? config_.pipeline_parallel_size : 1);
   runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
   sampler_ = std::make_unique<Sampler>();
   grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
@@ -251,6 +253,50 @@ void Engine::load(const LoadProgress& progress) {
   update_gauges();
 }
 
+// Scheduler i gets the i-th share of the usable blocks (1 .. num_blocks-1),
+// numbered from 1 in its own pool. When a share cannot hold one
+// max_model_len sequence, one virtual engine takes the whole cache (one step
+// in flight).
+void Engine::make_schedulers(int32_t count) {
+  const int32_t usable = kv_config_.num_blocks - 1;
+  schedulers_.clear();
+  block_shift_.clear();
+  try {
+    int32_t shift = 0;
+    for (int32_t i = 0; i < count; ++i) {
+      KVCacheConfig share = kv_config_;
+      const int32_t blocks = usable / count + (i < usable % count ? 1 : 0);
+      share.num_blocks = 1 + blocks;
+      schedulers_.push_back(std::make_unique<Scheduler>(sched_config_, share));
+      block_shift_.push_back(shift);
+      shift += blocks;
+    }
+  } catch (const Error& e) {
+    if (count == 1) throw;
+    spdlog::warn("one pipeline step in flight instead of {}: a 1/{} share of the KV cache is too small ({})", count,
+                 count, e.what());
+    make_schedulers(1);
+    return;
+  }
+  ve_busy_.assign(schedulers_.size(), 0);
+  deferred_aborts_.assign(schedulers_.size(), {});
+  aborted_in_flight_.clear();
+  aborted_in_flight_.resize(schedulers_.size());
+}
+
+Scheduler& Engine::scheduler_of(const Request& r) { return *schedulers_[static_cast<size_t>(r.ve)]; }
+
+void Engine::check_invariants() const {
+  for (const auto& s : schedulers_) s->check_invariants();
+}
+
+std::vector<std::pair<int32_t, int32_t>> Engine::kv_available_runs() const {
+  std::map<int32_t, int32_t> runs;
+  for (const auto& s : schedulers_)
+    for (const auto& [length, n] : s->kv().pool().available_runs()) runs[length] += n;
+  return {runs.begin(), runs.end()};
+}
+
 std::string Engine::describe() const {
   const int64_t per_block = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}, {} tokens); max_model_len {}; {}",
@@ -262,7 +308,8 @@ std::string Engine::describe() const {
          (proposer_ ? fmt::format("; {}: {}", config_.speculative.describe(), proposer_->describe()) : "") +
          (comm_ ? fmt::format("; tensor parallel {} x pipeline parallel {} over {}", config_.tensor_parallel_size,
                               config_.pipeline_parallel_size, comm_->describe())
-                : "");
+                : "") +
+         (schedulers_.size() > 1 ? fmt::format("; {} steps in flight (virtual engines)", schedulers_.size()) : "");
 }
 
 void Engine::validate(const EngineRequest& req) const {
@@ -342,7 +389,12 @@ void Engine::start(Request& req) {
   first.seq->priority = r->priority;
   first.seq->token_ids = r->prompt;
   first.seq->num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
-  scheduler_->add(first.seq.get());
+  // The virtual engine with the fewest sequences.
+  auto load = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
+  r->ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),
+                                                [&](const auto& a, const auto& b) { return load(a) < load(b); }) -
+                               schedulers_.begin());
+  scheduler_of(*r).add(first.seq.get());
   first.in_scheduler = true;
   seq_owner_[first.seq->id] = {r, 0};
 }
@@ -422,7 +474,7 @@ void Engine::append_token(Request& r, Sample& s, int32_t token, const SampleResu
     s.pending_finish = FinishReason::Stop;
     return;
   }
-  if (n_out >= p.max_tokens || scheduler_->reached_max_model_len(*s.seq)) s.pending_finish = FinishReason::Length;
+  if (n_out >= p.max_tokens || scheduler_of(r).reached_max_model_len(*s.seq)) s.pending_finish = FinishReason::Length;
 }
 
 void Engine::finish_sample(Request& r, Sample& s, FinishReason reason) {
@@ -439,10 +491,10 @@ void Engine::finish_sample(Request& r, Sample& s, FinishReason reason) {
   r.finished_samples++;
 }
 
-void Engine::propose_drafts() {
+void Engine::propose_drafts(const Scheduler& scheduler) {
   draft_requests_.clear();
   const SpeculativeConfig& cfg = config_.speculative;
-  const auto& running = scheduler_->running();
+  const auto& running = scheduler.running();
   if (cfg.disable_by_batch_size > 0 && static_cast<int32_t>(running.size()) > cfg.disable_by_batch_size) return;
   for (Sequence* seq : running) {
     if (seq->num_tokens() - seq->num_computed_tokens != 1) continue;  // a prefill: nothing to verify with
@@ -466,7 +518,7 @@ void Engine::propose_drafts() {
     d.probs = &s.draft_probs;
     draft_requests_.push_back(d);
   }
-  if (cfg.adaptive) plan_draft_budget();
+  if (cfg.adaptive) plan_draft_budget(scheduler);
   std::erase_if(draft_requests_, [](const DraftRequest& d) { return d.max_drafts == 0; });
   if (draft_requests_.empty()) return;
   try {
@@ -491,10 +543,10 @@ void Engine::propose_drafts() {
 // (few rows) keep most; steps the output projection already makes
 // compute-bound keep only likely ones. A sequence given none relaxes its
 // estimate toward the prior, so that it is tried again later.
-void Engine::plan_draft_budget() {
+void Engine::plan_draft_budget(const Scheduler& scheduler) {
   if (!step_cost_.ready()) return;
   double tokens = 0, rows = 0, expected = 0;
-  for (const Sequence* seq : scheduler_->running()) {
+  for (const Sequence* seq : scheduler.running()) {
     const int32_t behind = seq->num_tokens() - seq->num_computed_tokens;
     if (behind == 1) expected += 1, rows += 1;
     tokens += std::max(behind, 0);
@@ -546,8 +598,10 @@ void Engine::plan_draft_budget() {
 
 void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched) {
   const ScheduledSeq& e = plan.seqs[runner_output_.entries[entry]];
+  const auto owner = seq_owner_.find(e.seq_id);
+  if (owner == seq_owner_.end()) return;  // aborted while the step was in flight
   Sequence* seq = e.seq;
-  auto& [req, index] = seq_owner_.at(seq->id);
+  auto& [req, index] = owner->second;
   Request& r = *req;
   Sample& s = r.samples[index];
   const int32_t vocab = model_->config().n_vocab;
@@ -638,22 +692,39 @@ void Engine::release_sample(Sample& s) {
   if (proposer_ && s.seq) proposer_->release(s.seq->id);
 }
 
+// One step: every virtual engine without a step in flight plans and submits
+// its next one, then the oldest step in flight is sampled. With one virtual
+// engine that is plan, forward, sample, as it reads.
 std::vector<RequestOutput> Engine::step() {
   trace::Scope step_scope("engine.step", "engine");
   std::vector<RequestOutput> outputs;
   admit_compiled_grammars(outputs);
+  for (size_t ve = 0; ve < schedulers_.size(); ++ve)
+    if (!ve_busy_[ve]) submit_step(static_cast<int32_t>(ve), outputs);
+  if (!in_flight_.empty()) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    complete_step(f, true, outputs);
+  }
+  update_gauges();
+  return outputs;
+}
+
+void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
+  Scheduler& scheduler = *schedulers_[static_cast<size_t>(ve)];
   const int64_t t_propose = ThreadPool::now_ns();
-  if (proposer_) propose_drafts();
+  if (proposer_) propose_drafts(scheduler);
   const int64_t t_start = ThreadPool::now_ns();
-  StepPlan plan = [&] {
+  InFlight f;
+  f.ve = ve;
+  f.plan = [&] {
     trace::Scope s("schedule", "engine");
-    return scheduler_->schedule();
+    return scheduler.schedule();
   }();
+  StepPlan& plan = f.plan;
   // The plan holds the drafts it runs.
   for (DraftRequest& d : draft_requests_) d.tokens->clear();
   const int64_t t_scheduled = ThreadPool::now_ns();
-  int64_t t_forward = t_scheduled;
-  std::vector<Request*> touched;
   const auto now = Clock::now();
   for (const auto& e : plan.seqs) {
     Request& r = *seq_owner_.at(e.seq_id).first;
@@ -663,26 +734,48 @@ std::vector<RequestOutput> Engine::step() {
       r.num_cached_tokens = std::max(0, e.seq->num_cached_tokens);
     }
   }
-  if (plan.empty() && plan.has_block_moves()) {
-    trace::Scope s("block moves", "engine");
-    runner_->execute(plan, runner_output_);
-  }
   metrics_.scheduler_seconds.observe(static_cast<double>(t_scheduled - t_start) * 1e-9);
+  phase_ns_[0] += t_scheduled - t_start;
+  phase_ns_[3] += t_start - t_propose;
+  if (plan.empty() && !plan.has_block_moves()) {
+    complete_step(f, false, outputs);  // length caps, if any
+    return;
+  }
   if (!plan.empty()) {
     metrics_.num_steps++;
     metrics_.iteration_tokens.observe(plan.num_batched_tokens);
     metrics_.batch_fill_ratio.observe(static_cast<double>(plan.num_batched_tokens) /
                                       static_cast<double>(sched_config_.max_num_batched_tokens));
-    {
-      trace::Scope s("forward", "engine");
-      runner_->execute(plan, runner_output_);
-    }
-    t_forward = ThreadPool::now_ns();
+  }
+  {
+    trace::Scope s(plan.empty() ? "block moves" : "forward", "engine");
+    runner_->submit(plan, block_shift_[static_cast<size_t>(ve)]);
+  }
+  f.submit_ns = ThreadPool::now_ns() - t_scheduled;
+  ve_busy_[static_cast<size_t>(ve)] = 1;
+  in_flight_.push_back(std::move(f));
+}
+
+// ran: the plan went through the runner (false: nothing to compute).
+void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& outputs) {
+  const StepPlan& plan = f.plan;
+  Scheduler& scheduler = *schedulers_[static_cast<size_t>(f.ve)];
+  const int64_t t_wait = ThreadPool::now_ns();
+  if (ran) {
+    trace::Scope s("forward wait", "engine");
+    runner_->finish(runner_output_);
+  }
+  const int64_t t_forward = ThreadPool::now_ns();
+  // Aborted while in flight: they leave now, before anything is sampled.
+  for (SeqId id : deferred_aborts_[static_cast<size_t>(f.ve)]) scheduler.abort(id);
+  deferred_aborts_[static_cast<size_t>(f.ve)].clear();
+  std::vector<Request*> touched;
+  if (!plan.empty()) {
     int64_t decode_tokens = 0;
     for (const ScheduledSeq& e : plan.seqs)
       if (e.num_new_tokens - e.num_draft_tokens() == 1) decode_tokens += e.num_new_tokens;
     const int64_t prefill_tokens = plan.num_batched_tokens - decode_tokens;
-    const double forward_s = static_cast<double>(t_forward - t_scheduled) * 1e-9;
+    const double forward_s = static_cast<double>(f.submit_ns + t_forward - t_wait) * 1e-9;
     metrics_.step_tokens_decode += decode_tokens;
     metrics_.step_tokens_prefill += prefill_tokens;
     metrics_.forward_seconds_decode += forward_s * static_cast<double>(decode_tokens) / plan.num_batched_tokens;
@@ -695,14 +788,16 @@ std::vector<RequestOutput> Engine::step() {
     trace::Scope s("sample", "engine");
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, touched);
   }
-  scheduler_->on_step_done(plan);
+  scheduler.on_step_done(plan);
+  aborted_in_flight_[static_cast<size_t>(f.ve)].clear();
+  ve_busy_[static_cast<size_t>(f.ve)] = 0;
 
   // Children of n > 1 requests join now, sharing the prompt's blocks.
   for (Request* r : touched) {
     if (r->forked || r->params.n <= 1 || !r->samples[1].seq) continue;
     r->forked = true;
     for (int32_t k = 1; k < r->params.n; ++k) {
-      scheduler_->fork(r->samples[0].seq->id, r->samples[k].seq.get());
+      scheduler.fork(r->samples[0].seq->id, r->samples[k].seq.get());
       r->samples[k].in_scheduler = true;
     }
   }
@@ -710,8 +805,8 @@ std::vector<RequestOutput> Engine::step() {
   for (Request* r : touched)
     for (Sample& s : r->samples)
       if (s.pending_finish != FinishReason::None && !s.finished) {
-        scheduler_->finish(s.seq->id, s.pending_finish == FinishReason::Stop ? SeqStatus::FinishedStopped
-                                                                             : SeqStatus::FinishedLength);
+        scheduler.finish(s.seq->id, s.pending_finish == FinishReason::Stop ? SeqStatus::FinishedStopped
+                                                                           : SeqStatus::FinishedLength);
         release_sample(s);
         finish_sample(*r, s, s.pending_finish);
       }
@@ -728,13 +823,8 @@ std::vector<RequestOutput> Engine::step() {
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (Request* r : touched)
     if (r->has_news) outputs.push_back(collect(*r));
-  update_gauges();
-  const int64_t t_end = ThreadPool::now_ns();
-  phase_ns_[0] += t_scheduled - t_start;
-  phase_ns_[1] += t_forward - t_scheduled;
-  phase_ns_[2] += t_end - t_forward;
-  phase_ns_[3] += t_start - t_propose;
-  return outputs;
+  phase_ns_[1] += f.submit_ns + t_forward - t_wait;
+  phase_ns_[2] += ThreadPool::now_ns() - t_forward;
 }
 
 std::string Engine::profile_report() const {
@@ -789,9 +879,17 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   if (it == requests_.end()) return std::nullopt;
   Request& r = *it->second;
   std::erase(waiting_for_grammar_, &r);
+  // Its virtual engine has a step in flight: the sequences stay in the
+  // scheduler (and alive) until that step is back.
+  const bool in_flight = ve_busy_[static_cast<size_t>(r.ve)] != 0;
+  std::unique_ptr<Request> keep;
+  if (in_flight) keep = std::move(it->second);
   for (Sample& s : r.samples) {
     if (s.finished) continue;
-    if (s.in_scheduler) scheduler_->abort(s.seq->id);
+    if (s.in_scheduler) {
+      if (in_flight) deferred_aborts_[static_cast<size_t>(r.ve)].push_back(s.seq->id);
+      else scheduler_of(r).abort(s.seq->id);
+    }
     release_sample(s);
     s.finished = true;
     s.delta.finish_reason = FinishReason::Abort;
@@ -799,15 +897,36 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
     r.finished_samples++;
   }
   r.has_news = true;
-  RequestOutput out = collect(r);
+  RequestOutput out = collect(r);  // erases its entry (empty when kept)
+  if (keep) aborted_in_flight_[static_cast<size_t>(r.ve)].push_back(std::move(keep));
   update_gauges();
   return out;
 }
 
+// All virtual engines together.
+KVCacheStats Engine::kv_stats() const {
+  KVCacheStats t;
+  double fragmented_slots = 0;
+  for (const auto& sch : schedulers_) {
+    const KVCacheStats k = sch->kv_stats();
+    t.block_size = k.block_size;
+    t.total_blocks += k.total_blocks;
+    t.used_blocks += k.used_blocks;
+    t.cached_blocks += k.cached_blocks;
+    t.free_blocks += k.free_blocks;
+    t.prefix_query_tokens += k.prefix_query_tokens;
+    t.prefix_hit_tokens += k.prefix_hit_tokens;
+    t.evictions += k.evictions;
+    t.following_allocations += k.following_allocations;
+    t.contiguous_allocations += k.contiguous_allocations;
+    fragmented_slots += k.fragmentation * k.used_blocks;
+  }
+  t.fragmentation = t.used_blocks ? fragmented_slots / t.used_blocks : 0.0;
+  return t;
+}
+
 void Engine::update_gauges() {
-  const KVCacheStats kv = scheduler_->kv_stats();
-  metrics_.num_requests_running = scheduler_->num_running();
-  metrics_.num_requests_waiting = scheduler_->num_waiting();
+  const KVCacheStats kv = kv_stats();
   metrics_.kv_blocks_total = kv.total_blocks;
   metrics_.kv_blocks_used = kv.used_blocks;
   metrics_.kv_blocks_cached = kv.cached_blocks;
@@ -816,23 +935,32 @@ void Engine::update_gauges() {
   metrics_.kv_fragmentation = kv.fragmentation;
   metrics_.kv_following_allocations = kv.following_allocations;
   metrics_.kv_contiguous_allocations = kv.contiguous_allocations;
-  metrics_.prefix_cache_queries = scheduler_->prefix_query_tokens();
-  metrics_.prefix_cache_hits = scheduler_->prefix_hit_tokens();
-  metrics_.num_preemptions = scheduler_->num_preemptions();
-  metrics_.kv_evicted_blocks = scheduler_->num_evicted_blocks();
-  metrics_.num_preemptions_recompute = scheduler_->num_preemptions_recompute();
-  metrics_.num_preemptions_swap = scheduler_->num_preemptions_swap();
-  metrics_.num_preemptions_priority = scheduler_->num_preemptions_priority();
   const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
-  metrics_.swapped_out_bytes = scheduler_->num_blocks_swapped_out() * block_bytes;
-  metrics_.swapped_in_bytes = scheduler_->num_blocks_swapped_in() * block_bytes;
-  metrics_.num_requests_swapped = scheduler_->num_swapped();
+  metrics_.num_requests_running = metrics_.num_requests_waiting = metrics_.num_requests_swapped = 0;
+  metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;
+  metrics_.num_preemptions = metrics_.kv_evicted_blocks = 0;
+  metrics_.num_preemptions_recompute = metrics_.num_preemptions_swap = metrics_.num_preemptions_priority = 0;
+  metrics_.swapped_out_bytes = metrics_.swapped_in_bytes = 0;
+  for (const auto& sch : schedulers_) {
+    metrics_.num_requests_running += sch->num_running();
+    metrics_.num_requests_waiting += sch->num_waiting();
+    metrics_.num_requests_swapped += sch->num_swapped();
+    metrics_.prefix_cache_queries += sch->prefix_query_tokens();
+    metrics_.prefix_cache_hits += sch->prefix_hit_tokens();
+    metrics_.num_preemptions += sch->num_preemptions();
+    metrics_.kv_evicted_blocks += sch->num_evicted_blocks();
+    metrics_.num_preemptions_recompute += sch->num_preemptions_recompute();
+    metrics_.num_preemptions_swap += sch->num_preemptions_swap();
+    metrics_.num_preemptions_priority += sch->num_preemptions_priority();
+    metrics_.swapped_out_bytes += sch->num_blocks_swapped_out() * block_bytes;
+    metrics_.swapped_in_bytes += sch->num_blocks_swapped_in() * block_bytes;
+  }
 }
 
 EngineStats Engine::stats() const {
   EngineStats s;
   s.metrics = metrics_;
-  s.kv = scheduler_->kv_stats();
+  s.kv = kv_stats();
   s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
   s.grammars = grammars_->stats();
   return s;

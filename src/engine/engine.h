@@ -5,9 +5,16 @@
 //
 //   add_request -> Scheduler::schedule -> ModelRunner::execute -> Sampler
 //               -> append, on_step_done, fork (n > 1), stop checks -> outputs
+//
+// Under pipeline parallelism over S stages the engine keeps S steps in
+// flight, one per virtual engine (vLLM's name): S schedulers, each with its
+// share of the requests and of the KV blocks. A virtual engine plans its next
+// step as soon as its last one has come back, so while the later stages work
+// on one virtual engine's step the first stage starts another's.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -157,7 +164,7 @@ class Engine {
 
   // One iteration. Returns an output for every request that has news.
   std::vector<RequestOutput> step();
-  bool has_unfinished() const { return !requests_.empty(); }
+  bool has_unfinished() const { return !requests_.empty() || !in_flight_.empty(); }
   size_t num_unfinished() const { return requests_.size(); }
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -177,28 +184,41 @@ class Engine {
   // time and bytes), or null on one rank.
   const dist::Communicator* communicator() const { return comm_; }
   // Runs of available KV blocks now (length -> count); O(blocks), for reports.
-  std::vector<std::pair<int32_t, int32_t>> kv_available_runs() const { return scheduler_->kv().pool().available_runs(); }
+  std::vector<std::pair<int32_t, int32_t>> kv_available_runs() const;
   // Debug/test hook: checks scheduler and KV invariants (throws Error).
-  void check_invariants() const { scheduler_->check_invariants(); }
+  void check_invariants() const;
+  // Steps that may be in flight at once (pipeline stages; 1 otherwise).
+  int32_t num_virtual_engines() const { return static_cast<int32_t>(schedulers_.size()); }
 
  private:
   struct Request;
   struct Sample;
   using Clock = std::chrono::steady_clock;
+  // A step submitted to the runner and not yet sampled.
+  struct InFlight {
+    StepPlan plan;
+    int32_t ve = 0;
+    int64_t submit_ns = 0;  // time in submit() (the first stage's share)
+  };
 
   void load(const LoadProgress& progress);
+  void make_schedulers(int32_t count);
+  Scheduler& scheduler_of(const Request& r);
+  void submit_step(int32_t ve, std::vector<RequestOutput>& outputs);
+  void complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& outputs);
   int64_t logits_rows_per_step() const;
   void enqueue(EngineRequest req);
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
-  void propose_drafts();
-  void plan_draft_budget();
+  void propose_drafts(const Scheduler& scheduler);
+  void plan_draft_budget(const Scheduler& scheduler);
   void sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched);
   void release_sample(Sample& s);
   void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
   void finish_sample(Request& r, Sample& s, FinishReason reason);
   RequestOutput collect(Request& r);
   void update_gauges();
+  KVCacheStats kv_stats() const;
 
   EngineConfig config_;
   SchedulerConfig sched_config_;
@@ -209,7 +229,16 @@ class Engine {
   std::unique_ptr<TensorSource> dummy_source_;  // owns dummy weights (the model borrows them)
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<Scheduler> scheduler_;
+  // One per virtual engine; scheduler i owns cache blocks block_shift_[i] + 1
+  // to block_shift_[i] + its pool's size.
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;
+  std::vector<int32_t> block_shift_;
+  std::vector<char> ve_busy_;                  // a step of it is in flight
+  std::deque<InFlight> in_flight_;             // oldest first
+  // Requests aborted while their virtual engine had a step in flight: their
+  // sequences leave the scheduler once that step is back (kept alive until then).
+  std::vector<std::vector<SeqId>> deferred_aborts_;
+  std::vector<std::vector<std::unique_ptr<Request>>> aborted_in_flight_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<structured::GrammarCompiler> grammars_;

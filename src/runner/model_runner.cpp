@@ -22,8 +22,50 @@ ModelRunner::ModelRunner(Model& model, dist::Communicator* comm, int micro_batch
 bool ModelRunner::parallel() const { return comm_ && comm_->size() > 1; }
 
 void ModelRunner::execute(const StepPlan& plan, Output& out) {
-  out.entries.clear();
-  out.first_row.clear();
+  submit(plan);
+  finish(out);
+}
+
+void ModelRunner::submit(const StepPlan& plan, int32_t block_shift) {
+  std::unique_ptr<Step> step;
+  if (spare_.empty()) {
+    step = std::make_unique<Step>();
+  } else {
+    step = std::move(spare_.front());
+    spare_.pop_front();
+    // (Its sends were received before its logits came back: no wait in practice.)
+    if (parallel()) comm_->wait_sends(step->last_send);
+  }
+  build_message(plan, block_shift, *step);
+  if (parallel()) send_to_workers(msg_, *step);
+  run(msg_, *step);
+  in_flight_.push_back(std::move(step));
+}
+
+void ModelRunner::finish(Output& out) {
+  PAGELLM_CHECK(!in_flight_.empty(), "ModelRunner::finish without a step in flight");
+  std::unique_ptr<Step> step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  out.entries.swap(step->entries);
+  out.first_row.swap(step->first_row);
+  if (step->remote_logits) {
+    // Every step ends with the last stage's message, empty when nothing
+    // samples: rank 0 never runs more steps ahead than it has submitted.
+    const ModelShard& sh = model_.shard();
+    out.logits.resize(step->rows * static_cast<size_t>(model_.config().n_vocab));
+    comm_->recv(out.logits.data(), out.logits.size() * sizeof(float), (sh.pp_size - 1) * sh.tp_size);
+  } else {
+    out.logits.swap(step->logits);
+  }
+  spare_.push_back(std::move(step));
+}
+
+void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step& step) {
+  step.entries.clear();
+  step.first_row.clear();
+  // The plan's scheduler numbers its blocks from 1; they are blocks
+  // block_shift + 1 on of the cache (0 stays the null block).
+  auto shift = [block_shift](int32_t b) { return b == 0 ? b : b + block_shift; };
   auto pairs = [](const std::vector<BlockCopy>& v, BlockPairs& p) {
     p.clear();
     for (const auto& c : v) p.emplace_back(c.src, c.dst);
@@ -33,6 +75,11 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
   pairs(plan.swap_out, m.swap_out);
   pairs(plan.swap_in, m.swap_in);
   pairs(plan.block_copies, m.block_copies);
+  if (block_shift != 0) {
+    for (auto& [src, dst] : m.swap_out) src = shift(src);  // (dst: a host block)
+    for (auto& [src, dst] : m.swap_in) dst = shift(dst);
+    for (auto& [src, dst] : m.block_copies) src = shift(src), dst = shift(dst);
+  }
 
   BatchInfo& batch = m.batch;
   batch.token_ids.clear();
@@ -50,51 +97,75 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
     info.q_len = s.num_new_tokens;
     info.ctx_len = s.end_pos();
     info.block_table.assign(s.block_table.begin(), s.block_table.end());
+    if (block_shift != 0) std::transform(info.block_table.begin(), info.block_table.end(), info.block_table.begin(), shift);
     info.kv_sinks = s.kv_sinks;
     info.kv_evicted_to = s.kv_evicted_to;
     row += s.num_new_tokens;
     if (s.sample) {
-      out.entries.push_back(static_cast<int32_t>(i));
-      out.first_row.push_back(static_cast<int32_t>(m.logits_rows.size()));
+      step.entries.push_back(static_cast<int32_t>(i));
+      step.first_row.push_back(static_cast<int32_t>(m.logits_rows.size()));
       for (int32_t j = s.num_logits(); j >= 1; --j) m.logits_rows.push_back(row - j);
     }
   }
-  const size_t vocab = static_cast<size_t>(model_.config().n_vocab);
-  out.logits.resize(m.logits_rows.size() * vocab);
-  if (parallel()) broadcast(m);
-  run(m, out.logits.data());
+  // New tokens always go to live blocks (never the null block).
+  if (block_shift != 0)
+    for (int64_t& slot : batch.slot_mapping) slot += static_cast<int64_t>(block_shift) * plan.block_size;
+}
+
+// To each worker, asynchronously: the step's bytes live in `step` until
+// it is reused.
+void ModelRunner::send_to_workers(const StepMessage& m, Step& step) {
+  step.message = encode_step(m);
+  for (int r = 1; r < comm_->size(); ++r) step.last_send = comm_->send_async(step.message.data(), step.message.size(), r);
 }
 
 // Block moves first, in the plan's order: a block swapped out may be written
 // by this very step's forward pass.
-void ModelRunner::run(const StepMessage& m, float* logits) {
+void ModelRunner::run(const StepMessage& m, Step& step) {
   Backend& be = model_.backend();
+  step.rows = m.logits_rows.size();
+  step.remote_logits = false;
   if (!m.swap_out.empty()) be.swap_out(m.swap_out);
   if (!m.swap_in.empty()) be.swap_in(m.swap_in);
   if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
-  if (m.batch.seqs.empty()) {
-    be.synchronize();  // the moves are done before the next plan reuses their blocks
+  if (m.batch.seqs.empty()) be.synchronize();  // the moves are done before the next plan reuses their blocks
+  if (model_.shard().pp_size > 1) {
+    pipeline_forward(m.batch, m.logits_rows, step);  // (block moves only: just the last stage's message)
     return;
   }
-  if (model_.shard().pp_size > 1) pipeline_forward(m.batch, m.logits_rows, logits);
-  else model_.forward(m.batch, m.logits_rows, logits);
+  if (m.batch.seqs.empty()) return;
+  step.logits.resize(step.rows * static_cast<size_t>(model_.config().n_vocab));
+  model_.forward(m.batch, m.logits_rows, step.logits.data());
 }
 
-void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {
+void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, Step& step) {
   const ShardGeometry& g = model_.geometry();
   // Global rank = stage * tp_size + tp_rank: each rank of a stage's tensor
   // parallel group talks to the rank with its tp_rank in the next stage.
   const ModelShard& sh = model_.shard();
   const int prev = (sh.pp_rank - 1) * sh.tp_size + sh.tp_rank, next = (sh.pp_rank + 1) * sh.tp_size + sh.tp_rank;
   const int last_stage_lead = (sh.pp_size - 1) * sh.tp_size;
+  const int rank = comm_->rank();
   const int64_t d = model_.config().n_embd, vocab = model_.config().n_vocab;
   // Micro-batches of about equal token counts, each of at least
   // kMinMicroBatchTokens: every micro-batch streams the stage's weights
   // again, so cutting a memory-bound decode step only adds weight traffic
   // (docs/scaling.md measures it); prefill-sized steps gain.
   constexpr int64_t kMinMicroBatchTokens = 64;
-  const std::vector<int32_t> ends = micro_batch_ends(batch.n_tokens(), micro_batches_, kMinMicroBatchTokens);
-  stage_logits_.resize(logits_rows.size() * static_cast<size_t>(vocab));
+  const std::vector<int32_t> ends = batch.n_tokens() == 0 ? std::vector<int32_t>{}
+                                    : micro_batch_ends(batch.n_tokens(), micro_batches_, kMinMicroBatchTokens);
+  std::vector<float> stage_logits;  // the last stage's logits of the whole step
+  if (g.last_stage) {
+    // A buffer whose send has been received: rank 0 holds at most pp_size
+    // steps in flight and takes their logits in order.
+    if (sent_logits_.size() >= static_cast<size_t>(sh.pp_size)) {
+      comm_->wait_sends(sent_logits_.front().second);
+      stage_logits.swap(sent_logits_.front().first);
+      sent_logits_.pop_front();
+    }
+    stage_logits.resize(logits_rows.size() * static_cast<size_t>(vocab));
+  }
+  step.hidden.resize(static_cast<size_t>(batch.n_tokens() * d));
   BatchInfo mb;
   std::vector<int32_t> rows, slots;  // a micro-batch's logits rows, and where they go in the step's
   int32_t r0 = 0;
@@ -108,73 +179,66 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
         rows.push_back(logits_rows[j] - r0);
         slots.push_back(static_cast<int32_t>(j));
       }
-    const int64_t tokens = r1 - r0;
+    float* hidden = step.hidden.data() + static_cast<int64_t>(r0) * d;
+    const size_t hidden_bytes = static_cast<size_t>((r1 - r0) * d) * sizeof(float);
     r0 = r1;
     model_.begin_pass(mb, static_cast<int64_t>(rows.size()));
-    scratch_.resize(static_cast<size_t>(std::max<int64_t>(tokens * d, static_cast<int64_t>(rows.size()) * vocab)));
     if (g.first_stage) {
       model_.embed();
     } else {
-      comm_->recv(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), prev);
-      model_.hidden_from_host(scratch_.data());
+      comm_->recv(hidden, hidden_bytes, prev);
+      model_.hidden_from_host(hidden);
     }
     model_.run_layers();
     if (!g.last_stage) {
-      model_.hidden_to_host(scratch_.data());
-      comm_->send(scratch_.data(), static_cast<size_t>(tokens * d) * sizeof(float), next);
+      model_.hidden_to_host(hidden);
+      // Rank 0 goes on to its next step without waiting for the next stage.
+      if (rank == 0) step.last_send = comm_->send_async(hidden, hidden_bytes, next);
+      else comm_->send(hidden, hidden_bytes, next);
       continue;
     }
+    scratch_.resize(rows.size() * static_cast<size_t>(vocab));
     model_.compute_logits(rows, scratch_.data());
     for (size_t j = 0; j < rows.size(); ++j)
       std::copy_n(scratch_.data() + static_cast<int64_t>(j) * vocab, vocab,
-                  stage_logits_.data() + static_cast<int64_t>(slots[j]) * vocab);
+                  stage_logits.data() + static_cast<int64_t>(slots[j]) * vocab);
   }
   // The last stage sends the step's logits at once, after its last
-  // micro-batch (its tensor-parallel rank 0 does; all of them hold them):
-  // rank 0 is then done sending and waits for them.
-  const size_t bytes = stage_logits_.size() * sizeof(float);
-  const int rank = comm_->rank();
-  if (rank == last_stage_lead && rank != 0 && bytes > 0) comm_->send(stage_logits_.data(), bytes, 0);
-  if (rank == 0 && bytes > 0) {
-    if (g.last_stage) std::copy(stage_logits_.begin(), stage_logits_.end(), logits);
-    else comm_->recv(logits, bytes, last_stage_lead);
+  // micro-batch (its tensor-parallel rank 0 does; all of them hold them);
+  // rank 0, the first stage, receives them in finish(). Asynchronously: rank
+  // 0 may be busy with a later step's first stage, together with ranks that
+  // wait for this stage to take their hidden states.
+  if (g.last_stage) {
+    const uint64_t ticket = rank == last_stage_lead
+                                ? comm_->send_async(stage_logits.data(), stage_logits.size() * sizeof(float), 0)
+                                : 0;
+    sent_logits_.emplace_back(std::move(stage_logits), ticket);
   }
-}
-
-void ModelRunner::broadcast(const StepMessage& m) {
-  std::vector<uint8_t> bytes = encode_step(m);
-  uint64_t size = bytes.size();
-  comm_->broadcast(&size, sizeof(size), 0);
-  comm_->broadcast(bytes.data(), bytes.size(), 0);
-}
-
-StepMessage ModelRunner::receive() {
-  uint64_t size = 0;
-  comm_->broadcast(&size, sizeof(size), 0);
-  PAGELLM_CHECK(size > 0 && size < (uint64_t{1} << 34), "step message of {} bytes", size);
-  std::vector<uint8_t> bytes(size);
-  comm_->broadcast(bytes.data(), bytes.size(), 0);
-  return decode_step(bytes);
+  if (rank == 0) step.remote_logits = true;
 }
 
 void ModelRunner::serve_worker() {
   PAGELLM_CHECK(parallel() && comm_->rank() != 0, "serve_worker runs on ranks other than 0");
-  const size_t vocab = static_cast<size_t>(model_.config().n_vocab);
-  std::vector<float> logits;
+  Step step;
+  std::vector<uint8_t> bytes;
   for (;;) {
-    StepMessage m = receive();
+    comm_->recv_any_size(bytes, 0);
+    const StepMessage m = decode_step(bytes);
     if (m.kind == StepMessage::Shutdown) return;
-    logits.resize(m.logits_rows.size() * vocab);
-    run(m, logits.data());
+    run(m, step);
   }
 }
 
 void ModelRunner::stop_workers() {
   if (!parallel() || comm_->rank() != 0 || workers_stopped_) return;
   workers_stopped_ = true;
+  Output unused;
+  while (!in_flight_.empty()) finish(unused);
   StepMessage m;
   m.kind = StepMessage::Shutdown;
-  broadcast(m);
+  Step step;
+  send_to_workers(m, step);
+  comm_->wait_sends(step.last_send);
 }
 
 }  // namespace pagellm

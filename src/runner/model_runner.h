@@ -3,14 +3,19 @@
 // sequences that sample this step. It never looks at requests or text.
 //
 // Under tensor or pipeline parallelism (a communicator of several ranks) the
-// runner on rank 0 broadcasts each step's block moves and batch; the runner
-// on every other rank (serve_worker) runs its shard of the same pass. With
-// pipeline stages the batch is cut into micro-batches of whole sequences that
-// flow through the stages one after another, so every stage has work while
-// the next one runs (GPipe's schedule, forward only).
+// runner on rank 0 sends each step's block moves and batch to every other
+// rank, where serve_worker runs its shard of the same pass. With pipeline
+// stages a step is cut into micro-batches of tokens that flow through the
+// stages one after another (GPipe's schedule, forward only), and rank 0 (the
+// first stage) may submit the next step before the last stage has finished
+// this one: its sends are asynchronous, and finish() collects the logits of
+// the oldest step. Steps are finished in the order they were submitted.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -44,28 +49,50 @@ class ModelRunner {
   };
 
   // Performs the plan's block moves (swap-out, swap-in, copy-on-write), then
-  // the forward pass over its tokens, if any.
+  // the forward pass over its tokens, if any: submit() then finish().
   void execute(const StepPlan& plan, Output& out);
+  // Starts a step. block_shift: added to the plan's block ids (not to the
+  // null block 0), when the plan's scheduler owns the blocks from
+  // block_shift + 1 on. Under pipeline parallelism it returns once the first
+  // stage's share is done; otherwise the step is complete.
+  void submit(const StepPlan& plan, int32_t block_shift = 0);
+  // The oldest submitted step's logits.
+  void finish(Output& out);
+  size_t in_flight() const { return in_flight_.size(); }
 
   // Rank > 0: runs the steps rank 0 sends until it sends stop.
   void serve_worker();
-  // Rank 0: tells the workers to stop (once; later calls do nothing).
+  // Rank 0: finishes the steps in flight and tells the workers to stop
+  // (once; later calls do nothing).
   void stop_workers();
 
  private:
+  // A step between submit() and finish(); on a worker, the one it runs.
+  struct Step {
+    std::vector<int32_t> entries, first_row;  // Output's
+    size_t rows = 0;                          // of logits
+    std::vector<float> logits;                // computed here (no later stage)
+    bool remote_logits = false;               // the last stage sends them to rank 0
+    std::vector<uint8_t> message;             // encoded, sent asynchronously
+    std::vector<float> hidden;                // this stage's output, [tokens, n_embd]
+    uint64_t last_send = 0;                   // ticket of its last asynchronous send
+  };
+
   bool parallel() const;
-  void run(const StepMessage& m, float* logits);
-  void pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits);
-  void broadcast(const StepMessage& m);
-  StepMessage receive();
+  void build_message(const StepPlan& plan, int32_t block_shift, Step& step);
+  void send_to_workers(const StepMessage& m, Step& step);
+  void run(const StepMessage& m, Step& step);
+  void pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, Step& step);
 
   Model& model_;
   dist::Communicator* comm_;
   int micro_batches_;
   bool workers_stopped_ = false;
-  StepMessage msg_;                  // reused across steps
-  std::vector<float> scratch_;       // a worker's logits, a stage's hidden states
-  std::vector<float> stage_logits_;  // the last stage's logits of the whole step
+  StepMessage msg_;                            // reused across steps
+  std::deque<std::unique_ptr<Step>> in_flight_, spare_;
+  std::vector<float> scratch_;  // a micro-batch's logits
+  // The last stage: logits of recent steps, with their send's ticket.
+  std::deque<std::pair<std::vector<float>, uint64_t>> sent_logits_;
 };
 
 }  // namespace pagellm
