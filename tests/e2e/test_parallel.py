@@ -16,6 +16,7 @@ import time
 import pytest
 import requests
 
+import prom
 from conftest import BIN, STORIES, Server, default_model_path, free_port
 
 MPIRUN = shutil.which("mpirun")
@@ -134,6 +135,47 @@ def test_families_exact_within_near_ties(tmp_path, shape, how):
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
     assert_close(ref, generate(model, batch, ranks, flags))
+
+
+def test_pipeline_server_survives_clients_that_leave_mid_step(tmp_path):
+    """PP=2 keeps two steps in flight (a virtual engine per stage): clients
+    that disconnect while their step is in a later stage are aborted once it
+    is back; the others finish, no KV block is left behind, and a greedy
+    request afterwards equals one rank's."""
+    stories = str(need(STORIES))
+    port = free_port()
+    server = Server(cmd=mpi(2, ["serve", stories, "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
+                                "--exact-matmul", "--pipeline-parallel-size", "2"]), port=port)
+    server.start(timeout=180)
+    try:
+        assert "2 steps in flight" in server.output()
+        body = {"max_tokens": 200, "stream": True, "ignore_eos": True, "temperature": 0}
+        streams = [requests.post(server.url("/v1/completions"), stream=True, timeout=60,
+                                 json={**body, "prompt": p}) for p in TEXT_PROMPTS + LONG_PROMPTS]
+        kept = []
+        for i, s in enumerate(streams):
+            lines = s.iter_lines()
+            assert next(line for line in lines if line.startswith(b"data:"))
+            if i % 2:
+                s.close()  # leaves while the engine has steps in flight
+            else:
+                kept.append(lines)
+        for lines in kept:
+            text = b"\n".join(lines)
+            assert b'"finish_reason":"length"' in text and text.rstrip().endswith(b"data: [DONE]"), text[-300:]
+        for _ in range(100):
+            m = prom.parse(requests.get(server.url("/metrics"), timeout=10).text)
+            if prom.value(m, "pagellm:num_requests_running") == 0:
+                break
+            time.sleep(0.1)
+        assert prom.value(m, "pagellm:num_requests_running") == 0
+        assert prom.value(m, "pagellm:kv_blocks_used") == 0
+        got = requests.post(server.url("/v1/completions"), timeout=60,
+                            json={"prompt": TEXT_PROMPTS[0], "max_tokens": 16, "temperature": 0}).json()
+    finally:
+        server.kill()
+    ref = generate(["--model", stories, "--exact-matmul"], batch_file(tmp_path, TEXT_PROMPTS[:1]))
+    assert got["choices"][0]["text"] == ref[0]["text"]
 
 
 def test_launch_errors_are_clear(tmp_path):
