@@ -5,7 +5,11 @@ x 1 thread under mpirun), for a long prefill, a single-sequence decode and a
 batch of 8. Rounds interleave the configurations (the machine is noisy);
 medians are printed as a markdown table with rank 0's time in communication.
 
-  tools/bench_parallel.py [--model M] [--rounds 2] [--iters 3]
+  tools/bench_parallel.py [--model M | --dummy-shape S] [--workload W ...] [--rounds 2] [--iters 3]
+
+--dummy-shape runs random weights of a real shape (tinyllama-1.1b: stages of
+equal cost, where Gemma 3 270M's 262k-row output matrix makes the last stage
+the heavier one).
 """
 
 import argparse
@@ -30,12 +34,14 @@ WORKLOADS = {
     "prefill 512": ["--input-len", "512", "--output-len", "2", "--batch-size", "1"],
     "decode, batch 1": ["--input-len", "32", "--output-len", "64", "--batch-size", "1"],
     "batch 8 x 128 in, 32 out": ["--input-len", "128", "--output-len", "32", "--batch-size", "8"],
+    "batch 8 x 16 in, 32 out": ["--input-len", "16", "--output-len", "32", "--batch-size", "8"],
 }
+DEFAULT_WORKLOADS = ["prefill 512", "decode, batch 1", "batch 8 x 128 in, 32 out"]
 
 
-def run(model, ranks, flags, workload, iters):
+def run(model_args, ranks, flags, workload, iters):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        args = [str(BIN), "bench", "latency", "--model", model, "--num-iters", str(iters), *flags, *workload,
+        args = [str(BIN), "bench", "latency", *model_args, "--num-iters", str(iters), *flags, *workload,
                 "--output-json", out.name]
         if ranks > 1:
             args = [shutil.which("mpirun"), "-np", str(ranks), "--oversubscribe", "--allow-run-as-root", "--bind-to",
@@ -57,12 +63,17 @@ def main():
     ap.add_argument("--model", default=(REPO / "build" / "default-model.txt").read_text().strip())
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--dummy-shape", help="random weights of this shape instead of --model")
+    ap.add_argument("--workload", action="append", choices=list(WORKLOADS), help="(repeatable) default: the first 3")
     a = ap.parse_args()
-    results = {(c, w): [] for c in CONFIGS for w in WORKLOADS}
+    workloads = a.workload or DEFAULT_WORKLOADS
+    model_args = (["--load-format", "dummy", "--dummy-shape", a.dummy_shape] if a.dummy_shape
+                  else ["--model", a.model])
+    results = {(c, w): [] for c in CONFIGS for w in workloads}
     for rnd in range(a.rounds):
-        for w, wl in WORKLOADS.items():
+        for w in workloads:
             for c, (ranks, flags) in CONFIGS.items():
-                results[(c, w)].append(run(a.model, ranks, flags, wl, a.iters))
+                results[(c, w)].append(run(model_args, ranks, flags, WORKLOADS[w], a.iters))
                 print(f"round {rnd + 1}: {w}: {c}: {results[(c, w)][-1]}", file=sys.stderr)
 
     def med(c, w, key):
@@ -70,11 +81,12 @@ def main():
         return statistics.median(vals) if vals else None
 
     base = "1 rank x 2 threads"
-    print(f"Model: {Path(a.model).name}; medians of {a.rounds} rounds x {a.iters} iterations.\n")
+    name = f"{a.dummy_shape} (random weights)" if a.dummy_shape else Path(a.model).name
+    print(f"Model: {name}; medians of {a.rounds} rounds x {a.iters} iterations.\n")
     print("| workload | configuration | prefill tok/s | decode tok/s | vs 1x2 (prefill / decode) "
           "| rank 0 in comm | comm ms/step |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for w in WORKLOADS:
+    for w in workloads:
         for c in CONFIGS:
             p, d = med(c, w, "prefill"), med(c, w, "decode")
             bp, bd = med(base, w, "prefill"), med(base, w, "decode")
