@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <queue>
 #include <span>
 
@@ -227,7 +227,9 @@ void Engine::load(const LoadProgress& progress) {
     init.deterministic = config_.deterministic ? 1 : 0;
     comm_->broadcast(&init, sizeof(init), 0);
   }
-  make_schedulers(config_.pipeline_parallel_size > 1 ? config_.pipeline_parallel_size : 1);
+  PAGELLM_CHECK(config_.virtual_engines >= 0 && config_.virtual_engines <= 64,
+                "virtual_engines must be in [0, 64], got {}", config_.virtual_engines);
+  make_schedulers(config_.virtual_engines > 0 ? config_.virtual_engines : std::max(1, config_.pipeline_parallel_size));
   runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
   sampler_ = std::make_unique<Sampler>();
   grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
@@ -390,9 +392,9 @@ void Engine::start(Request& req) {
   first.seq->token_ids = r->prompt;
   first.seq->num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
   // The virtual engine with the fewest sequences.
-  auto load = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
+  auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
   r->ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),
-                                                [&](const auto& a, const auto& b) { return load(a) < load(b); }) -
+                                                [&](const auto& a, const auto& b) { return queued(a) < queued(b); }) -
                                schedulers_.begin());
   scheduler_of(*r).add(first.seq.get());
   first.in_scheduler = true;

@@ -77,6 +77,10 @@ struct EngineConfig {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int pipeline_micro_batches = 0;
+  // Steps in flight at once, each of its own scheduler ("virtual engine")
+  // with its share of the requests and KV blocks; 0: one per pipeline stage.
+  // On one rank more than one changes only the order of work (tests use it).
+  int virtual_engines = 0;
   // Bit-identical outputs across runs, thread counts and batch compositions
   // (Feature::Deterministic); requests without a seed sample with `seed`
   // (0 when deterministic and not given).

@@ -118,6 +118,52 @@ TEST(Engine, BatchInvarianceWithPreemptionStories260K) {
   check_batch_invariance(c, 512, true);
 }
 
+// Two virtual engines (as under pipeline parallelism over 2 stages): each
+// scheduler runs its half of the requests in its half of the KV blocks, one
+// step of each in flight; outputs are still those of each request alone.
+TEST(Engine, BatchInvarianceWithTwoVirtualEngines) {
+  EngineConfig c = tiny_config(8 * 176);
+  c.virtual_engines = 2;
+  check_batch_invariance(c, 512, false);
+}
+
+// A request aborted while its virtual engine's step is in flight stays in
+// that scheduler until the step is back, then leaves; nothing leaks and the
+// other requests are untouched.
+TEST(Engine, AbortWhileItsStepIsInFlight) {
+  std::mt19937 rng(3);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(make_request("r" + std::to_string(i), random_prompt(rng, 20 + i, 512), 12));
+  EngineConfig c = tiny_config();
+  c.virtual_engines = 2;
+  Engine e(c);
+  ASSERT_EQ(e.num_virtual_engines(), 2);
+  for (const auto& r : reqs) e.add_request(r);  // r0, r2 -> scheduler 0; r1, r3 -> scheduler 1
+  std::map<std::string, std::vector<int32_t>> tokens;
+  auto keep = [&](const std::vector<RequestOutput>& outs) {
+    for (const RequestOutput& o : outs)
+      for (const CompletionDelta& d : o.completions) tokens[o.request_id].insert(tokens[o.request_id].end(),
+                                                                                  d.token_ids.begin(), d.token_ids.end());
+  };
+  keep(e.step());  // submits both schedulers' steps, samples scheduler 0's: scheduler 1's is in flight
+  ASSERT_TRUE(e.abort("r0"));  // now
+  ASSERT_TRUE(e.abort("r1"));  // when its step is back
+  EXPECT_EQ(e.stats().metrics.num_requests_running, 3);
+  keep(e.step());
+  EXPECT_EQ(e.stats().metrics.num_requests_running, 2);
+  for (const auto& [id, samples] : run_all(e)) tokens[id].insert(tokens[id].end(), samples[0].tokens.begin(),
+                                                                  samples[0].tokens.end());
+  expect_no_leaks(e);
+  EXPECT_EQ(tokens.count("r1"), 0u);  // its first step's token was never sampled
+  Engine alone(tiny_config());
+  for (int i : {2, 3}) {
+    alone.add_request(reqs[i]);
+    EXPECT_EQ(run_all(alone).at(reqs[i].id)[0].tokens, tokens.at(reqs[i].id)) << reqs[i].id;
+  }
+  c.virtual_engines = 65;
+  EXPECT_THROW(Engine{c}, Error);
+}
+
 TEST(Engine, PrefixCachingComputesFewerTokensAndSameOutputs) {
   std::mt19937 rng(5);
   const auto shared = random_prompt(rng, 96, 512);
