@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 
 int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("pagellm");
@@ -36,11 +37,11 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
-  } catch (const pagellm::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    // Under mpirun the other ranks may wait for this one in a collective:
+    // end them all rather than finalize MPI (which waits for them).
+    pagellm::dist::abort_job_if_parallel(1);
     return 1;
   }
   return 0;

@@ -44,6 +44,7 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 
 #ifndef PAGELLM_HAVE_MPI
 bool have_mpi() { return false; }
+void abort_job_if_parallel(int) {}
 std::unique_ptr<Communicator> make_mpi_communicator() {
   fail("this build of pagellm has no MPI (install libopenmpi-dev and rebuild)");
 }

@@ -71,5 +71,10 @@ std::unique_ptr<Communicator> make_local_communicator();
 // has no MPI.
 std::unique_ptr<Communicator> make_mpi_communicator();
 bool have_mpi();
+// When this process is one of several ranks (MPI started, more than one
+// rank): flushes stdio and ends the whole job now (MPI_Abort), because the
+// other ranks may be waiting in a call this one will never make. Otherwise
+// returns. For fatal errors; a normal exit finalizes MPI instead.
+void abort_job_if_parallel(int code);
 
 }  // namespace pagellm::dist

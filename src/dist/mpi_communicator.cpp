@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.h"
@@ -172,6 +173,17 @@ class MpiCommunicator : public Communicator {
 }  // namespace
 
 bool have_mpi() { return true; }
+
+void abort_job_if_parallel(int code) {
+  int started = 0, done = 0, size = 1;
+  MPI_Initialized(&started);
+  MPI_Finalized(&done);
+  if (!started || done) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) return;
+  std::fflush(nullptr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
 
 }  // namespace pagellm::dist

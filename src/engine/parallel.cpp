@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -83,11 +84,11 @@ void run_worker_if_parallel(const EngineConfig& c) {
   } catch (const std::exception& e) {
     spdlog::error("rank {}: {}", comm->rank(), e.what());
   }
-  // A failed worker exits without finalizing MPI: mpirun then ends every
-  // rank (rank 0 included) instead of leaving them waiting for this one.
+  // A failed worker ends the whole job (rank 0 included) instead of leaving
+  // the others waiting for it.
+  if (code != 0) dist::abort_job_if_parallel(code);
   std::fflush(nullptr);
-  if (code != 0) std::_Exit(code);
-  std::exit(0);
+  std::exit(code);
 }
 
 }  // namespace pagellm
