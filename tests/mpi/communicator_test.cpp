@@ -4,6 +4,7 @@
 // by the rank count. With --bench, rank 0 prints the median time of each
 // all-reduce algorithm for decode- and prefill-sized messages (docs/scaling.md).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -70,6 +71,28 @@ void check_all(pagellm::dist::Communicator& c) {
     bool ok = true;
     for (size_t i = 0; i < in.size() && ok; ++i) ok = in[i] == value(prev, i);
     expect(ok, "send / recv", r);
+  }
+  // Asynchronous sends, received in order: rank 0 sends every other rank
+  // messages of sizes the receivers learn from the message itself, then
+  // waits for them (the runner's step messages, sent before rank 0 goes on).
+  if (n_ranks > 1) {
+    std::vector<std::vector<uint8_t>> sent;
+    for (int k = 0; k < 3; ++k) sent.push_back(std::vector<uint8_t>(static_cast<size_t>(100000 * k + 5), uint8_t(k + 1)));
+    if (r == 0) {
+      uint64_t ticket = 0;
+      for (int dst = 1; dst < n_ranks; ++dst)
+        for (const auto& m : sent) ticket = c.send_async(m.data(), m.size(), dst);
+      c.wait_sends(ticket);
+      c.wait_sends(ticket);  // (again: nothing left to wait for)
+    } else {
+      std::vector<uint8_t> got;
+      bool ok = true;
+      for (const auto& m : sent) {
+        c.recv_any_size(got, 0);
+        ok = ok && got == m;
+      }
+      expect(ok, "send_async / recv_any_size", r);
+    }
   }
   // Groups: the even and the odd ranks each sum among themselves.
   auto group = c.split(r % 2, r);
