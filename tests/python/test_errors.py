@@ -79,11 +79,17 @@ def test_bad_prompts(llm):
 def test_ctrl_c_in_process_stops_generate(stories_path):
     llm = LLM(model=stories_path, **ENGINE_ARGS)
     long = SamplingParams(max_tokens=250, ignore_eos=True)
+    # Python's own handler, even when the tests were started with SIGINT
+    # ignored (a background job of a script): interrupt_main does nothing then.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     t0 = time.time()
-    with pytest.raises(KeyboardInterrupt):
-        llm.generate(["Once upon a time"] * 256, long, use_tqdm=False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate(["Once upon a time"] * 256, long, use_tqdm=False)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert time.time() - t0 < 30
     deadline = time.time() + 10
     while llm._engine.num_in_flight and time.time() < deadline:
@@ -101,8 +107,9 @@ def test_ctrl_c_in_a_script_exits_cleanly(stories_path):
         llm.generate(["Once upon a time"] * 512, SamplingParams(max_tokens=250, ignore_eos=True), use_tqdm=False)
         print("finished", flush=True)
     """)
+    # (SIGINT back to its default in the child: Python keeps an ignored one ignored.)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO)
+                            cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
