@@ -58,7 +58,6 @@ class ModelRunner {
   void submit(const StepPlan& plan, int32_t block_shift = 0);
   // The oldest submitted step's logits.
   void finish(Output& out);
-  size_t in_flight() const { return in_flight_.size(); }
 
   // Rank > 0: runs the steps rank 0 sends until it sends stop.
   void serve_worker();
@@ -88,7 +87,7 @@ class ModelRunner {
   dist::Communicator* comm_;
   int micro_batches_;
   bool workers_stopped_ = false;
-  StepMessage msg_;                            // reused across steps
+  StepMessage msg_;  // reused across steps
   std::deque<std::unique_ptr<Step>> in_flight_, spare_;
   std::vector<float> scratch_;  // a micro-batch's logits
   // The last stage: logits of recent steps, with their send's ticket.
