@@ -229,6 +229,9 @@ void Engine::load(const LoadProgress& progress) {
   }
   PAGELLM_CHECK(config_.virtual_engines >= 0 && config_.virtual_engines <= 64,
                 "virtual_engines must be in [0, 64], got {}", config_.virtual_engines);
+  // (The last stage keeps one logits buffer per stage in flight: the runner's bound.)
+  PAGELLM_CHECK(!comm_ || config_.virtual_engines == 0, "virtual_engines is one per pipeline stage under "
+                "parallelism (it must be 0)");
   make_schedulers(config_.virtual_engines > 0 ? config_.virtual_engines : std::max(1, config_.pipeline_parallel_size));
   runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
   sampler_ = std::make_unique<Sampler>();
@@ -280,13 +283,15 @@ void Engine::make_schedulers(int32_t count) {
     make_schedulers(1);
     return;
   }
-  ve_busy_.assign(schedulers_.size(), 0);
-  deferred_aborts_.assign(schedulers_.size(), {});
-  aborted_in_flight_.clear();
-  aborted_in_flight_.resize(schedulers_.size());
 }
 
 Scheduler& Engine::scheduler_of(const Request& r) { return *schedulers_[static_cast<size_t>(r.ve)]; }
+
+Engine::InFlight* Engine::in_flight_step(int32_t ve) {
+  for (InFlight& f : in_flight_)
+    if (f.ve == ve) return &f;
+  return nullptr;
+}
 
 void Engine::check_invariants() const {
   for (const auto& s : schedulers_) s->check_invariants();
@@ -702,7 +707,7 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   admit_compiled_grammars(outputs);
   for (size_t ve = 0; ve < schedulers_.size(); ++ve)
-    if (!ve_busy_[ve]) submit_step(static_cast<int32_t>(ve), outputs);
+    if (!in_flight_step(static_cast<int32_t>(ve))) submit_step(static_cast<int32_t>(ve), outputs);
   if (!in_flight_.empty()) {
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
@@ -754,7 +759,6 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
     runner_->submit(plan, block_shift_[static_cast<size_t>(ve)]);
   }
   f.submit_ns = ThreadPool::now_ns() - t_scheduled;
-  ve_busy_[static_cast<size_t>(ve)] = 1;
   in_flight_.push_back(std::move(f));
 }
 
@@ -769,8 +773,7 @@ void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& ou
   }
   const int64_t t_forward = ThreadPool::now_ns();
   // Aborted while in flight: they leave now, before anything is sampled.
-  for (SeqId id : deferred_aborts_[static_cast<size_t>(f.ve)]) scheduler.abort(id);
-  deferred_aborts_[static_cast<size_t>(f.ve)].clear();
+  for (SeqId id : f.deferred_aborts) scheduler.abort(id);
   std::vector<Request*> touched;
   if (!plan.empty()) {
     int64_t decode_tokens = 0;
@@ -791,8 +794,7 @@ void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& ou
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, touched);
   }
   scheduler.on_step_done(plan);
-  aborted_in_flight_[static_cast<size_t>(f.ve)].clear();
-  ve_busy_[static_cast<size_t>(f.ve)] = 0;
+  f.aborted.clear();
 
   // Children of n > 1 requests join now, sharing the prompt's blocks.
   for (Request* r : touched) {
@@ -883,13 +885,13 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   std::erase(waiting_for_grammar_, &r);
   // Its virtual engine has a step in flight: the sequences stay in the
   // scheduler (and alive) until that step is back.
-  const bool in_flight = ve_busy_[static_cast<size_t>(r.ve)] != 0;
+  InFlight* in_flight = in_flight_step(r.ve);
   std::unique_ptr<Request> keep;
   if (in_flight) keep = std::move(it->second);
   for (Sample& s : r.samples) {
     if (s.finished) continue;
     if (s.in_scheduler) {
-      if (in_flight) deferred_aborts_[static_cast<size_t>(r.ve)].push_back(s.seq->id);
+      if (in_flight) in_flight->deferred_aborts.push_back(s.seq->id);
       else scheduler_of(r).abort(s.seq->id);
     }
     release_sample(s);
@@ -900,7 +902,7 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   }
   r.has_news = true;
   RequestOutput out = collect(r);  // erases its entry (empty when kept)
-  if (keep) aborted_in_flight_[static_cast<size_t>(r.ve)].push_back(std::move(keep));
+  if (keep) in_flight->aborted.push_back(std::move(keep));
   update_gauges();
   return out;
 }

@@ -203,11 +203,16 @@ class Engine {
     StepPlan plan;
     int32_t ve = 0;
     int64_t submit_ns = 0;  // time in submit() (the first stage's share)
+    // Requests of this virtual engine aborted meanwhile: their sequences
+    // leave the scheduler once the step is back (kept alive until then).
+    std::vector<SeqId> deferred_aborts;
+    std::vector<std::unique_ptr<Request>> aborted;
   };
 
   void load(const LoadProgress& progress);
   void make_schedulers(int32_t count);
   Scheduler& scheduler_of(const Request& r);
+  InFlight* in_flight_step(int32_t ve);  // its step in flight, or null
   void submit_step(int32_t ve, std::vector<RequestOutput>& outputs);
   void complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& outputs);
   int64_t logits_rows_per_step() const;
@@ -237,12 +242,7 @@ class Engine {
   // to block_shift_[i] + its pool's size.
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::vector<int32_t> block_shift_;
-  std::vector<char> ve_busy_;                  // a step of it is in flight
-  std::deque<InFlight> in_flight_;             // oldest first
-  // Requests aborted while their virtual engine had a step in flight: their
-  // sequences leave the scheduler once that step is back (kept alive until then).
-  std::vector<std::vector<SeqId>> deferred_aborts_;
-  std::vector<std::vector<std::unique_ptr<Request>>> aborted_in_flight_;
+  std::deque<InFlight> in_flight_;             // oldest first; at most one per virtual engine
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<structured::GrammarCompiler> grammars_;

@@ -48,10 +48,11 @@ void ModelRunner::finish(Output& out) {
   in_flight_.pop_front();
   out.entries.swap(step->entries);
   out.first_row.swap(step->first_row);
-  if (step->remote_logits) {
-    // Every step ends with the last stage's message, empty when nothing
+  const ModelShard& sh = model_.shard();
+  if (sh.pp_size > 1) {
+    // Rank 0 is the first stage, never the last. Every step ends with the
+    // last stage's message, empty when nothing
     // samples: rank 0 never runs more steps ahead than it has submitted.
-    const ModelShard& sh = model_.shard();
     out.logits.resize(step->rows * static_cast<size_t>(model_.config().n_vocab));
     comm_->recv(out.logits.data(), out.logits.size() * sizeof(float), (sh.pp_size - 1) * sh.tp_size);
   } else {
@@ -124,7 +125,6 @@ void ModelRunner::send_to_workers(const StepMessage& m, Step& step) {
 void ModelRunner::run(const StepMessage& m, Step& step) {
   Backend& be = model_.backend();
   step.rows = m.logits_rows.size();
-  step.remote_logits = false;
   if (!m.swap_out.empty()) be.swap_out(m.swap_out);
   if (!m.swap_in.empty()) be.swap_in(m.swap_in);
   if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
@@ -214,7 +214,6 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
                                 : 0;
     sent_logits_.emplace_back(std::move(stage_logits), ticket);
   }
-  if (rank == 0) step.remote_logits = true;
 }
 
 void ModelRunner::serve_worker() {

@@ -70,8 +70,7 @@ class ModelRunner {
   struct Step {
     std::vector<int32_t> entries, first_row;  // Output's
     size_t rows = 0;                          // of logits
-    std::vector<float> logits;                // computed here (no later stage)
-    bool remote_logits = false;               // the last stage sends them to rank 0
+    std::vector<float> logits;                // computed here (one stage; else the last stage sends them)
     std::vector<uint8_t> message;             // encoded, sent asynchronously
     std::vector<float> hidden;                // this stage's output, [tokens, n_embd]
     uint64_t last_send = 0;                   // ticket of its last asynchronous send
