@@ -24,6 +24,14 @@ class HttpServer::Impl : public httplib::Server {
   Impl() {
     // The listener thread hands each socket over at once (adopt is quick).
     new_task_queue = [] { return new InlineQueue; };
+    // httplib 0.11 sets SO_REUSEPORT, with which a second server on the same
+    // port starts silently and the kernel splits clients between the two.
+    // SO_REUSEADDR alone keeps quick restarts (TIME_WAIT) and makes a port
+    // in use an error.
+    set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
   }
   void widen_backlog(int backlog) { ::listen(svr_sock_, backlog); }
   bool serve_one(httplib::Stream& strm, bool close_after, bool& closed) {

@@ -43,13 +43,19 @@ def wait_idle(server, timeout=5.0):
 
 def wait_running(server, timeout=10.0):
     """Polls until some request runs: a loaded machine may take longer than
-    a fixed pause to admit the first one."""
+    a fixed pause to admit the first one. Fails with what the server saw."""
     deadline = time.time() + timeout
+    polls = 0
     while time.time() < deadline:
+        polls += 1
         if metric(server, "pagellm:num_requests_running") > 0:
             return True
         time.sleep(0.02)
-    return False
+    text = requests.get(server.url("/metrics"), timeout=10).text
+    seen = [l for l in text.splitlines() if l.startswith(("pagellm:num_requests", "pagellm:request_success",
+                                                          "pagellm:http_requests"))]
+    raise AssertionError(f"no request ran in {timeout} s ({polls} polls); metrics:\n" + "\n".join(seen) +
+                         "\nserver log tail:\n" + server.output()[-3000:])
 
 
 def connect(server):
@@ -137,7 +143,7 @@ def test_reset_right_after_sending_aborts(server, stream):
         s.sendall(http_request("POST", "/v1/completions", completion_body(480, stream),
                                ["Content-Type: application/json"]))
         socks.append(s)
-    assert wait_running(server)
+    wait_running(server)
     for s in socks:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
@@ -152,7 +158,7 @@ def test_close_after_sending_aborts(server):
         s = connect(server)
         s.sendall(http_request("POST", "/v1/completions", completion_body(480), ["Content-Type: application/json"]))
         socks.append(s)
-    assert wait_running(server)
+    wait_running(server)
     for s in socks:
         s.close()
     assert wait_idle(server, timeout=2.5) < 2.5

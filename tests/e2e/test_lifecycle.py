@@ -5,6 +5,7 @@ request (KV blocks back to the pool), a full queue answers 503, API keys
 import json
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -195,3 +196,14 @@ def test_graceful_shutdown(grace, expect_finish):
         assert "shutdown complete" in s.output()
     finally:
         s.kill()
+
+
+def test_port_in_use_is_an_error(server):
+    """A second server on a port that is listening exits with a clear error
+    instead of sharing it (SO_REUSEPORT would let the kernel split clients
+    between the two)."""
+    second = Server(port=server.port)
+    r = subprocess.run(second.cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "address in use" in r.stderr + r.stdout
+    assert requests.get(server.url("/health"), timeout=10).status_code == 200
