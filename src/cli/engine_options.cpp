@@ -135,6 +135,10 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--pipeline-parallel-size", f->pipeline_parallel_size,
                   "Split the layers over this many pipeline stages (ranks of mpirun)")
       ->check(CLI::Range(1, 64));
+  app->add_option("--pipeline-layer-partition", f->pipeline_layer_partition,
+                  "Layers of each pipeline stage, comma-separated (\"12,10\"; vLLM's VLLM_PP_LAYER_PARTITION); "
+                  "by default the stages are balanced by the bytes of weights each one reads per token, the "
+                  "last one's output matrix included");
   app->add_option("--pipeline-micro-batches", f->pipeline_micro_batches,
                   "Micro-batches per step under pipeline parallelism (0: twice the stages)")
       ->check(CLI::Range(0, 1024));
@@ -158,6 +162,34 @@ const SchedulingPreset* find_scheduling_preset(const std::string& name) {
     if (name == p.name) return &p;
   return nullptr;
 }
+
+namespace {
+
+// "12,10" -> {12, 10}; "" -> {} (balanced by the engine).
+std::vector<int> parse_layer_partition(const std::string& text) {
+  std::vector<int> counts;
+  if (text.empty()) return counts;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int n = 0;
+    size_t used = 0;
+    try {
+      n = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || n < 1)
+      fail("--pipeline-layer-partition '{}': expected positive layer counts separated by commas (\"12,10\")", text);
+    counts.push_back(n);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return counts;
+}
+
+}  // namespace
 
 void EngineFlags::load_config_file() const {
   if (config_loaded) return;
@@ -219,6 +251,7 @@ EngineConfig EngineFlags::to_config() const {
   c.tensor_parallel_size = tensor_parallel_size;
   c.pipeline_parallel_size = pipeline_parallel_size;
   c.pipeline_micro_batches = pipeline_micro_batches;
+  c.pipeline_layer_partition = parse_layer_partition(pipeline_layer_partition);
   if (seed >= 0) c.seed = static_cast<uint64_t>(seed);
   return c;
 }

@@ -168,7 +168,11 @@ void Engine::load(const LoadProgress& progress) {
   // what --gpu-memory-utilization leaves after weights and activations (as
   // vLLM); on host memory, a quarter of what is free, at most what
   // max_num_seqs full-length sequences could use, and at least one.
-  const KVCacheLayout layout = model_->kv_cache_spec(config_.block_size, 2, config_.kv_cache_dtype).layout();
+  KVCacheLayout layout = model_->kv_cache_spec(config_.block_size, 2, config_.kv_cache_dtype).layout();
+  // Every pipeline stage holds each block for its own layers: the budget is
+  // per rank, so blocks are sized for the stage with the most layers.
+  const std::vector<int>& stages = model_->geometry().stage_layers;
+  layout.n_layers = std::max(layout.n_layers, *std::max_element(stages.begin(), stages.end()));
   const int64_t per_block = kv_bytes_per_block(layout);
   const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
   PAGELLM_CHECK(config_.gpu_memory_utilization >= 0 && config_.gpu_memory_utilization <= 1,
@@ -316,6 +320,9 @@ std::string Engine::describe() const {
          (comm_ ? fmt::format("; tensor parallel {} x pipeline parallel {} over {}", config_.tensor_parallel_size,
                               config_.pipeline_parallel_size, comm_->describe())
                 : "") +
+         (config_.pipeline_parallel_size > 1
+              ? fmt::format(" (layers per stage {})", fmt::join(model_->geometry().stage_layers, ","))
+              : "") +
          (schedulers_.size() > 1 ? fmt::format("; {} steps in flight (virtual engines)", schedulers_.size()) : "");
 }
 

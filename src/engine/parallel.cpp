@@ -37,6 +37,7 @@ ModelShard parallel_shard(const EngineConfig& c, int rank) {
   s.pp_size = c.pipeline_parallel_size;
   s.tp_rank = rank % s.tp_size;
   s.pp_rank = rank / s.tp_size;
+  s.layer_partition = c.pipeline_layer_partition;
   return s;
 }
 

@@ -39,8 +39,43 @@ std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, co
   return m;
 }
 
+namespace {
+
+int64_t tensor_bytes(const TensorData& t) { return static_cast<int64_t>(dtype_row_bytes(t.type, t.cols())) * t.rows(); }
+
+// Bytes of weights one token's forward pass reads in layer il: a decode step
+// reads each weight once, so this is what a stage's share of a step costs.
+// Routed experts count the n_expert_used / n_expert of them a token visits.
+int64_t layer_read_bytes(const ModelConfig& c, const TensorSource& src, int il) {
+  int64_t total = 0;
+  for (const TensorSpec& spec : arch_info(c.arch).layer) {
+    const std::string name = layer_tensor_name(spec, il);
+    int64_t bytes = 0;
+    if (const TensorData* t = src.find(name)) {
+      bytes = tensor_bytes(*t);
+    } else if (spec.experts) {
+      for (int e = 0; e < c.n_expert; ++e)
+        if (const TensorData* p = src.find(fmt::format("{}[{}]", name, e))) bytes += tensor_bytes(*p);
+    }
+    if (spec.experts && c.n_expert > 0) bytes = bytes * c.n_expert_used / c.n_expert;
+    total += bytes;
+  }
+  return total;
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSource& src, Backend& backend,
-                                          const LoadProgress& progress, const ModelShard& shard) {
+                                          const LoadProgress& progress, const ModelShard& requested) {
+  ModelShard shard = requested;
+  if (shard.pp_size > 1 && shard.layer_partition.empty() && cfg.n_layer >= shard.pp_size) {
+    // Every rank reads the same file, so every rank computes the same stages.
+    std::vector<int64_t> layer_cost(cfg.n_layer);
+    for (int il = 0; il < cfg.n_layer; ++il) layer_cost[il] = layer_read_bytes(cfg, src, il);
+    const TensorData* out = src.find("output.weight");
+    if (!out) out = src.find("token_embd.weight");  // tied embeddings
+    shard.layer_partition = balance_pipeline_stages(layer_cost, out ? tensor_bytes(*out) : 0, shard.pp_size);
+  }
   std::unique_ptr<Model> m(new Model(cfg, backend, shard));
   m->load_weights(src, progress);
   return m;

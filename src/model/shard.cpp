@@ -1,5 +1,7 @@
 #include "model/shard.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "core/error.h"
@@ -43,11 +45,76 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
   PAGELLM_CHECK(g.n_vocab > 0, "a vocabulary of {} tokens leaves rank {} of {} no rows", c.n_vocab, r, n);
   PAGELLM_CHECK(c.n_layer >= s.pp_size, "--pipeline-parallel-size {} exceeds the model's {} layers", s.pp_size,
                 c.n_layer);
-  g.layer_begin = static_cast<int>(static_cast<int64_t>(c.n_layer) * s.pp_rank / s.pp_size);
-  g.layer_end = static_cast<int>(static_cast<int64_t>(c.n_layer) * (s.pp_rank + 1) / s.pp_size);
+  if (s.layer_partition.empty()) {
+    for (int st = 0; st < s.pp_size; ++st)
+      g.stage_layers.push_back(static_cast<int>(static_cast<int64_t>(c.n_layer) * (st + 1) / s.pp_size -
+                                                static_cast<int64_t>(c.n_layer) * st / s.pp_size));
+  } else {
+    PAGELLM_CHECK(static_cast<int>(s.layer_partition.size()) == s.pp_size,
+                  "--pipeline-layer-partition gives {} stages; --pipeline-parallel-size is {}",
+                  s.layer_partition.size(), s.pp_size);
+    int64_t sum = 0;
+    for (int n : s.layer_partition) {
+      PAGELLM_CHECK(n >= 1, "--pipeline-layer-partition: every stage needs at least one layer, got {}", n);
+      sum += n;
+    }
+    PAGELLM_CHECK(sum == c.n_layer, "--pipeline-layer-partition adds up to {} layers; the model has {}", sum,
+                  c.n_layer);
+    g.stage_layers = s.layer_partition;
+  }
+  for (int st = 0; st < s.pp_rank; ++st) g.layer_begin += g.stage_layers[st];
+  g.layer_end = g.layer_begin + g.stage_layers[s.pp_rank];
   g.first_stage = s.pp_rank == 0;
   g.last_stage = s.pp_rank == s.pp_size - 1;
   return g;
+}
+
+std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost, int64_t last_stage_extra,
+                                         int stages) {
+  const int n = static_cast<int>(layer_cost.size());
+  PAGELLM_CHECK(stages >= 1 && stages <= n, "{} pipeline stages for {} layers", stages, n);
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_cost[i];
+  auto cost = [&](int begin, int end, bool last) {
+    return prefix[end] - prefix[begin] + (last ? last_stage_extra : 0);
+  };
+  // Two passes over (stage, layers so far). First the least cost of the
+  // costliest stage, W; then, among partitions with every stage within W,
+  // the one whose counts are the closest to even (least sum of squared
+  // deviations): each pass's quantity is optimal over prefixes.
+  constexpr int64_t kInf = INT64_MAX;
+  using Table = std::vector<std::vector<int64_t>>;
+  auto solve = [&](auto&& combine, int64_t limit, std::vector<std::vector<int>>* cuts) {
+    Table best(stages + 1, std::vector<int64_t>(n + 1, kInf));
+    best[0][0] = 0;
+    for (int st = 1; st <= stages; ++st) {
+      const bool last = st == stages;
+      for (int i = st; i <= n - (stages - st); ++i) {
+        if (last && i != n) continue;
+        for (int j = st - 1; j < i; ++j) {
+          if (best[st - 1][j] == kInf || cost(j, i, last) > limit) continue;
+          const int64_t v = combine(best[st - 1][j], j, i, last);
+          if (v < best[st][i]) {
+            best[st][i] = v;
+            if (cuts) (*cuts)[st][i] = j;
+          }
+        }
+      }
+    }
+    return best[stages][n];
+  };
+  const int64_t worst = solve([&](int64_t prev, int j, int i, bool last) { return std::max(prev, cost(j, i, last)); },
+                              kInf, nullptr);
+  const int64_t even = n / stages;
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, -1));
+  solve([&](int64_t prev, int j, int i, bool) { return prev + (i - j - even) * (i - j - even); }, worst, &cut);
+  std::vector<int> counts(stages);
+  for (int st = stages, i = n; st >= 1; --st) {
+    const int j = cut[st][i];
+    counts[st - 1] = i - j;
+    i = j;
+  }
+  return counts;
 }
 
 TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim) {

@@ -19,6 +19,11 @@ namespace pagellm {
 struct ModelShard {
   int tp_rank = 0, tp_size = 1;
   int pp_rank = 0, pp_size = 1;
+  // Layers of each pipeline stage, in order (pp_size counts summing to the
+  // model's layers). Empty: Model::load balances the stages by the bytes of
+  // weights each one reads per token (balance_pipeline_stages); a model
+  // built without a file splits them evenly.
+  std::vector<int> layer_partition;
 };
 
 // The local sizes of a shard. Attention heads: each rank takes n_head /
@@ -34,6 +39,7 @@ struct ShardGeometry {
   // but the last has vocab_stride rows (ceil(n_vocab / tp_size)).
   int64_t n_vocab = 0, vocab_begin = 0, vocab_stride = 0;
   int layer_begin = 0, layer_end = 0;        // this pipeline stage's layers
+  std::vector<int> stage_layers;             // every stage's layer count (KV blocks are sized for the largest)
   bool first_stage = true, last_stage = true;
   bool tp = false;
   bool has_layer(int il) const { return il >= layer_begin && il < layer_end; }
@@ -41,6 +47,15 @@ struct ShardGeometry {
 
 // Fails with an error naming the size that does not divide.
 ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s);
+
+// Contiguous layer counts of `stages` pipeline stages (each at least one
+// layer) that minimise the cost of the costliest stage, the last stage also
+// paying `last_stage_extra` (the output matrix). Under pipelining the
+// costliest stage sets the pace, so equal layer counts waste the others'
+// time when the output matrix is large next to a layer (Gemma 3 270M: 168M
+// of its 268M parameters). Ties go to the partition closest to even.
+std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost, int64_t last_stage_extra,
+                                         int stages);
 
 // The part of a tensor a rank holds: all of it, a range of rows (output
 // features) or of columns (input features), or nothing.

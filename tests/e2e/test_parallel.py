@@ -76,10 +76,11 @@ def need(path):
     return path
 
 
-PARALLEL = {"tp2": (2, ["--tensor-parallel-size", "2"]), "pp2": (2, ["--pipeline-parallel-size", "2"])}
+PARALLEL = {"tp2": (2, ["--tensor-parallel-size", "2"]), "pp2": (2, ["--pipeline-parallel-size", "2"]),
+            "pp2-4+1": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "4,1"])}
 
 
-@pytest.mark.parametrize("how", ["tp2", "pp2"])
+@pytest.mark.parametrize("how", ["tp2", "pp2", "pp2-4+1"])
 def test_stories_exact_equals_one_rank(tmp_path, how):
     model = ["--model", str(need(STORIES)), "--exact-matmul"]
     batch = batch_file(tmp_path, TEXT_PROMPTS + LONG_PROMPTS, max_tokens=24)
@@ -186,6 +187,9 @@ def test_launch_errors_are_clear(tmp_path):
     out = subprocess.run(mpi(3, ["generate", "--model", stories, "-p", "Once", "--tensor-parallel-size", "3"]),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "does not divide the model's 8 attention heads" in out.stdout + out.stderr
+    out = subprocess.run(mpi(2, ["generate", "--model", stories, "-p", "Once", "--pipeline-parallel-size", "2",
+                                 "--pipeline-layer-partition", "2,2"]), capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "adds up to 4 layers; the model has 5" in out.stdout + out.stderr
 
 
 def test_dead_rank_fails_requests_and_exits_nonzero():

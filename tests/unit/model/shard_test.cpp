@@ -3,9 +3,16 @@
 // the whole, on random values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
+#include <functional>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/dummy.h"
+#include "model/model.h"
 #include "core/quant_blocks.h"
 #include "model/shard.h"
 
@@ -153,6 +160,101 @@ TEST(CutTensor, VectorsAreCutByColumns) {
   ASSERT_EQ(part.cols(), 32);
   EXPECT_EQ(static_cast<const float*>(part.data)[0], bias[16]);
   EXPECT_EQ(static_cast<const float*>(part.data)[31], bias[47]);
+}
+
+TEST(ShardGeometry, LayerPartitionSetsEachStagesLayers) {
+  const ModelConfig c = config(8, 4, 512, 512, 5);
+  ModelShard s{0, 1, 1, 3, {2, 1, 2}};
+  const ShardGeometry g = shard_geometry(c, s);
+  EXPECT_EQ(g.layer_begin, 2);
+  EXPECT_EQ(g.layer_end, 3);
+  EXPECT_EQ(g.stage_layers, (std::vector<int>{2, 1, 2}));
+  EXPECT_EQ(shard_geometry(c, {0, 1, 0, 2}).stage_layers, (std::vector<int>{2, 3}));  // none given: even
+  auto error_of = [&](std::vector<int> partition) {
+    try {
+      shard_geometry(c, {0, 1, 0, 2, std::move(partition)});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({1, 1, 3}).find("gives 3 stages; --pipeline-parallel-size is 2"), std::string::npos);
+  EXPECT_NE(error_of({2, 2}).find("adds up to 4 layers; the model has 5"), std::string::npos);
+  EXPECT_NE(error_of({5, 0}).find("at least one layer"), std::string::npos);
+}
+
+TEST(BalancePipelineStages, EqualCostsSplitEvenlyAndAHeavyOutputShortensTheLastStage) {
+  EXPECT_EQ(balance_pipeline_stages(std::vector<int64_t>(18, 10), 0, 2), (std::vector<int>{9, 9}));
+  std::vector<int> seven = balance_pipeline_stages(std::vector<int64_t>(7, 10), 0, 3);
+  std::sort(seven.begin(), seven.end());
+  EXPECT_EQ(seven, (std::vector<int>{2, 2, 3}));
+  // Gemma 3 270M's proportions: the output matrix weighs 30 layers.
+  EXPECT_EQ(balance_pipeline_stages(std::vector<int64_t>(18, 10), 300, 2), (std::vector<int>{17, 1}));
+  // TinyLlama's: 22 layers, the output about 1.5 layers.
+  EXPECT_EQ(balance_pipeline_stages(std::vector<int64_t>(22, 10), 15, 2), (std::vector<int>{12, 10}));
+  EXPECT_EQ(balance_pipeline_stages({5, 1, 1, 1, 1, 5}, 0, 3), (std::vector<int>{1, 4, 1}));
+  EXPECT_THROW(balance_pipeline_stages(std::vector<int64_t>(2, 1), 0, 3), Error);
+}
+
+// Against every partition of small random problems: the costliest stage is
+// the least possible, and among those the counts are the closest to even.
+TEST(BalancePipelineStages, MatchesExhaustiveSearch) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 9), stages = 1 + static_cast<int>(rng() % n);
+    std::vector<int64_t> cost(n);
+    for (auto& x : cost) x = 1 + static_cast<int64_t>(rng() % 20);
+    const int64_t extra = static_cast<int64_t>(rng() % 60);
+    auto score = [&](const std::vector<int>& counts) {
+      int64_t worst = 0, uneven = 0;
+      for (int st = 0, i = 0; st < stages; ++st) {
+        int64_t c = st == stages - 1 ? extra : 0;
+        for (int k = 0; k < counts[st]; ++k) c += cost[i++];
+        worst = std::max(worst, c);
+        const int64_t d = counts[st] - n / stages;
+        uneven += d * d;
+      }
+      return std::pair{worst, uneven};
+    };
+    std::pair<int64_t, int64_t> best{INT64_MAX, INT64_MAX};
+    std::vector<int> counts(stages, 1);
+    // Every composition of n into `stages` positive parts.
+    std::function<void(int, int)> visit = [&](int st, int left) {
+      if (st == stages - 1) {
+        counts[st] = left;
+        best = std::min(best, score(counts));
+        return;
+      }
+      for (int k = 1; k <= left - (stages - 1 - st); ++k) {
+        counts[st] = k;
+        visit(st + 1, left - k);
+      }
+    };
+    visit(0, n);
+    const std::vector<int> got = balance_pipeline_stages(cost, extra, stages);
+    ASSERT_EQ(static_cast<int>(got.size()), stages);
+    EXPECT_EQ(score(got), best) << "trial " << trial;
+  }
+}
+
+// Model::load balances stages by the bytes each one reads: a large output
+// matrix leaves the last stage fewer layers; a small one, an even split. A
+// given partition is kept as it is.
+TEST(ModelShard, LoadBalancesStagesByWeightBytes) {
+  auto backend = make_cpu_backend(1);
+  ThreadPool pool(1);
+  auto stages_of = [&](int n_vocab, std::vector<int> partition) {
+    const ModelConfig cfg = dummy_config("tiny-gemma3", n_vocab);  // 6 layers, hidden 256, tied output
+    auto src = make_dummy_source(cfg, {"tiny-gemma3", DType::F32, 1}, pool);
+    auto last = Model::from_source(cfg, *src, *backend, {}, {0, 1, 1, 2, partition});
+    EXPECT_EQ(last->geometry().layer_end, cfg.n_layer);
+    EXPECT_EQ(last->geometry().layer_end - last->geometry().layer_begin, last->geometry().stage_layers.back());
+    return last->geometry().stage_layers;
+  };
+  // A layer holds about 0.5M weights; an output of 32768 x 256 is 8M.
+  EXPECT_EQ(stages_of(32768, {}), (std::vector<int>{5, 1}));
+  EXPECT_EQ(stages_of(512, {}), (std::vector<int>{3, 3}));
+  EXPECT_EQ(stages_of(32768, {2, 4}), (std::vector<int>{2, 4}));
 }
 
 }  // namespace
