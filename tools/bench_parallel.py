@@ -6,10 +6,11 @@ batch of 8. Rounds interleave the configurations (the machine is noisy);
 medians are printed as a markdown table with rank 0's time in communication.
 
   tools/bench_parallel.py [--model M | --dummy-shape S] [--workload W ...] [--rounds 2] [--iters 3]
-                          [--equal-stages N_LAYERS] [--config C ...]
+                          [--balanced-stages] [--config C ...]
 
---equal-stages adds PP=2 with equal layer counts (--pipeline-layer-partition),
-the split before stages were balanced by the bytes each one reads.
+--balanced-stages adds PP=2 with --pipeline-layer-partition balanced (stages
+balanced by the bytes of weights each reads per token) next to the default
+equal layer counts.
 
 --dummy-shape runs random weights of a real shape (tinyllama-1.1b: stages of
 equal cost, where Gemma 3 270M's 262k-row output matrix makes the last stage
@@ -69,14 +70,13 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--dummy-shape", help="random weights of this shape instead of --model")
     ap.add_argument("--workload", action="append", choices=list(WORKLOADS), help="(repeatable) default: the first 3")
-    ap.add_argument("--equal-stages", type=int, metavar="N_LAYERS",
-                    help="also run PP=2 with the model's N_LAYERS split equally")
+    ap.add_argument("--balanced-stages", action="store_true",
+                    help="also run PP=2 with --pipeline-layer-partition balanced")
     ap.add_argument("--config", action="append", help="(repeatable) only these configurations (the baseline always)")
     a = ap.parse_args()
-    if a.equal_stages:
-        half = a.equal_stages // 2
-        CONFIGS["PP=2, equal layers"] = (2, ["--threads", "1", "--pipeline-parallel-size", "2",
-                                             "--pipeline-layer-partition", f"{half},{a.equal_stages - half}"])
+    if a.balanced_stages:
+        CONFIGS["PP=2, balanced stages"] = (2, ["--threads", "1", "--pipeline-parallel-size", "2",
+                                                "--pipeline-layer-partition", "balanced"])
     if a.config:
         for c in list(CONFIGS):
             if c != "1 rank x 2 threads" and c not in a.config:

@@ -136,9 +136,10 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
                   "Split the layers over this many pipeline stages (ranks of mpirun)")
       ->check(CLI::Range(1, 64));
   app->add_option("--pipeline-layer-partition", f->pipeline_layer_partition,
-                  "Layers of each pipeline stage, comma-separated (\"12,10\"; vLLM's VLLM_PP_LAYER_PARTITION); "
-                  "by default the stages are balanced by the bytes of weights each one reads per token, the "
-                  "last one's output matrix included");
+                  "Layers of each pipeline stage, comma-separated (\"12,10\"; vLLM's VLLM_PP_LAYER_PARTITION), "
+                  "or 'balanced': stages balanced by the bytes of weights each reads per token, the last one's "
+                  "output matrix included (faster decode, slower prefill when that matrix is large); by "
+                  "default equal layer counts");
   app->add_option("--pipeline-micro-batches", f->pipeline_micro_batches,
                   "Micro-batches per step under pipeline parallelism (0: twice the stages)")
       ->check(CLI::Range(0, 1024));
@@ -181,7 +182,9 @@ std::vector<int> parse_layer_partition(const std::string& text) {
       used = 0;
     }
     if (part.empty() || used != part.size() || n < 1)
-      fail("--pipeline-layer-partition '{}': expected positive layer counts separated by commas (\"12,10\")", text);
+      fail("--pipeline-layer-partition '{}': expected 'balanced' or positive layer counts separated by commas "
+           "(\"12,10\")",
+           text);
     counts.push_back(n);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -251,7 +254,10 @@ EngineConfig EngineFlags::to_config() const {
   c.tensor_parallel_size = tensor_parallel_size;
   c.pipeline_parallel_size = pipeline_parallel_size;
   c.pipeline_micro_batches = pipeline_micro_batches;
-  c.pipeline_layer_partition = parse_layer_partition(pipeline_layer_partition);
+  if (pipeline_layer_partition == "balanced")
+    c.pipeline_balance_stages = true;
+  else
+    c.pipeline_layer_partition = parse_layer_partition(pipeline_layer_partition);
   if (seed >= 0) c.seed = static_cast<uint64_t>(seed);
   return c;
 }

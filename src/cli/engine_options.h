@@ -49,7 +49,7 @@ struct EngineFlags {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int pipeline_micro_batches = 0;
-  std::string pipeline_layer_partition;  // "12,10": layers per stage
+  std::string pipeline_layer_partition;  // "12,10": layers per stage, or "balanced"
   std::string trace;  // Chrome-trace JSON written at exit
 
   std::string config_file;  // --config FILE.yaml

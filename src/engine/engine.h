@@ -77,9 +77,11 @@ struct EngineConfig {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   int pipeline_micro_batches = 0;
-  // Layers of each stage (vLLM's VLLM_PP_LAYER_PARTITION); empty: balanced
-  // by the bytes of weights each stage reads (model/shard.h).
+  // Layers of each stage (vLLM's VLLM_PP_LAYER_PARTITION); empty: equal
+  // counts, or with pipeline_balance_stages, stages balanced by the bytes of
+  // weights each one reads per token (model/shard.h).
   std::vector<int> pipeline_layer_partition;
+  bool pipeline_balance_stages = false;
   // Steps in flight at once, each of its own scheduler ("virtual engine")
   // with its share of the requests and KV blocks; 0: one per pipeline stage.
   // On one rank more than one changes only the order of work (tests use it).

@@ -38,6 +38,7 @@ ModelShard parallel_shard(const EngineConfig& c, int rank) {
   s.tp_rank = rank % s.tp_size;
   s.pp_rank = rank / s.tp_size;
   s.layer_partition = c.pipeline_layer_partition;
+  s.balance_stages = c.pipeline_balance_stages;
   return s;
 }
 

@@ -68,7 +68,7 @@ int64_t layer_read_bytes(const ModelConfig& c, const TensorSource& src, int il) 
 std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSource& src, Backend& backend,
                                           const LoadProgress& progress, const ModelShard& requested) {
   ModelShard shard = requested;
-  if (shard.pp_size > 1 && shard.layer_partition.empty() && cfg.n_layer >= shard.pp_size) {
+  if (shard.pp_size > 1 && shard.balance_stages && shard.layer_partition.empty() && cfg.n_layer >= shard.pp_size) {
     // Every rank reads the same file, so every rank computes the same stages.
     std::vector<int64_t> layer_cost(cfg.n_layer);
     for (int il = 0; il < cfg.n_layer; ++il) layer_cost[il] = layer_read_bytes(cfg, src, il);

@@ -20,10 +20,11 @@ struct ModelShard {
   int tp_rank = 0, tp_size = 1;
   int pp_rank = 0, pp_size = 1;
   // Layers of each pipeline stage, in order (pp_size counts summing to the
-  // model's layers). Empty: Model::load balances the stages by the bytes of
-  // weights each one reads per token (balance_pipeline_stages); a model
-  // built without a file splits them evenly.
+  // model's layers). Empty: equal counts, or with balance_stages, counts
+  // Model::load balances by the bytes of weights each stage reads per token
+  // (balance_pipeline_stages).
   std::vector<int> layer_partition;
+  bool balance_stages = false;
 };
 
 // The local sizes of a shard. Attention heads: each rank takes n_head /
@@ -53,7 +54,9 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s);
 // paying `last_stage_extra` (the output matrix). Under pipelining the
 // costliest stage sets the pace, so equal layer counts waste the others'
 // time when the output matrix is large next to a layer (Gemma 3 270M: 168M
-// of its 268M parameters). Ties go to the partition closest to even.
+// of its 268M parameters) in decode; prefill, which computes the output for
+// one row per sequence, is balanced by equal counts. Ties go to the
+// partition closest to even.
 std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost, int64_t last_stage_extra,
                                          int stages);
 

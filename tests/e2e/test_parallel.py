@@ -77,7 +77,8 @@ def need(path):
 
 
 PARALLEL = {"tp2": (2, ["--tensor-parallel-size", "2"]), "pp2": (2, ["--pipeline-parallel-size", "2"]),
-            "pp2-4+1": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "4,1"])}
+            "pp2-4+1": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "4,1"]),
+            "pp2-balanced": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "balanced"])}
 
 
 @pytest.mark.parametrize("how", ["tp2", "pp2", "pp2-4+1"])
@@ -108,7 +109,7 @@ def test_stories_four_ranks_and_single_micro_batches(tmp_path):
     assert_same(ref, generate(model, batch, 2, ["--pipeline-parallel-size", "2", "--pipeline-micro-batches", "1"]))
 
 
-@pytest.mark.parametrize("how", ["tp2", "pp2"])
+@pytest.mark.parametrize("how", ["tp2", "pp2", "pp2-balanced"])
 def test_default_model_exact_equals_one_rank(tmp_path, how):
     """Gemma 3 270M Q4_K_M: one KV head, so under TP=2 each rank keeps a copy of it."""
     model = ["--model", str(need(default_model_path())), "--exact-matmul"]

@@ -237,16 +237,16 @@ TEST(BalancePipelineStages, MatchesExhaustiveSearch) {
   }
 }
 
-// Model::load balances stages by the bytes each one reads: a large output
-// matrix leaves the last stage fewer layers; a small one, an even split. A
-// given partition is kept as it is.
-TEST(ModelShard, LoadBalancesStagesByWeightBytes) {
+// Asked to, Model::load balances stages by the bytes each one reads: a large
+// output matrix leaves the last stage fewer layers; a small one, an even
+// split. A given partition is kept as it is; by default the counts are equal.
+TEST(ModelShard, LoadBalancesStagesByWeightBytesWhenAsked) {
   auto backend = make_cpu_backend(1);
   ThreadPool pool(1);
-  auto stages_of = [&](int n_vocab, std::vector<int> partition) {
+  auto stages_of = [&](int n_vocab, std::vector<int> partition, bool balance = true) {
     const ModelConfig cfg = dummy_config("tiny-gemma3", n_vocab);  // 6 layers, hidden 256, tied output
     auto src = make_dummy_source(cfg, {"tiny-gemma3", DType::F32, 1}, pool);
-    auto last = Model::from_source(cfg, *src, *backend, {}, {0, 1, 1, 2, partition});
+    auto last = Model::from_source(cfg, *src, *backend, {}, {0, 1, 1, 2, partition, balance});
     EXPECT_EQ(last->geometry().layer_end, cfg.n_layer);
     EXPECT_EQ(last->geometry().layer_end - last->geometry().layer_begin, last->geometry().stage_layers.back());
     return last->geometry().stage_layers;
@@ -255,6 +255,7 @@ TEST(ModelShard, LoadBalancesStagesByWeightBytes) {
   EXPECT_EQ(stages_of(32768, {}), (std::vector<int>{5, 1}));
   EXPECT_EQ(stages_of(512, {}), (std::vector<int>{3, 3}));
   EXPECT_EQ(stages_of(32768, {2, 4}), (std::vector<int>{2, 4}));
+  EXPECT_EQ(stages_of(32768, {}, false), (std::vector<int>{3, 3}));
 }
 
 }  // namespace
