@@ -138,8 +138,6 @@ void Engine::load(const LoadProgress& progress) {
   comm_ = parallel_communicator(config_);
   PAGELLM_CHECK(!comm_ || comm_->rank() == 0, "the engine runs on rank 0; other ranks run the worker");
   if (comm_) {
-    PAGELLM_CHECK(config_.speculative.method != SpecMethod::DraftModel,
-                  "a draft model does not run under tensor or pipeline parallelism yet (use ngram speculation)");
     PAGELLM_CHECK(config_.scheduler.preemption_mode != PreemptionMode::Swap,
                   "--preemption-mode swap does not run under tensor or pipeline parallelism yet");
   }
