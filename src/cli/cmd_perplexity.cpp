@@ -48,13 +48,12 @@ Command register_perplexity(CLI::App& app) {
             ss << in.rdbuf();
             const std::string text = ss.str();
             EngineConfig c = engine->to_config();
-            PAGELLM_CHECK(parallel_ranks(c) == 1, "perplexity runs on one rank (no --tensor-parallel-size or "
-                          "--pipeline-parallel-size)");
             // One sequence of ctx tokens at a time: a small KV cache.
             if (sub->count("--max-model-len") == 0) c.scheduler.max_model_len = o->ctx;
             if (sub->count("--max-num-seqs") == 0) c.scheduler.max_num_seqs = 1;
             PAGELLM_CHECK(c.scheduler.max_model_len >= o->ctx, "--ctx {} is longer than --max-model-len {}", o->ctx,
                           c.scheduler.max_model_len);
+            run_worker_if_parallel(c);  // ranks > 0 run their shard of each pass and exit there
             Engine eng(c, load_progress_reporter());
             spdlog::info("{}", eng.describe());
             const Tokenizer& tok = eng.tokenizer();
@@ -77,7 +76,8 @@ Command register_perplexity(CLI::App& app) {
                                                           [](size_t done, size_t, double ppl) {
                                                             std::printf("[%zu]%.4f,", done, ppl);
                                                             std::fflush(stdout);
-                                                          });
+                                                          },
+                                                          parallel_communicator(c), c.pipeline_micro_batches);
             const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r.ppl(), r.ppl_stderr());
             std::fprintf(stderr, "perplexity: %lld tokens scored in %.1f s (%.1f tokens/s)\n",

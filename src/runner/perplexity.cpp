@@ -135,7 +135,8 @@ double PerplexityResult::ppl_stderr() const {
 
 PerplexityResult compute_perplexity(Model& model, const KVCacheConfig& kv_config, std::span<const int32_t> tokens,
                                     const PerplexityOptions& o,
-                                    const std::function<void(size_t, size_t, double)>& progress) {
+                                    const std::function<void(size_t, size_t, double)>& progress,
+                                    dist::Communicator* comm, int micro_batches) {
   PAGELLM_CHECK(o.ctx >= 2, "perplexity: --ctx must be at least 2, got {}", o.ctx);
   PAGELLM_CHECK(o.stride >= 0 && o.stride <= o.ctx, "perplexity: --stride must be in [0, ctx], got {}", o.stride);
   PAGELLM_CHECK(o.batch >= 1, "perplexity: the batch must be at least 1 token");
@@ -144,7 +145,7 @@ PerplexityResult compute_perplexity(Model& model, const KVCacheConfig& kv_config
   KVCacheConfig kc = kv_config;
   kc.enable_prefix_caching = false;
   KVCacheManager kv(kc);
-  ModelRunner runner(model);
+  ModelRunner runner(model, comm, micro_batches);
   PerplexityResult r;
   const size_t n = tokens.size();
   if (o.sinks >= 0) {

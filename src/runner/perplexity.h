@@ -23,6 +23,10 @@
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 
+namespace pagellm::dist {
+class Communicator;
+}
+
 namespace pagellm {
 
 struct PerplexityOptions {
@@ -50,9 +54,12 @@ struct PerplexityResult {
 
 // `kv` must describe `model`'s KV memory (block ids index it) and hold no
 // sequence; it is left empty. Throws Error when the text is shorter than one
-// chunk or the KV cache cannot hold ctx tokens.
+// chunk or the KV cache cannot hold ctx tokens. Under tensor / pipeline
+// parallelism, rank 0 passes the ranks' communicator (the workers run each
+// pass's shard as they do an idle engine's steps) and the micro-batches.
 PerplexityResult compute_perplexity(Model& model, const KVCacheConfig& kv, std::span<const int32_t> tokens,
                                     const PerplexityOptions& options,
-                                    const std::function<void(size_t done, size_t total, double ppl)>& progress = {});
+                                    const std::function<void(size_t done, size_t total, double ppl)>& progress = {},
+                                    dist::Communicator* comm = nullptr, int micro_batches = 0);
 
 }  // namespace pagellm

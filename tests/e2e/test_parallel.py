@@ -205,6 +205,28 @@ def test_draft_model_speculation_under_parallelism(tmp_path, how):
     assert prom.value(m, "pagellm:spec_decode_num_accepted_tokens_total") > 0
 
 
+@pytest.mark.parametrize("how", ["tp2", "pp2"])
+def test_perplexity_under_parallelism(how):
+    """`perplexity` runs its passes through the ranks as the engine's steps do:
+    with --exact-matmul the same perplexity as one rank (TP sums in another
+    order, so up to float rounding)."""
+    stories = str(need(STORIES))
+    text = "/usr/share/common-licenses/GPL-3"
+    if not os.path.exists(text):
+        pytest.skip(f"missing {text}")
+
+    def ppl(ranks, flags):
+        args = ["perplexity", "-m", stories, "-f", text, "--ctx", "128", "--chunks", "6", "--threads", "1",
+                "--exact-matmul", *flags]
+        out = subprocess.run(mpi(ranks, args) if ranks > 1 else [str(BIN), *args], capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return float(out.stdout.split("Final estimate: PPL = ")[1].split()[0])
+
+    ranks, flags = PARALLEL[how]
+    assert ppl(ranks, flags) == pytest.approx(ppl(1, []), rel=1e-5)
+
+
 def test_launch_errors_are_clear(tmp_path):
     stories = str(need(STORIES))
     out = subprocess.run([str(BIN), "generate", "--model", stories, "-p", "Once", "--tensor-parallel-size", "2"],
