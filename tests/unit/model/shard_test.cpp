@@ -31,9 +31,14 @@ ModelConfig config(int n_head, int n_head_kv, int n_ff, int n_vocab, int n_layer
   return c;
 }
 
+ModelShard shard(int tp_rank, int tp_size, int pp_rank, int pp_size, std::vector<int> partition = {},
+                 bool balance = false) {
+  return {tp_rank, tp_size, pp_rank, pp_size, std::move(partition), balance};
+}
+
 TEST(ShardGeometry, SplitsHeadsUnitsVocabularyAndLayers) {
   const ModelConfig c = config(8, 4, 512, 1001, 5);
-  const ShardGeometry g = shard_geometry(c, {1, 2, 0, 1});
+  const ShardGeometry g = shard_geometry(c, shard(1, 2, 0, 1));
   EXPECT_EQ(g.n_head, 4);
   EXPECT_EQ(g.head_begin, 4);
   EXPECT_EQ(g.n_head_kv, 2);
@@ -43,7 +48,7 @@ TEST(ShardGeometry, SplitsHeadsUnitsVocabularyAndLayers) {
   EXPECT_EQ(g.vocab_stride, 501);  // the last rank's slice is the shorter one
   EXPECT_EQ(g.vocab_begin, 501);
   EXPECT_EQ(g.n_vocab, 500);
-  const ShardGeometry s1 = shard_geometry(c, {0, 1, 1, 2});
+  const ShardGeometry s1 = shard_geometry(c, shard(0, 1, 1, 2));
   EXPECT_EQ(s1.layer_begin, 2);
   EXPECT_EQ(s1.layer_end, 5);
   EXPECT_FALSE(s1.first_stage);
@@ -53,7 +58,7 @@ TEST(ShardGeometry, SplitsHeadsUnitsVocabularyAndLayers) {
 TEST(ShardGeometry, ReplicatesKvHeadsWhenFewerThanRanks) {
   const ModelConfig c = config(8, 2, 512, 512);
   for (int r = 0; r < 4; ++r) {
-    const ShardGeometry g = shard_geometry(c, {r, 4, 0, 1});
+    const ShardGeometry g = shard_geometry(c, shard(r, 4, 0, 1));
     EXPECT_EQ(g.n_head, 2);
     EXPECT_EQ(g.n_head_kv, 1);
     EXPECT_EQ(g.kv_head_begin, r / 2);  // query heads 2r, 2r + 1 read KV head (2r) / 4
@@ -61,19 +66,19 @@ TEST(ShardGeometry, ReplicatesKvHeadsWhenFewerThanRanks) {
 }
 
 TEST(ShardGeometry, IndivisibleSizesAreClearErrors) {
-  EXPECT_THROW(shard_geometry(config(6, 2, 512, 512), {0, 4, 0, 1}), Error);  // heads
-  EXPECT_THROW(shard_geometry(config(12, 3, 512, 512), {0, 2, 0, 1}), Error);  // 3 KV heads on 2 ranks
-  EXPECT_THROW(shard_geometry(config(8, 4, 510, 512), {0, 4, 0, 1}), Error);  // FFN units
-  EXPECT_THROW(shard_geometry(config(8, 4, 512, 512, 2), {0, 1, 0, 3}), Error);  // layers
+  EXPECT_THROW(shard_geometry(config(6, 2, 512, 512), shard(0, 4, 0, 1)), Error);  // heads
+  EXPECT_THROW(shard_geometry(config(12, 3, 512, 512), shard(0, 2, 0, 1)), Error);  // 3 KV heads on 2 ranks
+  EXPECT_THROW(shard_geometry(config(8, 4, 510, 512), shard(0, 4, 0, 1)), Error);  // FFN units
+  EXPECT_THROW(shard_geometry(config(8, 4, 512, 512, 2), shard(0, 1, 0, 3)), Error);  // layers
   try {
-    shard_geometry(config(6, 2, 512, 512), {0, 4, 0, 1});
+    shard_geometry(config(6, 2, 512, 512), shard(0, 4, 0, 1));
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide the model's 6 attention heads"), std::string::npos);
   }
 }
 
 TEST(ShardGeometry, CutsFollowColumnAndRowParallelLayers) {
-  const ShardGeometry g = shard_geometry(config(8, 4, 512, 512), {1, 2, 0, 1});
+  const ShardGeometry g = shard_geometry(config(8, 4, 512, 512), shard(1, 2, 0, 1));
   EXPECT_EQ(tensor_cut(Slot::Q, g, 1, 64).kind, TensorCut::Rows);
   EXPECT_EQ(tensor_cut(Slot::Q, g, 1, 64).begin, 4 * 64);
   EXPECT_EQ(tensor_cut(Slot::K, g, 1, 64).begin, 2 * 64);
@@ -84,7 +89,7 @@ TEST(ShardGeometry, CutsFollowColumnAndRowParallelLayers) {
   EXPECT_EQ(tensor_cut(Slot::DownExpsBias, g, 1, 64).kind, TensorCut::None);
   EXPECT_EQ(tensor_cut(Slot::DownExpsBias, g, 0, 64).kind, TensorCut::All);
   EXPECT_EQ(tensor_cut(Slot::TokEmbd, g, 1, 64).kind, TensorCut::Rows);
-  const ShardGeometry one = shard_geometry(config(8, 4, 512, 512), {});
+  const ShardGeometry one = shard_geometry(config(8, 4, 512, 512), ModelShard{});
   EXPECT_EQ(tensor_cut(Slot::Q, one, 0, 64).kind, TensorCut::All);
 }
 
@@ -164,15 +169,15 @@ TEST(CutTensor, VectorsAreCutByColumns) {
 
 TEST(ShardGeometry, LayerPartitionSetsEachStagesLayers) {
   const ModelConfig c = config(8, 4, 512, 512, 5);
-  ModelShard s{0, 1, 1, 3, {2, 1, 2}};
+  const ModelShard s = shard(0, 1, 1, 3, {2, 1, 2});
   const ShardGeometry g = shard_geometry(c, s);
   EXPECT_EQ(g.layer_begin, 2);
   EXPECT_EQ(g.layer_end, 3);
   EXPECT_EQ(g.stage_layers, (std::vector<int>{2, 1, 2}));
-  EXPECT_EQ(shard_geometry(c, {0, 1, 0, 2}).stage_layers, (std::vector<int>{2, 3}));  // none given: even
+  EXPECT_EQ(shard_geometry(c, shard(0, 1, 0, 2)).stage_layers, (std::vector<int>{2, 3}));  // none given: even
   auto error_of = [&](std::vector<int> partition) {
     try {
-      shard_geometry(c, {0, 1, 0, 2, std::move(partition)});
+      shard_geometry(c, shard(0, 1, 0, 2, std::move(partition)));
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -246,7 +251,7 @@ TEST(ModelShard, LoadBalancesStagesByWeightBytesWhenAsked) {
   auto stages_of = [&](int n_vocab, std::vector<int> partition, bool balance = true) {
     const ModelConfig cfg = dummy_config("tiny-gemma3", n_vocab);  // 6 layers, hidden 256, tied output
     auto src = make_dummy_source(cfg, {"tiny-gemma3", DType::F32, 1}, pool);
-    auto last = Model::from_source(cfg, *src, *backend, {}, {0, 1, 1, 2, partition, balance});
+    auto last = Model::from_source(cfg, *src, *backend, {}, shard(0, 1, 1, 2, partition, balance));
     EXPECT_EQ(last->geometry().layer_end, cfg.n_layer);
     EXPECT_EQ(last->geometry().layer_end - last->geometry().layer_begin, last->geometry().stage_layers.back());
     return last->geometry().stage_layers;
