@@ -42,6 +42,7 @@ struct TensorData {
     for (size_t k = 1; k < shape.size(); ++k) r *= shape[k];
     return r;
   }
+  size_t bytes() const { return dtype_row_bytes(type, cols()) * static_cast<size_t>(rows()); }
 };
 
 // Expert e of a stacked expert tensor (shape [cols, rows, n_expert], or

@@ -166,7 +166,7 @@ const SchedulingPreset* find_scheduling_preset(const std::string& name) {
 
 namespace {
 
-// "12,10" -> {12, 10}; "" -> {} (balanced by the engine).
+// "12,10" -> {12, 10}; "" -> {} (equal counts).
 std::vector<int> parse_layer_partition(const std::string& text) {
   std::vector<int> counts;
   if (text.empty()) return counts;

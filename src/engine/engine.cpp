@@ -170,7 +170,7 @@ void Engine::load(const LoadProgress& progress) {
   // Every pipeline stage holds each block for its own layers: the budget is
   // per rank, so blocks are sized for the stage with the most layers.
   const std::vector<int>& stages = model_->geometry().stage_layers;
-  layout.n_layers = std::max(layout.n_layers, *std::max_element(stages.begin(), stages.end()));
+  layout.n_layers = *std::max_element(stages.begin(), stages.end());
   const int64_t per_block = kv_bytes_per_block(layout);
   const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
   PAGELLM_CHECK(config_.gpu_memory_utilization >= 0 && config_.gpu_memory_utilization <= 1,

@@ -41,7 +41,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, Backend& backend, co
 
 namespace {
 
-int64_t tensor_bytes(const TensorData& t) { return static_cast<int64_t>(dtype_row_bytes(t.type, t.cols())) * t.rows(); }
+// One expert's tensor where the source stores each expert on its own (HF).
+std::string expert_part_name(const std::string& name, int64_t e) { return fmt::format("{}[{}]", name, e); }
 
 // Bytes of weights one token's forward pass reads in layer il: a decode step
 // reads each weight once, so this is what a stage's share of a step costs.
@@ -52,10 +53,10 @@ int64_t layer_read_bytes(const ModelConfig& c, const TensorSource& src, int il) 
     const std::string name = layer_tensor_name(spec, il);
     int64_t bytes = 0;
     if (const TensorData* t = src.find(name)) {
-      bytes = tensor_bytes(*t);
+      bytes = static_cast<int64_t>(t->bytes());
     } else if (spec.experts) {
       for (int e = 0; e < c.n_expert; ++e)
-        if (const TensorData* p = src.find(fmt::format("{}[{}]", name, e))) bytes += tensor_bytes(*p);
+        if (const TensorData* p = src.find(expert_part_name(name, e))) bytes += static_cast<int64_t>(p->bytes());
     }
     if (spec.experts && c.n_expert > 0) bytes = bytes * c.n_expert_used / c.n_expert;
     total += bytes;
@@ -74,7 +75,7 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSo
     for (int il = 0; il < cfg.n_layer; ++il) layer_cost[il] = layer_read_bytes(cfg, src, il);
     const TensorData* out = src.find("output.weight");
     if (!out) out = src.find("token_embd.weight");  // tied embeddings
-    shard.layer_partition = balance_pipeline_stages(layer_cost, out ? tensor_bytes(*out) : 0, shard.pp_size);
+    shard.layer_partition = balance_pipeline_stages(layer_cost, out ? static_cast<int64_t>(out->bytes()) : 0, shard.pp_size);
   }
   std::unique_ptr<Model> m(new Model(cfg, backend, shard));
   m->load_weights(src, progress);
@@ -183,7 +184,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         for (int64_t e = 0; e < n_expert; ++e) parts.push_back(expert_slice(*t, e));
       } else {
         for (int64_t e = 0; e < n_expert; ++e) {
-          const std::string one = fmt::format("{}[{}]", name, e);
+          const std::string one = expert_part_name(name, e);
           const TensorData* p = src.find(one);
           if (!p) {
             if (!tensor_required(spec, c)) return;
@@ -208,7 +209,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       if (cut.kind == TensorCut::None) return;
       for (const TensorData& whole : parts) {
         const TensorData p = cut_tensor(whole, cut, shard_storage_);
-        const size_t bytes = dtype_row_bytes(p.type, p.cols()) * static_cast<size_t>(p.rows());
+        const size_t bytes = p.bytes();
         weight_bytes_ += bytes;
         expert_bytes_ += bytes;
         ws.push_back(backend_.upload(p));
@@ -257,7 +258,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         part = cut_tensor(part, cut, shard_storage_);
         if (spec.slots.size() == 1 && spec.matrix && part.shape.size() == 1)
           part.shape = {part.cols(), 1};  // a one-row matrix stored as a vector
-        const size_t bytes = dtype_row_bytes(part.type, part.cols()) * static_cast<size_t>(part.rows());
+        const size_t bytes = part.bytes();
         weight_bytes_ += bytes;
         if (spec.slots[k] == Slot::TokEmbd) tok_embd_bytes_ = bytes;
         auto& w = slot(spec.slots[k], il);
