@@ -1,28 +1,36 @@
 # pagellm serving the default model (Gemma 3 270M Q4_K_M) on the CPU.
 #   docker build -t pagellm .
 #   docker run --rm -p 8000:8000 pagellm
-# Stage 1 builds the binary and assembles the model exactly as `make build`
-# does on a fresh Debian 12 machine; stage 2 carries only the binary, the
-# model file and the shared libraries the binary links.
+# Stage 1 sets up exactly as `make build` does on a fresh Debian 12 machine
+# (packages, pinned Python packages, the model assembled from its chunks) but
+# compiles only the binary; stage 2 carries the binary, the model file and the
+# Debian packages of the shared libraries the binary links, found by ldd, so a
+# new link dependency cannot be forgotten here.
 FROM debian:12 AS build
 WORKDIR /src
 COPY . .
 RUN rm -rf build .venv .deps \
  && apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make ca-certificates \
- && make build \
+ && make build CMAKE_FLAGS="-DPAGELLM_BUILD_TESTS=OFF -DPAGELLM_OPENCL=OFF" BUILD_TARGETS=pagellm \
  && mkdir -p /out/models \
  && cp build/pagellm /out/ \
- && cp "$(cat build/default-model.txt)" /out/models/model.gguf
+ && cp "$(cat build/default-model.txt)" /out/models/model.gguf \
+ && tools/runtime_packages.sh build/pagellm > /out/runtime-packages.txt
 
 FROM debian:12-slim
+COPY --from=build /out/runtime-packages.txt /tmp/
+# openmpi-bin beside the libraries: mpirun for tensor / pipeline parallelism
+# inside one container (docs/scaling.md).
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      libyaml-cpp0.7 libcpp-httplib0.11 zlib1g libpcre2-8-0 libspdlog1.10 libfmt9 libssl3 libbrotli1 \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 pagellm
+      $(cat /tmp/runtime-packages.txt) openmpi-bin \
+ && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt \
+ && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin pagellm
 COPY --from=build /out/pagellm /usr/local/bin/pagellm
 COPY --from=build /out/models/model.gguf /models/model.gguf
+# Fail the build, not the pod, when a library is missing.
+RUN pagellm --version
 USER 10001
 EXPOSE 8000
 # Flags after the image name on `docker run` (or `args:` in Kubernetes) are

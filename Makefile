@@ -15,6 +15,9 @@ JOBS ?= $(shell nproc)
 PAGELLM := $(BUILD_DIR)/pagellm
 PORT ?= 8000
 HOST ?= 127.0.0.1
+# Extra CMake options and a target subset (the Dockerfile builds only the binary).
+CMAKE_FLAGS ?=
+BUILD_TARGETS ?=
 
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
@@ -37,10 +40,10 @@ setup-sanitizers:
 	@tools/setup.sh sanitizers
 
 $(BUILD_DIR)/build.ninja: CMakeLists.txt
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
 build: setup $(BUILD_DIR)/build.ninja
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+	cmake --build $(BUILD_DIR) -j $(JOBS) $(if $(BUILD_TARGETS),--target $(BUILD_TARGETS))
 
 unit-test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600

@@ -10,12 +10,16 @@
    level).
 3. What pagellm needs of them: probes on /health, a grace period longer than
    --shutdown-timeout, a memory request that covers --kv-cache-memory and the
-   weights, Prometheus scrape annotations, an autoscaler on
-   num_requests_waiting, a Service that selects the Deployment's pods.
-4. With a container runtime (docker or podman on PATH): builds the image.
+   weights, a preStop sleep, Prometheus scrape annotations, an autoscaler
+   on num_requests_waiting with an adapter rule that serves it, a Service
+   that selects the Deployment's pods.
+4. With --build and a container runtime that answers (docker or podman):
+   builds the image (its last stage checks that the binary starts).
 """
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -126,8 +130,13 @@ def check_pagellm(objects):
     args = container.get("args", [])
     shutdown = float(arg(args, "--shutdown-timeout") or 30)
     grace = spec.get("terminationGracePeriodSeconds", 30)
-    if grace <= shutdown:
-        error(where, f"terminationGracePeriodSeconds {grace} must exceed --shutdown-timeout {shutdown}")
+    pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    delay = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] and len(pre_stop) == 2 else 0
+    if not pre_stop:
+        error(where, "add a preStop sleep, so the Service stops routing to a pod before it is stopped")
+    if grace <= shutdown + delay:
+        error(where, f"terminationGracePeriodSeconds {grace} must exceed --shutdown-timeout {shutdown}"
+                     f" plus the preStop sleep {delay}")
     kv = arg(args, "--kv-cache-memory")
     if kv is None:
         error(where, "pass --kv-cache-memory, so the memory request can be sized from it")
@@ -154,16 +163,43 @@ def check_pagellm(objects):
             error(hwhere, "the autoscaler should scale on num_requests_waiting")
         if hpa["spec"]["scaleTargetRef"]["name"] != dep["metadata"]["name"]:
             error(hwhere, "the autoscaler targets another Deployment")
+        check_adapter_rule(hwhere, names)
     else:
         error("deploy/kubernetes", "no HorizontalPodAutoscaler")
 
 
-def build_image():
-    runtime = shutil.which("docker") or shutil.which("podman")
-    if runtime is None:
-        print("validate_deploy: no container runtime here; the image is not built")
+def check_adapter_rule(hwhere, names):
+    """The autoscaler's Pods metric exists only if the metrics adapter serves it."""
+    path = DEPLOY / "prometheus-adapter-values.yaml"
+    if not path.exists():
+        error(hwhere, "no deploy/prometheus-adapter-values.yaml serves the autoscaler's metric")
         return
-    p = subprocess.run([runtime, "build", "-t", "pagellm:ci", str(REPO)], capture_output=True, text=True)
+    rules = (yaml.safe_load(path.read_text()) or {}).get("rules", {}).get("custom", [])
+    served = {r.get("name", {}).get("as"): r.get("seriesQuery", "") for r in rules}
+    for name in names:
+        if name not in served:
+            error(path.name, f"no rule serves the autoscaler's metric {name}")
+        elif "pagellm:num_requests_waiting" not in served[name]:
+            error(path.name, f"the rule for {name} does not read pagellm:num_requests_waiting")
+
+
+def container_runtime():
+    """docker or podman, if one answers: a docker client without a daemon is no runtime."""
+    for name in ("docker", "podman"):
+        path = shutil.which(name)
+        if path and subprocess.run([path, "info"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+def build_image():
+    runtime = container_runtime()
+    if runtime is None:
+        print("validate_deploy: no container runtime answers here; the image is not built")
+        return
+    # e.g. PAGELLM_IMAGE_BUILD_FLAGS=--isolation=chroot for podman inside a container
+    flags = shlex.split(os.environ.get("PAGELLM_IMAGE_BUILD_FLAGS", ""))
+    p = subprocess.run([runtime, "build", *flags, "-t", "pagellm:ci", str(REPO)], capture_output=True, text=True)
     if p.returncode != 0:
         error("Dockerfile", f"{runtime} build failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
 
