@@ -55,10 +55,10 @@ class Communicator {
   };
   const Stats& stats() const { return stats_; }
   // Auto uses ReduceScatterAllGather from this many bytes on. Off by
-  // default: on 2 ranks of one machine the library's own choice (OpenMPI's
-  // tuned component switches algorithms by size itself) was faster at every
-  // size from 8 KiB to 4 MiB (docs/scaling.md); set it where a measurement
-  // on the real interconnect says otherwise.
+  // default: on 2 ranks of one machine the library's all-reduce (OpenMPI's
+  // ring there, see mpi_communicator.cpp) was faster at every size from
+  // 8 KiB to 4 MiB (docs/scaling.md); set it where a measurement on the real
+  // interconnect says otherwise.
   size_t large_message_bytes = SIZE_MAX;
 
  protected:

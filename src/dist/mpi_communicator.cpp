@@ -7,8 +7,13 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -19,6 +24,56 @@ namespace pagellm::dist {
 namespace {
 
 constexpr int kTag = 7;
+
+// Set once, before MPI_Init, by the first communicator of the process.
+std::string& all_reduce_choice() {
+  static std::string choice = "all-reduce by the MPI library's choice";
+  return choice;
+}
+std::string& rules_file() {
+  static std::string path;
+  return path;
+}
+
+// OpenMPI's all-reduce for communicators of 2 ranks. Its fixed decision was
+// 1.6-2.3x slower at 64 KiB - 1 MiB (decode batches, prefill chunks) in about
+// a third of the launches on one machine, while ring was steady and never
+// slower at any size (docs/scaling.md, tools/bench_allreduce.py). These
+// dynamic rules (collective 2 = allreduce) take ring for 2 ranks and leave 3
+// ranks and more to the fixed decision (algorithm 0), which nobody measured
+// here. Any coll_tuned setting of the user's (mpirun --mca, OMPI_MCA_*) wins.
+constexpr const char* kAllReduceRules =
+    "1\n"           // collectives
+    "2\n"           // allreduce
+    "2\n"           // communicator sizes
+    "2\n1\n"        // 2 ranks: one rule,
+    "0 4 0 0\n"     //   from 0 bytes on: ring
+    "3\n1\n"        // 3 ranks and more: one rule,
+    "0 0 0 0\n";    //   the fixed decision
+
+// Returns how the all-reduce algorithm is chosen, for describe().
+std::string install_all_reduce_rules() {
+#ifdef OPEN_MPI
+  for (const char* name : {"OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_dynamic_rules_filename",
+                           "OMPI_MCA_coll_tuned_allreduce_algorithm"})
+    if (std::getenv(name)) return "all-reduce as set by OMPI_MCA_coll_tuned_*";
+  // OpenMPI reads the file during MPI_Init; each rank writes its own.
+  std::error_code ec;
+  const auto tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) return "all-reduce by OpenMPI's fixed decision";
+  const std::string path = fmt::format("{}/pagellm-allreduce-rules-{}.conf", tmp.string(), ::getpid());
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return "all-reduce by OpenMPI's fixed decision";
+  const bool ok = std::fputs(kAllReduceRules, f) >= 0;
+  if (std::fclose(f) != 0 || !ok) return "all-reduce by OpenMPI's fixed decision";
+  ::setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 1);
+  ::setenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", path.c_str(), 1);
+  rules_file() = path;
+  return "all-reduce: ring for 2 ranks";
+#else
+  return "all-reduce by the MPI library's choice";
+#endif
+}
 
 // Adds a call's wall time and bytes to the communicator's stats, and the
 // call to the --trace timeline ("comm" events).
@@ -42,7 +97,9 @@ class MpiCommunicator : public Communicator {
       // Serialized: the engine's collectives run on its step thread, not on
       // the thread that initialized MPI, one call at a time.
       int provided = 0;
+      all_reduce_choice() = install_all_reduce_rules();
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      if (!rules_file().empty()) std::remove(rules_file().c_str());
       owns_ = true;
     }
     MPI_Comm_rank(comm_, &rank_);
@@ -75,7 +132,7 @@ class MpiCommunicator : public Communicator {
     MPI_Get_library_version(version, &len);
     std::string v(version, static_cast<size_t>(len));
     v = v.substr(0, v.find_first_of(",\n"));
-    return fmt::format("MPI ({}), rank {} of {}", v, rank_, size_);
+    return fmt::format("MPI ({}, {}), rank {} of {}", v, all_reduce_choice(), rank_, size_);
   }
 
   void all_reduce_sum(float* data, size_t n, AllReduceAlgo algo) override {

@@ -1,7 +1,7 @@
 // The MPI Communicator under mpirun (ctest runs it with 2 ranks): every
 // collective against the values each rank can compute alone, for message
 // sizes on both sides of the all-reduce algorithm switch and not divisible
-// by the rank count. With --bench, rank 0 prints the median time of each
+// by the rank count, and the all-reduce rules installed before MPI_Init. With --bench, rank 0 prints the median time of each
 // all-reduce algorithm for decode- and prefill-sized messages (docs/scaling.md).
 #include <algorithm>
 #include <cstdint>
@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
   if (c->rank() == 0) std::printf("%s\n", c->describe().c_str());
   check_all(*c);
   if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench(*c);
+  // --expect-all-reduce TEXT: how describe() says the algorithm is chosen
+  // (pagellm's rules by default; the user's OMPI_MCA_coll_tuned_* win).
+  if (argc > 2 && std::strcmp(argv[1], "--expect-all-reduce") == 0)
+    expect(c->describe().find(argv[2]) != std::string::npos, "describe() has " + std::string(argv[2]), c->rank());
   int bad = failures;
   c->all_reduce_sum(reinterpret_cast<float*>(&bad), 0);  // (keeps every rank here until all are done)
   c->barrier();
