@@ -140,6 +140,23 @@ def test_families_exact_within_near_ties(tmp_path, shape, how):
     assert_close(ref, generate(model, batch, ranks, flags))
 
 
+@pytest.mark.parametrize("shape,dtype,how", [("tiny-llama", "f32", "tp2"), ("tiny-qwen3moe", "bf16", "tp2"),
+                                             ("tiny-gemma3", "bf16", "tp2"), ("tiny-qwen3", "f16", "pp2")])
+def test_safetensors_folder_shards_equal_one_rank(tmp_path, shape, dtype, how):
+    """Shards cut at load from a Hugging Face folder (config.json and two
+    safetensors files) as from a GGUF file: the same greedy tokens as one rank."""
+    folder = tmp_path / "hf"
+    made = subprocess.run([str(BIN), "make-dummy", "--shape", shape, "--type", dtype, "--format", "hf",
+                           "--shards", "2", "-o", str(folder)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    # The tiny shapes have stories260K's 512-token vocabulary.
+    model = ["--model", str(folder), "--tokenizer", str(STORIES), "--exact-matmul"]
+    batch = batch_file(tmp_path, ID_PROMPTS)
+    ref = generate(model, batch)
+    ranks, flags = PARALLEL[how]
+    assert_same(ref, generate(model, batch, ranks, flags))
+
+
 def test_pipeline_server_survives_clients_that_leave_mid_step(tmp_path):
     """PP=2 keeps two steps in flight (a virtual engine per stage): clients
     that disconnect while their step is in a later stage are aborted once it
