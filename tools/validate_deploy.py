@@ -131,7 +131,9 @@ def check_pagellm(objects):
     shutdown = float(arg(args, "--shutdown-timeout") or 30)
     grace = spec.get("terminationGracePeriodSeconds", 30)
     pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
-    delay = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] and len(pre_stop) == 2 else 0
+    delay = 0.0
+    if pre_stop[:1] == ["sleep"] and len(pre_stop) == 2 and re.fullmatch(r"[0-9.]+", pre_stop[1]):
+        delay = float(pre_stop[1])
     if not pre_stop:
         error(where, "add a preStop sleep, so the Service stops routing to a pod before it is stopped")
     if grace <= shutdown + delay:
@@ -187,8 +189,11 @@ def container_runtime():
     """docker or podman, if one answers: a docker client without a daemon is no runtime."""
     for name in ("docker", "podman"):
         path = shutil.which(name)
-        if path and subprocess.run([path, "info"], capture_output=True).returncode == 0:
-            return path
+        try:
+            if path and subprocess.run([path, "info"], capture_output=True, timeout=30).returncode == 0:
+                return path
+        except subprocess.TimeoutExpired:
+            pass
     return None
 
 
