@@ -23,8 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # coll_tuned_allreduce_algorithm: 0 lets OpenMPI's fixed decision pick by size
 # (any such setting also turns pagellm's own rules off); None: pagellm's default.
-ALGORITHMS = {None: "pagellm's default (ring for 2 ranks)", 0: "OpenMPI's fixed decision", 1: "basic linear", 2: "nonoverlapping (reduce + bcast)",
-              3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "Rabenseifner"}
+ALGORITHMS = {None: "pagellm's default (ring for 2 ranks)", 0: "OpenMPI's fixed decision", 1: "basic linear",
+              2: "nonoverlapping (reduce + bcast)", 3: "recursive doubling", 4: "ring", 5: "segmented ring",
+              6: "Rabenseifner"}
+OURS = "reduce-scatter + all-gather (ours)"
 
 
 def run(binary, ranks, algorithm):
@@ -45,14 +47,14 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    times = defaultdict(list)  # (bytes, column) -> µs per round
+    times = defaultdict(list)  # (bytes, column) -> µs per launch, in launch order
     for _ in range(args.rounds):
         for algo, name in ALGORITHMS.items():
             for row in run(args.binary, args.ranks, algo):
-                column = name if row["algorithm"] == "library" else "reduce-scatter + all-gather (ours)"
+                column = name if row["algorithm"] == "library" else OURS
                 times[(int(row["bytes"]), column)].append(float(row["median_us"]))
     sizes = sorted({b for b, _ in times})
-    columns = list(ALGORITHMS.values()) + ["reduce-scatter + all-gather (ours)"]
+    columns = [*ALGORITHMS.values(), OURS]
     # A slow launch: one size from 64 KiB to 1 MiB took over 1.5x the best median at that size.
     best = {b: min(statistics.median(times[(b, c)]) for c in columns) for b in sizes}
     middle = [b for b in sizes if 64 << 10 <= b <= 1 << 20]

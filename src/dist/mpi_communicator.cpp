@@ -25,19 +25,16 @@ namespace {
 
 constexpr int kTag = 7;
 
-// Set once, before MPI_Init, by the first communicator of the process.
+// How all-reduce algorithms are chosen in this process (describe()): set once,
+// before MPI_Init, by the first communicator; its groups share it.
 std::string& all_reduce_choice() {
   static std::string choice = "all-reduce by the MPI library's choice";
   return choice;
 }
-std::string& rules_file() {
-  static std::string path;
-  return path;
-}
 
-// OpenMPI's all-reduce for communicators of 2 ranks. Its fixed decision was
-// 1.6-2.3x slower at 64 KiB - 1 MiB (decode batches, prefill chunks) in about
-// a third of the launches on one machine, while ring was steady and never
+// OpenMPI's all-reduce for communicators of 2 ranks. Its fixed decision took
+// over 1.5x the best time at 64 KiB - 1 MiB (decode batches, prefill chunks)
+// in 3 to 5 of 10 launches on one machine, while ring was steady and never
 // slower at any size (docs/scaling.md, tools/bench_allreduce.py). These
 // dynamic rules (collective 2 = allreduce) take ring for 2 ranks and leave 3
 // ranks and more to the fixed decision (algorithm 0), which nobody measured
@@ -51,27 +48,35 @@ constexpr const char* kAllReduceRules =
     "3\n1\n"        // 3 ranks and more: one rule,
     "0 0 0 0\n";    //   the fixed decision
 
-// Returns how the all-reduce algorithm is chosen, for describe().
+// Writes the rules for MPI_Init to read and sets all_reduce_choice(). Returns
+// the file to remove once MPI_Init has read it ("" when none was written).
 std::string install_all_reduce_rules() {
 #ifdef OPEN_MPI
   for (const char* name : {"OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_dynamic_rules_filename",
                            "OMPI_MCA_coll_tuned_allreduce_algorithm"})
-    if (std::getenv(name)) return "all-reduce as set by OMPI_MCA_coll_tuned_*";
-  // OpenMPI reads the file during MPI_Init; each rank writes its own.
+    if (std::getenv(name)) {
+      all_reduce_choice() = "all-reduce as set by OMPI_MCA_coll_tuned_*";
+      return "";
+    }
+  all_reduce_choice() = "all-reduce by OpenMPI's fixed decision";  // unless the rules get written
   std::error_code ec;
   const auto tmp = std::filesystem::temp_directory_path(ec);
-  if (ec) return "all-reduce by OpenMPI's fixed decision";
+  if (ec) return "";
+  // Each rank writes its own.
   const std::string path = fmt::format("{}/pagellm-allreduce-rules-{}.conf", tmp.string(), ::getpid());
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return "all-reduce by OpenMPI's fixed decision";
+  if (!f) return "";
   const bool ok = std::fputs(kAllReduceRules, f) >= 0;
-  if (std::fclose(f) != 0 || !ok) return "all-reduce by OpenMPI's fixed decision";
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(path.c_str());
+    return "";
+  }
   ::setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 1);
   ::setenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", path.c_str(), 1);
-  rules_file() = path;
-  return "all-reduce: ring for 2 ranks";
+  all_reduce_choice() = "all-reduce: ring for 2 ranks";
+  return path;
 #else
-  return "all-reduce by the MPI library's choice";
+  return "";
 #endif
 }
 
@@ -97,9 +102,9 @@ class MpiCommunicator : public Communicator {
       // Serialized: the engine's collectives run on its step thread, not on
       // the thread that initialized MPI, one call at a time.
       int provided = 0;
-      all_reduce_choice() = install_all_reduce_rules();
+      const std::string rules = install_all_reduce_rules();
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      if (!rules_file().empty()) std::remove(rules_file().c_str());
+      if (!rules.empty()) std::remove(rules.c_str());
       owns_ = true;
     }
     MPI_Comm_rank(comm_, &rank_);

@@ -1,7 +1,8 @@
 // The MPI Communicator under mpirun (ctest runs it with 2 ranks): every
 // collective against the values each rank can compute alone, for message
 // sizes on both sides of the all-reduce algorithm switch and not divisible
-// by the rank count, and the all-reduce rules installed before MPI_Init. With --bench, rank 0 prints the median time of each
+// by the rank count; with --expect-all-reduce, the all-reduce rules installed
+// before MPI_Init. With --bench, rank 0 prints the median time of each
 // all-reduce algorithm for decode- and prefill-sized messages (docs/scaling.md).
 #include <algorithm>
 #include <cstdint>
