@@ -150,7 +150,7 @@ def test_safetensors_folder_shards_equal_one_rank(tmp_path, shape, dtype, how):
                            "--shards", "2", "-o", str(folder)], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     # The tiny shapes have stories260K's 512-token vocabulary.
-    model = ["--model", str(folder), "--tokenizer", str(STORIES), "--exact-matmul"]
+    model = ["--model", str(folder), "--tokenizer", str(need(STORIES)), "--exact-matmul"]
     batch = batch_file(tmp_path, ID_PROMPTS)
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
