@@ -230,7 +230,7 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   g.chat = false;
   ParsedParams pp = parse_request_params(body, false, m.vocab_size, m.default_max_tokens, m.limits);
   g.params = pp.sampling;
-  g.params.structured = parse_structured_outputs(body, raw_body);
+  g.params.structured = parse_structured_outputs(body, m.limits.grammar, raw_body);
   g.priority = pp.priority;
   g.max_tokens_given = has_field(body, "max_tokens");
   read_stream_options(body, g);
@@ -256,12 +256,12 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std
   check_common(body);
   GenerationRequest g;
   g.chat = true;
-  const ChatTools tools = parse_tools(body, {m.enable_auto_tool_choice, m.tool_parser}, raw_body);
+  const ChatTools tools = parse_tools(body, {m.enable_auto_tool_choice, m.tool_parser, m.limits.grammar}, raw_body);
   // Chat's default max_tokens depends on the prompt; see to_engine_requests.
   ParsedParams pp =
       parse_request_params(body, true, m.vocab_size, std::max<int32_t>(1, m.max_model_len), m.limits);
   g.params = pp.sampling;
-  g.params.structured = parse_structured_outputs(body, raw_body);
+  g.params.structured = parse_structured_outputs(body, m.limits.grammar, raw_body);
   if (tools.grammar.active()) {
     if (g.params.structured.active())
       throw InvalidRequest("tool_choice required or named and a structured output both constrain the output; give "

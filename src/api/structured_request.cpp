@@ -16,11 +16,17 @@ namespace {
 using nlohmann::json;
 using Kind = StructuredOutputs::Kind;
 
-// A schema given as an object or as JSON text (vLLM takes both).
-std::string schema_text(const json& v, const char* param) {
+// A schema given as an object or as JSON text (vLLM takes both). Text is
+// measured against the limits before it is parsed: it escaped the body's
+// nesting limit.
+std::string schema_text(const json& v, const GrammarLimits& limits, const char* param) {
   if (v.is_object() || v.is_boolean()) return v.dump();
   if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
+    StructuredOutputs measured;
+    measured.kind = Kind::Json;
+    measured.spec = s;
+    structured::check_grammar_limits(measured, limits, param);
     json parsed;
     try {
       parsed = json::parse(s);
@@ -62,7 +68,7 @@ void set_once(Found& f, Kind kind, std::string text, const char* param) {
   f.param = param;
 }
 
-void read_response_format(const json& body, Found& f) {
+void read_response_format(const json& body, const GrammarLimits& limits, Found& f) {
   if (!has_field(body, "response_format")) return;
   const json& rf = body["response_format"];
   if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
@@ -75,14 +81,14 @@ void read_response_format(const json& body, Found& f) {
       throw InvalidRequest("response_format type 'json_schema' needs a 'json_schema' object", "response_format");
     const json& js = rf["json_schema"];
     if (!has_field(js, "schema")) return set_once(f, Kind::JsonObject, "", "response_format");
-    return set_once(f, Kind::Json, schema_text(js["schema"], "response_format"), "response_format");
+    return set_once(f, Kind::Json, schema_text(js["schema"], limits, "response_format"), "response_format");
   }
   throw InvalidRequest(
       fmt::format("response_format type '{}' is not supported (text, json_object or json_schema)", cut_for_message(type)),
       "response_format");
 }
 
-void read_structured_outputs(const json& body, Found& f) {
+void read_structured_outputs(const json& body, const GrammarLimits& limits, Found& f) {
   const char* param = "structured_outputs";
   if (!has_field(body, param)) return;
   const json& so = body[param];
@@ -93,7 +99,7 @@ void read_structured_outputs(const json& body, Found& f) {
   if (kinds > 1)
     throw InvalidRequest("'structured_outputs' may hold only one of json, regex, choice, grammar, json_object, "
                          "structural_tag", param);
-  if (has_field(so, "json")) set_once(f, Kind::Json, schema_text(so["json"], param), param);
+  if (has_field(so, "json")) set_once(f, Kind::Json, schema_text(so["json"], limits, param), param);
   if (has_field(so, "regex")) set_once(f, Kind::Regex, string_field(so["regex"], param), param);
   if (has_field(so, "choice")) set_once(f, Kind::Choice, choice_list(so["choice"], param), param);
   if (has_field(so, "grammar")) set_once(f, Kind::Grammar, string_field(so["grammar"], param), param);
@@ -107,8 +113,8 @@ void read_structured_outputs(const json& body, Found& f) {
   if (get_bool_field(so, "disable_any_whitespace", false)) f.spec.any_whitespace = false;
 }
 
-void read_guided_fields(const json& body, Found& f) {
-  if (has_field(body, "guided_json")) set_once(f, Kind::Json, schema_text(body["guided_json"], "guided_json"),
+void read_guided_fields(const json& body, const GrammarLimits& limits, Found& f) {
+  if (has_field(body, "guided_json")) set_once(f, Kind::Json, schema_text(body["guided_json"], limits, "guided_json"),
                                                 "guided_json");
   if (has_field(body, "guided_regex"))
     set_once(f, Kind::Regex, string_field(body["guided_regex"], "guided_regex"), "guided_regex");
@@ -133,15 +139,16 @@ std::string ordered_schema(const json& body, std::string_view raw, const char* p
 
 }  // namespace
 
-StructuredOutputs parse_structured_outputs(const json& body, std::string_view raw_body) {
+StructuredOutputs parse_structured_outputs(const json& body, const GrammarLimits& limits, std::string_view raw_body) {
   Found f;
-  read_response_format(body, f);
-  read_structured_outputs(body, f);
-  read_guided_fields(body, f);
+  read_response_format(body, limits, f);
+  read_structured_outputs(body, limits, f);
+  read_guided_fields(body, limits, f);
   if (!f.param) return f.spec;
   if (f.spec.kind == Kind::Json && !raw_body.empty())
     if (std::string ordered = ordered_schema(body, raw_body, f.param); !ordered.empty()) f.spec.spec = std::move(ordered);
-  structured::validate(f.spec, f.param);
+  f.spec.field = f.param;
+  structured::validate(f.spec, limits, f.param);
   return f.spec;
 }
 

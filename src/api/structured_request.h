@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "core/request_limits.h"
 #include "sampling/sampling_params.h"
 
 namespace pagellm::api {
@@ -20,6 +21,7 @@ namespace pagellm::api {
 // raw_body: the text `body` was parsed from. nlohmann::json sorts object keys,
 // but a schema's property order is the order the model must write them in
 // (pydantic's field order), so with the raw text a schema keeps its order.
-StructuredOutputs parse_structured_outputs(const nlohmann::json& body, std::string_view raw_body = {});
+StructuredOutputs parse_structured_outputs(const nlohmann::json& body, const GrammarLimits& limits,
+                                           std::string_view raw_body = {});
 
 }  // namespace pagellm::api

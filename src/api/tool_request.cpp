@@ -58,7 +58,7 @@ nlohmann::ordered_json ordered_functions(const json& body, const json& functions
 }
 
 // The checked tools; `functions` gets {name, parameters} of each.
-json read_tools(const json& body, json& functions) {
+json read_tools(const json& body, json& functions, const GrammarLimits& limits) {
   for (const char* key : {"functions", "function_call"})
     if (has_field(body, key))
       throw InvalidRequest(fmt::format("'{}' (the deprecated function calling) is not supported; use 'tools'", key), key);
@@ -87,7 +87,7 @@ json read_tools(const json& body, json& functions) {
       check.kind = StructuredOutputs::Kind::Json;
       check.spec = params.dump();
       try {
-        structured::validate(check, "tools");
+        structured::validate(check, limits, "tools");
       } catch (const InvalidRequest& e) {
         throw InvalidRequest(fmt::format("tools[{}] ('{}'): parameters: {}", i, name, e.what()), "tools");
       }
@@ -100,15 +100,15 @@ json read_tools(const json& body, json& functions) {
 
 }  // namespace
 
-json parse_tool_list(const json& body) {
+json parse_tool_list(const json& body, const GrammarLimits& limits) {
   json functions = json::array();
-  return read_tools(body, functions);
+  return read_tools(body, functions, limits);
 }
 
 ChatTools parse_tools(const json& body, const ToolSettings& settings, std::string_view raw_body) {
   ChatTools out;
   json functions = json::array();  // {name, parameters}, checked
-  out.tools = read_tools(body, functions);
+  out.tools = read_tools(body, functions, settings.grammar_limits);
 
   // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}
   std::string choice = out.tools.is_null() ? "none" : "auto";
@@ -142,6 +142,7 @@ ChatTools parse_tools(const json& body, const ToolSettings& settings, std::strin
     out.grammar.kind = StructuredOutputs::Kind::Json;
     out.grammar.any_whitespace = false;  // calls are data: JSON as json.dumps writes it
     out.grammar.spec = required_schema(ordered_functions(body, functions, raw_body), parallel);
+    out.grammar.field = "tool_choice";
   } else if (choice == "named") {
     const nlohmann::ordered_json ordered = ordered_functions(body, functions, raw_body);
     const nlohmann::ordered_json* params = nullptr;
@@ -154,6 +155,7 @@ ChatTools parse_tools(const json& body, const ToolSettings& settings, std::strin
     out.grammar.kind = StructuredOutputs::Kind::Json;
     out.grammar.any_whitespace = false;
     out.grammar.spec = params->dump();
+    out.grammar.field = "tool_choice";
   }
   return out;
 }

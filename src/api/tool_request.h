@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "chat/chat_output.h"
+#include "core/request_limits.h"
 #include "sampling/sampling_params.h"
 
 namespace pagellm::api {
@@ -20,6 +21,7 @@ namespace pagellm::api {
 struct ToolSettings {  // the server's flags
   bool enable_auto_tool_choice = false;
   const chat::ToolParser* parser = nullptr;
+  GrammarLimits grammar_limits;  // for each tool's parameter schema
 };
 
 struct ChatTools {
@@ -38,6 +40,6 @@ struct ChatTools {
 ChatTools parse_tools(const nlohmann::json& body, const ToolSettings& settings, std::string_view raw_body = {});
 
 // Only the checked `tools` (null when none), for rendering a prompt (/tokenize).
-nlohmann::json parse_tool_list(const nlohmann::json& body);
+nlohmann::json parse_tool_list(const nlohmann::json& body, const GrammarLimits& limits = {});
 
 }  // namespace pagellm::api

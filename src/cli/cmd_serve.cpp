@@ -56,6 +56,9 @@ struct ServeFlags {
   bool disable_log_requests = false;
 };
 
+// After --shutdown-timeout: time to write the last responses and close.
+constexpr std::chrono::seconds kShutdownGrace{5};
+
 std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
 // Each connection is a descriptor: lift the soft limit to what
@@ -127,6 +130,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   served.reasoning_parser = reasoning_parser.get();
 
   served.limits = f.limits;
+  served.limits.grammar = config.grammar.limits;
   AsyncEngineOptions async_options;
   async_options.max_waiting_requests = f.limits.max_waiting_requests;
   async_options.max_waiting_sequences = f.limits.max_waiting_sequences;
@@ -190,8 +194,20 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   }
   spdlog::info("{}: shutting down; in-flight requests get up to {} s to finish", sig ? strsignal(sig) : "stop",
                f.shutdown_timeout);
-  async.shutdown(std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000)));
-  if (!api.wait_idle(std::chrono::seconds(10))) spdlog::warn("some responses are still being written; closing");
+  // Whatever is stuck, the process ends kShutdownGrace after the grace
+  // period: a watchdog exits it then.
+  const auto deadline = std::chrono::steady_clock::now() + to_ms(f.shutdown_timeout) + kShutdownGrace;
+  std::thread([deadline] {
+    std::this_thread::sleep_until(deadline);
+    spdlog::error("shutdown did not finish within --shutdown-timeout + {} s; exiting now",
+                  std::chrono::duration_cast<std::chrono::seconds>(kShutdownGrace).count());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }).detach();
+  async.shutdown(to_ms(f.shutdown_timeout));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (!api.wait_idle(std::max(std::chrono::milliseconds(0), left - std::chrono::seconds(2))))
+    spdlog::warn("some responses are still being written; closing");
   http.stop();
   listener.join();
   if (sig == 0) {

@@ -143,6 +143,35 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
   app->add_option("--pipeline-micro-batches", f->pipeline_micro_batches,
                   "Micro-batches per step under pipeline parallelism (0: twice the stages)")
       ->check(CLI::Range(0, 1024));
+  app->add_option("--grammar-max-bytes", f->grammar_max_bytes,
+                  "Structured outputs: largest schema, regex, grammar or choice list (text); larger get 400")
+      ->capture_default_str();
+  app->add_option("--grammar-max-depth", f->grammar_max_depth,
+                  "Structured outputs: deepest nesting of a schema (JSON levels), regex (groups) or grammar "
+                  "(parentheses); deeper get 400 (at most 128: building a grammar grows faster than linearly "
+                  "with depth)")
+      ->check(CLI::Range(1, kMaxGrammarDepth))
+      ->capture_default_str();
+  app->add_option("--grammar-max-nodes", f->grammar_max_nodes,
+                  "Structured outputs: most JSON values in a schema, atoms in a regex or grammar (bounded repetitions "
+                  "counted in full), or choices; more get 400")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app->add_option("--grammar-compile-workers", f->grammar_compile_workers,
+                  "Grammars compiled at once, each in its own worker process")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--grammar-compile-timeout", f->grammar_compile_timeout,
+                  "Seconds one grammar may take to compile; its worker is then killed and the request gets 400")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  app->add_option("--grammar-compile-memory", f->grammar_compile_memory,
+                  "Memory one grammar compile may take (e.g. 1GiB); its worker is then killed and the request gets 400")
+      ->capture_default_str();
+  app->add_option("--grammar-cache-memory", f->grammar_cache_memory,
+                  "Memory of the compiled-grammar cache (at most 64 grammars; one is a few MiB for a large "
+                  "vocabulary); the least recently used go first")
+      ->capture_default_str();
   app->add_option("--trace", f->trace, "Write a Chrome-trace JSON timeline of steps and ops to this file");
   app->add_option("--config", f->config_file,
                   "YAML file of flags, as vLLM's --config: `max-num-seqs: 64` per line (underscores or dashes); "
@@ -259,6 +288,16 @@ EngineConfig EngineFlags::to_config() const {
   else
     c.pipeline_layer_partition = parse_layer_partition(pipeline_layer_partition);
   if (seed >= 0) c.seed = static_cast<uint64_t>(seed);
+  structured::GrammarCompilerOptions& g = c.grammar;
+  g.limits.max_bytes = static_cast<size_t>(parse_byte_size(grammar_max_bytes));
+  PAGELLM_CHECK(g.limits.max_bytes > 0, "--grammar-max-bytes must be positive");
+  g.limits.max_depth = grammar_max_depth;
+  g.limits.max_nodes = grammar_max_nodes;
+  g.workers = grammar_compile_workers;
+  g.budget.time = std::chrono::milliseconds(static_cast<int64_t>(grammar_compile_timeout * 1000));
+  g.budget.memory_bytes = static_cast<size_t>(parse_byte_size(grammar_compile_memory));
+  PAGELLM_CHECK(g.budget.memory_bytes >= (size_t{16} << 20), "--grammar-compile-memory must be at least 16MiB");
+  g.cache_bytes = static_cast<size_t>(parse_byte_size(grammar_cache_memory));
   return c;
 }
 

@@ -51,6 +51,14 @@ struct EngineFlags {
   int pipeline_micro_batches = 0;
   std::string pipeline_layer_partition;  // "12,10": layers per stage, or "balanced"
   std::string trace;  // Chrome-trace JSON written at exit
+  // Structured outputs (structured/grammar.h).
+  std::string grammar_max_bytes = "64KiB";
+  int grammar_max_depth = GrammarLimits{}.max_depth;
+  int64_t grammar_max_nodes = GrammarLimits{}.max_nodes;
+  int grammar_compile_workers = 4;
+  double grammar_compile_timeout = 10;
+  std::string grammar_compile_memory = "1GiB";
+  std::string grammar_cache_memory = "128MiB";
 
   std::string config_file;  // --config FILE.yaml
   // Reads --config into the command's options not given on the command line

@@ -10,6 +10,23 @@
 
 namespace pagellm {
 
+// A structured output's schema, regex, EBNF grammar, choice list or
+// structural tag, however it arrives (an object or JSON text), before any
+// grammar is built from it (HTTP 400 naming the field and the flag). Grammar
+// construction and compilation grow with all three; within them a compile
+// takes well under a second (docs/reliability.md has the measurements).
+struct GrammarLimits {
+  size_t max_bytes = size_t{64} << 10;  // its text                                  (--grammar-max-bytes)
+  int32_t max_depth = 32;              // JSON nesting; regex groups; EBNF parentheses (--grammar-max-depth)
+  int64_t max_nodes = 4096;            // JSON values; regex / EBNF atoms with repetition counts multiplied;
+                                       // choices                                    (--grammar-max-nodes)
+};
+// The ceiling of --grammar-max-depth: xgrammar builds a grammar from a schema
+// in time that grows faster than linearly with its depth, on the request's
+// thread (a 900-level schema took over a minute; 128 levels, compile and
+// answer included, about 2.5 s).
+inline constexpr int32_t kMaxGrammarDepth = 128;
+
 struct RequestLimits {
   // One request (HTTP 400 when exceeded).
   size_t max_prompts = 1024;                // prompts in one completions batch
@@ -22,6 +39,7 @@ struct RequestLimits {
   size_t max_logit_bias = 1024;             // entries in logit_bias
   size_t max_messages = 10000;              // chat messages
   size_t max_chat_template_kwargs = 1024;   // top-level keys
+  GrammarLimits grammar;                    // structured outputs and tool schemas (engine flags)
 
   // Admission: what may wait for the engine (HTTP 503 + Retry-After when full).
   // "Waiting" means admitted but without its first output yet (queued or in prefill).

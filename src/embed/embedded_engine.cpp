@@ -64,6 +64,7 @@ EmbeddedEngine::EmbeddedEngine(const json& engine_args, const LoadProgress& prog
   served_.chat_template = load_chat_template(args.chat_template, *engine);
   served_.vocab_size = engine->model_config().n_vocab;
   served_.max_model_len = engine->max_model_len();
+  served_.limits.grammar = args.config.grammar.limits;
   seed_ = args.seed;
   engine_ = std::make_unique<AsyncEngine>(std::move(engine), unlimited());
 }
@@ -79,7 +80,7 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
   check_token_ids(prompt_ids, served_.vocab_size, "prompt token", "prompt");
   ParsedParams parsed = parse_request_params(body, /*chat=*/false, served_.vocab_size, /*default_max_tokens=*/16,
                                              served_.limits);
-  parsed.sampling.structured = api::parse_structured_outputs(body);
+  parsed.sampling.structured = api::parse_structured_outputs(body, served_.limits.grammar);
   EngineRequest r;
   r.id = id;
   r.params = std::move(parsed.sampling);
@@ -113,7 +114,7 @@ std::string EmbeddedEngine::render_chat(const json& messages, const json& option
     throw InvalidRequest(fmt::format("chat options must be an object, got {}", json_type_name(options)));
   json body = options.is_null() ? json::object() : options;
   body["messages"] = messages;
-  return api::render_chat_prompt(body, served_, api::parse_tool_list(body));
+  return api::render_chat_prompt(body, served_, api::parse_tool_list(body, served_.limits.grammar));
 }
 
 json EmbeddedEngine::stats() const {

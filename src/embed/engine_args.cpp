@@ -78,6 +78,8 @@ const std::set<std::string>& known_keys() {
       "enable_chunked_prefill", "block_allocation", "scheduling_policy", "preemption_mode", "swap_space",
       "speculative_config", "seed", "chat_template", "profile", "long_prefill_token_threshold",
       "preemption_policy", "priority_aging_steps", "deterministic", "step_composition", "kv_eviction", "attention_sinks",
+      "grammar_max_bytes", "grammar_max_depth", "grammar_max_nodes", "grammar_compile_workers",
+      "grammar_compile_timeout", "grammar_compile_memory", "grammar_cache_memory",
       // vLLM's, accepted (see the header)
       "dtype", "trust_remote_code", "enforce_eager", "disable_log_stats", "tensor_parallel_size",
       "pipeline_parallel_size"};
@@ -167,6 +169,17 @@ EngineArgs parse_engine_args(const json& args) {
       throw InvalidRequest(e.what(), "speculative_config");
     }
   }
+  structured::GrammarCompilerOptions& g = c.grammar;
+  if (has_field(args, "grammar_max_bytes")) g.limits.max_bytes = static_cast<size_t>(get_bytes(args, "grammar_max_bytes"));
+  g.limits.max_depth = static_cast<int32_t>(get_int_field(args, "grammar_max_depth", g.limits.max_depth, 1, kMaxGrammarDepth));
+  g.limits.max_nodes = get_int_field(args, "grammar_max_nodes", g.limits.max_nodes, 1, int64_t{1} << 30);
+  g.workers = static_cast<int>(get_int_field(args, "grammar_compile_workers", g.workers, 1, 64));
+  if (has_field(args, "grammar_compile_timeout"))
+    g.budget.time = std::chrono::milliseconds(static_cast<int64_t>(
+        1000.0 * get_float_field(args, "grammar_compile_timeout", 10.0f, {0.05, 3600.0})));
+  if (has_field(args, "grammar_compile_memory"))
+    g.budget.memory_bytes = static_cast<size_t>(get_bytes(args, "grammar_compile_memory"));
+  if (has_field(args, "grammar_cache_memory")) g.cache_bytes = static_cast<size_t>(get_bytes(args, "grammar_cache_memory"));
   c.profile = get_bool_field(args, "profile", false);
   c.deterministic = get_bool_field(args, "deterministic", false);
   if (has_field(args, "seed")) out.seed = static_cast<uint64_t>(get_int_field(args, "seed", 0, INT64_MIN, INT64_MAX));

@@ -147,8 +147,13 @@ bool AsyncEngine::accepting() const {
 }
 
 EngineStats AsyncEngine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  s.grammars = engine_->grammar_stats();
+  return s;
 }
 
 size_t AsyncEngine::num_in_flight() const {

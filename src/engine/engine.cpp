@@ -43,6 +43,7 @@ struct Engine::Sample {
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stop;
   std::unique_ptr<structured::GrammarMatcher> matcher;  // structured outputs only
+  bool grammar_dead_end = false;  // its grammar allowed no next token: it stops, the request fails
   // Speculative decoding: when to propose, the draft model's random stream,
   // and q of this step's drafts (empty: point-mass proposals).
   AdaptiveSpeculation spec;
@@ -62,7 +63,8 @@ struct Engine::Request {
   int32_t priority = 0;
   std::vector<int32_t> prompt;
   std::vector<Sample> samples;
-  std::shared_future<structured::CompileResult> grammar;  // valid with a structured output
+  std::shared_ptr<structured::PendingGrammar> grammar;  // with a structured output, until it starts
+  std::string grammar_error;  // a sample's grammar allowed no token: the request ends with this (400)
   bool forked = false;
   int32_t num_cached_tokens = 0;
   int32_t ve = 0;  // its virtual engine (scheduler)
@@ -237,7 +239,8 @@ void Engine::load(const LoadProgress& progress) {
   make_schedulers(config_.virtual_engines > 0 ? config_.virtual_engines : std::max(1, config_.pipeline_parallel_size));
   runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
   sampler_ = std::make_unique<Sampler>();
-  grammars_ = std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids());
+  grammars_ =
+      std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids(), config_.grammar);
   bitmask_.assign(static_cast<size_t>(structured::bitmask_words(grammars_->vocab_size())), 0);
   const SpeculativeConfig& spec = config_.speculative;
   if (spec.method == SpecMethod::Ngram) {
@@ -333,7 +336,7 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
   req.params.validate(vocab);
-  structured::validate(req.params.structured, "structured_outputs");
+  structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
   for (int32_t t : req.prompt_ids)
     if (t < 0 || t >= vocab) throw InvalidRequest(fmt::format("token id {} is outside the vocabulary (0..{})", t, vocab - 1), "prompt");
@@ -385,6 +388,7 @@ void Engine::enqueue(EngineRequest req) {
   if (req_ref.params.structured.active()) {
     req_ref.grammar = grammars_->compile(req_ref.params.structured);
     waiting_for_grammar_.push_back(&req_ref);
+    update_gauges();
     return;  // step() starts it once the grammar is ready
   }
   start(req_ref);
@@ -415,22 +419,25 @@ void Engine::admit_compiled_grammars(std::vector<RequestOutput>& outputs) {
   if (waiting_for_grammar_.empty()) return;
   // With nothing else to run, wait a little for a compile instead of spinning.
   const bool idle = waiting_for_grammar_.size() == requests_.size();
-  if (idle) waiting_for_grammar_.front()->grammar.wait_for(std::chrono::milliseconds(5));
-  auto ready = [](Request* r) {
-    return r->grammar.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  };
+  if (idle) waiting_for_grammar_.front()->grammar->wait_for(std::chrono::milliseconds(5));
   std::vector<Request*> still_waiting;
   for (Request* r : waiting_for_grammar_) {
-    if (!ready(r)) {
+    if (!r->grammar->ready()) {
       still_waiting.push_back(r);
       continue;
     }
-    const structured::CompileResult& g = r->grammar.get();
+    const structured::CompileResult g = r->grammar->get();
+    r->grammar.reset();
     if (!g.grammar) {
+      using E = structured::CompileResult::Error;
       RequestOutput out;
       out.request_id = r->id;
       out.finished = true;
       out.error = "structured output: " + g.error;
+      out.error_kind = g.error_kind == E::Invalid || g.error_kind == E::OverBudget ? RequestError::Invalid
+                       : g.error_kind == E::Unavailable                            ? RequestError::Unavailable
+                                                                                   : RequestError::Internal;
+      out.error_param = r->params.structured.field;
       requests_.erase(r->id);
       outputs.push_back(std::move(out));
       continue;
@@ -458,6 +465,10 @@ void Engine::append_token(Request& r, Sample& s, int32_t token, const SampleResu
   s.delta.token_ids.push_back(token);
   s.delta.num_output_tokens = n_out;
   if (p.logprobs >= 0) s.delta.logprobs.push_back({token, res.logprob, res.top_logprobs});
+  if (s.grammar_dead_end) {
+    s.pending_finish = FinishReason::Stop;
+    return;
+  }
   if (s.matcher) {
     // The mask allowed only tokens the grammar accepts; a stop token it
     // accepted ends the output, even with ignore_eos.
@@ -622,6 +633,19 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
   // One token from `row` for `target` (with a draft distribution q: accept
   // or reject `draft` against it). The sampler restores the row after use,
   // so one row serves every sample.
+  // The grammar allows nothing more (its language is empty past this point):
+  // the sample stops with a stop token, unseen, and the request fails with a
+  // 400 naming the constraint.
+  auto grammar_dead_end = [&](Request& req, Sample& target) {
+    target.grammar_dead_end = true;
+    if (req.grammar_error.empty())
+      req.grammar_error = fmt::format("structured output: after {} output tokens the constraint allows no further "
+                                      "token, so no output can satisfy it",
+                                      target.seq->num_output_tokens());
+    SampleResult res;
+    res.token = eog.empty() ? 0 : eog.front();
+    return res;
+  };
   auto draw = [&](Sample& target, const float* logits_row, int32_t draft = -1, const float* q = nullptr,
                   bool* accepted = nullptr) {
     float* row = const_cast<float*>(logits_row);
@@ -632,6 +656,7 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
     const int32_t* allowed = nullptr;
     if (target.matcher) {
       if (target.matcher->fill_next_token_bitmask(bitmask_.data(), grammars_->vocab_size())) allowed = bitmask_.data();
+      if (allowed && !structured::any_allowed(allowed, vocab)) return grammar_dead_end(r, target);
       // Where the grammar may end, min_tokens must not ban the only way out.
       if (!target.matcher->completed())
         min_tokens_banned_ids(r.params, eog, target.seq->num_output_tokens(), banned);
@@ -648,7 +673,13 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
       return sampler_->sample_against_draft(row, vocab, r.params, prompt, output, banned, target.rng, allowed,
                                             row_reused, draft, q, *accepted);
     }
-    SampleResult res = sampler_->sample(row, vocab, r.params, prompt, output, banned, target.rng, allowed, row_reused);
+    SampleResult res;
+    try {
+      res = sampler_->sample(row, vocab, r.params, prompt, output, banned, target.rng, allowed, row_reused);
+    } catch (const Error&) {
+      if (!allowed) throw;
+      return grammar_dead_end(r, target);  // what the grammar allows, the logits rule out
+    }
     if (accepted) *accepted = res.token == draft;
     return res;
   };
@@ -870,6 +901,11 @@ RequestOutput Engine::collect(Request& r) {
   if (r.first_scheduled) out.queue_seconds = std::chrono::duration<double>(*r.first_scheduled - r.arrival).count();
   if (r.first_token) out.ttft_seconds = std::chrono::duration<double>(*r.first_token - r.arrival).count();
   out.e2e_seconds = std::chrono::duration<double>(now - r.arrival).count();
+  if (out.finished && !r.grammar_error.empty()) {
+    out.error = r.grammar_error;
+    out.error_kind = RequestError::Invalid;
+    out.error_param = r.params.structured.field;
+  }
   if (out.finished) {
     metrics_.e2e_request_latency.observe(out.e2e_seconds);
     FinishReason reason = FinishReason::Stop;
@@ -964,6 +1000,8 @@ void Engine::update_gauges() {
     metrics_.swapped_out_bytes += sch->num_blocks_swapped_out() * block_bytes;
     metrics_.swapped_in_bytes += sch->num_blocks_swapped_in() * block_bytes;
   }
+  // Requests whose grammar is still compiling wait as well (outside the schedulers).
+  metrics_.num_requests_waiting += static_cast<int64_t>(waiting_for_grammar_.size());
 }
 
 EngineStats Engine::stats() const {

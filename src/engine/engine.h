@@ -69,6 +69,9 @@ struct EngineConfig {
   AllocationPolicy block_allocation = AllocationPolicy::Any;
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
   SpeculativeConfig speculative;   // --speculative-config (off by default)
+  // Structured outputs: the limits on a spec, and the compile workers, budget
+  // and cache (structured/grammar.h; --grammar-* flags).
+  structured::GrammarCompilerOptions grammar;
   bool profile = false;            // per-op timing breakdown
   // Ranks the model is split over (engine/parallel.h; launched with mpirun):
   // attention heads, FFN units and vocabulary across tensor_parallel_size
@@ -132,9 +135,16 @@ struct CompletionDelta {
   int32_t num_output_tokens = 0;  // total so far
 };
 
+// Whose fault a failed request is, for the API's status: the client's (400,
+// naming error_param), the server's state (503: stopping, overloaded), or a
+// bug (500).
+enum class RequestError : uint8_t { Internal, Invalid, Unavailable };
+
 struct RequestOutput {
   std::string request_id;
   std::string error;  // non-empty: the request failed (finished is true)
+  RequestError error_kind = RequestError::Internal;
+  std::string error_param;  // with Invalid: the request field at fault
   std::vector<CompletionDelta> completions;
   bool finished = false;
   int32_t num_prompt_tokens = 0;
@@ -184,6 +194,9 @@ class Engine {
   Backend& backend() { return *backend_; }
   const EngineMetrics& metrics() const { return metrics_; }
   EngineStats stats() const;
+  // The grammar compiler's own figures, current even while the step loop
+  // sleeps (compiles run and end on their own threads). Thread-safe.
+  structured::GrammarCompilerStats grammar_stats() const { return grammars_->stats(); }
   std::string describe() const;
   // Time per step phase (schedule / forward with the backend's op breakdown /
   // sampling and output), when EngineConfig::profile is on.

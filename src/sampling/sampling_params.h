@@ -22,6 +22,9 @@ struct StructuredOutputs {
   // JSON may hold whitespace between tokens (runs of at most 8); false: compact
   // (vLLM's disable_any_whitespace).
   bool any_whitespace = true;
+  // The request field that gave it (response_format, guided_json, ...), for
+  // errors found after the request was queued.
+  std::string field = "structured_outputs";
 
   bool active() const { return kind != Kind::None; }
 };

@@ -170,8 +170,20 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
             "Grammars that failed to compile.");
   w.counter("structured_output_compile_seconds_total", g.compile_seconds,
             "Time spent compiling grammars, in seconds (off the engine's step thread).");
+  w.counter("structured_output_compile_over_budget_total", static_cast<double>(g.over_budget),
+            "Grammar compiles stopped at their time or memory budget (of the failures).");
+  w.counter("structured_output_compile_cancelled_total", static_cast<double>(g.cancelled),
+            "Grammar compiles dropped because every request waiting for them left.");
+  w.gauge("structured_output_compiles_in_progress", static_cast<double>(g.in_progress),
+          "Grammar compiles running now (each in a worker process).");
+  w.gauge("structured_output_compiles_queued", static_cast<double>(g.queued),
+          "Grammar compiles waiting for a compile worker.");
   w.gauge("structured_output_cached_grammars", static_cast<double>(g.cached),
           "Compiled grammars held in the cache.");
+  w.gauge("structured_output_cache_bytes", static_cast<double>(g.cached_bytes),
+          "Memory of the compiled grammars in the cache (xgrammar's estimate).");
+  w.histogram("structured_output_compile_time_seconds", g.compile_time,
+              "Histogram of grammar compile time in seconds (worker process start to result).");
 
   w.header("request_success_total", "counter", "Count of successfully processed requests.");
   std::map<std::string, int64_t> success = m.request_success;

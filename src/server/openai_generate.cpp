@@ -24,6 +24,17 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A failed request's output as an HTTP error: the client's fault (a grammar
+// that admits no output, or too complex to compile) is a 400 naming its field.
+HttpError error_for(const RequestOutput& out) {
+  switch (out.error_kind) {
+    case RequestError::Invalid: return HttpError(400, out.error, "", out.error_param);
+    case RequestError::Unavailable: return HttpError(503, out.error, "unavailable");
+    case RequestError::Internal: break;
+  }
+  return HttpError(500, out.error, "internal_error");
+}
+
 // What the one log line per request says.
 struct RequestLog {
   bool enabled = true;
@@ -56,11 +67,17 @@ struct RequestLog {
 // the content provider later, on the same connection thread.
 struct StreamingReply {
   StreamingReply(const OpenAIServer& server, std::unique_ptr<GenerationJob> j, StreamRenderer r, ClientWatch w,
-                 RequestLog l)
-      : active(server), job(std::move(j)), renderer(std::move(r)), watch(std::move(w)), log(std::move(l)) {}
+                 RequestLog l, std::optional<GenerationJob::Item> first)
+      : active(server),
+        job(std::move(j)),
+        first(std::move(first)),
+        renderer(std::move(r)),
+        watch(std::move(w)),
+        log(std::move(l)) {}
 
   ActiveRequest active;
   std::unique_ptr<GenerationJob> job;
+  std::optional<GenerationJob::Item> first;  // read before the stream began
   StreamRenderer renderer;
   ClientWatch watch;
   RequestLog log;
@@ -75,8 +92,8 @@ bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::millise
   };
   if (!write(s.renderer.begin())) return client_gone();
   auto last_check = Clock::now();
-  while (!s.job->done()) {
-    auto item = s.job->next(poll);
+  while (s.first || !s.job->done()) {
+    auto item = s.first ? std::exchange(s.first, std::nullopt) : s.job->next(poll);
     // Failed writes show most disconnects; this also catches them while
     // nothing is written (queued, long prefill, text held back).
     if (Clock::now() - last_check >= poll) {
@@ -87,7 +104,8 @@ bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::millise
     if (!item) continue;
     if (!item->output.error.empty()) {
       s.job->abort();
-      write(s.renderer.error(error_body(500, item->output.error, "", "internal_error")));
+      const HttpError e = error_for(item->output);
+      write(s.renderer.error(error_body(e.status(), e.what(), e.param(), e.code())));
       write(kSseDone);
       sink.done();
       s.log.write("failed", s.renderer.usage(), s.renderer.choices());
@@ -126,10 +144,29 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
   res.set_header("X-Request-Id", meta.id);
 
   if (g.stream) {
+    // A grammar still compiling may fail for the client's reasons: wait for
+    // its first output, so that such a failure is a 400 status, not an
+    // error event after a 200.
+    std::optional<GenerationJob::Item> first;
+    if (g.params.structured.active()) {
+      while (!first && !job->done()) {
+        first = job->next(options_.poll_interval);
+        if (!first && watch.gone()) {
+          job->abort();
+          log.write("aborted (client disconnected)", {}, {});
+          res.status = 499;
+          return;
+        }
+      }
+      if (first && !first->output.error.empty()) {
+        job->abort();
+        throw error_for(first->output);
+      }
+    }
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
                             std::move(piece), g.output);
-    auto state =
-        std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch), std::move(log));
+    auto state = std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch),
+                                                  std::move(log), std::move(first));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     const auto poll = options_.poll_interval;
@@ -155,7 +192,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     if (!item) continue;
     if (!item->output.error.empty()) {
       job->abort();
-      throw HttpError(500, item->output.error, "internal_error");
+      throw error_for(item->output);
     }
     log.saw(item->output);
     collector.add(item->prompt_index, item->output);

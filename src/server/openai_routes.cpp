@@ -141,7 +141,7 @@ void OpenAIServer::tokenize(const httplib::Request& req, httplib::Response& res)
     return body[key].get<bool>();
   };
   if (body.contains("messages")) {
-    ids = tok.encode(render_chat_prompt(body, model_, parse_tool_list(body)), flag("add_special_tokens", false), true);
+    ids = tok.encode(render_chat_prompt(body, model_, parse_tool_list(body, model_.limits.grammar)), flag("add_special_tokens", false), true);
   } else if (body.contains("prompt")) {
     if (!body["prompt"].is_string()) throw InvalidRequest("'prompt' must be a string", "prompt");
     const std::string& text = body["prompt"].get_ref<const std::string&>();

@@ -1,33 +1,13 @@
-#include "structured/grammar.h"
-
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
-#include <xgrammar/xgrammar.h>
 
-#include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <list>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
-#include <unordered_map>
 
 #include "core/error.h"
-#include "tokenizer/tokenizer.h"
+#include "structured/grammar.h"
+#include "structured/xgrammar_bridge.h"
 
 namespace pagellm::structured {
-
-class CompiledGrammar {
- public:
-  explicit CompiledGrammar(xgrammar::CompiledGrammar g) : grammar(std::move(g)) {}
-  xgrammar::CompiledGrammar grammar;
-};
-
-namespace {
-
-using nlohmann::json;
 
 // xgrammar's errors read "[12:00:00] /path/file.cc:123: message"; keep the message.
 std::string clean_message(const std::string& what) {
@@ -41,6 +21,10 @@ std::string clean_message(const std::string& what) {
   return m;
 }
 
+namespace {
+
+using nlohmann::json;
+
 // Keywords xgrammar 0.2.9 accepts but does not enforce (it only logs a
 // warning): an output could then break the schema, so the request is refused.
 constexpr const char* kIgnoredKeywords[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
@@ -52,6 +36,26 @@ void check_schema_keywords(const json& s, const std::string& path, const char* p
     if (s.contains(k))
       throw InvalidRequest(
           fmt::format("JSON schema keyword '{}' (at {}) is not supported by structured outputs", k, path), param);
+  // xgrammar enforces allOf of one schema only (of several it allows any
+  // value) and resolves only references into the schema itself.
+  if (const auto all = s.find("allOf"); all != s.end() && all->is_array() && all->size() != 1)
+    throw InvalidRequest(fmt::format("JSON schema keyword 'allOf' (at {}) is supported with exactly one schema; "
+                                     "merge the schemas into one",
+                                     path),
+                         param);
+  if (const auto ref = s.find("$ref"); ref != s.end() && ref->is_string()) {
+    const std::string& uri = ref->get_ref<const std::string&>();
+    if (uri.empty() || uri[0] != '#')
+      throw InvalidRequest(fmt::format("JSON schema '$ref' '{}' (at {}) points outside the schema; only references "
+                                       "within it ('#/...') are supported",
+                                       uri.substr(0, 200), path),
+                           param);
+  }
+  // No value satisfies an empty anyOf / oneOf / enum: nothing could be generated.
+  for (const char* k : {"anyOf", "oneOf", "enum"})
+    if (const auto v = s.find(k); v != s.end() && v->is_array() && v->empty())
+      throw InvalidRequest(
+          fmt::format("JSON schema keyword '{}' (at {}) is empty: no value satisfies the schema", k, path), param);
   if (s.contains("multipleOf")) {
     const json* type = s.contains("type") ? &s["type"] : nullptr;
     if (!(type && type->is_string() && *type == "integer"))
@@ -144,7 +148,9 @@ std::string describe_kind(StructuredOutputs::Kind k) {
   }
 }
 
-xgrammar::Grammar to_grammar_or_400(const StructuredOutputs& s, const char* param) {
+}  // namespace
+
+xgrammar::Grammar to_xgrammar(const StructuredOutputs& s, const char* param) {
   try {
     return to_grammar(s, param);
   } catch (const InvalidRequest&) {
@@ -154,30 +160,10 @@ xgrammar::Grammar to_grammar_or_400(const StructuredOutputs& s, const char* para
   }
 }
 
-std::string cache_key(const StructuredOutputs& s) {
-  std::string key;
-  key.reserve(s.spec.size() + 4);
-  key += static_cast<char>('0' + static_cast<int>(s.kind));
-  key += s.any_whitespace ? '1' : '0';
-  key += s.spec;
-  return key;
-}
-
-// xgrammar wants the vocabulary as the bytes each token stands for; control
-// and unknown tokens are "" (never part of a sentence).
-xgrammar::TokenizerInfo make_tokenizer_info(const Tokenizer& tok, int32_t vocab_size,
-                                            const std::vector<int32_t>& stop_ids) {
-  std::vector<std::string> vocab(static_cast<size_t>(tok.vocab_size()));
-  for (int32_t id = 0; id < tok.vocab_size(); ++id)
-    if (!tok.is_special(id)) vocab[id] = tok.token_to_piece(id, false);
-  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, std::max(vocab_size, tok.vocab_size()), stop_ids);
-}
-
-}  // namespace
-
-void validate(const StructuredOutputs& spec, const char* param) {
+void validate(const StructuredOutputs& spec, const GrammarLimits& limits, const char* param) {
   if (!spec.active()) return;
-  (void)to_grammar_or_400(spec, param);
+  check_grammar_limits(spec, limits, param);
+  (void)to_xgrammar(spec, param);
 }
 
 std::string choice_grammar(const std::vector<std::string>& choices) {
@@ -198,121 +184,6 @@ std::string choice_grammar(const std::vector<std::string>& choices) {
     g += '"';
   }
   return g;
-}
-
-// ---- GrammarCompiler
-
-struct GrammarCompiler::Impl {
-  const Tokenizer& tokenizer;
-  int32_t vocab_size;
-  std::vector<int32_t> stop_ids;
-  size_t capacity;
-
-  struct Entry {
-    std::shared_future<CompileResult> result;
-    std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
-  };
-  struct Job {
-    StructuredOutputs spec;
-    std::promise<CompileResult> promise;
-  };
-
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::unordered_map<std::string, Entry> cache;
-  std::list<std::string> lru;
-  std::deque<Job> jobs;
-  bool stopping = false;
-  GrammarCompilerStats stats;
-  std::thread worker;
-
-  Impl(const Tokenizer& t, int32_t v, std::vector<int32_t> s, size_t c)
-      : tokenizer(t), vocab_size(v), stop_ids(std::move(s)), capacity(std::max<size_t>(1, c)) {
-    worker = std::thread([this] { run(); });
-  }
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stopping = true;
-    }
-    cv.notify_all();
-    worker.join();
-  }
-
-  void run() {
-    std::unique_ptr<xgrammar::GrammarCompiler> compiler;  // built on first use: the vocabulary scan takes a while
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stopping || !jobs.empty(); });
-        // Stopping: the engine and its requests are going; queued compiles are dropped.
-        if (stopping) return;
-        job = std::move(jobs.front());
-        jobs.pop_front();
-      }
-      CompileResult r;
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        if (!compiler) {
-          const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-          compiler = std::make_unique<xgrammar::GrammarCompiler>(make_tokenizer_info(tokenizer, vocab_size, stop_ids),
-                                                                 static_cast<int>(std::min(4u, hw)),
-                                                                 /*cache_enabled=*/false);
-        }
-        r.grammar = std::make_shared<CompiledGrammar>(compiler->CompileGrammar(to_grammar_or_400(job.spec, "")));
-      } catch (const std::exception& e) {
-        r.error = clean_message(e.what());
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        (r.grammar ? stats.compiled : stats.failed)++;
-        stats.compile_seconds += seconds;
-      }
-      job.promise.set_value(std::move(r));
-    }
-  }
-
-  std::shared_future<CompileResult> compile(const StructuredOutputs& spec) {
-    std::string key = cache_key(spec);
-    std::lock_guard<std::mutex> lock(mu);
-    stats.requests++;
-    if (auto it = cache.find(key); it != cache.end()) {
-      stats.cache_hits++;
-      lru.splice(lru.begin(), lru, it->second.lru);
-      return it->second.result;
-    }
-    Job job{spec, {}};
-    std::shared_future<CompileResult> result = job.promise.get_future().share();
-    jobs.push_back(std::move(job));
-    lru.push_front(key);
-    cache.emplace(std::move(key), Entry{result, lru.begin()});
-    while (cache.size() > capacity) {  // waiters keep their own copy of an evicted future
-      cache.erase(lru.back());
-      lru.pop_back();
-    }
-    cv.notify_one();
-    return result;
-  }
-};
-
-GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> stop_ids,
-                                 size_t cache_capacity)
-    : vocab_size_(std::max(vocab_size, tokenizer.vocab_size())),
-      impl_(std::make_unique<Impl>(tokenizer, vocab_size_, std::move(stop_ids), cache_capacity)) {}
-
-GrammarCompiler::~GrammarCompiler() = default;
-
-std::shared_future<CompileResult> GrammarCompiler::compile(const StructuredOutputs& spec) {
-  return impl_->compile(spec);
-}
-
-GrammarCompilerStats GrammarCompiler::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  GrammarCompilerStats s = impl_->stats;
-  s.cached = impl_->cache.size();
-  return s;
 }
 
 // ---- GrammarMatcher

@@ -92,7 +92,7 @@ TEST(StructuredEngine, GreedyPicksTheBestAllowedTokenEveryStep) {
   // Replay with an independent matcher: every token was allowed, and every
   // token the model scored higher was not.
   structured::GrammarCompiler compiler(tok, engine.model_config().n_vocab, tok.eog_ids());
-  const auto g = compiler.compile(r.params.structured).get();
+  const auto g = compiler.compile(r.params.structured)->get();
   ASSERT_TRUE(g.grammar);
   structured::GrammarMatcher m(g.grammar);
   std::vector<int32_t> mask(static_cast<size_t>(structured::bitmask_words(compiler.vocab_size())));

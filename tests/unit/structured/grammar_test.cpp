@@ -27,7 +27,7 @@ StructuredOutputs spec(Kind kind, std::string text) {
 
 std::string validate_error(const StructuredOutputs& s) {
   try {
-    validate(s, "response_format");
+    validate(s, GrammarLimits{}, "response_format");
   } catch (const InvalidRequest& e) {
     EXPECT_EQ(e.param(), "response_format");
     return e.what();
@@ -37,13 +37,13 @@ std::string validate_error(const StructuredOutputs& s) {
 }
 
 TEST(StructuredValidate, AcceptsValidSpecs) {
-  EXPECT_NO_THROW(validate(StructuredOutputs{}, "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"object","properties":{"a":{"type":"integer"}}})"), "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::JsonObject, ""), "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::Regex, "[a-z]+@[a-z]+\\.com"), "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::Choice, R"(["yes", "no", "say \"maybe\""])"), "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::Grammar, "root ::= \"a\" rest\nrest ::= [0-9]+"), "x"));
-  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"integer","multipleOf":3,"minimum":0,"maximum":99})"), "x"));
+  EXPECT_NO_THROW(validate(StructuredOutputs{}, GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"object","properties":{"a":{"type":"integer"}}})"), GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::JsonObject, ""), GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Regex, "[a-z]+@[a-z]+\\.com"), GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Choice, R"(["yes", "no", "say \"maybe\""])"), GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Grammar, "root ::= \"a\" rest\nrest ::= [0-9]+"), GrammarLimits{}, "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"integer","multipleOf":3,"minimum":0,"maximum":99})"), GrammarLimits{}, "x"));
 }
 
 TEST(StructuredValidate, NamesTheProblem) {
@@ -58,13 +58,65 @@ TEST(StructuredValidate, NamesTheProblem) {
   EXPECT_NE(validate_error(spec(Kind::Json, R"({"type":"number","multipleOf":0.5})")).find("multipleOf"),
             std::string::npos);
   // A property merely called "not" is not the keyword.
-  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"object","properties":{"not":{"type":"string"}}})"), "x"));
+  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"type":"object","properties":{"not":{"type":"string"}}})"), GrammarLimits{}, "x"));
   EXPECT_NE(validate_error(spec(Kind::Regex, "[a-z")).find("regex"), std::string::npos);
   EXPECT_NE(validate_error(spec(Kind::Grammar, "root ::= undefined_rule")).find("grammar"), std::string::npos);
   EXPECT_NE(validate_error(spec(Kind::Grammar, "start ::= \"a\"")).find("grammar"), std::string::npos);
   EXPECT_NE(validate_error(spec(Kind::Choice, "[]")).find("non-empty"), std::string::npos);
   EXPECT_NE(validate_error(spec(Kind::Choice, "[1]")).find("strings"), std::string::npos);
   EXPECT_NE(validate_error(spec(Kind::StructuralTag, R"({"type":"nonsense"})")).find("structural tag"),
+            std::string::npos);
+}
+
+std::string nested_arrays(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += R"({"type":"array","items":)";
+  s += R"({"type":"integer"})";
+  return s + std::string(static_cast<size_t>(depth), '}');
+}
+
+TEST(StructuredLimits, EveryKindIsMeasuredBeforeXgrammarSeesIt) {
+  GrammarLimits small;
+  small.max_bytes = 4096;
+  small.max_depth = 8;
+  small.max_nodes = 100;
+  auto error = [&](Kind kind, const std::string& text) {
+    try {
+      validate(spec(kind, text), small, "guided_json");
+    } catch (const InvalidRequest& e) {
+      EXPECT_EQ(e.param(), "guided_json");
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NO_THROW(validate(spec(Kind::Json, nested_arrays(6)), small, "x"));
+  EXPECT_NE(error(Kind::Json, nested_arrays(9)).find("nests 10 levels deep; the limit is 8 (--grammar-max-depth)"),
+            std::string::npos);
+  // 5,000 levels: refused by size before any parser runs.
+  EXPECT_NE(error(Kind::Json, nested_arrays(5000)).find("--grammar-max-bytes"), std::string::npos);
+  std::string big_enum = R"({"enum":[)";
+  for (int i = 0; i < 150; ++i) big_enum += (i ? "," : "") + std::to_string(i);
+  EXPECT_NE(error(Kind::Json, big_enum + "]}").find("JSON values; the limit is 100"), std::string::npos);
+  std::string choices = "[";
+  for (int i = 0; i < 101; ++i) choices += fmt::format("{}\"c{}\"", i ? "," : "", i);
+  EXPECT_NE(error(Kind::Choice, choices + "]").find("101 choices"), std::string::npos);
+  EXPECT_NE(error(Kind::Regex, "(a{1000}){1000}").find("1000000 atoms"), std::string::npos);
+  EXPECT_NE(error(Kind::Regex, "((((((((((a))))))))))").find("groups 10 levels deep"), std::string::npos);
+  EXPECT_NO_THROW(validate(spec(Kind::Regex, "[a-z]{1,20}@(com|org)"), small, "x"));
+  EXPECT_NE(error(Kind::Grammar, "root ::= \"a\"{500}").find("atoms"), std::string::npos);
+  EXPECT_NO_THROW(validate(spec(Kind::Grammar, "root ::= item (\",\" item)*\nitem ::= [0-9]+"), small, "x"));
+  EXPECT_NE(error(Kind::Grammar, "root ::= \"" + std::string(5000, 'a') + "\"").find("5011 bytes"), std::string::npos);
+}
+
+TEST(StructuredValidate, RefusesWhatCannotBeEnforced) {
+  EXPECT_NE(validate_error(spec(Kind::Json, R"({"allOf":[{"type":"string"},{"type":"integer"}]})")).find("allOf"),
+            std::string::npos);
+  EXPECT_NO_THROW(validate(spec(Kind::Json, R"({"$defs":{"a":{"type":"integer"}},"allOf":[{"$ref":"#/$defs/a"}]})"),
+                           GrammarLimits{}, "x"));
+  EXPECT_NE(validate_error(spec(Kind::Json, R"({"$ref":"https://example.com/schema.json"})")).find("outside"),
+            std::string::npos);
+  EXPECT_NE(validate_error(spec(Kind::Json, R"({"anyOf":[]})")).find("empty"), std::string::npos);
+  EXPECT_NE(validate_error(spec(Kind::Json, R"({"type":"object","properties":{"a":{"enum":[]}}})")).find("enum"),
             std::string::npos);
 }
 
@@ -97,7 +149,7 @@ class GrammarOnStories : public ::testing::Test {
 
 TEST_F(GrammarOnStories, MatcherFollowsTheGrammarAndEndsWithEos) {
   GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids());
-  const CompileResult r = compiler.compile(spec(Kind::Choice, R"(["Once upon a time", "Lily"])")).get();
+  const CompileResult r = compiler.compile(spec(Kind::Choice, R"(["Once upon a time", "Lily"])"))->get();
   ASSERT_TRUE(r.grammar) << r.error;
   GrammarMatcher m(r.grammar);
   std::vector<int32_t> mask(static_cast<size_t>(bitmask_words(compiler.vocab_size())));
@@ -127,18 +179,21 @@ TEST_F(GrammarOnStories, MatcherFollowsTheGrammarAndEndsWithEos) {
 }
 
 TEST_F(GrammarOnStories, CompilerCachesAndSharesCompiles) {
-  GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids(), /*cache_capacity=*/2);
+  GrammarCompilerOptions two;
+  two.cache_entries = 2;
+  GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids(), two);
   const auto a1 = compiler.compile(spec(Kind::Regex, "[a-z]+"));
   const auto a2 = compiler.compile(spec(Kind::Regex, "[a-z]+"));  // joins the first
+  ASSERT_TRUE(a1->get().grammar);
   const auto bad = compiler.compile(spec(Kind::Regex, "(unclosed"));
-  ASSERT_TRUE(a1.get().grammar);
-  EXPECT_EQ(a1.get().grammar, a2.get().grammar);
-  EXPECT_FALSE(bad.get().grammar);
-  EXPECT_FALSE(bad.get().error.empty());
-  compiler.compile(spec(Kind::Regex, "[0-9]+")).get();  // the cache holds 2: "[a-z]+" goes
+  EXPECT_FALSE(bad->get().grammar);
+  EXPECT_EQ(a1->get().grammar, a2->get().grammar);
+  EXPECT_FALSE(bad->get().grammar);
+  EXPECT_FALSE(bad->get().error.empty());
+  compiler.compile(spec(Kind::Regex, "[0-9]+"))->get();  // the cache holds 2: "[a-z]+" goes
   const auto a3 = compiler.compile(spec(Kind::Regex, "[a-z]+"));
-  ASSERT_TRUE(a3.get().grammar);
-  EXPECT_NE(a3.get().grammar, a1.get().grammar);  // compiled again
+  ASSERT_TRUE(a3->get().grammar);
+  EXPECT_NE(a3->get().grammar, a1->get().grammar);  // compiled again
   const GrammarCompilerStats s = compiler.stats();
   EXPECT_EQ(s.requests, 5);
   EXPECT_EQ(s.cache_hits, 1);
@@ -147,10 +202,89 @@ TEST_F(GrammarOnStories, CompilerCachesAndSharesCompiles) {
   EXPECT_EQ(s.cached, 2u);
 }
 
+TEST_F(GrammarOnStories, AnEmptyLanguageIsTheClientsError) {
+  GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids());
+  for (const auto& s : {spec(Kind::Regex, "[^\\s\\S]"), spec(Kind::Grammar, "root ::= root \"a\""),
+                        spec(Kind::Grammar, "root ::= x\nx ::= x")}) {
+    const CompileResult r = compiler.compile(s)->get();
+    EXPECT_FALSE(r.grammar) << s.spec;
+    EXPECT_EQ(r.error_kind, CompileResult::Error::Invalid) << s.spec;
+    EXPECT_NE(r.error.find("admits no output"), std::string::npos) << r.error;
+  }
+  // The empty string is a language of one sentence: only a stop token.
+  const CompileResult empty = compiler.compile(spec(Kind::Grammar, "root ::= \"\""))->get();
+  ASSERT_TRUE(empty.grammar) << empty.error;
+  GrammarMatcher m(empty.grammar);
+  std::vector<int32_t> mask(static_cast<size_t>(bitmask_words(compiler.vocab_size())));
+  ASSERT_TRUE(m.fill_next_token_bitmask(mask.data(), compiler.vocab_size()));
+  EXPECT_TRUE(allowed(mask, tok_->eos_id()));
+  EXPECT_FALSE(allowed(mask, byte_token('a')));
+}
+
+TEST_F(GrammarOnStories, ACompileOverItsBudgetIsStoppedAndOthersGoOn) {
+  GrammarCompilerOptions o;
+  o.workers = 2;
+  o.budget.time = std::chrono::milliseconds(300);
+  GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids(), o);
+  // 300 required properties: seconds of compile on any vocabulary.
+  nlohmann::json schema = {{"type", "object"}};
+  for (int i = 0; i < 300; ++i) {
+    schema["properties"][fmt::format("p{}", i)] = {{"type", "integer"}};
+    schema["required"].push_back(fmt::format("p{}", i));
+  }
+  const auto slow = compiler.compile(spec(Kind::Json, schema.dump()));
+  const auto quick = compiler.compile(spec(Kind::Regex, "[0-9]+"));  // the second worker takes it
+  ASSERT_TRUE(quick->get().grammar) << quick->get().error;
+  const CompileResult r = slow->get();
+  EXPECT_FALSE(r.grammar);
+  EXPECT_EQ(r.error_kind, CompileResult::Error::OverBudget);
+  EXPECT_NE(r.error.find("--grammar-compile-timeout"), std::string::npos) << r.error;
+  const GrammarCompilerStats s = compiler.stats();
+  EXPECT_EQ(s.over_budget, 1);
+  EXPECT_EQ(s.compile_time.count(), 2u);
+  // A budget failure is not cached: the next ask compiles again.
+  compiler.compile(spec(Kind::Json, schema.dump()))->get();
+  EXPECT_EQ(compiler.stats().over_budget, 2);
+}
+
+TEST_F(GrammarOnStories, DroppingEveryWaiterCancelsTheCompile) {
+  GrammarCompilerOptions o;
+  o.workers = 1;
+  GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids(), o);
+  nlohmann::json schema = {{"type", "object"}};
+  for (int i = 0; i < 400; ++i) schema["properties"][fmt::format("q{}", i)] = {{"type", "string"}};
+  auto slow = compiler.compile(spec(Kind::Json, schema.dump()));
+  auto queued = compiler.compile(spec(Kind::Regex, "[a-z]+"));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (compiler.stats().in_progress == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  slow.reset();  // its only waiter leaves: the worker is killed, the queue moves on
+  ASSERT_TRUE(queued->get().grammar);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  const GrammarCompilerStats s = compiler.stats();
+  EXPECT_EQ(s.cancelled, 1);
+  EXPECT_EQ(s.in_progress, 0);
+  EXPECT_EQ(s.queued, 0);
+}
+
+TEST_F(GrammarOnStories, StoppingTheCompilerEndsCompilesInProgress) {
+  nlohmann::json schema = {{"type", "object"}};
+  for (int i = 0; i < 400; ++i) schema["properties"][fmt::format("r{}", i)] = {{"type", "string"}};
+  std::shared_ptr<PendingGrammar> pending;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids());
+    pending = compiler.compile(spec(Kind::Json, schema.dump()));
+    while (compiler.stats().in_progress == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_TRUE(pending->ready());
+  EXPECT_EQ(pending->get().error_kind, CompileResult::Error::Unavailable);
+}
+
 TEST_F(GrammarOnStories, JsonSchemaMatcherAcceptsValidJsonOnly) {
   GrammarCompiler compiler(*tok_, tok_->vocab_size(), tok_->eog_ids());
   const auto g = compiler.compile(spec(Kind::Json, R"({"type":"object","properties":{"name":{"type":"string"},
-      "age":{"type":"integer","minimum":0}},"required":["name","age"]})")).get();
+      "age":{"type":"integer","minimum":0}},"required":["name","age"]})"))->get();
   ASSERT_TRUE(g.grammar) << g.error;
   GrammarMatcher ok(g.grammar);
   EXPECT_TRUE(accepts_text(ok, R"({"name": "Lily", "age": 3})"));
