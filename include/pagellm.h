@@ -14,7 +14,9 @@
  * - Options and sampling parameters are JSON objects with vLLM's names; see
  *   docs/embedding.md. NULL means "all defaults".
  * - Strings are UTF-8 and NUL-terminated; generated text may hold a NUL byte,
- *   so lengths are given where that matters.
+ *   so lengths are given where that matters. A string argument that is not
+ *   valid UTF-8 (model, prompt, request id, tokenizer text) is
+ *   PAGELLM_ERR_INVALID_ARGUMENT; the message names it and the first bad byte.
  * - Thread safety is stated per function. "Any thread" means concurrent calls
  *   on the same engine are safe.
  *

@@ -7,6 +7,7 @@ import os
 from typing import Any, Optional, Sequence, Union
 
 from . import _core
+from ._checks import check_text, check_values
 from .sampling_params import SamplingParams
 
 PromptType = Union[str, dict]
@@ -17,12 +18,15 @@ def make_engine(model: Optional[str], engine_args: dict[str, Any]) -> "_core.Eng
     args = {k: v for k, v in engine_args.items() if v is not None}
     if model is not None:
         args["model"] = os.fspath(model)
-    if isinstance(args.get("speculative_config"), dict):
-        args["speculative_config"] = json.dumps(args["speculative_config"])
     if isinstance(args.get("chat_template"), os.PathLike):
         args["chat_template"] = os.fspath(args["chat_template"])
+    for name, value in args.items():
+        check_text(name, "an engine argument's name")
+        check_values(value, name)
+    if isinstance(args.get("speculative_config"), dict):
+        args["speculative_config"] = json.dumps(args["speculative_config"], allow_nan=False)
     try:
-        text = json.dumps(args)
+        text = json.dumps(args, allow_nan=False)
     except TypeError as e:
         raise ValueError(f"engine arguments must be JSON values: {e}") from None
     return _core.Engine(text)
@@ -37,10 +41,13 @@ def normalize_prompts(prompts: Union[PromptType, Sequence[PromptType]]) -> list[
     out = []
     for i, p in enumerate(prompts):
         if isinstance(p, str):
+            check_text(p, f"prompt {i}")
             out.append({"prompt": p})
         elif isinstance(p, dict):
             if "prompt_token_ids" not in p and "prompt" not in p:
                 raise ValueError(f"prompt {i}: a dict prompt needs 'prompt' or 'prompt_token_ids'")
+            if "prompt_token_ids" not in p and isinstance(p["prompt"], str):
+                check_text(p["prompt"], f"prompt {i}")
             out.append(p)
         elif isinstance(p, (list, tuple)) and all(isinstance(t, int) for t in p):
             raise TypeError(f"prompt {i} is a list of ints: pass token ids as {{'prompt_token_ids': [...]}}")
@@ -76,10 +83,11 @@ def params_list(sampling_params, count: int) -> list[SamplingParams]:
 
 
 def engine_json(sp: SamplingParams, priority: int = 0) -> str:
-    d = sp.to_engine_dict()
+    d = sp.to_engine_dict()  # checks sp's values
     if priority:
+        check_values(priority, "priority")
         d["priority"] = priority
-    return json.dumps(d)
+    return json.dumps(d, allow_nan=False)
 
 
 class Tokenizer:
@@ -90,6 +98,8 @@ class Tokenizer:
         self._engine = engine
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if isinstance(text, str):
+            check_text(text, "text")
         return self._engine.encode(text, add_special_tokens)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -127,11 +137,15 @@ class Tokenizer:
 
 def render_chat(engine: "_core.Engine", messages: list[dict], *, add_generation_prompt: bool = True,
                 continue_final_message: bool = False, tools: Optional[list] = None,
-                chat_template_kwargs: Optional[dict] = None) -> str:
+                chat_template_kwargs: Optional[dict] = None, name: str = "messages") -> str:
+    """`name`: what errors call `messages` (messages[2] for the third of many conversations)."""
+    check_values(messages, name)
     options: dict[str, Any] = {"add_generation_prompt": add_generation_prompt,
                                "continue_final_message": continue_final_message}
     if tools is not None:
         options["tools"] = tools
     if chat_template_kwargs:
         options["chat_template_kwargs"] = chat_template_kwargs
-    return engine.render_chat(json.dumps(messages), json.dumps(options))
+    for key in ("tools", "chat_template_kwargs"):
+        check_values(options.get(key), key)
+    return engine.render_chat(json.dumps(messages, allow_nan=False), json.dumps(options, allow_nan=False))

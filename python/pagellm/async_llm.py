@@ -13,6 +13,7 @@ import weakref
 from typing import Any, AsyncGenerator, Optional
 
 from . import _core
+from ._checks import check_text
 from ._engine import PromptType, Tokenizer, engine_json, make_engine, normalize_prompts, prompt_ids
 from .outputs import RequestOutput, RequestState
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -68,6 +69,8 @@ class AsyncLLM:
             raise ValueError("AsyncLLM.generate takes one prompt")
         ids = prompt_ids(self._engine, item[0])
         rid = request_id if request_id is not None else f"async-{next(self._ids)}"
+        if isinstance(rid, str):
+            check_text(rid, "request_id")
         queue: asyncio.Queue = asyncio.Queue()
         with self._lock:
             if rid in self._routes:
@@ -100,6 +103,8 @@ class AsyncLLM:
 
     async def abort(self, request_id: str) -> None:
         """Stops a request; its generator ends with finish_reason "abort"."""
+        if isinstance(request_id, str):
+            check_text(request_id, "request_id")
         self._engine.abort(request_id)
 
     async def get_tokenizer(self) -> Tokenizer:

@@ -61,10 +61,11 @@ class LLM:
             raise TypeError("messages must be a list of message dicts, or a list of such lists")
         conversations = [messages] if not messages or isinstance(messages[0], dict) else list(messages)
         items, ids = [], []
-        for conv in conversations:
+        for k, conv in enumerate(conversations):
             text = render_chat(self._engine, conv, add_generation_prompt=add_generation_prompt,
                                continue_final_message=continue_final_message, tools=tools,
-                               chat_template_kwargs=chat_template_kwargs)
+                               chat_template_kwargs=chat_template_kwargs,
+                               name="messages" if conv is messages else f"messages[{k}]")
             items.append({"prompt": text})
             ids.append(self._engine.encode(text, False))  # the template wrote the special tokens
         return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, None)

@@ -1,13 +1,18 @@
 """SamplingParams with vLLM's field names and defaults.
 
-The engine checks the values when a request is submitted: a value out of range
-raises ValueError there, with the engine's message naming the field."""
+Floats must be finite and strings valid Unicode text: a NaN, an infinity or
+a lone surrogate raises ValueError naming the field, when SamplingParams is
+made and again when a request is submitted (fields may change in between).
+The engine checks the ranges when a request is submitted: a value out of
+range raises ValueError there, with the engine's message naming the field."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Union
+
+from ._checks import check_values
 
 
 class RequestOutputKind(enum.Enum):
@@ -80,12 +85,27 @@ class SamplingParams:
             raise ValueError("give structured_outputs or guided_decoding, not both")
         if not isinstance(self.output_kind, RequestOutputKind):
             raise ValueError(f"output_kind must be a RequestOutputKind, got {self.output_kind!r}")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """ValueError naming the field for a float that is not finite or a
+        string that is not valid text (extra_args stays in Python: unchecked)."""
+        for f in fields(self):
+            if f.name in ("extra_args", "output_kind"):
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, StructuredOutputsParams):
+                for g in fields(value):
+                    check_values(getattr(value, g.name), f"{f.name}.{g.name}")
+            else:
+                check_values(value, f.name)
 
     def clone(self) -> "SamplingParams":
         return SamplingParams(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     def to_engine_dict(self) -> dict[str, Any]:
         """The engine's JSON object (the same names as the HTTP API)."""
+        self._check_values()
         out: dict[str, Any] = {
             "n": self.n,
             "presence_penalty": self.presence_penalty,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/utf8_check.h"
 #include "core/error.h"
 #include "embed/embedded_engine.h"
 
@@ -71,10 +72,18 @@ void require(bool ok, const char* message) {
   if (!ok) throw InvalidRequest(message);
 }
 
+// pagellm.h's strings are UTF-8: checked as they come in, so a bad byte is an
+// invalid argument naming the parameter, not text the tokenizer guesses at or
+// an id that no JSON output can carry. NULL is the caller's check.
+void require_utf8(const char* s, const char* param) {
+  if (s) pagellm::api::require_valid_utf8(s, param);
+}
+
 pagellm::EngineRequest make_request(const pagellm_engine* e, std::string id, const char* prompt,
                                     const int32_t* ids, size_t num_ids, const char* sampling_json) {
   std::vector<int32_t> prompt_ids;
   if (prompt) {
+    require_utf8(prompt, "prompt");
     prompt_ids = e->engine->encode(prompt, /*add_special=*/true);
   } else {
     require(ids != nullptr || num_ids == 0, "prompt_token_ids is NULL but num_prompt_tokens is not 0");
@@ -125,6 +134,7 @@ pagellm_status pagellm_engine_create(const char* model, const char* options_json
     json args = parse_json_arg(options_json, "options_json");
     require(args.is_object(), "options_json must be a JSON object");
     if (model && *model) {
+      require_utf8(model, "model");
       require(!args.contains("model"), "give the model as the argument or in options_json, not both");
       args["model"] = model;
     }
@@ -149,6 +159,7 @@ pagellm_status pagellm_add_request(pagellm_engine* engine, const char* request_i
   return guarded(PAGELLM_ERR_INTERNAL, [&] {
     require(engine != nullptr, "engine is NULL");
     require(request_id != nullptr && *request_id, "request_id is NULL or empty");
+    require_utf8(request_id, "request_id");
     std::vector<pagellm::EngineRequest> reqs;
     reqs.push_back(make_request(engine, request_id, prompt, prompt_token_ids, num_prompt_tokens, sampling_json));
     engine->engine->submit(std::move(reqs), engine->queue);
@@ -175,6 +186,7 @@ pagellm_status pagellm_next_output(pagellm_engine* engine, int32_t timeout_ms, p
 pagellm_status pagellm_abort(pagellm_engine* engine, const char* request_id) {
   return guarded(PAGELLM_ERR_INTERNAL, [&] {
     require(engine != nullptr && request_id != nullptr, "engine or request_id is NULL");
+    require_utf8(request_id, "request_id");
     engine->engine->abort(request_id);
     return PAGELLM_OK;
   });
@@ -256,6 +268,7 @@ pagellm_status pagellm_tokenize(const pagellm_engine* engine, const char* text, 
                                 size_t capacity, size_t* count) {
   return guarded(PAGELLM_ERR_INTERNAL, [&] {
     require(engine != nullptr && text != nullptr && count != nullptr, "engine, text or count is NULL");
+    require_utf8(text, "text");
     const std::vector<int32_t> v = engine->engine->encode(text, add_special != 0);
     *count = v.size();
     if (v.size() > capacity || (!ids && !v.empty()))

@@ -70,6 +70,9 @@ static void test_errors_without_engine(const char* model) {
   CHECK(pagellm_engine_create("/nonexistent/model.gguf", NULL, &e) == PAGELLM_ERR_LOAD);
   CHECK(strlen(pagellm_last_error()) > 0);
   CHECK(pagellm_engine_create(model, NULL, NULL) == PAGELLM_ERR_INVALID_ARGUMENT);
+  CHECK(pagellm_engine_create("/models/\xff" "bad.gguf", NULL, &e) == PAGELLM_ERR_INVALID_ARGUMENT);
+  CHECK(e == NULL);
+  CHECK(strstr(pagellm_last_error(), "'model' is not valid UTF-8") != NULL);
   pagellm_engine_destroy(NULL);
 }
 
@@ -215,6 +218,54 @@ static void test_bad_requests(pagellm_engine* e) {
   CHECK(pagellm_num_unfinished(e) == 0);
 }
 
+/* pagellm.h's strings are UTF-8: anything else is an invalid argument naming
+ * the parameter, and nothing is queued. */
+static void test_invalid_utf8(pagellm_engine* e) {
+  static const char* const bad[] = {
+      "abc\xff",            /* a byte that never starts a character */
+      "abc\xc3",            /* a character cut short */
+      "\xc0\xaf",           /* an overlong '/' */
+      "x\xed\xa0\x80y",     /* a surrogate (U+D800) */
+      "\xf4\x90\x80\x80",  /* above U+10FFFF */
+  };
+  int32_t ids[8];
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    CHECK(pagellm_add_request(e, "utf8", bad[i], NULL, 0, NULL) == PAGELLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pagellm_last_error(), "'prompt' is not valid UTF-8") != NULL);
+    CHECK(pagellm_generate(e, bad[i], NULL, 0, NULL, NULL, NULL) == PAGELLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pagellm_last_error(), "'prompt' is not valid UTF-8") != NULL);
+    CHECK(pagellm_add_request(e, bad[i], "Once", NULL, 0, NULL) == PAGELLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pagellm_last_error(), "'request_id' is not valid UTF-8") != NULL);
+    CHECK(pagellm_abort(e, bad[i]) == PAGELLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pagellm_last_error(), "'request_id' is not valid UTF-8") != NULL);
+    CHECK(pagellm_tokenize(e, bad[i], 1, ids, 8, &n) == PAGELLM_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(pagellm_last_error(), "'text' is not valid UTF-8") != NULL);
+  }
+  /* The message gives the offset of the first bad byte. */
+  CHECK(pagellm_add_request(e, "utf8", "abc\xff", NULL, 0, NULL) == PAGELLM_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pagellm_last_error(), "0xFF at offset 3") != NULL);
+  /* JSON arguments: the JSON parser refuses such strings. */
+  CHECK(pagellm_add_request(e, "utf8", "Once", NULL, 0, "{\"stop\": [\"\xff\"]}") == PAGELLM_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(pagellm_last_error(), "sampling_json") != NULL);
+  CHECK(pagellm_num_unfinished(e) == 0);
+  /* Valid multi-byte text and ids still go through. */
+  int32_t room[64];
+  CHECK(pagellm_tokenize(e, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82", 1, room, 64, &n) == PAGELLM_OK);
+  CHECK(pagellm_add_request(e, "caf\xc3\xa9", "\xe2\x82\xac", NULL, 0, "{\"max_tokens\": 2}") == PAGELLM_OK);
+  int finished = 0;
+  while (!finished) {
+    pagellm_output* o = NULL;
+    if (pagellm_next_output(e, 10000, &o) != PAGELLM_OK) {
+      CHECK(0);
+      break;
+    }
+    CHECK(strcmp(pagellm_output_request_id(o), "caf\xc3\xa9") == 0);
+    finished = pagellm_output_finished(o);
+    pagellm_output_free(o);
+  }
+}
+
 /* Threads generating at once share the engine's batches; greedy output is the
  * same as alone. */
 typedef struct {
@@ -273,6 +324,7 @@ int main(int argc, char** argv) {
   test_abort(e);
   test_samples_and_logprobs(e);
   test_bad_requests(e);
+  test_invalid_utf8(e);
   test_threads(e);
   pagellm_engine_destroy(e);
 

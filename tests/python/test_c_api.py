@@ -102,6 +102,13 @@ def test_poll_and_abort(lib, engine):
 def test_errors(lib, engine):
     assert lib.pagellm_add_request(engine, b"bad", b"x", None, ctypes.c_size_t(0), b'{"top_p": 7}') == INVALID
     assert b"top_p" in lib.pagellm_last_error()
+    # Strings must be UTF-8: a Latin-1 prompt, an id with a character cut short.
+    assert lib.pagellm_add_request(engine, b"bad", "caf\u00e9".encode("latin-1"), None, ctypes.c_size_t(0),
+                                   None) == INVALID
+    assert b"'prompt' is not valid UTF-8 (bad byte 0xE9 at offset 3)" in lib.pagellm_last_error()
+    assert lib.pagellm_add_request(engine, b"id-\xc3", b"x", None, ctypes.c_size_t(0), None) == INVALID
+    assert b"'request_id' is not valid UTF-8" in lib.pagellm_last_error()
+    assert lib.pagellm_num_unfinished(engine) == 0
     e = ctypes.c_void_p()
     assert lib.pagellm_engine_create(b"/nonexistent.gguf", None, ctypes.byref(e)) == -2
     assert e.value is None
