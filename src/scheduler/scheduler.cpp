@@ -278,7 +278,7 @@ bool Scheduler::swap_in(Sequence* seq, StepPlan& plan) {
   const auto table = kv_.block_table(seq->id);
   for (size_t i = 0; i < it->second.size(); ++i) {
     plan.swap_in.push_back({it->second[i], table[i]});
-    free_host_blocks_.push_back(it->second[i]);
+    host_blocks_reading_.push_back(it->second[i]);
   }
   blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
   host_blocks_.erase(it);
@@ -464,6 +464,8 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::on_step_done(const StepPlan& plan) {
+  free_host_blocks_.insert(free_host_blocks_.end(), host_blocks_reading_.begin(), host_blocks_reading_.end());
+  host_blocks_reading_.clear();
   for (const ScheduledSeq& s : plan.seqs) {
     Sequence* seq = find(s.seq_id);
     if (!seq || seq != s.seq || seq->status != SeqStatus::Running) continue;
@@ -532,7 +534,7 @@ void Scheduler::check_invariants() const {
     host_held += h->second.size();
   }
   PAGELLM_CHECK(host_blocks_.size() == swapped_.size() &&
-                    host_held + free_host_blocks_.size() ==
+                    host_held + free_host_blocks_.size() + host_blocks_reading_.size() ==
                         static_cast<size_t>(config_.preemption_mode == PreemptionMode::Swap ? config_.num_swap_blocks : 0),
                 "host blocks leaked: {} held + {} free of {}", host_held, free_host_blocks_.size(),
                 config_.num_swap_blocks);

@@ -230,6 +230,10 @@ class Scheduler {
   std::deque<Sequence*> swapped_;
   std::unordered_map<SeqId, std::vector<int32_t>> host_blocks_;
   std::vector<int32_t> free_host_blocks_;
+  // Host blocks this step's swap-ins read. Free again only after the step:
+  // the runner does every swap-out first, and a victim preempted later in
+  // the same schedule() must not overwrite them.
+  std::vector<int32_t> host_blocks_reading_;
   int64_t num_preemptions_swap_ = 0;
   int64_t num_evicted_blocks_ = 0;
   int64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0;

@@ -198,6 +198,13 @@ class Simulation {
       ASSERT_EQ(seqs_[id].seq->status, swapped ? SeqStatus::Swapped : SeqStatus::Preempted);
     }
     if (p_.swap_blocks == 0) ASSERT_TRUE(plan.swap_out.empty() && plan.swap_in.empty());
+    // The runner swaps out before it swaps in: a host block read back this
+    // step must not be a victim's destination too.
+    for (const BlockCopy& in : plan.swap_in) {
+      for (const BlockCopy& out : plan.swap_out) {
+        ASSERT_NE(in.src, out.dst) << "host block reused within a step";
+      }
+    }
 
     // The fake forward pass: swaps and copies first (in the runner's order),
     // then each token's K/V, then reads.

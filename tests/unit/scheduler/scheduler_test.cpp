@@ -601,6 +601,36 @@ TEST(Scheduler, HigherPriorityTakesTheBlocksOfALowerOne) {
   for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
 }
 
+// Swap preemption, a host pool of one block: C is swapped out for X, then in
+// step 3 swapped back in while W takes E's blocks. The runner swaps out
+// before it swaps in, so E must not be given the host block C is read from
+// in the same step; with no other free, E is recomputed instead.
+TEST(Scheduler, AHostBlockReadBackIsNotReusedInTheSameStep) {
+  SchedulerConfig c = sched_config(256, 3, 40);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 0;
+  c.preemption_mode = PreemptionMode::Swap;
+  c.num_swap_blocks = 1;
+  FakeEngine e(c, kv_config(6, 8));  // 5 usable blocks
+  e.add(1, tokens(8, 100), 2, /*priority=*/1);  // A
+  e.add(3, tokens(8, 300), 10, /*priority=*/5);  // C
+  e.step();
+  e.add(4, tokens(16, 400), 1, /*priority=*/0);  // X: needs 2 blocks, 1 is free
+  e.add(5, tokens(8, 500), 10, /*priority=*/6);  // E: takes what C left
+  const StepPlan second = e.step();
+  EXPECT_EQ(second.swapped_out, std::vector<SeqId>{3});
+  EXPECT_EQ(e.seqs[5]->status, SeqStatus::Running);
+  e.add(6, tokens(24, 600), 2, /*priority=*/0);  // W: 3 blocks
+  const StepPlan third = e.step();
+  ASSERT_EQ(third.swap_in.size(), 1u);  // C comes back ...
+  EXPECT_EQ(third.preempted, std::vector<SeqId>{5});  // ... while W takes E's blocks
+  EXPECT_TRUE(third.swap_out.empty());
+  EXPECT_EQ(e.seqs[5]->status, SeqStatus::Preempted);
+  e.run_to_completion();
+  for (SeqId id : {1, 3, 4, 5, 6}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id)) << id;
+  EXPECT_EQ(e.sched.num_free_swap_blocks(), 1);
+}
+
 // One seat, a steady stream of urgent requests: without aging the patient
 // low-priority request never runs; with aging it runs within a bounded wait.
 int first_step_of_low_priority(int32_t aging_steps) {
