@@ -949,6 +949,7 @@ void Engine::update_gauges() {
   metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;
   metrics_.num_preemptions = metrics_.kv_evicted_blocks = 0;
   metrics_.num_preemptions_recompute = metrics_.num_preemptions_swap = metrics_.num_preemptions_priority = 0;
+  metrics_.num_preemptions_fair = 0;
   metrics_.swapped_out_bytes = metrics_.swapped_in_bytes = 0;
   for (const auto& sch : schedulers_) {
     metrics_.num_requests_running += sch->num_running();
@@ -961,6 +962,7 @@ void Engine::update_gauges() {
     metrics_.num_preemptions_recompute += sch->num_preemptions_recompute();
     metrics_.num_preemptions_swap += sch->num_preemptions_swap();
     metrics_.num_preemptions_priority += sch->num_preemptions_priority();
+    metrics_.num_preemptions_fair += sch->num_preemptions_fair();
     metrics_.swapped_out_bytes += sch->num_blocks_swapped_out() * block_bytes;
     metrics_.swapped_in_bytes += sch->num_blocks_swapped_in() * block_bytes;
   }

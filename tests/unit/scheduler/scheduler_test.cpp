@@ -35,74 +35,7 @@ using test::kv_config;
 using test::sched_config;
 using test::tokens;
 
-// A fake engine: owns the sequences, appends a token for every sampled entry,
-// finishes sequences at max_tokens, checks invariants around every step.
-class FakeEngine {
- public:
-  FakeEngine(const SchedulerConfig& sc, const KVCacheConfig& kc) : sched(sc, kc) {}
-
-  Sequence* add(SeqId id, std::vector<TokenId> prompt, int32_t max_tokens, int32_t priority = 0) {
-    auto seq = std::make_unique<Sequence>();
-    seq->id = id;
-    seq->request_id = id;
-    seq->priority = priority;
-    seq->num_prompt_tokens = static_cast<int32_t>(prompt.size());
-    seq->token_ids = std::move(prompt);
-    Sequence* p = seq.get();
-    seqs[id] = std::move(seq);
-    max_tokens_[id] = max_tokens;
-    sched.add(p);
-    sched.check_invariants();
-    return p;
-  }
-
-  static TokenId sampled_token(SeqId id, int32_t k) { return static_cast<TokenId>(50000 + id * 100 + k); }
-
-  StepPlan step(bool stop_at_max_model_len = true) {
-    StepPlan plan = sched.schedule();
-    sched.check_invariants();
-    EXPECT_LE(plan.num_batched_tokens, sched.config().max_num_batched_tokens);
-    for (const auto& s : plan.seqs) {
-      EXPECT_LE(s.end_pos(), sched.config().max_model_len);
-      if (s.sample) s.seq->token_ids.push_back(sampled_token(s.seq_id, s.seq->num_output_tokens()));
-    }
-    sched.on_step_done(plan);
-    sched.check_invariants();
-    for (const auto& s : plan.seqs) {
-      if (!s.sample || s.seq->status != SeqStatus::Running) continue;
-      if (s.seq->num_output_tokens() >= max_tokens_[s.seq_id] ||
-          (stop_at_max_model_len && sched.reached_max_model_len(*s.seq))) {
-        EXPECT_TRUE(sched.finish(s.seq_id, SeqStatus::FinishedLength));
-      }
-    }
-    sched.check_invariants();
-    return plan;
-  }
-
-  // Steps until nothing is left (bounded).
-  int run_to_completion(int max_steps = 10000) {
-    int steps = 0;
-    while (sched.has_unfinished() && steps < max_steps) {
-      step();
-      ++steps;
-    }
-    EXPECT_FALSE(sched.has_unfinished());
-    return steps;
-  }
-
-  std::vector<TokenId> expected_tokens(SeqId id) const {
-    const Sequence& s = *seqs.at(id);
-    std::vector<TokenId> t(s.token_ids.begin(), s.token_ids.begin() + s.num_prompt_tokens);
-    for (int32_t k = 0; k < max_tokens_.at(id); ++k) t.push_back(sampled_token(id, k));
-    return t;
-  }
-
-  Scheduler sched;
-  std::map<SeqId, std::unique_ptr<Sequence>> seqs;
-
- private:
-  std::map<SeqId, int32_t> max_tokens_;
-};
+using test::FakeEngine;
 
 TEST(Scheduler, ValidatesConfig) {
   const auto kv = kv_config(100);
