@@ -56,13 +56,19 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
 
 int64_t Scheduler::effective_priority(const Sequence& seq) const {
   if (config_.priority_aging_steps <= 0) return seq.priority;
-  return int64_t{seq.priority} - (step_ - seq.arrival_step) / config_.priority_aging_steps;
+  // Ranks from the last schedule(): fixed between steps, so the queues stay
+  // sorted while sequences come and go. A value that arrived since then
+  // shares the rank of the next one above it (the value breaks the tie).
+  const auto rank = std::lower_bound(priority_levels_.begin(), priority_levels_.end(), seq.priority) -
+                    priority_levels_.begin();
+  return int64_t{rank} - (step_ - seq.arrival_step) / config_.priority_aging_steps;
 }
 
 bool Scheduler::runs_before(const Sequence* a, const Sequence* b) const {
   if (config_.policy == SchedulingPolicy::Priority) {
     const int64_t pa = effective_priority(*a), pb = effective_priority(*b);
     if (pa != pb) return pa < pb;
+    if (a->priority != b->priority) return a->priority < b->priority;
   }
   return a->arrival < b->arrival;
 }
@@ -383,6 +389,10 @@ StepPlan Scheduler::schedule() {
   ++step_;
   if (config_.policy == SchedulingPolicy::Priority && config_.priority_aging_steps > 0) {
     // Aging moves effective priorities: keep both queues in policy order.
+    priority_levels_.clear();
+    for (const auto& [id, seq] : live_) priority_levels_.push_back(seq->priority);
+    std::sort(priority_levels_.begin(), priority_levels_.end());
+    priority_levels_.erase(std::unique(priority_levels_.begin(), priority_levels_.end()), priority_levels_.end());
     const auto before = [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); };
     std::stable_sort(running_.begin(), running_.end(), before);
     std::stable_sort(waiting_.begin(), waiting_.end(), before);

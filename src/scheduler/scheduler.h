@@ -130,8 +130,11 @@ struct SchedulerConfig {
   int32_t num_swap_blocks = 0;  // host pool size in blocks (Swap mode)
   AdmissionPolicy admission_policy = AdmissionPolicy::Aggressive;
   double admission_watermark = 0.01;  // Conservative: fraction of the blocks kept free, [0, 1)
-  // Priority policy: every this many steps in the system a sequence's
-  // effective priority improves by one (lower value); 0: no aging.
+  // Priority policy: every this many steps in the system a sequence moves up
+  // one rank among the distinct priority values present (ranks, not values,
+  // so the bound does not depend on how far apart the values are); 0: no
+  // aging. With D distinct values present, a sequence runs before any that
+  // arrives D x priority_aging_steps steps or more after it.
   int32_t priority_aging_steps = 256;
   StepComposition composition = StepComposition::Fcfs;
   KvEviction kv_eviction = KvEviction::None;
@@ -195,7 +198,10 @@ class Scheduler {
   int64_t num_preemptions_priority() const { return num_preemptions_priority_; }
   // Preempted for a waiting sequence of a request below its fair share of seats.
   int64_t num_preemptions_fair() const { return num_preemptions_fair_; }
-  // The priority a sequence is scheduled by now (aging applied).
+  // The priority a sequence is scheduled by now: with aging, the rank of its
+  // priority among those present at the last schedule() minus its age in
+  // aging steps; without aging, its priority. Ties go to the better priority
+  // value, then to the earlier arrival.
   int64_t effective_priority(const Sequence& seq) const;
   // Distinct requests with live sequences, and the seats one may hold while
   // others wait (0 with fewer than two requests: no fairness to keep).
@@ -248,6 +254,7 @@ class Scheduler {
   std::unordered_map<SeqId, Sequence*> live_;
   std::unordered_map<uint64_t, int32_t> live_per_request_;   // request_id -> live sequences
   std::unordered_map<uint64_t, int32_t> running_per_request_;  // request_id -> running sequences
+  std::vector<int32_t> priority_levels_;  // sorted distinct priorities present at the last schedule()
   uint64_t next_arrival_ = 0;
   int64_t step_ = 0;  // schedule() calls
   int64_t num_preemptions_ = 0;

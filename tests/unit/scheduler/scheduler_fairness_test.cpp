@@ -1,8 +1,9 @@
-// Fairness between requests (seats, admission order, KV victims) and n > 1
-// forks under max_num_seqs.
+// Fairness between requests (seats, admission order, KV victims), n > 1 forks
+// under max_num_seqs, and priority aging whatever the priority values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <vector>
 
 #include "scheduler/scheduler.h"
@@ -134,6 +135,68 @@ TEST(SchedulerFairness, NeverTakesSeatsFromABetterPriority) {
     e.run_to_completion();
     for (SeqId id : {1, 2, 3, 4, 10}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id)) << id;
   }
+}
+
+TEST(SchedulerAging, EffectivePriorityIsTheRankMinusTheAge) {
+  SchedulerConfig c = sched_config(256, 1, 256);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 4;
+  FakeEngine e(c, kv_config(64, 8));
+  Sequence* high = e.add(1, tokens(8), 100, INT32_MIN);
+  Sequence* mid = e.add(2, tokens(8, 300), 5, 7);
+  Sequence* low = e.add(3, tokens(8, 500), 5, INT32_MAX);
+  e.step();
+  EXPECT_EQ(e.sched.effective_priority(*high), 0);
+  EXPECT_EQ(e.sched.effective_priority(*mid), 1);
+  EXPECT_EQ(e.sched.effective_priority(*low), 2);
+  for (int i = 0; i < 8; ++i) e.step();  // 9 steps in: two aging steps of 4
+  EXPECT_EQ(e.sched.effective_priority(*low), 0);
+  // A value never seen takes the rank of the next one above it; the value breaks the tie.
+  Sequence* newer = e.add(4, tokens(8, 700), 5, 3);
+  Sequence* same_rank = e.add(5, tokens(8, 800), 5, 7);
+  EXPECT_EQ(e.sched.effective_priority(*newer), 1);
+  EXPECT_EQ(e.sched.effective_priority(*same_rank), 1);
+  EXPECT_EQ(std::vector<const Sequence*>(e.sched.waiting().begin(), e.sched.waiting().end()),
+            (std::vector<const Sequence*>{mid, low, newer, same_rank}));
+}
+
+// One seat, a steady stream of the best priority, one request of the worst:
+// with D distinct values present it runs before anything that arrives
+// D x aging_steps steps after it, whatever the values are.
+int first_step_of(int32_t low, int32_t high, int32_t aging_steps, int32_t third = 0, bool with_third = false) {
+  SchedulerConfig c = sched_config(256, 1, 256);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = aging_steps;
+  FakeEngine e(c, kv_config(128, 8));
+  e.add(1, tokens(8, 7000), 2, low);
+  if (with_third) e.add(2, tokens(8, 8000), 2, third);
+  SeqId next = 3;
+  for (int step = 0; step < 2000; ++step) {
+    if (e.sched.num_waiting() < 2) {
+      e.add(next, tokens(8, static_cast<TokenId>(10000 + 100 * next)), 3, high);
+      ++next;
+    }
+    for (const ScheduledSeq& s : e.step().seqs)
+      if (s.seq_id == 1) return step;
+  }
+  return -1;
+}
+
+TEST(SchedulerAging, BoundsTheWaitAtTheExtremesOfInt32) {
+  constexpr int32_t kAging = 8;
+  EXPECT_EQ(first_step_of(INT32_MAX, INT32_MIN, 0), -1);  // no aging: starved
+  for (const auto& [low, high] : {std::pair{10, 0}, std::pair{INT32_MAX, INT32_MIN}, std::pair{INT32_MAX, 0},
+                                  std::pair{0, INT32_MIN}}) {
+    SCOPED_TRACE(::testing::Message() << low << " vs " << high);
+    const int waited = first_step_of(low, high, kAging);
+    EXPECT_GE(waited, 0);
+    // Two values: 2 x 8 steps, plus the work of what arrived before that (3 steps each).
+    EXPECT_LE(waited, 2 * kAging + 2 * 3 + 2);
+  }
+  // A third value in between: three ranks, 3 x 8 steps.
+  const int waited = first_step_of(INT32_MAX, INT32_MIN, kAging, 0, /*with_third=*/true);
+  EXPECT_GE(waited, 0);
+  EXPECT_LE(waited, 3 * kAging + 2 * 3 + 2 + 2);
 }
 
 }  // namespace
