@@ -75,8 +75,10 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
   const size_t cap = std::min(options_.max_sequences_per_request, options_.max_waiting_sequences);
   if (sequences > cap)
     throw InvalidRequest(fmt::format("the request asks for {} sequences ({} prompts x n = {}); at most {} are "
-                                     "allowed per request (max-sequences-per-request)",
-                                     sequences, reqs.size(), reqs.front().params.n, cap),
+                                     "allowed per request ({})",
+                                     sequences, reqs.size(), reqs.front().params.n, cap,
+                                     cap == options_.max_sequences_per_request ? "--max-sequences-per-request"
+                                                                               : "--max-waiting-sequences"),
                          reqs.front().params.n > 1 ? "n" : "prompt");
   std::vector<std::shared_ptr<RequestStream>> out;
   out.reserve(reqs.size());

@@ -203,6 +203,7 @@ TEST(AsyncEngine, OneRequestCannotAskForMoreSequencesThanItsCap) {
     EXPECT_EQ(e.param(), "n");
     EXPECT_NE(std::string(e.what()).find("asks for 9 sequences (3 prompts x n = 3); at most 8"), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("(--max-sequences-per-request)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(engine.submit_group(group("wide", 9, 1)), InvalidRequest);
   EXPECT_EQ(engine.num_in_flight(), 0u);  // nothing of them was queued
@@ -220,7 +221,14 @@ TEST(AsyncEngine, ThePerRequestCapNeverExceedsTheWaitingRoom) {
   opts.max_sequences_per_request = 100;
   opts.max_waiting_sequences = 4;  // a 5-sequence request could never be admitted: 400, not endless 503
   AsyncEngine engine(std::make_unique<Engine>(tiny()), opts);
-  EXPECT_THROW(engine.submit(req_n("five", 5)), InvalidRequest);
+  try {
+    engine.submit(req_n("five", 5));
+    FAIL() << "admitted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 4 are allowed per request (--max-waiting-sequences)"),
+              std::string::npos)
+        << e.what();
+  }
   drain(*engine.submit(req_n("four", 4, 4)));
 }
 
