@@ -106,6 +106,12 @@ int64_t Engine::logits_rows_per_step() const {
   return std::min<int64_t>(sched_config_.max_num_batched_tokens, int64_t{sched_config_.max_num_seqs} * per_seq);
 }
 
+void Engine::release_step_buffers() {
+  if (has_unfinished()) return;
+  runner_->release_buffers();
+  runner_output_ = ModelRunner::Output{};
+}
+
 LoadedModel load_model_and_tokenizer(const EngineConfig& c, Backend& backend, const LoadProgress& progress,
                                      const ModelShard& shard) {
   LoadedModel lm;

@@ -97,6 +97,15 @@ TEST(AsyncEngine, OneOutputQueueServesManyRequests) {
   EXPECT_FALSE(sink->next(std::chrono::milliseconds(1)).has_value());
 }
 
+// Idle for half a second, the loop frees the step buffers and trims the heap;
+// the next request builds them again.
+TEST(AsyncEngine, ServesAgainAfterReleasingIdleMemory) {
+  AsyncEngine engine(std::make_unique<Engine>(tiny()));
+  const std::vector<int32_t> before = drain(*engine.submit(req("before", 6))).first;
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(drain(*engine.submit(req("after", 6))).first, before);
+}
+
 TEST(AsyncEngine, AbortFromAnotherThreadFreesBlocks) {
   AsyncEngine engine(std::make_unique<Engine>(tiny()));
   auto s = engine.submit(req("long", 400));

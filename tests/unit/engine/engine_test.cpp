@@ -287,6 +287,32 @@ TEST(Engine, ParallelSamplingRespectsMaxNumSeqs) {
   EXPECT_EQ(tight.results.at("small")[0].tokens, roomy.results.at("small")[0].tokens);
 }
 
+// An idle engine frees the buffers its largest step grew; the next steps
+// build them again and compute the same tokens.
+TEST(Engine, ReleasedStepBuffersAreBuiltAgain) {
+  std::mt19937 rng(5);
+  const auto prompt = random_prompt(rng, 30, 512);
+  Engine e(tiny_config());
+  EngineRequest wide = make_request("wide", prompt, 6);
+  wide.params.n = 8;
+  e.add_request(wide);
+  const Results first = run_all(e);
+  e.release_step_buffers();
+  e.add_request(make_request("again", prompt, 6));
+  const Results again = run_all(e);
+  EXPECT_EQ(again.at("again")[0].tokens, first.at("wide")[0].tokens);
+  // With work in progress it frees nothing.
+  e.add_request(make_request("busy", prompt, 6));
+  std::vector<int32_t> busy;
+  for (const RequestOutput& out : e.step())
+    for (const CompletionDelta& d : out.completions) busy.insert(busy.end(), d.token_ids.begin(), d.token_ids.end());
+  e.release_step_buffers();
+  const auto rest = run_all(e).at("busy")[0].tokens;
+  busy.insert(busy.end(), rest.begin(), rest.end());
+  EXPECT_EQ(busy, first.at("wide")[0].tokens);
+  expect_no_leaks(e);
+}
+
 TEST(Engine, StopConditions) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);
