@@ -256,7 +256,8 @@ Command register_serve(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--max-sequences-per-request", f->limits.max_sequences_per_request,
-                  "Sequences (prompts x n) one request may ask for; more get 400, so that no request fills the queue")
+                  "Sequences (prompts x n) one request may ask for; more get 400, so that no request fills the "
+                  "queue (the scheduler also shares seats fairly between requests)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--shutdown-timeout", f->shutdown_timeout,

@@ -78,8 +78,10 @@ std::shared_ptr<EngineFlags> add_engine_flags(CLI::App* app) {
           ->check(CLI::IsMember(enum_names(kAdmissionPolicyNames)))
           ->capture_default_str();
   app->add_option("--priority-aging-steps", f->priority_aging_steps,
-                  "With --scheduling-policy priority: a request gains one priority level per this many engine "
-                  "steps, so low priority is never starved (0: no aging)")
+                  "With --scheduling-policy priority: a request moves up one rank among the distinct priority "
+                  "values present per this many engine steps, so with D values present it runs before anything "
+                  "that arrives D x this many steps after it, whatever the values (0: no aging; low priority "
+                  "may then starve)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app->add_flag("--enable-prefix-caching,!--no-prefix-caching", f->enable_prefix_caching,

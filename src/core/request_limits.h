@@ -31,7 +31,10 @@ struct RequestLimits {
   // One request (HTTP 400 when exceeded).
   size_t max_prompts = 1024;                // prompts in one completions batch
   int32_t max_n = 128;                      // samples per prompt
-  size_t max_sequences_per_request = 1024;  // prompts x n  (--max-sequences-per-request)
+  // prompts x n (--max-sequences-per-request). 256: the default --max-num-seqs,
+  // so one request can still fill an idle server's seats (and n = 128 fits
+  // twice), while it can take at most 1/32 of the waiting room.
+  size_t max_sequences_per_request = 256;
   int32_t max_logprobs = 20;                // logprobs / top_logprobs, as OpenAI
   size_t max_stop_strings = 16;
   size_t max_stop_string_bytes = 1024;

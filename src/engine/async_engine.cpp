@@ -4,8 +4,28 @@
 
 #include <algorithm>
 #include <unordered_set>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace pagellm {
+
+namespace {
+
+// How long the engine must stay idle before its free heap goes back to the
+// OS: back-to-back requests should not pay for a trim between each other.
+constexpr std::chrono::milliseconds kTrimWhenIdleFor{500};
+
+// glibc keeps the pages a burst freed (per-sequence state, the step buffers
+// released before) in its arenas until asked to give them back; other C
+// libraries: nothing to do.
+void release_free_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
 
 std::optional<RequestOutput> RequestStream::next(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -75,8 +95,10 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
   const size_t cap = std::min(options_.max_sequences_per_request, options_.max_waiting_sequences);
   if (sequences > cap)
     throw InvalidRequest(fmt::format("the request asks for {} sequences ({} prompts x n = {}); at most {} are "
-                                     "allowed per request (max-sequences-per-request)",
-                                     sequences, reqs.size(), reqs.front().params.n, cap),
+                                     "allowed per request ({})",
+                                     sequences, reqs.size(), reqs.front().params.n, cap,
+                                     cap == options_.max_sequences_per_request ? "--max-sequences-per-request"
+                                                                               : "--max-waiting-sequences"),
                          reqs.front().params.n > 1 ? "n" : "prompt");
   std::vector<std::shared_ptr<RequestStream>> out;
   out.reserve(reqs.size());
@@ -200,15 +222,24 @@ void AsyncEngine::fail_all(const std::string& message) {
 }
 
 void AsyncEngine::loop() {
+  bool worked = false;  // steps ran since the heap was last trimmed
   for (;;) {
     std::deque<EngineRequest> incoming;
     std::vector<std::string> aborts;
     bool drain_expired = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      const auto has_work = [&] {
         return !incoming_.empty() || !aborts_.empty() || engine_->has_unfinished() || drain_deadline_.has_value();
-      });
+      };
+      if (worked && !cv_.wait_for(lock, kTrimWhenIdleFor, has_work)) {
+        lock.unlock();
+        engine_->release_step_buffers();
+        release_free_heap();
+        worked = false;
+        continue;
+      }
+      cv_.wait(lock, has_work);
       incoming.swap(incoming_);
       aborts.swap(aborts_);
       if (drain_deadline_) {
@@ -257,6 +288,7 @@ void AsyncEngine::loop() {
     }
     bool stats_taken = false;
     if (engine_->has_unfinished()) {
+      worked = true;
       try {
         std::vector<RequestOutput> outs = engine_->step();
         {

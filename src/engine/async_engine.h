@@ -1,6 +1,7 @@
 // AsyncEngine: the Engine's step loop on its own thread. Any thread may submit
 // requests and read their output streams; abort from any thread frees the
-// request's KV blocks within one step.
+// request's KV blocks within one step. Idle for half a second after work, the
+// loop frees the engine's per-step buffers and gives free heap back to the OS.
 #pragma once
 
 #include <chrono>

@@ -108,6 +108,12 @@ int64_t Engine::logits_rows_per_step() const {
   return std::min<int64_t>(sched_config_.max_num_batched_tokens, int64_t{sched_config_.max_num_seqs} * per_seq);
 }
 
+void Engine::release_step_buffers() {
+  if (has_unfinished()) return;
+  runner_->release_buffers();
+  runner_output_ = ModelRunner::Output{};
+}
+
 LoadedModel load_model_and_tokenizer(const EngineConfig& c, Backend& backend, const LoadProgress& progress,
                                      const ModelShard& shard) {
   LoadedModel lm;
@@ -985,6 +991,7 @@ void Engine::update_gauges() {
   metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;
   metrics_.num_preemptions = metrics_.kv_evicted_blocks = 0;
   metrics_.num_preemptions_recompute = metrics_.num_preemptions_swap = metrics_.num_preemptions_priority = 0;
+  metrics_.num_preemptions_fair = 0;
   metrics_.swapped_out_bytes = metrics_.swapped_in_bytes = 0;
   for (const auto& sch : schedulers_) {
     metrics_.num_requests_running += sch->num_running();
@@ -997,6 +1004,7 @@ void Engine::update_gauges() {
     metrics_.num_preemptions_recompute += sch->num_preemptions_recompute();
     metrics_.num_preemptions_swap += sch->num_preemptions_swap();
     metrics_.num_preemptions_priority += sch->num_preemptions_priority();
+    metrics_.num_preemptions_fair += sch->num_preemptions_fair();
     metrics_.swapped_out_bytes += sch->num_blocks_swapped_out() * block_bytes;
     metrics_.swapped_in_bytes += sch->num_blocks_swapped_in() * block_bytes;
   }

@@ -184,6 +184,10 @@ class Engine {
   // One iteration. Returns an output for every request that has news.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty() || !in_flight_.empty(); }
+  // With nothing unfinished: frees the per-step buffers the largest step grew
+  // (its logits rows, the model's activations on this rank); the next step
+  // allocates what it needs. The KV cache stays.
+  void release_step_buffers();
   size_t num_unfinished() const { return requests_.size(); }
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -28,6 +28,7 @@ struct EngineMetrics {
   int64_t kv_evicted_blocks = 0;  // --kv-eviction sliding: blocks that left a window
   int64_t num_preemptions_recompute = 0, num_preemptions_swap = 0;
   int64_t num_preemptions_priority = 0;  // by cause: for a higher-priority request (the rest: KV blocks)
+  int64_t num_preemptions_fair = 0;      // ... for a request below its fair share of seats
   // Forward time and tokens by phase: a step's time is shared between its
   // prefill and decode tokens in proportion (decode: one token behind, with
   // its drafts).

@@ -336,6 +336,13 @@ size_t Model::activation_bytes(int64_t n, int64_t m) const {
   return static_cast<size_t>(values) * sizeof(float);  // I32 ids are as large
 }
 
+void Model::release_buffers() {
+  buf_ = Buffers{};
+  std::vector<float>().swap(host_);
+  std::vector<float>().swap(gather_);
+  std::vector<float>().swap(local_logits_);
+}
+
 void Model::ensure_buffers(int64_t n, int64_t m) {
   const bool grow_tokens = n > buf_.cap_tokens, grow_rows = m > buf_.cap_logits;
   if (!grow_tokens && !grow_rows) return;  // every step but the first few

@@ -118,6 +118,9 @@ class Model {
   void hidden_to_host(float* out);
   void hidden_from_host(const float* in);
   void compute_logits(const std::vector<int32_t>& logits_rows, float* logits);
+  // Frees the activation buffers, which grow to the largest step so far; the
+  // next pass allocates what it needs. For an idle engine after a burst.
+  void release_buffers();
 
  private:
   Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard);

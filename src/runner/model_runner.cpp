@@ -228,6 +228,15 @@ void ModelRunner::serve_worker() {
   }
 }
 
+void ModelRunner::release_buffers() {
+  PAGELLM_CHECK(in_flight_.empty(), "release_buffers: {} steps in flight", in_flight_.size());
+  if (parallel())
+    for (const auto& step : spare_) comm_->wait_sends(step->last_send);  // their messages may still be in flight
+  spare_.clear();
+  std::vector<float>().swap(scratch_);
+  model_.release_buffers();
+}
+
 void ModelRunner::stop_workers() {
   if (!parallel() || comm_->rank() != 0 || workers_stopped_) return;
   workers_stopped_ = true;

@@ -59,6 +59,10 @@ class ModelRunner {
   // The oldest submitted step's logits.
   void finish(Output& out);
 
+  // No step in flight: frees what the largest step grew on this rank (logits,
+  // the model's activations); the next step allocates what it needs.
+  void release_buffers();
+
   // Rank > 0: runs the steps rank 0 sends until it sends stop.
   void serve_worker();
   // Rank 0: finishes the steps in flight and tells the workers to stop

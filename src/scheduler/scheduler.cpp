@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -55,15 +56,71 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
 
 int64_t Scheduler::effective_priority(const Sequence& seq) const {
   if (config_.priority_aging_steps <= 0) return seq.priority;
-  return int64_t{seq.priority} - (step_ - seq.arrival_step) / config_.priority_aging_steps;
+  // Ranks from the last schedule(): fixed between steps, so the queues stay
+  // sorted while sequences come and go. A value that arrived since then
+  // shares the rank of the next one above it (the value breaks the tie).
+  const auto rank = std::lower_bound(priority_levels_.begin(), priority_levels_.end(), seq.priority) -
+                    priority_levels_.begin();
+  return int64_t{rank} - (step_ - seq.arrival_step) / config_.priority_aging_steps;
 }
 
 bool Scheduler::runs_before(const Sequence* a, const Sequence* b) const {
   if (config_.policy == SchedulingPolicy::Priority) {
     const int64_t pa = effective_priority(*a), pb = effective_priority(*b);
     if (pa != pb) return pa < pb;
+    if (a->priority != b->priority) return a->priority < b->priority;
   }
   return a->arrival < b->arrival;
+}
+
+int32_t Scheduler::seats_held(uint64_t request_id) const {
+  const auto it = running_per_request_.find(request_id);
+  return it == running_per_request_.end() ? 0 : it->second;
+}
+
+int32_t Scheduler::fair_share() const {
+  if (live_per_request_.size() < 2) return 0;
+  return std::max<int32_t>(1, config_.max_num_seqs / static_cast<int32_t>(live_per_request_.size()));
+}
+
+// The KV-pressure victim: among the last policy class, the newest sequence of
+// the request holding the most seats; the last one when no request holds
+// more than the last one's. (Seats, as the fair share counts them.)
+Sequence* Scheduler::kv_victim() const {
+  Sequence* last = running_.back();
+  if (fair_share() == 0) return last;
+  Sequence* best = last;
+  int32_t most = seats_held(last->request_id);
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (config_.policy == SchedulingPolicy::Priority && effective_priority(**it) != effective_priority(*last)) break;
+    const int32_t held = seats_held((*it)->request_id);
+    if (held > most) {  // from the back: the first one seen is its request's newest
+      most = held;
+      best = *it;
+    }
+  }
+  return best;
+}
+
+// For `waiting`, of a request below its fair share: the newest running
+// sequence of the request furthest above its share that is neither of a
+// better priority class nor in `spared`; null when there is none.
+Sequence* Scheduler::fair_victim(const Sequence& waiting, const std::vector<const Sequence*>& spared) const {
+  const int32_t share = fair_share();
+  if (share == 0 || seats_held(waiting.request_id) >= share) return nullptr;
+  Sequence* best = nullptr;
+  int32_t most = share;
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence* s = *it;
+    if (config_.policy == SchedulingPolicy::Priority && effective_priority(*s) < effective_priority(waiting)) continue;
+    if (std::find(spared.begin(), spared.end(), s) != spared.end()) continue;
+    const int32_t held = seats_held(s->request_id);
+    if (held > most) {
+      most = held;
+      best = s;
+    }
+  }
+  return best;
 }
 
 bool Scheduler::admission_leaves_reserve(int32_t new_blocks) const {
@@ -78,22 +135,33 @@ bool Scheduler::admission_leaves_reserve(int32_t new_blocks) const {
 }
 
 size_t Scheduler::next_waiting() const {
-  if (config_.composition == StepComposition::Fcfs) return 0;
-  // Length-aware: the shortest prompt first, so short requests are not stuck
-  // behind a long one's prefill; policy order (priority) still comes first.
-  // A preempted sequence, or one passed over for length_aware_max_wait_steps,
-  // goes in queue order: a long prompt waits a bounded time.
-  const auto urgent = [this](const Sequence* s) {
-    return s->status == SeqStatus::Preempted || step_ - s->arrival_step >= config_.length_aware_max_wait_steps;
+  const bool fair = fair_share() > 0;
+  const bool length_aware = config_.composition == StepComposition::LengthAware;
+  if (!fair && !length_aware) return 0;
+  // Within the first policy class (priority), the request holding the fewest
+  // seats first (fairness). Then, length-aware: a preempted sequence, or one
+  // passed over for length_aware_max_wait_steps, in queue order (a long prompt
+  // waits a bounded time), else the shortest prompt, so short requests are not
+  // stuck behind a long one's prefill. Ties: queue order.
+  const auto key = [&](const Sequence* s) {
+    const int32_t seats = fair ? seats_held(s->request_id) : 0;
+    if (!length_aware) return std::tuple<int32_t, int32_t, int32_t>(seats, 0, 0);
+    if (s->status == SeqStatus::Preempted || step_ - s->arrival_step >= config_.length_aware_max_wait_steps)
+      return std::tuple<int32_t, int32_t, int32_t>(seats, 0, 0);
+    return std::tuple<int32_t, int32_t, int32_t>(seats, 1, s->num_tokens());
   };
   size_t best = 0;
-  for (size_t i = 0; i < waiting_.size(); ++i) {
+  auto best_key = key(waiting_[0]);
+  for (size_t i = 1; i < waiting_.size(); ++i) {
+    if (best_key == std::tuple<int32_t, int32_t, int32_t>(0, 0, 0)) break;  // nothing comes before it
     const Sequence* s = waiting_[i];
-    if (urgent(s)) return i;
-    if (config_.policy == SchedulingPolicy::Priority &&
-        effective_priority(*s) != effective_priority(*waiting_[best]))
-      break;  // a lower priority class: the best of the first class stays
-    if (s->num_tokens() < waiting_[best]->num_tokens()) best = i;
+    if (config_.policy == SchedulingPolicy::Priority && effective_priority(*s) != effective_priority(*waiting_[0]))
+      break;  // a lower priority class
+    const auto k = key(s);
+    if (k < best_key) {
+      best = i;
+      best_key = k;
+    }
   }
   return best;
 }
@@ -117,6 +185,24 @@ void Scheduler::insert_running(Sequence* seq) {
   auto at = std::upper_bound(running_.begin(), running_.end(), seq,
                              [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); });
   running_.insert(at, seq);
+  ++running_per_request_[seq->request_id];
+}
+
+void Scheduler::erase_running(Sequence* seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  const auto it = running_per_request_.find(seq->request_id);
+  if (--it->second == 0) running_per_request_.erase(it);
+}
+
+void Scheduler::make_live(Sequence* seq) {
+  live_.emplace(seq->id, seq);
+  ++live_per_request_[seq->request_id];
+}
+
+void Scheduler::forget(Sequence* seq) {
+  live_.erase(seq->id);
+  const auto it = live_per_request_.find(seq->request_id);
+  if (--it->second == 0) live_per_request_.erase(it);
 }
 
 void Scheduler::insert_waiting(Sequence* seq, bool at_head) {
@@ -154,7 +240,7 @@ void Scheduler::add(Sequence* seq) {
   seq->status = SeqStatus::Waiting;
   seq->arrival = next_arrival_++;
   seq->arrival_step = step_;
-  live_.emplace(seq->id, seq);
+  make_live(seq);
   insert_waiting(seq, /*at_head=*/false);
 }
 
@@ -176,14 +262,21 @@ void Scheduler::fork(SeqId parent_id, Sequence* child) {
   PAGELLM_CHECK(child->num_prompt_tokens >= 1 && child->num_prompt_tokens <= child->num_tokens(),
                 "sequence {}: num_prompt_tokens {} not in [1, {}]", child->id,
                 child->num_prompt_tokens, child->num_tokens());
-  kv_.fork(parent_id, child->id);
   child->parent = parent_id;
-  child->num_computed_tokens = computed;
   child->num_cached_tokens = parent->num_cached_tokens;
-  child->status = SeqStatus::Running;
   child->arrival = next_arrival_++;
   child->arrival_step = step_;
-  live_.emplace(child->id, child);
+  make_live(child);
+  if (num_running() >= config_.max_num_seqs) {
+    // No seat: it waits like a new prompt (recomputing what the cache lacks).
+    child->num_computed_tokens = 0;
+    child->status = SeqStatus::Waiting;
+    insert_waiting(child, /*at_head=*/false);
+    return;
+  }
+  kv_.fork(parent_id, child->id);
+  child->num_computed_tokens = computed;
+  child->status = SeqStatus::Running;
   insert_running(child);
 }
 
@@ -278,7 +371,7 @@ bool Scheduler::swap_in(Sequence* seq, StepPlan& plan) {
   const auto table = kv_.block_table(seq->id);
   for (size_t i = 0; i < it->second.size(); ++i) {
     plan.swap_in.push_back({it->second[i], table[i]});
-    free_host_blocks_.push_back(it->second[i]);
+    host_blocks_reading_.push_back(it->second[i]);
   }
   blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
   host_blocks_.erase(it);
@@ -296,17 +389,20 @@ StepPlan Scheduler::schedule() {
   ++step_;
   if (config_.policy == SchedulingPolicy::Priority && config_.priority_aging_steps > 0) {
     // Aging moves effective priorities: keep both queues in policy order.
+    priority_levels_.clear();
+    for (const auto& [id, seq] : live_) priority_levels_.push_back(seq->priority);
+    std::sort(priority_levels_.begin(), priority_levels_.end());
+    priority_levels_.erase(std::unique(priority_levels_.begin(), priority_levels_.end()), priority_levels_.end());
     const auto before = [this](const Sequence* a, const Sequence* b) { return runs_before(a, b); };
     std::stable_sort(running_.begin(), running_.end(), before);
     std::stable_sort(waiting_.begin(), waiting_.end(), before);
   }
 
-  // Preempt the last running sequence in policy order. When it already ran in
-  // this plan (a decode, when a prefill chunk needs its blocks), take it out
-  // again with its budget and its copies.
-  auto preempt_last = [&]() -> Sequence* {
-    Sequence* victim = running_.back();
-    running_.pop_back();
+  // Preempt a running sequence (for blocks: kv_victim()). When it already ran
+  // in this plan (a decode, when a prefill chunk needs its blocks), take it
+  // out again with its budget and its copies.
+  auto preempt_running = [&](Sequence* victim) -> Sequence* {
+    erase_running(victim);
     const auto entry = std::find_if(plan.seqs.begin(), plan.seqs.end(),
                                     [&](const ScheduledSeq& s) { return s.seq == victim; });
     std::vector<BlockId> table;
@@ -353,10 +449,10 @@ StepPlan Scheduler::schedule() {
       if (config_.kv_eviction == KvEviction::None && seq->num_computed_tokens >= config_.max_model_len) {
         // No position left for its next token; the engine should have
         // finished it (reached_max_model_len).
-        running_.erase(std::find(running_.begin(), running_.end(), seq));
+        erase_running(seq);
         kv_.free(seq->id);
         seq->status = SeqStatus::FinishedLength;
-        live_.erase(seq->id);
+        forget(seq);
         plan.length_capped.push_back(seq->id);
         continue;
       }
@@ -383,9 +479,9 @@ StepPlan Scheduler::schedule() {
           drafts = 0;  // memory is short: verify nothing rather than preempt anyone
           continue;
         }
-        if (preempt_last() == seq) break;
+        if (preempt_running(kv_victim()) == seq) break;
       }
-      if (!alloc) break;  // it preempted itself: it was the last one
+      if (!alloc) continue;  // it was the victim itself; the others may still fit
       add_to_plan(plan, seq, n, *alloc, drafts);
       budget -= n + drafts;
     }
@@ -415,7 +511,8 @@ StepPlan Scheduler::schedule() {
 
   // Waiting sequences, unless memory was short this step or some are still swapped out.
   // Under the priority policy one that outranks the last running sequence
-  // takes that one's seat or blocks.
+  // takes that one's seat or blocks; one of a request below its fair share
+  // takes those of a request above it.
   if (plan.preempted.empty() && swapped_.empty()) {
     const auto outranks_last_running = [&](const Sequence* seq) {
       if (config_.policy != SchedulingPolicy::Priority || running_.empty()) return false;
@@ -426,6 +523,8 @@ StepPlan Scheduler::schedule() {
     while (!waiting_.empty() && budget > 0) {
       const size_t at = next_waiting();
       Sequence* seq = waiting_[at];
+      // A victim of this step waits at least until the next one.
+      if (std::find(plan.preempted.begin(), plan.preempted.end(), seq->id) != plan.preempted.end()) break;
       PrefixMatch match;
       int32_t n = 0;
       std::optional<SlotAllocation> alloc;
@@ -442,9 +541,15 @@ StepPlan Scheduler::schedule() {
         if (admission_leaves_reserve(blocks)) alloc = kv_.allocate_slots(seq->id, match.num_tokens, n, &match);
       }
       if (!alloc) {  // no seat or no blocks
-        if (!outranks_last_running(seq)) break;
-        ++num_preemptions_priority_;
-        preempt_last();
+        if (outranks_last_running(seq)) {
+          ++num_preemptions_priority_;
+          preempt_running(running_.back());
+        } else if (Sequence* victim = fair_victim(*seq, admitted_now)) {
+          ++num_preemptions_fair_;
+          preempt_running(victim);
+        } else {
+          break;
+        }
         continue;
       }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(at));
@@ -464,6 +569,8 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::on_step_done(const StepPlan& plan) {
+  free_host_blocks_.insert(free_host_blocks_.end(), host_blocks_reading_.begin(), host_blocks_reading_.end());
+  host_blocks_reading_.clear();
   for (const ScheduledSeq& s : plan.seqs) {
     Sequence* seq = find(s.seq_id);
     if (!seq || seq != s.seq || seq->status != SeqStatus::Running) continue;
@@ -500,7 +607,7 @@ bool Scheduler::finish(SeqId id, SeqStatus status) {
   if (it == live_.end()) return false;
   Sequence* seq = it->second;
   if (seq->status == SeqStatus::Running) {
-    running_.erase(std::find(running_.begin(), running_.end(), seq));
+    erase_running(seq);
   } else if (seq->status == SeqStatus::Swapped) {
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq));
     auto host = host_blocks_.find(id);
@@ -511,7 +618,7 @@ bool Scheduler::finish(SeqId id, SeqStatus status) {
   }
   kv_.free(id);
   seq->status = status;
-  live_.erase(it);
+  forget(seq);
   return true;
 }
 
@@ -532,12 +639,19 @@ void Scheduler::check_invariants() const {
     host_held += h->second.size();
   }
   PAGELLM_CHECK(host_blocks_.size() == swapped_.size() &&
-                    host_held + free_host_blocks_.size() ==
+                    host_held + free_host_blocks_.size() + host_blocks_reading_.size() ==
                         static_cast<size_t>(config_.preemption_mode == PreemptionMode::Swap ? config_.num_swap_blocks : 0),
                 "host blocks leaked: {} held + {} free of {}", host_held, free_host_blocks_.size(),
                 config_.num_swap_blocks);
   PAGELLM_CHECK(kv_.num_seqs() == static_cast<int32_t>(running_.size()),
                 "{} sequences hold KV blocks but {} are running", kv_.num_seqs(), running_.size());
+  std::unordered_map<uint64_t, int32_t> live_per_request, running_per_request;
+  for (const auto& [id, s] : live_) ++live_per_request[s->request_id];
+  for (const Sequence* s : running_) ++running_per_request[s->request_id];
+  PAGELLM_CHECK(live_per_request == live_per_request_ && running_per_request == running_per_request_,
+                "per-request counts are stale: {} requests live ({} counted), {} running ({} counted)",
+                live_per_request.size(), live_per_request_.size(), running_per_request.size(),
+                running_per_request_.size());
   const int32_t bs = kv_.block_size();
   for (size_t i = 0; i < running_.size(); ++i) {
     const Sequence* s = running_[i];

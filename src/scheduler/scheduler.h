@@ -18,7 +18,18 @@
 // may preempt the lowest-priority running one when seats or blocks are short;
 // aging raises a sequence's effective priority with the steps it has been in
 // the system, so a low priority waits a bounded time. Under FCFS waiting
-// sequences never preempt running ones.
+// sequences never preempt running ones for priority.
+//
+// Fairness between requests (Sequence::request_id; a request with n > 1 has
+// several sequences): with R requests present, a request's fair share is
+// max(1, max_num_seqs / R) seats. Waiting sequences are admitted from the
+// request holding the fewest seats first (within a policy class), and when
+// one of a request below its share cannot get a seat or blocks, the newest
+// sequence of the request furthest above its share gives them up (never one
+// of a better priority class). When blocks run short, the victim is the
+// newest sequence of the request holding the most seats (in the last class).
+// So one request with many sequences cannot keep another's first token
+// waiting for more than a step or two.
 //
 // Speculative decoding: a decode whose seq->spec_token_ids holds proposals
 // runs them in the same pass (the plan entry's draft_tokens), with KV slots
@@ -119,8 +130,11 @@ struct SchedulerConfig {
   int32_t num_swap_blocks = 0;  // host pool size in blocks (Swap mode)
   AdmissionPolicy admission_policy = AdmissionPolicy::Aggressive;
   double admission_watermark = 0.01;  // Conservative: fraction of the blocks kept free, [0, 1)
-  // Priority policy: every this many steps in the system a sequence's
-  // effective priority improves by one (lower value); 0: no aging.
+  // Priority policy: every this many steps in the system a sequence moves up
+  // one rank among the distinct priority values present (ranks, not values,
+  // so the bound does not depend on how far apart the values are); 0: no
+  // aging. With D distinct values present, a sequence runs before any that
+  // arrives D x priority_aging_steps steps or more after it.
   int32_t priority_aging_steps = 256;
   StepComposition composition = StepComposition::Fcfs;
   KvEviction kv_eviction = KvEviction::None;
@@ -146,8 +160,10 @@ class Scheduler {
   // Parallel sampling: `child` continues running sequence `parent`, sharing all
   // its KV blocks. child->token_ids must start with the parent's computed
   // tokens (typically: the prompt plus the child's own first sampled token);
-  // its num_computed_tokens is set to the parent's. Runs from the next step;
-  // may take running above max_num_seqs.
+  // its num_computed_tokens is set to the parent's. Runs from the next step.
+  // When every seat (max_num_seqs) is taken, the child waits instead, holding
+  // no blocks: once admitted it finds the parent's full prompt blocks in the
+  // prefix cache and computes only the rest.
   void fork(SeqId parent, Sequence* child);
 
   StepPlan schedule();
@@ -180,8 +196,18 @@ class Scheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
   // Preempted for a waiting sequence of higher priority (the rest: for KV blocks).
   int64_t num_preemptions_priority() const { return num_preemptions_priority_; }
-  // The priority a sequence is scheduled by now (aging applied).
+  // Preempted for a waiting sequence of a request below its fair share of seats.
+  int64_t num_preemptions_fair() const { return num_preemptions_fair_; }
+  // The priority a sequence is scheduled by now: with aging, the rank of its
+  // priority among those present at the last schedule() minus its age in
+  // aging steps; without aging, its priority. Ties go to the better priority
+  // value, then to the earlier arrival.
   int64_t effective_priority(const Sequence& seq) const;
+  // Distinct requests with live sequences, and the seats one may hold while
+  // others wait (0 with fewer than two requests: no fairness to keep).
+  int32_t num_requests() const { return static_cast<int32_t>(live_per_request_.size()); }
+  int32_t fair_share() const;
+  int32_t seats_held(uint64_t request_id) const;
   // By mode: recompute includes swap victims that did not fit the host pool.
   int64_t num_preemptions_recompute() const { return num_preemptions_ - num_preemptions_swap_; }
   int64_t num_preemptions_swap() const { return num_preemptions_swap_; }
@@ -205,8 +231,13 @@ class Scheduler {
  private:
   bool runs_before(const Sequence* a, const Sequence* b) const;
   void insert_running(Sequence* seq);
+  void erase_running(Sequence* seq);
   void insert_waiting(Sequence* seq, bool at_head);
+  void make_live(Sequence* seq);
+  void forget(Sequence* seq);
   void preempt(Sequence* seq, StepPlan& plan);
+  Sequence* kv_victim() const;
+  Sequence* fair_victim(const Sequence& waiting, const std::vector<const Sequence*>& spared) const;
   bool admission_leaves_reserve(int32_t new_blocks) const;
   size_t next_waiting() const;  // index in waiting_ of the next one to admit
   int32_t waiting_tokens_shorter_than(int32_t remaining) const;
@@ -221,15 +252,23 @@ class Scheduler {
   std::vector<Sequence*> running_;  // sorted by runs_before
   std::deque<Sequence*> waiting_;   // admission order
   std::unordered_map<SeqId, Sequence*> live_;
+  std::unordered_map<uint64_t, int32_t> live_per_request_;   // request_id -> live sequences
+  std::unordered_map<uint64_t, int32_t> running_per_request_;  // request_id -> running sequences
+  std::vector<int32_t> priority_levels_;  // sorted distinct priorities present at the last schedule()
   uint64_t next_arrival_ = 0;
   int64_t step_ = 0;  // schedule() calls
   int64_t num_preemptions_ = 0;
   int64_t num_preemptions_priority_ = 0;
+  int64_t num_preemptions_fair_ = 0;
   // Swap preemption: sequences whose blocks are in the host pool (resumed
   // before any waiting one), their host blocks, and the free host blocks.
   std::deque<Sequence*> swapped_;
   std::unordered_map<SeqId, std::vector<int32_t>> host_blocks_;
   std::vector<int32_t> free_host_blocks_;
+  // Host blocks this step's swap-ins read. Free again only after the step:
+  // the runner does every swap-out first, and a victim preempted later in
+  // the same schedule() must not overwrite them.
+  std::vector<int32_t> host_blocks_reading_;
   int64_t num_preemptions_swap_ = 0;
   int64_t num_evicted_blocks_ = 0;
   int64_t blocks_swapped_out_ = 0, blocks_swapped_in_ = 0;

@@ -124,9 +124,13 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.counter("num_preemptions_total", static_cast<double>(m.num_preemptions),
             "Cumulative number of preemptions from the engine.");
   w.by_label("preemptions_by_cause_total", "counter",
-             "Preemptions by cause: KV blocks ran out, or a higher-priority request took the seat.", "cause",
-             {{"kv_cache", static_cast<double>(m.num_preemptions - m.num_preemptions_priority)},
-              {"priority", static_cast<double>(m.num_preemptions_priority)}});
+             "Preemptions by cause: KV blocks ran out, a higher-priority request took the seat, or a request "
+             "below its fair share of seats did.",
+             "cause",
+             {{"kv_cache",
+               static_cast<double>(m.num_preemptions - m.num_preemptions_priority - m.num_preemptions_fair)},
+              {"priority", static_cast<double>(m.num_preemptions_priority)},
+              {"fairness", static_cast<double>(m.num_preemptions_fair)}});
   w.counter("kv_evicted_blocks_total", static_cast<double>(m.kv_evicted_blocks),
             "KV blocks released by sliding eviction (--kv-eviction sliding) as windows moved on.");
   w.gauge("kv_fragmentation", m.kv_fragmentation,

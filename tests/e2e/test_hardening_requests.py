@@ -161,7 +161,7 @@ def test_one_request_cannot_starve_the_others(stories_server):
     t.join(120)
     assert small.status_code == 200, small.text
     assert small_s < 20, small_s
-    check_400(results["big"], "n", "8192 sequences", "at most 1024", "max-sequences-per-request")
+    check_400(results["big"], "n", "8192 sequences", "at most 256", "--max-sequences-per-request")
     check_works(stories_server)
 
 

@@ -97,6 +97,15 @@ TEST(AsyncEngine, OneOutputQueueServesManyRequests) {
   EXPECT_FALSE(sink->next(std::chrono::milliseconds(1)).has_value());
 }
 
+// Idle for half a second, the loop frees the step buffers and trims the heap;
+// the next request builds them again.
+TEST(AsyncEngine, ServesAgainAfterReleasingIdleMemory) {
+  AsyncEngine engine(std::make_unique<Engine>(tiny()));
+  const std::vector<int32_t> before = drain(*engine.submit(req("before", 6))).first;
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(drain(*engine.submit(req("after", 6))).first, before);
+}
+
 TEST(AsyncEngine, AbortFromAnotherThreadFreesBlocks) {
   AsyncEngine engine(std::make_unique<Engine>(tiny()));
   auto s = engine.submit(req("long", 400));
@@ -203,6 +212,7 @@ TEST(AsyncEngine, OneRequestCannotAskForMoreSequencesThanItsCap) {
     EXPECT_EQ(e.param(), "n");
     EXPECT_NE(std::string(e.what()).find("asks for 9 sequences (3 prompts x n = 3); at most 8"), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("(--max-sequences-per-request)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(engine.submit_group(group("wide", 9, 1)), InvalidRequest);
   EXPECT_EQ(engine.num_in_flight(), 0u);  // nothing of them was queued
@@ -220,7 +230,14 @@ TEST(AsyncEngine, ThePerRequestCapNeverExceedsTheWaitingRoom) {
   opts.max_sequences_per_request = 100;
   opts.max_waiting_sequences = 4;  // a 5-sequence request could never be admitted: 400, not endless 503
   AsyncEngine engine(std::make_unique<Engine>(tiny()), opts);
-  EXPECT_THROW(engine.submit(req_n("five", 5)), InvalidRequest);
+  try {
+    engine.submit(req_n("five", 5));
+    FAIL() << "admitted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 4 are allowed per request (--max-waiting-sequences)"),
+              std::string::npos)
+        << e.what();
+  }
   drain(*engine.submit(req_n("four", 4, 4)));
 }
 

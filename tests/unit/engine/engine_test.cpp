@@ -233,6 +233,86 @@ TEST(Engine, ParallelSamplingSharesPromptBlocks) {
   expect_no_leaks(e);
 }
 
+// n = 12 with 4 seats: the samples beyond the free seats wait (and recompute
+// from the prefix cache), a one-sample request arriving meanwhile is answered
+// within a few steps (fairness), and every seeded sample is the one it is
+// with a seat for each.
+TEST(Engine, ParallelSamplingRespectsMaxNumSeqs) {
+  std::mt19937 rng(3);
+  EngineRequest big = make_request("big", random_prompt(rng, 40, 512), 24);
+  big.params.n = 12;
+  big.params.temperature = 1.0f;
+  big.params.seed = 9;
+  const EngineRequest small = make_request("small", random_prompt(rng, 10, 512), 3);
+  struct Run {
+    Results results;
+    int64_t peak_running = 0, fair_preemptions = 0;
+    int small_done = -1, big_done = -1;  // steps after the small request came
+  };
+  auto run = [&](int32_t seats) {
+    EngineConfig c = tiny_config();
+    c.scheduler.max_num_seqs = seats;
+    Engine e(c);
+    e.add_request(big);
+    Run r;
+    // Steps 1 and 2: the prompt (the samples fork after it), a decode; then the small request comes.
+    for (int step = -1; e.has_unfinished(); ++step) {
+      if (step == 1) e.add_request(small);
+      for (RequestOutput& out : e.step()) {
+        auto& samples = r.results[out.request_id];
+        for (const CompletionDelta& d : out.completions) {
+          if (samples.size() <= static_cast<size_t>(d.index)) samples.resize(d.index + 1);
+          samples[d.index].tokens.insert(samples[d.index].tokens.end(), d.token_ids.begin(), d.token_ids.end());
+        }
+        if (out.finished) (out.request_id == "small" ? r.small_done : r.big_done) = step;
+      }
+      e.check_invariants();
+      r.peak_running = std::max(r.peak_running, e.metrics().num_requests_running);
+    }
+    r.fair_preemptions = e.metrics().num_preemptions_fair;
+    expect_no_leaks(e);
+    return r;
+  };
+  const Run tight = run(4), roomy = run(256);
+  EXPECT_LE(tight.peak_running, 4);
+  EXPECT_GE(roomy.peak_running, 12);
+  EXPECT_GT(tight.fair_preemptions, 0);
+  EXPECT_LE(tight.small_done, 4);  // prompt + 2 decodes, and a step to get its seat
+  EXPECT_GT(tight.big_done, tight.small_done + 10);
+  ASSERT_EQ(tight.results.at("big").size(), 12u);
+  for (size_t k = 0; k < 12; ++k) {
+    EXPECT_EQ(tight.results.at("big")[k].tokens.size(), 24u) << k;
+    EXPECT_EQ(tight.results.at("big")[k].tokens, roomy.results.at("big")[k].tokens) << "sample " << k;
+  }
+  EXPECT_EQ(tight.results.at("small")[0].tokens, roomy.results.at("small")[0].tokens);
+}
+
+// An idle engine frees the buffers its largest step grew; the next steps
+// build them again and compute the same tokens.
+TEST(Engine, ReleasedStepBuffersAreBuiltAgain) {
+  std::mt19937 rng(5);
+  const auto prompt = random_prompt(rng, 30, 512);
+  Engine e(tiny_config());
+  EngineRequest wide = make_request("wide", prompt, 6);
+  wide.params.n = 8;
+  e.add_request(wide);
+  const Results first = run_all(e);
+  e.release_step_buffers();
+  e.add_request(make_request("again", prompt, 6));
+  const Results again = run_all(e);
+  EXPECT_EQ(again.at("again")[0].tokens, first.at("wide")[0].tokens);
+  // With work in progress it frees nothing.
+  e.add_request(make_request("busy", prompt, 6));
+  std::vector<int32_t> busy;
+  for (const RequestOutput& out : e.step())
+    for (const CompletionDelta& d : out.completions) busy.insert(busy.end(), d.token_ids.begin(), d.token_ids.end());
+  e.release_step_buffers();
+  const auto rest = run_all(e).at("busy")[0].tokens;
+  busy.insert(busy.end(), rest.begin(), rest.end());
+  EXPECT_EQ(busy, first.at("wide")[0].tokens);
+  expect_no_leaks(e);
+}
+
 TEST(Engine, StopConditions) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);

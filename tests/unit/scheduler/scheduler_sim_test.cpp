@@ -111,6 +111,7 @@ class Simulation {
       EXPECT_EQ(st.cached_blocks, 0);
     }
     preemptions_ = sched_.num_preemptions();
+    fair_ = sched_.num_preemptions_fair();
     swaps_ = sched_.num_preemptions_swap();
     EXPECT_EQ(sched_.num_blocks_swapped_out(), sched_.num_blocks_swapped_in() + swapped_out_of_aborted_);
     EXPECT_EQ(sched_.num_free_swap_blocks(), p_.swap_blocks);
@@ -118,6 +119,7 @@ class Simulation {
   }
 
   int64_t preemptions_ = 0;
+  int64_t fair_ = 0;
   int64_t swaps_ = 0;
   int64_t swapped_out_of_aborted_ = 0;  // blocks of sequences aborted while swapped out
   int64_t hits_ = 0;
@@ -198,6 +200,13 @@ class Simulation {
       ASSERT_EQ(seqs_[id].seq->status, swapped ? SeqStatus::Swapped : SeqStatus::Preempted);
     }
     if (p_.swap_blocks == 0) ASSERT_TRUE(plan.swap_out.empty() && plan.swap_in.empty());
+    // The runner swaps out before it swaps in: a host block read back this
+    // step must not be a victim's destination too.
+    for (const BlockCopy& in : plan.swap_in) {
+      for (const BlockCopy& out : plan.swap_out) {
+        ASSERT_NE(in.src, out.dst) << "host block reused within a step";
+      }
+    }
 
     // The fake forward pass: swaps and copies first (in the runner's order),
     // then each token's K/V, then reads.
@@ -266,21 +275,26 @@ class Simulation {
     ASSERT_NO_THROW(sched_.check_invariants());
   }
 
+  // n = 2..5: children beyond the free seats wait (fairness between requests
+  // then decides who runs).
   void fork(SimSeq& parent) {
     parent.forked = true;
-    SimSeq& child = new_seq(next_id_++);
-    child.max_tokens = parent.max_tokens;
-    const Sequence& p = *parent.seq;
-    child.seq->request_id = p.request_id;
-    child.seq->priority = p.priority;
-    child.seq->num_prompt_tokens = p.num_prompt_tokens;
-    child.seq->token_ids.assign(p.token_ids.begin(), p.token_ids.begin() + p.num_prompt_tokens);
-    child.seq->token_ids.push_back(child.sampled(0));
-    sched_.fork(p.id, child.seq.get());
-    // Its first token may already end it, like any sampled token.
-    if (child.max_tokens == 1 || sched_.reached_max_model_len(*child.seq)) {
-      ASSERT_TRUE(sched_.finish(child.seq->id, SeqStatus::FinishedStopped));
-      child.done = true;
+    for (int k = uniform(1, 4); k > 0; --k) {
+      SimSeq& child = new_seq(next_id_++);
+      child.max_tokens = parent.max_tokens;
+      const Sequence& p = *parent.seq;
+      child.seq->request_id = p.request_id;
+      child.seq->priority = p.priority;
+      child.seq->num_prompt_tokens = p.num_prompt_tokens;
+      child.seq->token_ids.assign(p.token_ids.begin(), p.token_ids.begin() + p.num_prompt_tokens);
+      child.seq->token_ids.push_back(child.sampled(0));
+      sched_.fork(p.id, child.seq.get());
+      ASSERT_LE(sched_.num_running(), p_.max_num_seqs);
+      // Its first token may already end it, like any sampled token.
+      if (child.max_tokens == 1 || sched_.reached_max_model_len(*child.seq)) {
+        ASSERT_TRUE(sched_.finish(child.seq->id, SeqStatus::FinishedStopped));
+        child.done = true;
+      }
     }
   }
 
@@ -329,7 +343,7 @@ TEST(SchedulerSimulation, RandomWorkloadsRunToCompletion) {
   // PAGELLM_SCHED_SIM_ROUNDS=N reruns the cases with N sets of seeds (soak test).
   const char* rounds_env = std::getenv("PAGELLM_SCHED_SIM_ROUNDS");
   const int rounds = rounds_env ? std::max(1, std::atoi(rounds_env)) : 1;
-  int64_t preemptions = 0, hits = 0, copies = 0, aborted = 0;
+  int64_t preemptions = 0, fair = 0, hits = 0, copies = 0, aborted = 0;
   for (int round = 0; round < rounds; ++round)
   for (SimParams p : cases) {
     p.seed += 1000u * static_cast<uint32_t>(round);
@@ -338,16 +352,19 @@ TEST(SchedulerSimulation, RandomWorkloadsRunToCompletion) {
     sim.run();
     if (::testing::Test::HasFatalFailure()) return;
     preemptions += sim.preemptions_;
+    fair += sim.fair_;
     hits += sim.hits_;
     copies += sim.copies_;
     aborted += sim.aborted_;
   }
   // The workload must actually exercise the paths it is meant to test.
   EXPECT_GT(preemptions, 0);
+  EXPECT_GT(fair, 0);
   EXPECT_GT(hits, 0);
   EXPECT_GT(copies, 0);
   EXPECT_GT(aborted, 0);
   RecordProperty("preemptions", std::to_string(preemptions));
+  RecordProperty("fair_preemptions", std::to_string(fair));
   RecordProperty("prefix_hit_tokens", std::to_string(hits));
   RecordProperty("block_copies", std::to_string(copies));
   RecordProperty("aborts", std::to_string(aborted));

@@ -35,74 +35,7 @@ using test::kv_config;
 using test::sched_config;
 using test::tokens;
 
-// A fake engine: owns the sequences, appends a token for every sampled entry,
-// finishes sequences at max_tokens, checks invariants around every step.
-class FakeEngine {
- public:
-  FakeEngine(const SchedulerConfig& sc, const KVCacheConfig& kc) : sched(sc, kc) {}
-
-  Sequence* add(SeqId id, std::vector<TokenId> prompt, int32_t max_tokens, int32_t priority = 0) {
-    auto seq = std::make_unique<Sequence>();
-    seq->id = id;
-    seq->request_id = id;
-    seq->priority = priority;
-    seq->num_prompt_tokens = static_cast<int32_t>(prompt.size());
-    seq->token_ids = std::move(prompt);
-    Sequence* p = seq.get();
-    seqs[id] = std::move(seq);
-    max_tokens_[id] = max_tokens;
-    sched.add(p);
-    sched.check_invariants();
-    return p;
-  }
-
-  static TokenId sampled_token(SeqId id, int32_t k) { return static_cast<TokenId>(50000 + id * 100 + k); }
-
-  StepPlan step(bool stop_at_max_model_len = true) {
-    StepPlan plan = sched.schedule();
-    sched.check_invariants();
-    EXPECT_LE(plan.num_batched_tokens, sched.config().max_num_batched_tokens);
-    for (const auto& s : plan.seqs) {
-      EXPECT_LE(s.end_pos(), sched.config().max_model_len);
-      if (s.sample) s.seq->token_ids.push_back(sampled_token(s.seq_id, s.seq->num_output_tokens()));
-    }
-    sched.on_step_done(plan);
-    sched.check_invariants();
-    for (const auto& s : plan.seqs) {
-      if (!s.sample || s.seq->status != SeqStatus::Running) continue;
-      if (s.seq->num_output_tokens() >= max_tokens_[s.seq_id] ||
-          (stop_at_max_model_len && sched.reached_max_model_len(*s.seq))) {
-        EXPECT_TRUE(sched.finish(s.seq_id, SeqStatus::FinishedLength));
-      }
-    }
-    sched.check_invariants();
-    return plan;
-  }
-
-  // Steps until nothing is left (bounded).
-  int run_to_completion(int max_steps = 10000) {
-    int steps = 0;
-    while (sched.has_unfinished() && steps < max_steps) {
-      step();
-      ++steps;
-    }
-    EXPECT_FALSE(sched.has_unfinished());
-    return steps;
-  }
-
-  std::vector<TokenId> expected_tokens(SeqId id) const {
-    const Sequence& s = *seqs.at(id);
-    std::vector<TokenId> t(s.token_ids.begin(), s.token_ids.begin() + s.num_prompt_tokens);
-    for (int32_t k = 0; k < max_tokens_.at(id); ++k) t.push_back(sampled_token(id, k));
-    return t;
-  }
-
-  Scheduler sched;
-  std::map<SeqId, std::unique_ptr<Sequence>> seqs;
-
- private:
-  std::map<SeqId, int32_t> max_tokens_;
-};
+using test::FakeEngine;
 
 TEST(Scheduler, ValidatesConfig) {
   const auto kv = kv_config(100);
@@ -599,6 +532,36 @@ TEST(Scheduler, HigherPriorityTakesTheBlocksOfALowerOne) {
   EXPECT_EQ(plan.preempted, std::vector<SeqId>{1});
   e.run_to_completion();
   for (SeqId id : {1, 2}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id));
+}
+
+// Swap preemption, a host pool of one block: C is swapped out for X, then in
+// step 3 swapped back in while W takes E's blocks. The runner swaps out
+// before it swaps in, so E must not be given the host block C is read from
+// in the same step; with no other free, E is recomputed instead.
+TEST(Scheduler, AHostBlockReadBackIsNotReusedInTheSameStep) {
+  SchedulerConfig c = sched_config(256, 3, 40);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 0;
+  c.preemption_mode = PreemptionMode::Swap;
+  c.num_swap_blocks = 1;
+  FakeEngine e(c, kv_config(6, 8));  // 5 usable blocks
+  e.add(1, tokens(8, 100), 2, /*priority=*/1);  // A
+  e.add(3, tokens(8, 300), 10, /*priority=*/5);  // C
+  e.step();
+  e.add(4, tokens(16, 400), 1, /*priority=*/0);  // X: needs 2 blocks, 1 is free
+  e.add(5, tokens(8, 500), 10, /*priority=*/6);  // E: takes what C left
+  const StepPlan second = e.step();
+  EXPECT_EQ(second.swapped_out, std::vector<SeqId>{3});
+  EXPECT_EQ(e.seqs[5]->status, SeqStatus::Running);
+  e.add(6, tokens(24, 600), 2, /*priority=*/0);  // W: 3 blocks
+  const StepPlan third = e.step();
+  ASSERT_EQ(third.swap_in.size(), 1u);  // C comes back ...
+  EXPECT_EQ(third.preempted, std::vector<SeqId>{5});  // ... while W takes E's blocks
+  EXPECT_TRUE(third.swap_out.empty());
+  EXPECT_EQ(e.seqs[5]->status, SeqStatus::Preempted);
+  e.run_to_completion();
+  for (SeqId id : {1, 3, 4, 5, 6}) EXPECT_EQ(e.seqs[id]->token_ids, e.expected_tokens(id)) << id;
+  EXPECT_EQ(e.sched.num_free_swap_blocks(), 1);
 }
 
 // One seat, a steady stream of urgent requests: without aging the patient

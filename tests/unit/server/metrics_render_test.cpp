@@ -90,6 +90,7 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   EXPECT_TRUE(has_line(text, "pagellm:kv_swapped_bytes_total" + l + ",direction=\"out\"} 0.0"));
   // What the tuning guides watch: preemptions by cause, scheduler time, batch fill, phase split.
   EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_cause_total" + l + ",cause=\"priority\"} 0.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:preemptions_by_cause_total" + l + ",cause=\"fairness\"} 0.0"));
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:scheduler_seconds histogram"));
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:batch_fill_ratio histogram"));
   EXPECT_TRUE(has_line(text, "pagellm:step_tokens_total" + l + ",phase=\"decode\"} 0.0"));
