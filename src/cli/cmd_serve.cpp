@@ -261,7 +261,8 @@ Command register_serve(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--shutdown-timeout", f->shutdown_timeout,
-                  "Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted")
+                  "Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are aborted; the "
+                  "process ends at most 5 s later whatever is still running")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--max-request-bytes", f->max_request_bytes, "Largest request body (e.g. 16MiB); larger get 413")

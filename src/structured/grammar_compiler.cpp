@@ -274,11 +274,13 @@ struct GrammarCompiler::Impl {
         return r;
       }
       case ChildResult::Status::Failed: {
+        // xgrammar refusing what it parsed is about the spec too: the client's
+        // error, with xgrammar's reason.
         const std::string& m = child.output;
-        const bool client = !m.empty() && (m[0] == kInvalid || m[0] == kEmpty);
-        r.error_kind = client ? Error::Invalid : Error::Internal;
-        r.error = client ? (m[0] == kEmpty ? fmt::format("the {} admits no output: {}", kind, m.substr(1)) : m.substr(1))
-                         : fmt::format("the {} could not be compiled: {}", kind, clean_message(m));
+        r.error_kind = Error::Invalid;
+        if (!m.empty() && m[0] == kEmpty) r.error = fmt::format("the {} admits no output: {}", kind, m.substr(1));
+        else if (!m.empty() && m[0] == kInvalid) r.error = m.substr(1);
+        else r.error = fmt::format("the {} could not be compiled: {}", kind, clean_message(m));
         return r;
       }
       case ChildResult::Status::OverTime:

@@ -477,9 +477,34 @@ def chat_template_seeds():
     return seeds
 
 
+def grammar_seeds():
+    """One byte of kind (0 JSON schema, 1 regex, 2 EBNF, 3 choices, 4 structural tag), then the text."""
+    kinds = {"json": 0, "regex": 1, "ebnf": 2, "choice": 3, "tag": 4}
+    specs = {
+        "json_object": ("json", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                                                  "age": {"type": "integer", "minimum": 0}},
+                                 "required": ["name"]}),
+        "json_array": ("json", {"type": "array", "items": {"enum": ["a", "b", 3]}, "minItems": 1, "maxItems": 4}),
+        "json_refs": ("json", {"$defs": {"n": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/n"}]}},
+                               "$ref": "#/$defs/n"}),
+        "json_pattern": ("json", {"type": "string", "pattern": "^[a-z]{2,5}$", "format": "email"}),
+        "regex": ("regex", "[a-z]+@[a-z]+\\.(com|org){1,2}"),
+        "regex_empty": ("regex", "[^\\s\\S]"),
+        "ebnf": ("ebnf", 'root ::= item ("," item)*\nitem ::= [0-9]+ | "x"{2,3}'),
+        "ebnf_recursive": ("ebnf", 'root ::= "(" root ")" | ""'),
+        "choice": ("choice", ["yes", "no", "say \"maybe\""]),
+        "tag": ("tag", {"type": "structural_tag", "format": {"type": "const_string", "value": "ok"}}),
+    }
+    out = {}
+    for name, (kind, spec) in specs.items():
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        out[name] = bytes([kinds[kind]]) + text.encode()
+    return out
+
+
 def main():
     targets = {"gguf": gguf_seeds(), "safetensors": safetensors_seeds(), "tokenizer_json": tokenizer_json_seeds(),
-               "request": request_seeds(), "chat_template": chat_template_seeds()}
+               "request": request_seeds(), "chat_template": chat_template_seeds(), "grammar": grammar_seeds()}
     total = 0
     for target, seeds in targets.items():
         out = CORPUS / target

@@ -14,7 +14,7 @@ build=${1:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET...]}
 seconds=${2:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 targets=("$@")
-((${#targets[@]})) || targets=(gguf safetensors tokenizer_json request chat_template http_request)
+((${#targets[@]})) || targets=(gguf safetensors tokenizer_json request chat_template http_request grammar)
 jobs=${FUZZ_JOBS:-1}
 extra=()
 [ "${FUZZ_KEEP_GOING:-0}" = 1 ] && extra=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)

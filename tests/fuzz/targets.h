@@ -28,6 +28,8 @@ int request(const uint8_t* data, size_t size);
 int chat_template(const uint8_t* data, size_t size);
 // Bytes from an HTTP client: request heads and bodies (chunked, compressed) through HttpRequestReader.
 int http_request(const uint8_t* data, size_t size);
+// A structured-output spec (schema, regex, grammar, choices, structural tag): validated, then compiled.
+int grammar(const uint8_t* data, size_t size);
 
 struct Target {
   std::string_view name;  // folder name under tests/fuzz/corpus and tests/fuzz/regressions

@@ -65,6 +65,7 @@ std::span<const Target> all_targets() {
       {"request", request},
       {"chat_template", chat_template},
       {"http_request", http_request},
+      {"grammar", grammar},
   };
   return targets;
 }
