@@ -83,6 +83,14 @@ class Server:
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")
 
+    def rss_bytes(self):
+        """The server's resident memory (VmRSS)."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
     def signal(self, sig, group=False):
         if group:
             os.killpg(self.proc.pid, sig)

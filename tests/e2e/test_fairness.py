@@ -35,14 +35,6 @@ def preemptions(server, cause):
     return next(v for _, labels, v in samples if labels["cause"] == cause)
 
 
-def rss_bytes(server):
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
 def wait_for(cond, timeout=60):
     deadline = time.time() + timeout
     while not cond():
@@ -71,7 +63,7 @@ def test_over_the_cap_is_400_naming_the_flag(server):
 
 def test_small_request_answers_while_a_big_one_runs(server):
     post(server, SMALL)  # warm-up
-    rss_before = rss_bytes(server)
+    rss_before = server.rss_bytes()
     big = {}
     t = threading.Thread(target=lambda: big.update(r=post(server, BIG, timeout=600)))
     t.start()
@@ -95,7 +87,7 @@ def test_small_request_answers_while_a_big_one_runs(server):
     # once touched; with 16 seats of 512 tokens it is 5 MiB here.)
     wait_for(lambda: metric(server, "pagellm:num_requests_running") == 0)
     time.sleep(1.5)
-    grown = rss_bytes(server) - rss_before
+    grown = server.rss_bytes() - rss_before
     print(f"small request under load: {small_s:.2f} s; RSS after the burst: {grown / 2**20:+.1f} MiB")
     assert grown < 32 << 20, grown
 

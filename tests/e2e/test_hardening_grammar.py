@@ -64,8 +64,7 @@ def metric(server, name):
 
 
 def rss_mb(server):
-    with open(f"/proc/{server.proc.pid}/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+    return server.rss_bytes() / 2**20
 
 
 @pytest.fixture(scope="module")

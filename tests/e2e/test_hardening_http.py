@@ -17,13 +17,6 @@ import requests
 from conftest import STORIES, Server
 import prom
 
-def rss_bytes(server):
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
 
 def metric(server, name):
     families = prom.parse(requests.get(server.url("/metrics"), timeout=10).text)
@@ -195,7 +188,7 @@ def test_chunked_body_limit_on_the_wire(server):
     """A chunked body past --max-request-bytes is refused as it arrives, not
     buffered whole first (the rest is read and dropped while the server
     lingers, so the client can read the 413)."""
-    before = rss_bytes(server)
+    before = server.rss_bytes()
     s = connect(server)
     s.sendall(http_request("POST", "/v1/completions", b"", ["Transfer-Encoding: chunked",
                                                              "Content-Type: application/json"]))
@@ -211,19 +204,19 @@ def test_chunked_body_limit_on_the_wire(server):
     s.close()
     assert status == 413, body
     assert "limit of 1048576 bytes" in json.loads(body)["error"]["message"]
-    assert rss_bytes(server) - before < 32 << 20
+    assert server.rss_bytes() - before < 32 << 20
     assert healthy(server)
 
 
 def test_gzip_bomb_is_refused_without_inflating(server):
     bomb = gzip.compress(b"\0" * (1 << 30), compresslevel=9)  # ~1 MB -> 1 GiB
     assert len(bomb) < (1 << 20)
-    before = rss_bytes(server)
+    before = server.rss_bytes()
     r = requests.post(server.url("/v1/completions"), data=bomb, timeout=60,
                       headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
     assert r.status_code == 413
     assert "decompressed request body exceeds" in r.json()["error"]["message"]
-    assert rss_bytes(server) - before < 64 << 20
+    assert server.rss_bytes() - before < 64 << 20
     assert healthy(server)
 
 
@@ -243,7 +236,7 @@ def test_unknown_content_encoding_is_415(server):
 
 
 def test_a_million_header_lines_is_431(server):
-    before = rss_bytes(server)
+    before = server.rss_bytes()
     s = connect(server)
     s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
     try:
@@ -254,7 +247,7 @@ def test_a_million_header_lines_is_431(server):
     status, _, body = read_response(s)
     s.close()
     assert status == 431, body
-    assert rss_bytes(server) - before < 16 << 20
+    assert server.rss_bytes() - before < 16 << 20
     assert healthy(server)
 
 
@@ -404,12 +397,12 @@ def test_api_key_checked_before_the_body_is_read():
                                                                  "Content-Type: application/json"]))
         status, _, body = read_response(c, timeout=5)
         assert status == 401
-        before = rss_bytes(s)
+        before = s.rss_bytes()
         bomb = gzip.compress(b"\0" * (1 << 30), compresslevel=9)
         r = requests.post(s.url("/v1/completions"), data=bomb, timeout=60,
                           headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
         assert r.status_code == 401
-        assert rss_bytes(s) - before < 32 << 20
+        assert s.rss_bytes() - before < 32 << 20
         r = requests.get(s.url("/health"), timeout=5)
         assert r.status_code == 200
     finally:
