@@ -636,9 +636,6 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
   const int32_t vocab = model_->config().n_vocab;
   std::vector<int32_t> banned;
   const std::span<const int32_t> eog(tokenizer_->eog_ids());
-  // One token from `row` for `target` (with a draft distribution q: accept
-  // or reject `draft` against it). The sampler restores the row after use,
-  // so one row serves every sample.
   // The grammar allows nothing more (its language is empty past this point):
   // the sample stops with a stop token, unseen, and the request fails with a
   // 400 naming the constraint.
@@ -652,6 +649,9 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, std::vector<Reques
     res.token = eog.empty() ? 0 : eog.front();
     return res;
   };
+  // One token from `row` for `target` (with a draft distribution q: accept
+  // or reject `draft` against it). The sampler restores the row after use,
+  // so one row serves every sample.
   auto draw = [&](Sample& target, const float* logits_row, int32_t draft = -1, const float* q = nullptr,
                   bool* accepted = nullptr) {
     float* row = const_cast<float*>(logits_row);

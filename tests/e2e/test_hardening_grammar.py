@@ -199,6 +199,18 @@ def test_constraints_that_admit_nothing_are_400s(server, field, value, contains)
     check_400(post(server, completion(**{field: value})), field, contains)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_grammar_that_dead_ends_later_fails_only_its_request(server, stream):
+    # "Once" is allowed; after it nothing is: no stop token, no character.
+    r = post(server, completion(guided_grammar='root ::= "Once" [^\\x00-\\U0010FFFF]', stream=stream), stream=stream)
+    if r.status_code == 400:  # before any token was sent (always, unstreamed)
+        check_400(r, "guided_grammar", "allows no further token")
+    else:  # a stream that had begun ends with the error event
+        assert r.status_code == 200 and stream, r.text
+        assert '"param":"guided_grammar"' in r.text and "allows no further token" in r.text, r.text
+    check_served(server)
+
+
 @pytest.mark.parametrize("field,value", [("guided_choice", [""]), ("guided_grammar", 'root ::= ""')])
 def test_the_empty_string_alone_gives_empty_content(server, field, value):
     r = post(server, completion(**{field: value}))
