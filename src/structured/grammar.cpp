@@ -137,18 +137,18 @@ xgrammar::Grammar to_grammar(const StructuredOutputs& s, const char* param) {
   throw InvalidRequest("no structured output given", param);
 }
 
-std::string describe_kind(StructuredOutputs::Kind k) {
+}  // namespace
+
+const char* kind_name(StructuredOutputs::Kind k) {
   switch (k) {
     case StructuredOutputs::Kind::Json:
     case StructuredOutputs::Kind::JsonObject: return "JSON schema";
     case StructuredOutputs::Kind::Regex: return "regex";
     case StructuredOutputs::Kind::Grammar: return "grammar";
-    case StructuredOutputs::Kind::Choice: return "choice";
+    case StructuredOutputs::Kind::Choice: return "choice list";
     default: return "structural tag";
   }
 }
-
-}  // namespace
 
 xgrammar::Grammar to_xgrammar(const StructuredOutputs& s, const char* param) {
   try {
@@ -156,7 +156,7 @@ xgrammar::Grammar to_xgrammar(const StructuredOutputs& s, const char* param) {
   } catch (const InvalidRequest&) {
     throw;
   } catch (const std::exception& e) {
-    throw InvalidRequest(fmt::format("invalid {}: {}", describe_kind(s.kind), clean_message(e.what())), param);
+    throw InvalidRequest(fmt::format("invalid {}: {}", kind_name(s.kind), clean_message(e.what())), param);
   }
 }
 
@@ -203,6 +203,10 @@ GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
 bool GrammarMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
 
 bool GrammarMatcher::fill_next_token_bitmask(int32_t* mask, int32_t vocab_size) {
+  return fill_bitmask(impl_->matcher, mask, vocab_size);
+}
+
+bool fill_bitmask(xgrammar::GrammarMatcher& matcher, int32_t* mask, int32_t vocab_size) {
   int64_t shape[1] = {bitmask_words(vocab_size)};
   DLTensor t{};
   t.data = mask;
@@ -212,7 +216,7 @@ bool GrammarMatcher::fill_next_token_bitmask(int32_t* mask, int32_t vocab_size) 
   t.shape = shape;
   t.strides = nullptr;
   t.byte_offset = 0;
-  return impl_->matcher.FillNextTokenBitmask(&t);
+  return matcher.FillNextTokenBitmask(&t);
 }
 
 bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }

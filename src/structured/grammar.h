@@ -44,6 +44,10 @@ void validate(const StructuredOutputs& spec, const GrammarLimits& limits, const 
 // The structural limits alone (validate's first step); a linear scan.
 void check_grammar_limits(const StructuredOutputs& spec, const GrammarLimits& limits, const char* param);
 
+// What a spec is, for messages: "JSON schema", "regex", "grammar", "choice
+// list" or "structural tag".
+const char* kind_name(StructuredOutputs::Kind k);
+
 // An EBNF grammar whose only sentences are the given strings (choice).
 std::string choice_grammar(const std::vector<std::string>& choices);
 

@@ -79,28 +79,9 @@ std::string compile_in_child(const xgrammar::TokenizerInfo& info, const Structur
   // allows no token at all, not even a stop token: nothing can be sampled.
   xgrammar::GrammarMatcher matcher(compiled);
   std::vector<int32_t> mask(static_cast<size_t>(bitmask_words(info.GetVocabSize())), 0);
-  int64_t shape[1] = {static_cast<int64_t>(mask.size())};
-  DLTensor t{};
-  t.data = mask.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = xgrammar::GetBitmaskDLType();
-  t.shape = shape;
-  matcher.FillNextTokenBitmask(&t);
-  if (std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; }))
+  if (fill_bitmask(matcher, mask.data(), info.GetVocabSize()) && !any_allowed(mask.data(), info.GetVocabSize()))
     throw std::runtime_error(std::string(1, kEmpty) + "no output can satisfy it (its language is empty)");
   return compiled.SerializeJSON();
-}
-
-const char* kind_name(StructuredOutputs::Kind k) {
-  switch (k) {
-    case StructuredOutputs::Kind::Json:
-    case StructuredOutputs::Kind::JsonObject: return "JSON schema";
-    case StructuredOutputs::Kind::Regex: return "regex";
-    case StructuredOutputs::Kind::Grammar: return "grammar";
-    case StructuredOutputs::Kind::Choice: return "choice list";
-    default: return "structural tag";
-  }
 }
 
 }  // namespace
@@ -193,7 +174,6 @@ struct GrammarCompiler::Impl {
     }
     in_flight[key] = job;
     queue.push_back(std::move(job));
-    stats.queued = static_cast<int64_t>(queue.size());
     cv.notify_one();
     return pending;
   }
@@ -207,7 +187,6 @@ struct GrammarCompiler::Impl {
         if (stopping) return;
         job = std::move(queue.front());
         queue.pop_front();
-        stats.queued = static_cast<int64_t>(queue.size());
         if (job->waiters.expired()) {  // every waiter left while it was queued
           stats.cancelled++;
           in_flight.erase(job->key);
@@ -344,6 +323,7 @@ GrammarCompilerStats GrammarCompiler::stats() const {
   GrammarCompilerStats s = impl_->stats;
   s.cached = impl_->cache.size();
   s.cached_bytes = impl_->cache_bytes;
+  s.queued = static_cast<int64_t>(impl_->queue.size());
   return s;
 }
 

@@ -133,17 +133,6 @@ Shape json_shape(std::string_view text) {
   return {static_cast<int64_t>(cost.depth), static_cast<int64_t>(std::min<size_t>(cost.elements, kMany))};
 }
 
-const char* what_of(Kind k) {
-  switch (k) {
-    case Kind::Json: return "the JSON schema";
-    case Kind::Regex: return "the regex";
-    case Kind::Grammar: return "the grammar";
-    case Kind::Choice: return "the choice list";
-    case Kind::StructuralTag: return "the structural tag";
-    default: return "the structured output";
-  }
-}
-
 const char* nodes_of(Kind k) {
   switch (k) {
     case Kind::Regex:
@@ -165,7 +154,7 @@ const char* depth_of(Kind k) {
 
 void check_grammar_limits(const StructuredOutputs& s, const GrammarLimits& limits, const char* param) {
   if (!s.active() || s.kind == Kind::JsonObject) return;
-  const char* what = what_of(s.kind);
+  const std::string what = fmt::format("the {}", kind_name(s.kind));
   if (s.spec.size() > limits.max_bytes)
     throw InvalidRequest(fmt::format("{} has {} bytes; the limit is {} (--grammar-max-bytes)", what, s.spec.size(),
                                      limits.max_bytes),
