@@ -41,7 +41,7 @@ int64_t repetition_count(std::string_view text, size_t& i) {
     if (c >= '0' && c <= '9') {
       int64_t& v = comma ? hi : lo;
       if (v < 0) v = 0;
-      v = std::min<int64_t>(kMany, v * 10 + (c - '0'));
+      v = v > kMany / 10 ? kMany : std::min<int64_t>(kMany, v * 10 + (c - '0'));  // saturates, never overflows
       digits = true;
     } else if (c == ',' && !comma) {
       comma = true;

@@ -34,21 +34,50 @@ def wait_idle(server, timeout=5.0):
     raise AssertionError(f"the server did not return to idle within {timeout} s")
 
 
-def wait_running(server, timeout=10.0):
+def finished_total(server):
+    families = prom.parse(requests.get(server.url("/metrics"), timeout=10).text)
+    return sum(v for _, _, v in families["pagellm:request_success_total"]["samples"])
+
+
+def wait_running(server, timeout=10.0, fail=True):
     """Polls until some request runs: a loaded machine may take longer than
-    a fixed pause to admit the first one. Fails with what the server saw."""
+    a fixed pause to admit the first one. Fails with what the server saw
+    (or, with fail=False, returns False)."""
     deadline = time.time() + timeout
     polls = 0
+    start_finished = finished_total(server)
     while time.time() < deadline:
         polls += 1
         if metric(server, "pagellm:num_requests_running") > 0:
             return True
         time.sleep(0.02)
+    if not fail:
+        return False
     text = requests.get(server.url("/metrics"), timeout=10).text
     seen = [l for l in text.splitlines() if l.startswith(("pagellm:num_requests", "pagellm:request_success",
                                                           "pagellm:http_requests"))]
-    raise AssertionError(f"no request ran in {timeout} s ({polls} polls); metrics:\n" + "\n".join(seen) +
-                         "\nserver log tail:\n" + server.output()[-3000:])
+    raise AssertionError(f"no request ran in {timeout} s ({polls} polls; {start_finished:.0f} finished before); "
+                         "metrics:\n" + "\n".join(seen) + "\nserver log tail:\n" + server.output()[-3000:])
+
+
+def send_long_requests(server, stream=False, count=48, attempts=3):
+    """Opens `count` connections, each sending a long completion (~23,000
+    tokens in all: seconds of work for 8 slots), and returns their sockets
+    once a request runs. If a batch ran to its end unseen by the polls (a
+    stalled test process on a loaded machine), a fresh batch is sent."""
+    for attempt in range(attempts):
+        socks = []
+        for _ in range(count):
+            s = connect(server)
+            s.sendall(http_request("POST", "/v1/completions", completion_body(480, stream),
+                                   ["Content-Type: application/json"]))
+            socks.append(s)
+        if wait_running(server, fail=attempt == attempts - 1):
+            return socks
+        for s in socks:
+            s.close()
+        wait_idle(server, timeout=30)
+    return []
 
 
 def connect(server):
@@ -130,13 +159,7 @@ def server():
 def test_reset_right_after_sending_aborts(server, stream):
     """SO_LINGER 0 resets the connection: the peer address is gone too. Every
     such request must be aborted and its KV blocks freed within 2 s."""
-    socks = []
-    for _ in range(48):  # ~23,000 tokens: seconds of work for 8 slots
-        s = connect(server)
-        s.sendall(http_request("POST", "/v1/completions", completion_body(480, stream),
-                               ["Content-Type: application/json"]))
-        socks.append(s)
-    wait_running(server)
+    socks = send_long_requests(server, stream)
     for s in socks:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
@@ -146,12 +169,7 @@ def test_reset_right_after_sending_aborts(server, stream):
 
 def test_close_after_sending_aborts(server):
     """A plain close (FIN) with the request running: aborted too."""
-    socks = []
-    for _ in range(48):
-        s = connect(server)
-        s.sendall(http_request("POST", "/v1/completions", completion_body(480), ["Content-Type: application/json"]))
-        socks.append(s)
-    wait_running(server)
+    socks = send_long_requests(server)
     for s in socks:
         s.close()
     assert wait_idle(server, timeout=2.5) < 2.5

@@ -101,6 +101,8 @@ TEST(StructuredLimits, EveryKindIsMeasuredBeforeXgrammarSeesIt) {
   for (int i = 0; i < 101; ++i) choices += fmt::format("{}\"c{}\"", i ? "," : "", i);
   EXPECT_NE(error(Kind::Choice, choices + "]").find("101 choices"), std::string::npos);
   EXPECT_NE(error(Kind::Regex, "(a{1000}){1000}").find("1000000 atoms"), std::string::npos);
+  // A count past int64 saturates instead of overflowing (a fuzzer finding).
+  EXPECT_NE(error(Kind::Regex, "a{99999999999999999999999,9999999999999999999999999}").find("over "), std::string::npos);
   EXPECT_NE(error(Kind::Regex, "((((((((((a))))))))))").find("groups 10 levels deep"), std::string::npos);
   EXPECT_NO_THROW(validate(spec(Kind::Regex, "[a-z]{1,20}@(com|org)"), small, "x"));
   EXPECT_NE(error(Kind::Grammar, "root ::= \"a\"{500}").find("atoms"), std::string::npos);
