@@ -1,5 +1,7 @@
-// The rules of the scheduling steps (step_rules.h) as tables of cases, and
-// the plan written from recorded decisions (step_decisions.h).
+// The steps of Scheduler::schedule() one at a time: the pure rules of
+// step_rules.h as tables of cases, the stateful steps (through
+// SchedulerStepsPeer) as the state expected after each iteration, and the
+// plan written from recorded decisions.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -10,12 +12,14 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/step_decisions.h"
 #include "scheduler/step_rules.h"
+#include "scheduler_steps_peer.h"
 #include "scheduler_test_util.h"
 
 namespace pagellm {
 namespace {
 
 using test::kv_config;
+using test::sched_config;
 using test::tokens;
 
 // A sequence with num_tokens tokens, num_computed of them computed.
@@ -43,6 +47,15 @@ Granted granted(const StepDecisions& step) {
   return out;
 }
 
+// What the engine does after a plan: a token for every sampled entry, then
+// on_step_done.
+void finish_step(Scheduler& sched, const StepPlan& plan) {
+  for (const ScheduledSeq& s : plan.seqs)
+    if (s.sample) s.seq->token_ids.push_back(static_cast<TokenId>(7000 + s.seq->num_tokens()));
+  sched.on_step_done(plan);
+  sched.check_invariants();
+}
+
 // ---- 1. order ----
 
 TEST(SchedStepsOrder, AgedPriorityTable) {
@@ -65,6 +78,48 @@ TEST(SchedStepsOrder, AgedPriorityTable) {
   }
   EXPECT_EQ(priority_levels({5, -3, 5, 0, 0}), levels);
   EXPECT_TRUE(priority_levels({}).empty());
+}
+
+// A(5) arrives at step 0, C(0) at step 2, E(0) at step 4; aging every 2
+// steps. The queue is re-sorted every step as the ranks move: C passes A
+// once the ranks know its value, E (4 steps after A) never does.
+TEST(SchedStepsOrder, OrderQueuesIterationByIteration) {
+  SchedulerConfig c = sched_config(64, /*max_seqs=*/1);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 2;
+  Scheduler sched(c, kv_config(100));
+  SchedulerStepsPeer peer(sched);
+  auto a = seq_of(1, 8), cc = seq_of(2, 8), e = seq_of(3, 8);
+  a->priority = 5;
+  cc->priority = 0;
+  e->priority = 0;
+  sched.add(a.get());
+  struct Iteration {
+    int64_t step;
+    Sequence* arrives;  // after the step's ordering
+    std::vector<SeqId> waiting;
+    std::vector<int64_t> effective;  // of A, C, E while present
+  };
+  const Iteration iterations[] = {
+      {1, nullptr, {1}, {0}},
+      {2, cc.get(), {1, 2}, {-1, 0}},  // C ranked against the levels of step 2 ({5})
+      {3, nullptr, {2, 1}, {0, 0}},    // levels {0, 5}: a tie, the better value first
+      {4, e.get(), {2, 1, 3}, {-1, -1, 0}},
+      {5, nullptr, {2, 1, 3}, {-1, -1, 0}},
+      {6, nullptr, {2, 1, 3}, {-2, -2, -1}},
+  };
+  for (const Iteration& it : iterations) {
+    SCOPED_TRACE(testing::Message() << "step " << it.step);
+    peer.begin_step();
+    peer.order_queues();
+    if (it.arrives) sched.add(it.arrives);
+    EXPECT_EQ(ids_of(sched.waiting()), it.waiting);
+    std::vector<int64_t> effective;
+    for (const Sequence* s : {a.get(), cc.get(), e.get()})
+      if (sched.find(s->id) == s) effective.push_back(sched.effective_priority(*s));
+    EXPECT_EQ(effective, it.effective);
+    sched.check_invariants();
+  }
 }
 
 // ---- 2. capacity ----
@@ -111,6 +166,83 @@ TEST(SchedStepsCapacity, LeavesReserveTable) {
     SCOPED_TRACE(testing::Message() << "case " << i);
     EXPECT_EQ(leaves_reserve(c.conservative, c.watermark, c.usable, c.available, c.running, c.new_blocks), c.expected);
   }
+}
+
+// Short of blocks, a prefill chunk takes those of a decode that was already
+// granted its token this step: the grant goes and its token returns to the
+// budget before the plan exists. 5 usable blocks of 8 tokens, budget 16;
+// B (priority 1, 7 tokens) runs first, A (priority 0, 32 tokens) joins.
+TEST(SchedStepsCapacity, RunningIterationByIteration) {
+  SchedulerConfig c = sched_config(16, 256, 40);
+  c.policy = SchedulingPolicy::Priority;
+  c.priority_aging_steps = 0;
+  Scheduler sched(c, kv_config(6, 8));
+  SchedulerStepsPeer peer(sched);
+  auto a = seq_of(1, 32), b = seq_of(2, 7);
+  a->priority = 0;
+  b->priority = 1;
+  sched.add(b.get());
+  struct Iteration {
+    Sequence* arrives;       // before the step
+    Granted running_grants;  // after schedule_running
+    std::vector<SeqId> preempted;
+    int32_t budget_left;  // after schedule_running
+    Granted all_grants;   // after admission
+    std::vector<SeqId> running;
+    int32_t free_blocks;
+  };
+  const Iteration iterations[] = {
+      {nullptr, {}, {}, 16, {{2, 7}}, {2}, 4},
+      {a.get(), {{2, 1}}, {}, 15, {{2, 1}, {1, 15}}, {1, 2}, 2},
+      // B's decode needs a second block, then A's chunk needs two: B goes,
+      // its grant withdrawn (budget 16 again) before A takes its 15 tokens.
+      {nullptr, {{1, 15}}, {2}, 1, {{1, 15}}, {1}, 1},
+      // B waits: its prompt block is cached, but the block after it is not
+      // free, it outranks nobody, and no request holds more than its share.
+      {nullptr, {{1, 2}}, {}, 14, {{1, 2}}, {1}, 1},
+  };
+  for (size_t i = 0; i < std::size(iterations); ++i) {
+    const Iteration& it = iterations[i];
+    SCOPED_TRACE(testing::Message() << "iteration " << i);
+    if (it.arrives) sched.add(it.arrives);
+    StepDecisions step = peer.begin_step();
+    peer.order_queues();
+    peer.schedule_running(step);
+    EXPECT_EQ(granted(step), it.running_grants);
+    EXPECT_EQ(step.preempted, it.preempted);
+    EXPECT_EQ(step.budget, it.budget_left);
+    if (step.preempted.empty()) peer.admit_waiting(step);
+    EXPECT_EQ(granted(step), it.all_grants);
+    EXPECT_EQ(ids_of(sched.running()), it.running);
+    EXPECT_EQ(sched.kv_stats().free_blocks + sched.kv_stats().cached_blocks, it.free_blocks);
+    finish_step(sched, peer.build(step));
+  }
+  EXPECT_EQ(b->num_preemptions, 1);
+}
+
+// A sequence the engine did not finish at max_model_len is finished by the
+// running step itself (no position left for its next token).
+TEST(SchedStepsCapacity, LengthCapFinishesWithoutAGrant) {
+  Scheduler sched(sched_config(64, 256, 16), kv_config(16, 8));
+  SchedulerStepsPeer peer(sched);
+  auto s = seq_of(1, 15);
+  sched.add(s.get());
+  const std::vector<int32_t> computed_after = {15, 16};  // prompt, then the last position
+  for (int32_t computed : computed_after) {
+    StepDecisions step = peer.begin_step();
+    peer.schedule_running(step);
+    peer.admit_waiting(step);
+    EXPECT_TRUE(step.length_capped.empty());
+    finish_step(sched, peer.build(step));
+    EXPECT_EQ(s->num_computed_tokens, computed);
+  }
+  StepDecisions step = peer.begin_step();
+  peer.schedule_running(step);
+  EXPECT_TRUE(step.grants.empty());
+  EXPECT_EQ(step.length_capped, std::vector<SeqId>{1});
+  EXPECT_EQ(s->status, SeqStatus::FinishedLength);
+  EXPECT_EQ(sched.kv_stats().used_blocks, 0);
+  EXPECT_FALSE(sched.has_unfinished());
 }
 
 // ---- 3. admission ----
@@ -171,6 +303,87 @@ TEST(SchedStepsAdmission, NextToAdmitTable) {
     EXPECT_EQ(next_to_admit(c.waiting.size(), candidate, c.fair, c.length_aware), c.expected);
     EXPECT_EQ(asked, c.looked_at);
   }
+}
+
+// Seats (max_num_seqs 2), the budget (32) and the prefix cache: 1 and 2 share
+// a 20-token prompt, 3 too; 2's prompt is chunked by the budget, 3 waits for a
+// seat (no request is above its share of 1), then finds 1's two full blocks
+// in the cache.
+TEST(SchedStepsAdmission, AdmitWaitingIterationByIteration) {
+  Scheduler sched(sched_config(32, 2, 64), kv_config(32, 8));
+  SchedulerStepsPeer peer(sched);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (SeqId id : {1, 2, 3}) {
+    seqs.push_back(seq_of(id, 20));
+    seqs.back()->token_ids = tokens(20);
+  }
+  struct Iteration {
+    std::vector<SeqId> arrive;
+    std::vector<SeqId> finish;  // before the step
+    Granted admitted;           // grants of admit_waiting
+    std::vector<SeqId> waiting;
+    int32_t cached_tokens_of_3;
+  };
+  const Iteration iterations[] = {
+      {{1, 2}, {}, {{1, 20}, {2, 12}}, {}, -1},
+      {{3}, {}, {}, {3}, -1},       // no seat, and no victim
+      {{}, {1}, {{3, 4}}, {}, 16},  // the prompt's two full blocks are cached: 3 computes 4
+  };
+  for (size_t i = 0; i < std::size(iterations); ++i) {
+    const Iteration& it = iterations[i];
+    SCOPED_TRACE(testing::Message() << "iteration " << i);
+    for (SeqId id : it.arrive) sched.add(seqs[id - 1].get());
+    for (SeqId id : it.finish) EXPECT_TRUE(sched.finish(id));
+    StepDecisions step = peer.begin_step();
+    peer.schedule_running(step);
+    const size_t before = step.grants.size();
+    peer.admit_waiting(step);
+    const Granted all = granted(step);
+    EXPECT_EQ(Granted(all.begin() + static_cast<std::ptrdiff_t>(before), all.end()), it.admitted);
+    EXPECT_EQ(ids_of(sched.waiting()), it.waiting);
+    EXPECT_EQ(seqs[2]->num_cached_tokens, it.cached_tokens_of_3);
+    finish_step(sched, peer.build(step));
+  }
+  EXPECT_EQ(seqs[2]->num_computed_tokens, 20);
+}
+
+// Swap preemption: the swapped sequence comes back (its blocks copied in
+// from the host pool) before any waiting one, and joins running this step.
+TEST(SchedStepsAdmission, ResumeSwappedBringsTheBlocksBack) {
+  SchedulerConfig c = sched_config(256, 256, 48);
+  c.preemption_mode = PreemptionMode::Swap;
+  c.num_swap_blocks = 16;
+  Scheduler sched(c, kv_config(7, 8));
+  SchedulerStepsPeer peer(sched);
+  auto a = seq_of(1, 16), b = seq_of(2, 16);
+  sched.add(a.get());
+  sched.add(b.get());
+  size_t swapped_blocks = 0;
+  bool resumed = false;
+  for (int i = 0; i < 100 && !resumed; ++i) {
+    StepDecisions step = peer.begin_step();
+    peer.schedule_running(step);
+    if (!step.swapped_out.empty()) {
+      EXPECT_EQ(step.swapped_out, std::vector<SeqId>{2});
+      swapped_blocks = step.swap_out.size();
+    }
+    if (step.preempted.empty()) {
+      peer.resume_swapped(step);
+      if (!step.swap_in.empty()) {
+        resumed = true;
+        EXPECT_EQ(step.swap_in.size(), swapped_blocks);
+        EXPECT_EQ(ids_of(step.joined), std::vector<SeqId>{2});
+        EXPECT_EQ(granted(step).back(), (std::pair<SeqId, int32_t>{2, 1}));
+      }
+      if (sched.swapped().empty()) peer.admit_waiting(step);
+    }
+    finish_step(sched, peer.build(step));
+    if (a->num_output_tokens() >= 20 && a->status == SeqStatus::Running) {
+      EXPECT_TRUE(sched.finish(1));
+    }
+  }
+  EXPECT_GT(swapped_blocks, 0u);
+  EXPECT_TRUE(resumed);
 }
 
 // ---- 4. composition ----
