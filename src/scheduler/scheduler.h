@@ -4,16 +4,22 @@
 // num_computed_tokens catches up with its num_tokens under the step's token
 // budget. A decode is a sequence one token behind; a prefill (or a recompute
 // after preemption, or a prompt partly found in the prefix cache) is one many
-// tokens behind. Each step:
-//   1. running sequences, in policy order: as many of their uncomputed tokens
-//      as the budget allows (decodes take 1, prefill chunks take the rest);
-//      when KV blocks run out, preempt the last running sequence in policy
+// tokens behind. schedule() is a chain of steps (scheduler_steps.cpp) that
+// record their decisions (StepDecisions) and apply the rules in step_rules.h:
+//   1. order: with priority aging, re-rank priorities and re-sort the queues;
+//   2. running sequences, decodes first, then prefill chunks, in policy order:
+//      composition (as many of their uncomputed tokens as the budget allows:
+//      decodes take 1, prefill chunks the rest), then capacity: KV slots for
+//      them; when blocks run out, preempt the last running sequence in policy
 //      order (lowest priority / newest; possibly the one being scheduled);
-//   2. if nobody was preempted: admit waiting sequences in policy order (or
-//      shortest first: StepComposition below) while
-//      the budget, max_num_seqs and KV blocks allow, prefix-cache hits first
-//      reducing what they compute. The conservative admission policy also
-//      keeps a reserve of free blocks for the running sequences to grow into.
+//   3. if nobody was preempted: swapped sequences come back, then waiting ones
+//      are admitted in policy order (or shortest first: StepComposition below)
+//      while the budget, max_num_seqs and KV blocks allow, prefix-cache hits
+//      first reducing what they compute. The conservative admission policy
+//      also keeps a reserve of free blocks for the running sequences to grow into;
+//   4. composition is decided per sequence inside 2 and 3, against the budget
+//      that is left when its turn comes (a preemption gives tokens back);
+//   5. build_plan() writes the StepPlan from the decisions in one go.
 // Under the priority policy a waiting sequence of higher (effective) priority
 // may preempt the lowest-priority running one when seats or blocks are short;
 // aging raises a sequence's effective priority with the steps it has been in
@@ -57,13 +63,16 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "core/enum_names.h"
 #include "kv/kv_cache_manager.h"
 #include "scheduler/sequence.h"
+#include "scheduler/step_decisions.h"
 #include "scheduler/step_plan.h"
+#include "scheduler/step_rules.h"
 
 namespace pagellm {
 
@@ -229,23 +238,45 @@ class Scheduler {
   void check_invariants() const;
 
  private:
+  friend class SchedulerStepsPeer;  // unit tests run the steps of schedule() one at a time
+
   bool runs_before(const Sequence* a, const Sequence* b) const;
   void insert_running(Sequence* seq);
   void erase_running(Sequence* seq);
   void insert_waiting(Sequence* seq, bool at_head);
   void make_live(Sequence* seq);
   void forget(Sequence* seq);
-  void preempt(Sequence* seq, StepPlan& plan);
-  Sequence* kv_victim() const;
-  Sequence* fair_victim(const Sequence& waiting, const std::vector<const Sequence*>& spared) const;
-  bool admission_leaves_reserve(int32_t new_blocks) const;
-  size_t next_waiting() const;  // index in waiting_ of the next one to admit
-  int32_t waiting_tokens_shorter_than(int32_t remaining) const;
+
+  // The steps of schedule(), in order (scheduler_steps.cpp); each records
+  // what it decides in `step`, and build_plan() writes the plan from that.
+  void order_queues();                         // 1. aging: re-rank priorities, re-sort the queues
+  void schedule_running(StepDecisions& step);  // 2. running sequences: composition, then capacity
+  void resume_swapped(StepDecisions& step);    // 3. swapped sequences back in
+  void admit_waiting(StepDecisions& step);     // 3. waiting sequences in
+
+  // 4. composition: the tokens (and drafts) a running sequence computes now.
+  TokenGrant compose_running(Sequence* seq, bool decode, int32_t decodes_to_come, int32_t budget) const;
+  TokenLimits token_limits() const;
   int32_t window_tokens() const;
-  bool swap_out(Sequence* seq, StepPlan& plan);
-  bool swap_in(Sequence* seq, StepPlan& plan);
-  int32_t tokens_to_schedule(const Sequence& seq, int32_t num_computed, int32_t budget) const;
-  void add_to_plan(StepPlan& plan, Sequence* seq, int32_t num_new, SlotAllocation& alloc, int32_t num_drafts = 0);
+  // 2. capacity: KV slots for a composed grant, preempting as the pool needs.
+  void allocate_running(TokenGrant want, StepDecisions& step);
+  void finish_at_length_cap(Sequence* seq, StepDecisions& step);
+  void preempt_running(Sequence* victim, StepDecisions& step);
+  void preempt(Sequence* seq, StepDecisions& step);
+  bool swap_out(Sequence* seq, StepDecisions& step);
+  Sequence* pick_kv_victim() const;
+  // 3. admission.
+  size_t next_waiting() const;  // index in waiting_ of the next one to admit
+  PrefixMatch cached_prefix(const Sequence& seq) const;
+  std::optional<SlotAllocation> allocate_admission(const Sequence& seq, const PrefixMatch& match, int32_t num_new);
+  void admit(size_t waiting_index, int32_t num_cached, StepDecisions& step);
+  bool make_room_for(const Sequence& waiting, StepDecisions& step);
+  bool outranks_last_running(const Sequence& waiting, const StepDecisions& step) const;
+  Sequence* pick_fair_victim(const Sequence& waiting, const StepDecisions& step) const;
+  bool swap_in(Sequence* seq, StepDecisions& step);
+  // How the victim and admission rules (step_rules.h) see a sequence.
+  SeatHolder seat_holder(const Sequence& seq) const;
+  int64_t priority_class(const Sequence& seq) const;
 
   SchedulerConfig config_;
   KVCacheManager kv_;
