@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "embed/engine_args.h"
@@ -59,6 +60,11 @@ struct EngineArg {
 const std::vector<EngineArg>& engine_arg_table();
 // By name or alias, dashes or underscores; nullptr when none.
 const EngineArg* find_engine_arg(std::string_view name);
+
+// What a --scheduling-preset sets: argument name -> text (the arguments
+// given explicitly win). nullptr for an unknown preset.
+using PresetValues = std::vector<std::pair<std::string, std::string>>;
+const PresetValues* scheduling_preset(std::string_view name);
 
 // A value that does not fit its argument. The message says why without naming
 // the argument; each path names it its own way ("--max-num-seqs: ...",

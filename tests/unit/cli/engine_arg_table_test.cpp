@@ -318,9 +318,10 @@ TEST_F(EngineArgTable, HelpListsEveryCommandLineRow) {
 }
 
 TEST_F(EngineArgTable, PresetsFillWhatIsNotGiven) {
-  const EngineArgs cli = Command({"--load-format", "dummy", "--scheduling-preset", "latency", "--max-num-seqs", "7"}).args();
-  const EngineArgs lib = embed::parse_engine_args(
-      {{"load_format", "dummy"}, {"scheduling_preset", "latency"}, {"max_num_seqs", 7}});
+  const EngineArgs cli =
+      Command({"--load-format", "dummy", "--scheduling-preset", "latency", "--max-num-seqs", "7"}).args();
+  const EngineArgs lib =
+      embed::parse_engine_args({{"load_format", "dummy"}, {"scheduling_preset", "latency"}, {"max_num_seqs", 7}});
   for (const EngineArgs& a : {cli, lib}) {
     EXPECT_EQ(a.config.scheduler.max_num_seqs, 7);
     EXPECT_EQ(a.config.scheduler.max_num_batched_tokens, 512);
