@@ -126,7 +126,7 @@ std::unique_ptr<Engine> load_engine(const EngineConfig& config, const CLI::App* 
 
 nlohmann::json engine_json(Engine& engine, const EngineFlags& flags) {
   const EngineConfig& c = engine.config();
-  return {{"model", c.load_format == "dummy" ? fmt::format("dummy:{}:{}", c.dummy_shape, flags.dummy_type) : c.model},
+  return {{"model", c.load_format == "dummy" ? fmt::format("dummy:{}:{}", c.dummy_shape, flags.text("dummy-type")) : c.model},
           {"description", engine.describe()},
           {"weight_bytes", engine.model().weight_bytes()},
           {"decode_weight_bytes", engine.model().decode_weight_bytes()},
@@ -190,12 +190,12 @@ int run_latency_cmd(const CLI::App* app, const EngineFlags& ef, const LatencyFla
   o.batch_size = f.batch_size;
   o.num_iters = f.num_iters;
   o.num_iters_warmup = f.num_iters_warmup;
-  o.seed = ef.seed >= 0 ? static_cast<uint64_t>(ef.seed) : 0;  // the engine's --seed: prompts and sampling
+  o.seed = ef.to_config().seed.value_or(0);  // the engine's --seed: prompts and sampling
   o.validate();
   const int32_t longest = *std::max_element(o.input_lens.begin(), o.input_lens.end());
   nlohmann::json j = record("latency", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, o.batch_size * longest, longest + o.output_len, o.batch_size), app);
-  const TraceSession trace(ef.trace);  // after loading: the timeline shows the runs only
+  const TraceSession trace(ef.text("trace"));  // after loading: the timeline shows the runs only
   const CommProbe comm(*engine);
   const auto cases = bench::run_latency(*engine, o, log_line);
   std::fputs(bench::latency_summary(cases).c_str(), stderr);
@@ -222,7 +222,7 @@ int run_dataset_cmd(const CLI::App* app, const EngineFlags& ef, const Throughput
   nlohmann::json j = record("throughput", bench::machine_info());
   // A dataset's lengths vary: the model's own context unless given.
   auto engine = load_engine(ef.to_config(), app);
-  const TraceSession trace(ef.trace);
+  const TraceSession trace(ef.text("trace"));
   const auto runs = bench::run_dataset(*engine, o, log_line);
   std::fputs(bench::dataset_summary(runs, o).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->profile_report().c_str());
@@ -243,11 +243,11 @@ int run_throughput_cmd(const CLI::App* app, const EngineFlags& ef, const Through
   o.output_len = f.output_len;
   o.num_iters = f.num_iters;
   o.warmup = !f.no_warmup;
-  o.seed = ef.seed >= 0 ? static_cast<uint64_t>(ef.seed) : 0;  // the engine's --seed: prompts and sampling
+  o.seed = ef.to_config().seed.value_or(0);  // the engine's --seed: prompts and sampling
   o.validate();
   nlohmann::json j = record("throughput", bench::machine_info());
   auto engine = load_engine(bench_engine_config(ef, app, 0, o.input_len + o.output_len, 0), app);
-  const TraceSession trace(ef.trace);  // after loading: the timeline shows the runs only
+  const TraceSession trace(ef.text("trace"));  // after loading: the timeline shows the runs only
   const auto runs = bench::run_throughput(*engine, o, log_line);
   std::fputs(bench::throughput_summary(runs, o).c_str(), stderr);
   if (engine->config().profile) std::fprintf(stderr, "profile: %s\n", engine->model().backend().profile_report().c_str());

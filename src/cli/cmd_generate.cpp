@@ -231,7 +231,7 @@ Command register_generate(CLI::App& app) {
             } catch (const InvalidRequest& e) {
               fail("invalid --{}: {}", e.param(), e.what());
             }
-            TraceSession trace(engine->trace);
+            TraceSession trace(engine->text("trace"));
             const EngineConfig config = engine->to_config();
             run_worker_if_parallel(config);
             Engine eng(config, load_progress_reporter());

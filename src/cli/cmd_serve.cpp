@@ -104,9 +104,10 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
 
   EngineFlags ef = engine_flags;
   if (!f.model_positional.empty()) {
-    if (!ef.model.empty() && ef.model != f.model_positional)
-      fail("two models given: '{}' (positional) and --model '{}'", f.model_positional, ef.model);
-    ef.model = f.model_positional;
+    const std::string flag = ef.text("model");
+    if (!flag.empty() && flag != f.model_positional)
+      fail("two models given: '{}' (positional) and --model '{}'", f.model_positional, flag);
+    ef.set("model", f.model_positional);
   }
   const EngineConfig config = ef.to_config();
   run_worker_if_parallel(config);  // ranks > 0 of mpirun serve rank 0's steps and exit there

@@ -81,10 +81,12 @@ void apply_config_file(CLI::App* app, const std::string& path) {
       fail("--config {}: '{}' is not a flag of `{}`", path, f.name, app->get_name());
     if (opt->count() > 0) continue;  // the command line wins
     try {
-      opt->add_result(f.values);
+      // A switch's value as its name means it: `no-prefix-caching: true` turns caching off.
+      const bool is_switch = opt->get_expected_max() == 0 && f.values.size() == 1;
+      opt->add_result(is_switch ? std::vector<std::string>{opt->get_flag_value(f.name, f.values[0])} : f.values);
       opt->run_callback();
     } catch (const CLI::Error& e) {
-      fail("--config {}: {}: {}", path, f.name, e.what());
+      fail("--config {}: {}", path, e.what());  // CLI11 names the flag
     }
   }
 }

@@ -17,25 +17,15 @@ struct EngineArgs {
   // derived from it and their submission number, so a run is reproducible.
   std::optional<uint64_t> seed;
   std::string chat_template;  // a file or inline template; empty: the model's
+  std::string trace;          // the command line's --trace: a timeline written at exit
 };
 
-// Keys (all optional; null means the default):
-//   model, tokenizer, load_format (auto | dummy), dummy_shape, dummy_type,
-//   device, backend_options {key: value}, num_threads, exact_matmul,
-//   gpu_memory_utilization, block_size, kv_cache_memory (bytes or "2GiB"),
-//   kv_cache_memory_bytes, kv_cache_dtype (auto | fp16 | f32 | int8), max_model_len,
-//   max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
-//   enable_chunked_prefill, block_allocation, scheduling_policy,
-//   preemption_mode, preemption_policy (aggressive | conservative),
-//   long_prefill_token_threshold, priority_aging_steps, swap_space (GiB),
-//   speculative_config (object or JSON text), seed, chat_template, profile,
-//   deterministic, step_composition (fcfs | length-aware), kv_eviction
-//   (none | sliding), attention_sinks;
-//   accepted for vLLM compatibility: dtype ("auto"), trust_remote_code,
-//   enforce_eager, disable_log_stats, tensor_parallel_size and
-//   pipeline_parallel_size (1).
-// Throws InvalidRequest naming the key for unknown keys, wrong types and
-// values out of range. No model means the default one (default_model_path).
+// The keys are the snake_case names of the rows of engine_arg_table.h
+// (max_num_seqs, kv_cache_memory or kv_cache_memory_bytes, num_threads, ...),
+// all optional; null means the default. tensor_parallel_size and
+// pipeline_parallel_size must be 1 (one rank). Throws InvalidRequest naming
+// the key for unknown keys, wrong types and values out of range. No model
+// means the default one (default_model_path).
 EngineArgs parse_engine_args(const nlohmann::json& args);
 
 // The default model (Gemma 3 270M Q4_K_M) as installed by tools/setup.sh:
