@@ -156,6 +156,8 @@ json ResponseCollector::render(const TokenPiece& piece) const {
     const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
     json choice = {{"index", i}};
     size_t num_calls = 0;
+    std::vector<api::PositionLogprobs> logprobs;
+    if (logprobs_) logprobs = api::render_logprobs(c.logprobs, piece);
     if (meta_.chat) {
       const chat::ChatDelta d = chat::parse_chat_output(output_, c.text);
       json message = {{"role", "assistant"}};
@@ -168,11 +170,10 @@ json ResponseCollector::render(const TokenPiece& piece) const {
       }
       num_calls = d.calls.size();
       choice["message"] = std::move(message);
-      choice["logprobs"] = logprobs_ ? chat_logprobs_json(api::render_logprobs(c.logprobs, piece)) : json(nullptr);
+      choice["logprobs"] = logprobs_ ? chat_logprobs_json(logprobs) : json(nullptr);
     } else {
       choice["text"] = prefix + c.text;
-      choice["logprobs"] = logprobs_ ? completion_logprobs_json(api::render_logprobs(c.logprobs, piece), utf8_length(prefix))
-                                     : json(nullptr);
+      choice["logprobs"] = logprobs_ ? completion_logprobs_json(logprobs, utf8_length(prefix)) : json(nullptr);
     }
     choice["finish_reason"] = finish_json(c.finish, num_calls);
     choice["stop_reason"] = stop_reason_json(c.stop_reason);
@@ -280,8 +281,8 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
       choice["text"] = r.text;
       choice["logprobs"] = has_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
     }
-    choice["finish_reason"] =
-        meta_.chat ? finish_json(d.finish_reason, static_cast<size_t>(calls_sent_[index])) : finish_reason_json(d.finish_reason);
+    const size_t num_calls = meta_.chat ? static_cast<size_t>(calls_sent_[index]) : 0;
+    choice["finish_reason"] = finish_json(d.finish_reason, num_calls);
     choice["stop_reason"] = stop_reason_json(r.stop_reason);
     c.text += r.text;
     c.text_offset += utf8_length(r.text);
