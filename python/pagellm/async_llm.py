@@ -42,7 +42,7 @@ class AsyncLLM:
 
     def __init__(self, model: Optional[str] = None, **engine_args: Any):
         self._engine = make_engine(model, engine_args)
-        self._sink = _core.OutputQueue()
+        self._sink = _core.OutputQueue(self._engine)
         self._routes: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -82,7 +82,7 @@ class AsyncLLM:
             with self._lock:
                 self._routes.pop(rid, None)
             raise
-        state = RequestState(rid, item[0].get("prompt"), ids, sp.n, sp.logprobs is not None, self._engine.token_text)
+        state = RequestState(rid, item[0].get("prompt"), ids, sp.n, sp.logprobs is not None)
         finished = False
         try:
             while not finished:

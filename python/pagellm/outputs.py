@@ -1,10 +1,15 @@
-"""What generation returns, with vLLM's class and attribute names."""
+"""What generation returns, with vLLM's class and attribute names.
+
+The engine's outputs come as plain dicts already rendered on the C++ side
+(src/api/output_render.h: finish and stop reasons, logprobs with decoded
+tokens and ranks), the same facts the OpenAI server shows. This module only
+puts them together per request and wraps them in vLLM's classes."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 
 @dataclass
@@ -71,7 +76,7 @@ class RequestState:
     RequestOutput objects, cumulative or as deltas."""
 
     def __init__(self, request_id: str, prompt: Optional[str], prompt_token_ids: list[int], n: int,
-                 want_logprobs: bool, token_text: Callable[[int], str]):
+                 want_logprobs: bool):
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
@@ -81,7 +86,6 @@ class RequestState:
         self.error: Optional[str] = None
         self.num_cached_tokens = 0
         self.metrics = RequestMetrics(arrival_time=time.time())
-        self._token_text = token_text
 
     def add(self, out: dict) -> None:
         now = time.time()
@@ -93,15 +97,9 @@ class RequestState:
             if c["token_ids"] and self.metrics.first_token_time is None:
                 self.metrics.first_token_time = now
             if c["logprobs"] is not None and s.logprobs is not None:
-                for token, logprob, top in c["logprobs"]:
-                    entry = {token: Logprob(logprob, None, self._token_text(token))}
-                    for rank, (tid, lp) in enumerate(top, start=1):
-                        if tid == token:
-                            entry[token].rank = rank
-                        else:
-                            entry[tid] = Logprob(lp, rank, self._token_text(tid))
-                    s.logprobs.append(entry)
-                    s.cumulative_logprob += logprob
+                s.logprobs.extend({tid: Logprob(*fields) for tid, fields in position.items()}
+                                  for position in c["logprobs"])
+                s.cumulative_logprob += c["logprob_sum"]
             if c["finish_reason"] is not None:
                 s.finish_reason = c["finish_reason"]
                 s.stop_reason = c["stop_reason"]

@@ -1,25 +1,27 @@
 // pagellm._core: the Python package's native side, a thin layer over
-// EmbeddedEngine (src/embed). Python objects are built here; the vLLM-shaped
-// API (LLM, AsyncLLM, SamplingParams, ...) is written in Python on top.
+// EmbeddedEngine (src/embed). Outputs reach Python as plain dicts, lists and
+// tuples of what the shared renderer (src/api/output_render.h) says; the
+// vLLM-shaped API (LLM, AsyncLLM, SamplingParams, RequestOutput, ...) is
+// written in Python on top and only wraps them.
 // Every wait releases the GIL, so other Python threads and the asyncio loop
 // run while the engine steps.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/error.h"
 #include "embed/embedded_engine.h"
 
 namespace nb = nanobind;
+namespace api = pagellm::api;
 using pagellm::OutputQueue;
-using pagellm::RequestOutput;
 using pagellm::embed::EmbeddedEngine;
 
 namespace {
@@ -32,11 +34,6 @@ nlohmann::json parse_json(const std::string& text, const char* what) {
   }
 }
 
-nb::object finish_reason(pagellm::FinishReason r) {
-  if (r == pagellm::FinishReason::None) return nb::none();
-  return nb::str(pagellm::to_string(r));
-}
-
 // bytes that may end inside a UTF-8 character would fail to decode; the
 // engine only emits whole characters, but a stray byte must not raise.
 nb::str text_of(const std::string& s) {
@@ -45,31 +42,51 @@ nb::str text_of(const std::string& s) {
   return nb::steal<nb::str>(o);
 }
 
-nb::dict to_python(const RequestOutput& out) {
-  nb::list completions;
-  for (const pagellm::CompletionDelta& d : out.completions) {
-    nb::dict c;
-    c["index"] = d.index;
-    c["text"] = text_of(d.text);
-    c["token_ids"] = nb::cast(d.token_ids);
-    c["finish_reason"] = finish_reason(d.finish_reason);
-    if (!d.stop_string.empty()) c["stop_reason"] = text_of(d.stop_string);
-    else if (d.stop_token >= 0) c["stop_reason"] = d.stop_token;
-    else c["stop_reason"] = nb::none();
-    c["num_output_tokens"] = d.num_output_tokens;
-    if (!d.logprobs.empty()) {
-      nb::list lps;
-      for (const pagellm::TokenLogprob& lp : d.logprobs) {
-        nb::list top;
-        for (const auto& [tok, v] : lp.top) top.append(nb::make_tuple(tok, v));
-        lps.append(nb::make_tuple(lp.token, lp.logprob, top));
-      }
-      c["logprobs"] = lps;
-    } else {
-      c["logprobs"] = nb::none();
-    }
-    completions.append(c);
+nb::object text_or_none(const char* s) { return s ? nb::object(nb::str(s)) : nb::object(nb::none()); }
+
+nb::object stop_reason(const api::StopReason& r) {
+  if (const auto* text = std::get_if<std::string>(&r)) return text_of(*text);
+  if (const auto* token = std::get_if<int32_t>(&r)) return nb::int_(*token);
+  return nb::none();
+}
+
+// (logprob, rank or None, decoded token): vLLM's Logprob fields.
+nb::tuple logprob_tuple(const api::RankedToken& t) {
+  return nb::make_tuple(t.logprob, t.rank ? nb::object(nb::int_(*t.rank)) : nb::object(nb::none()), text_of(t.piece));
+}
+
+// One position as vLLM's dict, token id -> Logprob: the chosen token first,
+// then the others of the top.
+nb::dict position_dict(const api::PositionLogprobs& p) {
+  nb::dict d;
+  d[nb::int_(p.chosen.token)] = logprob_tuple(p.chosen);
+  for (const api::RankedToken& t : p.top)
+    if (t.token != p.chosen.token) d[nb::int_(t.token)] = logprob_tuple(t);
+  return d;
+}
+
+nb::dict to_python(const api::CompletionData& c) {
+  nb::dict d;
+  d["index"] = c.index;
+  d["text"] = text_of(c.text);
+  d["token_ids"] = nb::cast(c.token_ids);
+  d["finish_reason"] = text_or_none(c.finish_reason);
+  d["stop_reason"] = stop_reason(c.stop_reason);
+  d["num_output_tokens"] = c.num_output_tokens;
+  if (c.logprobs) {
+    nb::list positions;
+    for (const api::PositionLogprobs& p : *c.logprobs) positions.append(position_dict(p));
+    d["logprobs"] = positions;
+  } else {
+    d["logprobs"] = nb::none();
   }
+  d["logprob_sum"] = c.logprob_sum;
+  return d;
+}
+
+nb::dict to_python(const api::OutputData& out) {
+  nb::list completions;
+  for (const api::CompletionData& c : out.completions) completions.append(to_python(c));
   nb::dict o;
   o["request_id"] = out.request_id;
   o["finished"] = out.finished;
@@ -82,6 +99,14 @@ nb::dict to_python(const RequestOutput& out) {
   o["completions"] = completions;
   return o;
 }
+
+// The outputs of the requests submitted with it, rendered with the engine's
+// tokenizer (which the queue keeps alive).
+struct RenderingQueue {
+  explicit RenderingQueue(const EmbeddedEngine& e) : engine(&e) {}
+  std::shared_ptr<OutputQueue> queue = std::make_shared<OutputQueue>();
+  const EmbeddedEngine* engine;
+};
 
 }  // namespace
 
@@ -99,21 +124,22 @@ NB_MODULE(_core, m) {
     }
   });
 
-  nb::class_<OutputQueue>(m, "OutputQueue", "Outputs of many requests, in the order the engine produced them")
-      .def(nb::init<>())
+  nb::class_<RenderingQueue>(m, "OutputQueue", "Outputs of many requests, in the order the engine produced them")
+      .def(nb::init<const EmbeddedEngine&>(), nb::arg("engine"), nb::keep_alive<1, 2>())
       .def(
           "next",
-          [](OutputQueue& q, double timeout_s) -> nb::object {
-            std::optional<RequestOutput> out;
+          [](RenderingQueue& q, double timeout_s) -> nb::object {
+            std::optional<api::OutputData> out;
             {
               nb::gil_scoped_release release;
-              out = q.next(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+              if (auto raw = q.queue->next(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0))))
+                out = q.engine->render(*raw);
             }
             if (!out) return nb::none();
             return to_python(*out);
           },
           nb::arg("timeout_s"), "The next output (a dict), or None when timeout_s passes first")
-      .def("__len__", &OutputQueue::size);
+      .def("__len__", [](const RenderingQueue& q) { return q.queue->size(); });
 
   nb::class_<EmbeddedEngine>(m, "Engine")
       .def(
@@ -127,7 +153,8 @@ NB_MODULE(_core, m) {
       .def(
           "submit",
           [](EmbeddedEngine& e, const std::vector<std::string>& ids, std::vector<std::vector<int32_t>> prompts,
-             const std::vector<std::string>& sampling_json, std::shared_ptr<OutputQueue> sink) {
+             const std::vector<std::string>& sampling_json, RenderingQueue& sink) {
+            if (sink.engine != &e) throw pagellm::InvalidRequest("submit: the sink belongs to another engine");
             if (ids.size() != prompts.size() || ids.size() != sampling_json.size())
               throw pagellm::InvalidRequest("submit: ids, prompts and sampling parameters differ in length");
             std::vector<pagellm::EngineRequest> reqs;
@@ -135,7 +162,7 @@ NB_MODULE(_core, m) {
             for (size_t i = 0; i < ids.size(); ++i)
               reqs.push_back(e.make_request(ids[i], std::move(prompts[i]),
                                             parse_json(sampling_json[i], "sampling parameters")));
-            e.submit(std::move(reqs), std::move(sink));
+            e.submit(std::move(reqs), sink.queue);
           },
           nb::arg("ids"), nb::arg("prompts"), nb::arg("sampling_json"), nb::arg("sink"),
           "Queues requests (all or none); their outputs go to `sink`")

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/output_render.h"
 #include "api/utf8_check.h"
 #include "core/error.h"
 #include "embed/embedded_engine.h"
@@ -256,7 +257,7 @@ const float* pagellm_output_logprobs(const pagellm_output* o, size_t i, size_t* 
 
 const char* pagellm_output_finish_reason(const pagellm_output* o, size_t i) {
   const auto* c = completion(o, i);
-  return (c && c->finish_reason != pagellm::FinishReason::None) ? pagellm::to_string(c->finish_reason) : nullptr;
+  return c ? pagellm::api::finish_reason_name(c->finish_reason) : nullptr;
 }
 
 int32_t pagellm_output_num_output_tokens(const pagellm_output* o, size_t i) {

@@ -100,6 +100,11 @@ std::vector<std::shared_ptr<RequestStream>> EmbeddedEngine::submit(std::vector<E
   return engine_->submit_group(std::move(reqs), std::move(sink));
 }
 
+api::OutputData EmbeddedEngine::render(const RequestOutput& out) const {
+  const Tokenizer& tok = tokenizer();
+  return api::render_output(out, [&tok](int32_t id) { return tok.token_to_piece(id, /*render_special=*/true); });
+}
+
 std::vector<int32_t> EmbeddedEngine::encode(const std::string& text, bool add_special) const {
   return tokenizer().encode(text, add_special, /*parse_special=*/true);
 }

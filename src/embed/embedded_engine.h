@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/openai_request.h"
+#include "api/output_render.h"
 #include "embed/engine_args.h"
 #include "engine/async_engine.h"
 
@@ -40,6 +41,9 @@ class EmbeddedEngine {
   std::vector<std::shared_ptr<RequestStream>> submit(std::vector<EngineRequest> reqs,
                                                      std::shared_ptr<OutputQueue> sink = nullptr);
   void abort(const std::string& id) { engine_->abort(id); }
+  // An output as plain data (src/api/output_render.h), token pieces from this
+  // engine's tokenizer: what the Python package makes its objects of.
+  api::OutputData render(const RequestOutput& out) const;
   // Stops accepting; running requests get `grace` to finish, then are aborted.
   void shutdown(std::chrono::milliseconds grace) { engine_->shutdown(grace); }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <random>
+#include <variant>
 
 #include "api/utf8_check.h"
 
@@ -35,27 +36,22 @@ json bytes_json(const std::string& raw) {
   return b;
 }
 
-// Adds an output's token counts to `usage` and its deltas to the choices.
-void accumulate(std::vector<ChoiceState>& choices, std::vector<bool>& prompt_seen, Usage& usage, int32_t n,
-                size_t prompt_index, const RequestOutput& out) {
-  if (!prompt_seen[prompt_index] && (out.num_prompt_tokens > 0 || out.finished)) {
-    prompt_seen[prompt_index] = true;
-    usage.prompt_tokens += out.num_prompt_tokens;
-    usage.cached_tokens += out.num_cached_tokens;
-  }
-  for (const CompletionDelta& d : out.completions) {
-    if (d.index < 0 || d.index >= n) continue;
-    ChoiceState& c = choices[prompt_index * static_cast<size_t>(n) + static_cast<size_t>(d.index)];
-    c.text += d.text;
-    c.num_tokens += static_cast<int64_t>(d.token_ids.size());
-    usage.completion_tokens += static_cast<int64_t>(d.token_ids.size());
-    c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-    if (d.finish_reason != FinishReason::None) {
-      c.finish = d.finish_reason;
-      c.stop_string = d.stop_string;
-      c.stop_token = d.stop_token;
-    }
-  }
+// Each prompt's tokens count once, from its first output that knows them.
+void count_prompt(std::vector<bool>& prompt_seen, Usage& usage, size_t prompt_index, const RequestOutput& out) {
+  if (prompt_seen[prompt_index] || (out.num_prompt_tokens == 0 && !out.finished)) return;
+  prompt_seen[prompt_index] = true;
+  usage.prompt_tokens += out.num_prompt_tokens;
+  usage.cached_tokens += out.num_cached_tokens;
+}
+
+// A sample's delta, counted into its choice and the usage; its text and
+// logprobs are the caller's (streaming sends them, collecting keeps them).
+void count_completion(ChoiceState& c, Usage& usage, const CompletionDelta& d) {
+  c.num_tokens += static_cast<int64_t>(d.token_ids.size());
+  usage.completion_tokens += static_cast<int64_t>(d.token_ids.size());
+  if (d.finish_reason == FinishReason::None) return;
+  c.finish = d.finish_reason;
+  c.stop_reason = api::stop_reason(d.stop_string, d.stop_token);
 }
 
 }  // namespace
@@ -77,47 +73,48 @@ json usage_json(const Usage& u) {
 }
 
 json finish_reason_json(FinishReason r) {
-  if (r == FinishReason::None) return nullptr;
-  return to_string(r);
+  const char* name = api::finish_reason_name(r);
+  return name ? json(name) : json(nullptr);
 }
 
-json stop_reason_json(const std::string& stop_string, int32_t stop_token) {
-  if (!stop_string.empty()) return stop_string;
-  if (stop_token >= 0) return stop_token;
+json stop_reason_json(const api::StopReason& r) {
+  if (const auto* text = std::get_if<std::string>(&r)) return *text;
+  if (const auto* token = std::get_if<int32_t>(&r)) return *token;
   return nullptr;
 }
 
-json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece, size_t first_offset) {
+json completion_logprobs_json(const std::vector<api::PositionLogprobs>& lps, size_t first_offset) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
   size_t offset = first_offset;
-  for (const TokenLogprob& lp : lps) {
-    const std::string text = sanitize_utf8(piece(lp.token));
+  for (const api::PositionLogprobs& lp : lps) {
+    const std::string text = sanitize_utf8(lp.chosen.piece);
     tokens.push_back(text);
-    token_logprobs.push_back(lp.logprob);
+    token_logprobs.push_back(lp.chosen.logprob);
     offsets.push_back(offset);
     offset += utf8_length(text);
+    // Keyed by text: a later token with the same text as an earlier one is left out.
     json alternatives = json::object();
-    for (const auto& [id, logprob] : lp.top) {
-      const std::string alt = sanitize_utf8(piece(id));
-      if (!alternatives.contains(alt)) alternatives[alt] = logprob;
+    for (const api::RankedToken& alt : lp.top) {
+      const std::string alt_text = sanitize_utf8(alt.piece);
+      if (!alternatives.contains(alt_text)) alternatives[alt_text] = alt.logprob;
     }
-    if (!alternatives.contains(text)) alternatives[text] = lp.logprob;
+    if (!alternatives.contains(text)) alternatives[text] = lp.chosen.logprob;
     top.push_back(std::move(alternatives));
   }
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
-json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece) {
+json chat_logprobs_json(const std::vector<api::PositionLogprobs>& lps) {
+  const auto token_json = [](const api::RankedToken& t) {
+    return json{{"token", sanitize_utf8(t.piece)}, {"logprob", t.logprob}, {"bytes", bytes_json(t.piece)}};
+  };
   json content = json::array();
-  for (const TokenLogprob& lp : lps) {
-    const std::string raw = piece(lp.token);
+  for (const api::PositionLogprobs& lp : lps) {
     json top = json::array();
-    for (const auto& [id, logprob] : lp.top) {
-      const std::string alt = piece(id);
-      top.push_back({{"token", sanitize_utf8(alt)}, {"logprob", logprob}, {"bytes", bytes_json(alt)}});
-    }
-    content.push_back(
-        {{"token", sanitize_utf8(raw)}, {"logprob", lp.logprob}, {"bytes", bytes_json(raw)}, {"top_logprobs", top}});
+    for (const api::RankedToken& alt : lp.top) top.push_back(token_json(alt));
+    json entry = token_json(lp.chosen);
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
   }
   return {{"content", content}, {"refusal", nullptr}};
 }
@@ -142,7 +139,14 @@ ResponseCollector::ResponseCollector(ResponseMeta meta, size_t num_prompts, int3
 
 void ResponseCollector::add(size_t prompt_index, const RequestOutput& out) {
   if (prompt_index >= prompt_seen_.size()) return;
-  accumulate(choices_, prompt_seen_, usage_, n_, prompt_index, out);
+  count_prompt(prompt_seen_, usage_, prompt_index, out);
+  for (const CompletionDelta& d : out.completions) {
+    if (d.index < 0 || d.index >= n_) continue;
+    ChoiceState& c = choices_[prompt_index * static_cast<size_t>(n_) + static_cast<size_t>(d.index)];
+    count_completion(c, usage_, d);
+    c.text += d.text;
+    c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  }
 }
 
 json ResponseCollector::render(const TokenPiece& piece) const {
@@ -152,6 +156,8 @@ json ResponseCollector::render(const TokenPiece& piece) const {
     const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
     json choice = {{"index", i}};
     size_t num_calls = 0;
+    std::vector<api::PositionLogprobs> logprobs;
+    if (logprobs_) logprobs = api::render_logprobs(c.logprobs, piece);
     if (meta_.chat) {
       const chat::ChatDelta d = chat::parse_chat_output(output_, c.text);
       json message = {{"role", "assistant"}};
@@ -164,13 +170,13 @@ json ResponseCollector::render(const TokenPiece& piece) const {
       }
       num_calls = d.calls.size();
       choice["message"] = std::move(message);
-      choice["logprobs"] = logprobs_ ? chat_logprobs_json(c.logprobs, piece) : json(nullptr);
+      choice["logprobs"] = logprobs_ ? chat_logprobs_json(logprobs) : json(nullptr);
     } else {
       choice["text"] = prefix + c.text;
-      choice["logprobs"] = logprobs_ ? completion_logprobs_json(c.logprobs, piece, utf8_length(prefix)) : json(nullptr);
+      choice["logprobs"] = logprobs_ ? completion_logprobs_json(logprobs, utf8_length(prefix)) : json(nullptr);
     }
     choice["finish_reason"] = finish_json(c.finish, num_calls);
-    choice["stop_reason"] = stop_reason_json(c.stop_string, c.stop_token);
+    choice["stop_reason"] = stop_reason_json(c.stop_reason);
     choices.push_back(std::move(choice));
   }
   return {{"id", meta_.id},
@@ -234,34 +240,25 @@ std::string StreamRenderer::begin() {
 
 std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
   if (prompt_index >= prompt_seen_.size()) return {};
-  if (!prompt_seen_[prompt_index] && (out.num_prompt_tokens > 0 || out.finished)) {
-    prompt_seen_[prompt_index] = true;
-    usage_.prompt_tokens += out.num_prompt_tokens;
-    usage_.cached_tokens += out.num_cached_tokens;
-  }
+  count_prompt(prompt_seen_, usage_, prompt_index, out);
   std::string events;
   for (const CompletionDelta& d : out.completions) {
     if (d.index < 0 || d.index >= n_) continue;
     const size_t index = prompt_index * static_cast<size_t>(n_) + static_cast<size_t>(d.index);
     ChoiceState& c = choices_[index];
-    c.num_tokens += static_cast<int64_t>(d.token_ids.size());
-    usage_.completion_tokens += static_cast<int64_t>(d.token_ids.size());
-    const bool has_logprobs = logprobs_ && !d.logprobs.empty();
-    const bool finished = d.finish_reason != FinishReason::None;
-    if (finished) {
-      c.finish = d.finish_reason;
-      c.stop_string = d.stop_string;
-      c.stop_token = d.stop_token;
-    }
+    count_completion(c, usage_, d);
+    const api::CompletionData r = api::render_completion(d, piece_);
+    const bool has_logprobs = logprobs_ && r.logprobs;
+    const bool finished = r.finish_reason != nullptr;
     chat::ChatDelta parsed;
     if (meta_.chat) {
-      parsed = outputs_[index]->feed(d.text);
+      parsed = outputs_[index]->feed(r.text);
       if (finished) parsed.append(outputs_[index]->finish());
       if (parsed.empty() && !has_logprobs && !finished) {
-        c.text += d.text;  // held back by a parser
+        c.text += r.text;  // held back by a parser
         continue;
       }
-    } else if (d.text.empty() && !has_logprobs && !finished) {
+    } else if (r.text.empty() && !has_logprobs && !finished) {
       continue;
     }
     json choice = {{"index", index}};
@@ -279,16 +276,16 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
         delta["tool_calls"] = std::move(calls);
       }
       choice["delta"] = std::move(delta);
-      choice["logprobs"] = has_logprobs ? chat_logprobs_json(d.logprobs, piece_) : json(nullptr);
+      choice["logprobs"] = has_logprobs ? chat_logprobs_json(*r.logprobs) : json(nullptr);
     } else {
-      choice["text"] = d.text;
-      choice["logprobs"] = has_logprobs ? completion_logprobs_json(d.logprobs, piece_, c.text_offset) : json(nullptr);
+      choice["text"] = r.text;
+      choice["logprobs"] = has_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
     }
-    choice["finish_reason"] =
-        meta_.chat ? finish_json(d.finish_reason, static_cast<size_t>(calls_sent_[index])) : finish_reason_json(d.finish_reason);
-    choice["stop_reason"] = finished ? stop_reason_json(d.stop_string, d.stop_token) : json(nullptr);
-    c.text += d.text;
-    c.text_offset += utf8_length(d.text);
+    const size_t num_calls = meta_.chat ? static_cast<size_t>(calls_sent_[index]) : 0;
+    choice["finish_reason"] = finish_json(d.finish_reason, num_calls);
+    choice["stop_reason"] = stop_reason_json(r.stop_reason);
+    c.text += r.text;
+    c.text_offset += utf8_length(r.text);
     events += sse_event(chunk(std::move(choice)));
   }
   return events;

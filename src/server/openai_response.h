@@ -1,6 +1,7 @@
 // Engine outputs -> OpenAI response JSON (non-streaming) and SSE chunks
-// (streaming), for /v1/completions and /v1/chat/completions. Pure: no I/O, so
-// the shapes are unit-tested.
+// (streaming), for /v1/completions and /v1/chat/completions. What a response
+// says comes from the shared renderer (src/api/output_render.h); this file
+// gives it OpenAI's shapes. Pure: no I/O, so the shapes are unit-tested.
 //
 // Choices: prompt p's sample k is choice p * n + k, as OpenAI numbers them.
 // vLLM extensions kept: choice.stop_reason (the stop string or token id that
@@ -8,19 +9,18 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "api/output_render.h"
 #include "chat/chat_output.h"
 #include "engine/engine.h"
 
 namespace pagellm::server {
 
-// The raw bytes a token stands for (may be part of a character).
-using TokenPiece = std::function<std::string(int32_t)>;
+using api::TokenPiece;
 
 struct ResponseMeta {
   std::string id;       // cmpl-... / chatcmpl-...
@@ -39,14 +39,13 @@ nlohmann::json usage_json(const Usage& u);
 // "stop", "length", "abort"; null while running.
 nlohmann::json finish_reason_json(FinishReason r);
 // The stop string, else the stop token id, else null.
-nlohmann::json stop_reason_json(const std::string& stop_string, int32_t stop_token);
+nlohmann::json stop_reason_json(const api::StopReason& r);
 // Completions: {tokens, token_logprobs, top_logprobs, text_offset}; offsets
 // count code points from `first_offset` (the text before these tokens).
 // top_logprobs dicts hold the k most likely tokens plus the chosen one.
-nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece,
-                                        size_t first_offset);
+nlohmann::json completion_logprobs_json(const std::vector<api::PositionLogprobs>& lps, size_t first_offset);
 // Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}.
-nlohmann::json chat_logprobs_json(const std::vector<TokenLogprob>& lps, const TokenPiece& piece);
+nlohmann::json chat_logprobs_json(const std::vector<api::PositionLogprobs>& lps);
 
 // "data: <json>\n\n" (invalid UTF-8 replaced, never throws).
 std::string sse_event(const nlohmann::json& j);
@@ -61,8 +60,7 @@ struct ChoiceState {
   int64_t num_tokens = 0;
   size_t text_offset = 0;  // code points emitted so far (streaming text_offset)
   FinishReason finish = FinishReason::None;
-  std::string stop_string;
-  int32_t stop_token = -1;
+  api::StopReason stop_reason;
 };
 
 // Chat: reasoning_content, content and tool_calls of a choice's message, and

@@ -76,6 +76,19 @@ def test_samples_seeds_and_logprobs(llm):
         assert c.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(c.token_ids, c.logprobs)))
 
 
+def test_logprobs_of_a_forced_token_outside_the_top(llm):
+    # Token 233 is one byte of a multi-byte character; the bias forces it, the
+    # logprobs are the model's own, where it is far from the top.
+    sp = SamplingParams(temperature=0, max_tokens=2, logprobs=3, ignore_eos=True, logit_bias={233: 100.0})
+    c = llm.generate("Once", sp, use_tqdm=False)[0].outputs[0]
+    assert c.token_ids == [233, 233]
+    first = c.logprobs[0]
+    assert next(iter(first)) == 233  # the chosen token first, as vLLM orders them
+    assert first[233].rank is None and first[233].decoded_token == "\ufffd"  # half a character
+    assert sorted(lp.rank for t, lp in first.items() if t != 233) == [1, 2, 3]
+    assert c.cumulative_logprob == sum(e[233].logprob for e in c.logprobs)
+
+
 def test_engine_seed_makes_runs_reproducible(stories_path):
     sp = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
     runs = []

@@ -110,7 +110,7 @@ TEST(ServerResponse, ChatCollectorShapeWithLogprobs) {
 
 TEST(ServerResponse, CompletionLogprobs) {
   const std::vector<TokenLogprob> lps = {{3, -0.1f, {{3, -0.1f}, {4, -2.0f}}}, {5, -3.0f, {{6, -1.0f}}}};
-  const json j = completion_logprobs_json(lps, piece, 10);
+  const json j = completion_logprobs_json(api::render_logprobs(lps, piece), 10);
   EXPECT_EQ(j["tokens"], json({"<3>", "<5>"}));
   EXPECT_EQ(j["text_offset"], json({10, 13}));
   EXPECT_EQ(j["token_logprobs"].size(), 2u);
@@ -182,7 +182,9 @@ TEST(ServerResponse, SseNeverThrowsOnBadUtf8) {
   EXPECT_EQ(sse_event(json{{"t", "a\xff"}}), "data: {\"t\":\"a\xef\xbf\xbd\"}\n\n");
   EXPECT_EQ(finish_reason_json(FinishReason::Abort), "abort");
   EXPECT_EQ(finish_reason_json(FinishReason::None), nullptr);
-  EXPECT_EQ(stop_reason_json("", -1), nullptr);
+  EXPECT_EQ(stop_reason_json(api::StopReason{}), nullptr);
+  EXPECT_EQ(stop_reason_json(api::stop_reason("END", 3)), "END");
+  EXPECT_EQ(stop_reason_json(api::stop_reason("", 3)), 3);
 }
 
 }  // namespace
