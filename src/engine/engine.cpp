@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <queue>
 #include <span>
@@ -15,16 +13,12 @@
 #include "core/trace.h"
 #include "core/util.h"
 #include "dist/communicator.h"
-#include "engine/parallel.h"
+#include "engine/engine_builder.h"
 #include "engine/stop_checker.h"
-#include "kv/kv_sizing.h"
-#include "model/dummy.h"
-#include "model/gguf.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler.h"
 #include "sampling/sampler_rng.h"
 #include "spec/adaptive.h"
-#include "spec/draft_model.h"
 
 namespace pagellm {
 
@@ -74,38 +68,10 @@ struct Engine::Request {
   bool has_news = false;
 };
 
-namespace {
-
-// A vocabulary-only GGUF with a synthetic SentencePiece vocabulary, for dummy
-// models run without --tokenizer.
-std::string synthetic_vocab_file(int n_vocab) {
-  const std::string path = fmt::format("{}/pagellm-vocab-{}-{}.gguf",
-                                       std::filesystem::temp_directory_path().string(), ::getpid(), n_vocab);
-  GGUFWriter w;
-  w.set_string("general.architecture", "llama");
-  add_synthetic_vocab(w, n_vocab);
-  w.write(path);
-  return path;
-}
-
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  if (std::filesystem::is_directory(path)) return Tokenizer::from_hf_dir(path);
-  auto f = GGUFFile::open(path);
-  return Tokenizer::from_gguf(*f);
-}
-
-}  // namespace
-
 Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
 
 Engine::~Engine() {
   if (runner_) runner_->stop_workers();
-}
-
-int64_t Engine::logits_rows_per_step() const {
-  // One row per sampling sequence, and one more per draft it verifies.
-  const int64_t per_seq = 1 + (config_.speculative.enabled() ? config_.speculative.num_speculative_tokens : 0);
-  return std::min<int64_t>(sched_config_.max_num_batched_tokens, int64_t{sched_config_.max_num_seqs} * per_seq);
 }
 
 void Engine::release_step_buffers() {
@@ -114,186 +80,26 @@ void Engine::release_step_buffers() {
   runner_output_ = ModelRunner::Output{};
 }
 
-LoadedModel load_model_and_tokenizer(const EngineConfig& c, Backend& backend, const LoadProgress& progress,
-                                     const ModelShard& shard) {
-  LoadedModel lm;
-  if (c.load_format == "dummy") {
-    if (!c.tokenizer.empty()) lm.tokenizer = load_tokenizer(c.tokenizer);
-    const int n_vocab = lm.tokenizer ? lm.tokenizer->vocab_size() : dummy_vocab_size(c.dummy_shape, nullptr);
-    if (!lm.tokenizer) {
-      const std::string vocab = synthetic_vocab_file(n_vocab);
-      lm.tokenizer = load_tokenizer(vocab);
-      std::filesystem::remove(vocab);
-    }
-    const ModelConfig cfg = dummy_config(c.dummy_shape, n_vocab);
-    ThreadPool pool(0);  // host work: random weights, on every core
-    DummySpec spec{c.dummy_shape, c.dummy_type, 0};
-    lm.dummy_source = make_dummy_source(cfg, spec, pool);
-    lm.model = Model::from_source(cfg, *lm.dummy_source, backend, progress, shard);
-  } else if (c.load_format == "auto") {
-    PAGELLM_CHECK(!c.model.empty(), "no model given");
-    lm.model = Model::load(c.model, backend, progress, shard);
-    if (!c.tokenizer.empty()) lm.tokenizer = load_tokenizer(c.tokenizer);
-    else if (lm.model->gguf()) lm.tokenizer = Tokenizer::from_gguf(*lm.model->gguf());
-    else lm.tokenizer = Tokenizer::from_hf_dir(c.model);
-  } else {
-    fail("unknown load format '{}' (auto or dummy)", c.load_format);
-  }
-  return lm;
-}
-
 void Engine::load(const LoadProgress& progress) {
-  comm_ = parallel_communicator(config_);
-  PAGELLM_CHECK(!comm_ || comm_->rank() == 0, "the engine runs on rank 0; other ranks run the worker");
-  if (comm_) {
-    PAGELLM_CHECK(config_.scheduler.preemption_mode != PreemptionMode::Swap,
-                  "--preemption-mode swap does not run under tensor or pipeline parallelism yet");
-  }
-  for (const std::string& plugin : config_.backend_plugins) load_backend_plugin(plugin);
-  backend_ = create_backend(config_.device, config_.backend_options);
-  backend_->set_profiling(config_.profile);
-  {
-    LoadedModel lm = load_model_and_tokenizer(config_, *backend_, progress, parallel_shard(config_, 0));
-    dummy_source_ = std::move(lm.dummy_source);
-    model_ = std::move(lm.model);
-    tokenizer_ = std::move(lm.tokenizer);
-  }
-  model_->set_tp_communicator(tensor_parallel_communicator(config_, comm_, tp_group_));
-  const ModelConfig& mc = model_->config();
-  PAGELLM_CHECK(tokenizer_->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
-                tokenizer_->vocab_size(), mc.n_vocab);
-
-  sched_config_ = config_.scheduler;
-  if (sched_config_.max_model_len <= 0) sched_config_.max_model_len = mc.n_ctx_train;
-  PAGELLM_CHECK(sched_config_.max_model_len <= mc.n_ctx_train || mc.n_ctx_train <= 0,
-                "--max-model-len {} exceeds the model's context length {}", sched_config_.max_model_len,
-                mc.n_ctx_train);
-  model_->set_context_length(sched_config_.max_model_len);
-
-  // KV budget: as asked (--kv-cache-memory); on a device with its own memory,
-  // what --gpu-memory-utilization leaves after weights and activations (as
-  // vLLM); on host memory, a quarter of what is free, at most what
-  // max_num_seqs full-length sequences could use, and at least one.
-  KVCacheLayout layout = model_->kv_cache_spec(config_.block_size, 2, config_.kv_cache_dtype).layout();
-  // Every pipeline stage holds each block for its own layers: the budget is
-  // per rank, so blocks are sized for the stage with the most layers.
-  const std::vector<int>& stages = model_->geometry().stage_layers;
-  layout.n_layers = *std::max_element(stages.begin(), stages.end());
-  const int64_t per_block = kv_bytes_per_block(layout);
-  const int64_t blocks_per_seq = (sched_config_.max_model_len + config_.block_size - 1) / config_.block_size;
-  PAGELLM_CHECK(config_.gpu_memory_utilization >= 0 && config_.gpu_memory_utilization <= 1,
-                "--gpu-memory-utilization must be in (0, 1], got {}", config_.gpu_memory_utilization);
-  int64_t budget = config_.kv_cache_memory;
-  if (budget <= 0) {
-    const MemoryInfo mem = backend_->memory_info();
-    const double util = config_.gpu_memory_utilization > 0 ? config_.gpu_memory_utilization : 0.9;
-    if (!mem.host_memory || config_.gpu_memory_utilization > 0) {
-      const int64_t activations = static_cast<int64_t>(
-          model_->activation_bytes(sched_config_.max_num_batched_tokens, logits_rows_per_step()));
-      // This instance's share of the device (vLLM's rule): the fraction, less
-      // its weights and a full step's activations, and never more than is free.
-      const int64_t weights = static_cast<int64_t>(model_->held_weight_bytes());
-      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - weights - activations;
-      budget = std::min(budget, static_cast<int64_t>(mem.free_bytes) - activations);
-      PAGELLM_CHECK(budget >= 2 * per_block,
-                    "--gpu-memory-utilization {} of the {} device's {} leaves no room for the KV cache after "
-                    "weights of {} and {} of activations ({} free now); raise it or pass --kv-cache-memory",
-                    util, backend_->name(), format_bytes(static_cast<int64_t>(mem.total_bytes)), format_bytes(weights),
-                    format_bytes(activations), format_bytes(static_cast<int64_t>(mem.free_bytes)));
-    } else {
-      const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, sched_config_.max_num_seqs);
-      budget = std::min(static_cast<int64_t>(mem.free_bytes) / 4, all_seqs);
-      budget = std::max(budget, per_block * (blocks_per_seq + 1));
-    }
-  }
-  kv_config_.num_blocks = kv_num_blocks_for_budget(layout, budget);
-  kv_config_.block_size = config_.block_size;
-  kv_config_.enable_prefix_caching = config_.enable_prefix_caching;
-  kv_config_.allocation_policy = config_.block_allocation;
-  backend_->allocate_kv_cache(model_->kv_cache_spec(config_.block_size, kv_config_.num_blocks, config_.kv_cache_dtype));
-  if (sched_config_.kv_eviction == KvEviction::Sliding && !backend_->supports(Feature::KvEviction))
-    fail("--kv-eviction sliding: the {} backend cannot skip evicted keys in attention", backend_->name());
-  if (config_.deterministic) {
-    if (!backend_->supports(Feature::Deterministic))
-      fail("--deterministic: the {} backend has no deterministic mode", backend_->name());
-    backend_->set_deterministic(true);
-  }
-  if (sched_config_.preemption_mode == PreemptionMode::Swap) {
-    // vLLM's --swap-space: a host pool of that many bytes of blocks.
-    if (!backend_->supports(Feature::SwapToHost))
-      fail("--preemption-mode swap needs a backend with its own memory that can swap KV blocks to the host; "
-           "the {} backend recomputes preempted sequences (use --preemption-mode recompute)",
-           backend_->name());
-    const int64_t swap_blocks = config_.swap_space_bytes / per_block;
-    PAGELLM_CHECK(swap_blocks >= 1, "--swap-space {} holds no KV block of {}", format_bytes(config_.swap_space_bytes),
-                  format_bytes(per_block));
-    sched_config_.num_swap_blocks = static_cast<int32_t>(std::min<int64_t>(swap_blocks, 1 << 30));
-    backend_->allocate_swap_space(sched_config_.num_swap_blocks);
-  }
-  if (comm_) {
-    WorkerInit init;
-    init.num_blocks = kv_config_.num_blocks;
-    init.max_model_len = sched_config_.max_model_len;
-    init.deterministic = config_.deterministic ? 1 : 0;
-    comm_->broadcast(&init, sizeof(init), 0);
-  }
-  PAGELLM_CHECK(config_.virtual_engines >= 0 && config_.virtual_engines <= 64,
-                "virtual_engines must be in [0, 64], got {}", config_.virtual_engines);
-  // (The last stage keeps one logits buffer per stage in flight: the runner's bound.)
-  PAGELLM_CHECK(!comm_ || config_.virtual_engines == 0, "virtual_engines is one per pipeline stage under "
-                "parallelism (it must be 0)");
-  make_schedulers(config_.virtual_engines > 0 ? config_.virtual_engines : std::max(1, config_.pipeline_parallel_size));
-  runner_ = std::make_unique<ModelRunner>(*model_, comm_, config_.pipeline_micro_batches);
-  sampler_ = std::make_unique<Sampler>();
-  grammars_ =
-      std::make_unique<structured::GrammarCompiler>(*tokenizer_, mc.n_vocab, tokenizer_->eog_ids(), config_.grammar);
+  EngineParts p = build_engine_parts(config_, progress);
+  comm_ = p.comm;
+  backend_ = std::move(p.backend);
+  tp_group_ = std::move(p.tp_group);
+  dummy_source_ = std::move(p.dummy_source);
+  model_ = std::move(p.model);
+  tokenizer_ = std::move(p.tokenizer);
+  sched_config_ = p.sched_config;
+  kv_config_ = p.kv_config;
+  schedulers_ = std::move(p.schedulers);
+  block_shift_ = std::move(p.block_shift);
+  runner_ = std::move(p.runner);
+  sampler_ = std::move(p.sampler);
+  grammars_ = std::move(p.grammars);
+  proposer_ = std::move(p.proposer);
   bitmask_.assign(static_cast<size_t>(structured::bitmask_words(grammars_->vocab_size())), 0);
-  const SpeculativeConfig& spec = config_.speculative;
-  if (spec.method == SpecMethod::Ngram) {
-    proposer_ = std::make_unique<NgramProposer>(spec.prompt_lookup_min, spec.prompt_lookup_max);
-  } else if (spec.method == SpecMethod::DraftModel) {
-    DraftModelOptions o;
-    o.model = spec.model;
-    o.device = config_.device;
-    o.backend_options = config_.backend_options;
-    o.block_size = config_.block_size;
-    o.num_blocks = kv_config_.num_blocks;  // as many tokens as the target's pool
-    o.kv_cache_dtype = config_.kv_cache_dtype;
-    o.enable_prefix_caching = config_.enable_prefix_caching;
-    o.max_model_len = sched_config_.max_model_len;
-    o.profile = config_.profile;
-    o.deterministic = config_.deterministic;
-    proposer_ = std::make_unique<DraftModelProposer>(o, *tokenizer_, mc.n_vocab, progress);
-  }
-  if (proposer_) metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
+  if (proposer_)
+    metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_speculative_tokens), 0);
   update_gauges();
-}
-
-// Scheduler i gets the i-th share of the usable blocks (1 .. num_blocks-1),
-// numbered from 1 in its own pool. When a share cannot hold one
-// max_model_len sequence, one virtual engine takes the whole cache (one step
-// in flight).
-void Engine::make_schedulers(int32_t count) {
-  const int32_t usable = kv_config_.num_blocks - 1;
-  schedulers_.clear();
-  block_shift_.clear();
-  try {
-    int32_t shift = 0;
-    for (int32_t i = 0; i < count; ++i) {
-      KVCacheConfig share = kv_config_;
-      const int32_t blocks = usable / count + (i < usable % count ? 1 : 0);
-      share.num_blocks = 1 + blocks;
-      schedulers_.push_back(std::make_unique<Scheduler>(sched_config_, share));
-      block_shift_.push_back(shift);
-      shift += blocks;
-    }
-  } catch (const Error& e) {
-    if (count == 1) throw;
-    spdlog::warn("one pipeline step in flight instead of {}: a 1/{} share of the KV cache is too small ({})", count,
-                 count, e.what());
-    make_schedulers(1);
-    return;
-  }
 }
 
 Scheduler& Engine::scheduler_of(const Request& r) { return *schedulers_[static_cast<size_t>(r.ve)]; }

@@ -232,12 +232,10 @@ class Engine {
   };
 
   void load(const LoadProgress& progress);
-  void make_schedulers(int32_t count);
   Scheduler& scheduler_of(const Request& r);
   InFlight* in_flight_step(int32_t ve);  // its step in flight, or null
   void submit_step(int32_t ve, std::vector<RequestOutput>& outputs);
   void complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& outputs);
-  int64_t logits_rows_per_step() const;
   void enqueue(EngineRequest req);
   void start(Request& r);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
