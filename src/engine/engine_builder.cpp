@@ -291,7 +291,6 @@ EngineParts build_engine_parts(const EngineConfig& c, const LoadProgress& progre
                 "parallelism (it must be 0)");
   make_schedulers(p, kv.shares);
   p.runner = std::make_unique<ModelRunner>(*p.model, p.comm, c.pipeline_micro_batches);
-  p.sampler = std::make_unique<Sampler>();
   p.grammars = std::make_unique<structured::GrammarCompiler>(*p.tokenizer, mc.n_vocab, p.tokenizer->eog_ids(), c.grammar);
   p.proposer = make_proposer(c, p, progress);
   return p;

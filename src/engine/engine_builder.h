@@ -70,7 +70,6 @@ struct EngineParts {
   std::vector<std::unique_ptr<Scheduler>> schedulers;  // one per virtual engine
   std::vector<int32_t> block_shift;                    // of each scheduler's blocks
   std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<Sampler> sampler;
   std::unique_ptr<structured::GrammarCompiler> grammars;
   std::unique_ptr<Proposer> proposer;  // null without speculative decoding
 };
