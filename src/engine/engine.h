@@ -6,6 +6,11 @@
 //   add_request -> Scheduler::schedule -> ModelRunner::execute -> Sampler
 //               -> append, on_step_done, fork (n > 1), stop checks -> outputs
 //
+// engine.cpp holds that loop; engine_builder.h builds the parts it runs on,
+// step_sampler.h draws the tokens, draft_planner.h plans speculative drafts
+// and output_processor.h does what follows a token (stop checks,
+// detokenizing, the outputs).
+//
 // Under pipeline parallelism over S stages the engine keeps S steps in
 // flight, one per virtual engine (vLLM's name): S schedulers, each with its
 // share of the requests and of the KV blocks. A virtual engine plans its next
@@ -46,6 +51,13 @@ class Communicator;
 }
 
 namespace pagellm {
+
+// The step loop's parts (src/engine, internal).
+struct RequestState;
+struct SampleState;
+class OutputProcessor;
+class StepSampler;
+class DraftPlanner;
 
 struct EngineConfig {
   std::string model;               // GGUF file or Hugging Face folder
@@ -217,8 +229,8 @@ class Engine {
   int32_t num_virtual_engines() const { return static_cast<int32_t>(schedulers_.size()); }
 
  private:
-  struct Request;
-  struct Sample;
+  using Request = RequestState;
+  using Sample = SampleState;
   using Clock = std::chrono::steady_clock;
   // A step submitted to the runner and not yet sampled.
   struct InFlight {
@@ -232,21 +244,19 @@ class Engine {
   };
 
   void load(const LoadProgress& progress);
-  void make_schedulers(int32_t count);
   Scheduler& scheduler_of(const Request& r);
   InFlight* in_flight_step(int32_t ve);  // its step in flight, or null
   void submit_step(int32_t ve, std::vector<RequestOutput>& outputs);
   void complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& outputs);
-  int64_t logits_rows_per_step() const;
+  void observe_forward(const StepPlan& plan, double forward_s);
+  void fork_samples(Scheduler& scheduler, const std::vector<Request*>& touched);
+  void apply_finishes(Scheduler& scheduler, const StepPlan& plan, std::vector<Request*>& touched);
   void enqueue(EngineRequest req);
   void start(Request& r);
+  Sequence& new_sequence(Request& r, int32_t index, uint64_t request_num);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
-  void propose_drafts(const Scheduler& scheduler);
-  void plan_draft_budget(const Scheduler& scheduler);
-  void sample_entry(const StepPlan& plan, size_t entry, std::vector<Request*>& touched);
+  void sample_entry(const StepPlan& plan, size_t entry, const Scheduler& scheduler, std::vector<Request*>& touched);
   void release_sample(Sample& s);
-  void append_token(Request& r, Sample& s, int32_t token, const SampleResult& res);
-  void finish_sample(Request& r, Sample& s, FinishReason reason);
   RequestOutput collect(Request& r);
   void update_gauges();
   KVCacheStats kv_stats() const;
@@ -266,13 +276,12 @@ class Engine {
   std::vector<int32_t> block_shift_;
   std::deque<InFlight> in_flight_;             // oldest first; at most one per virtual engine
   std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<structured::GrammarCompiler> grammars_;
   std::unique_ptr<Proposer> proposer_;         // speculative decoding, when configured
-  std::vector<DraftRequest> draft_requests_;   // this step's, reused
-  StepCostModel step_cost_;                    // forward time by tokens and logits rows
+  std::unique_ptr<OutputProcessor> outputs_;   // what follows a sampled token
+  std::unique_ptr<StepSampler> step_sampler_;  // a step's tokens from its logits
+  std::unique_ptr<DraftPlanner> drafts_;       // with a proposer
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
-  std::vector<int32_t> bitmask_;               // one sequence's allowed tokens, reused
   ModelRunner::Output runner_output_;  // reused across steps
   int64_t phase_ns_[4] = {};           // schedule, forward, sample + postprocess, propose
 
