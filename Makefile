@@ -75,7 +75,12 @@ serve: build
 # models cover the same code. Everything else runs.
 # The unit tests run in one process per shard (tools/gtest_shards.sh): an ASan
 # process per test, as ctest runs them, doubled the job's time.
-ASAN_EXCLUDE := TrainedModelVs*.Gemma3_270M_*
+# The suites that compile grammars in forked workers while other threads
+# allocate are left to the release run: GCC 12's ASan allocator takes no lock
+# around fork, so a child can wait forever on a lock another thread held at
+# the fork (caught with gdb; glibc's malloc is fork-safe). BoundedChild's own
+# tests and the grammar fuzz replay still run here.
+ASAN_EXCLUDE := TrainedModelVs*.Gemma3_270M_*:GrammarOnStories.*:StructuredEngine.*
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 sanitize: setup-sanitizers
 	cmake -S . -B $(ASAN_DIR) $(SAN_CMAKE) -DPAGELLM_SANITIZE=ON

@@ -49,14 +49,17 @@ xgrammar::TokenizerInfo make_tokenizer_info(const Tokenizer& tok, int32_t vocab_
 // The child's failures, as the first byte of its message.
 constexpr char kInvalid = 'I', kEmpty = 'E';
 
-// Threads for one compile's token-mask work. The child starts them itself
-// (xgrammar makes its pool per compile); under ThreadSanitizer a forked child
-// of a threaded process may not start threads, so it compiles alone there.
+// Threads for one compile's token-mask work, started by the forked child
+// (xgrammar makes its pool per compile). Under a sanitizer, one: GCC 12's
+// sanitizer allocators take no lock around fork, so a thread the child starts
+// could wait forever on an allocator lock another parent thread held at the
+// fork (seen under ASan: a 71 ms compile hung to its 10 s budget). glibc's
+// malloc is fork-safe, so release builds use up to 4.
 int compile_threads() {
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   return 1;
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
   return 1;
 #endif
 #endif
