@@ -1,10 +1,10 @@
 # The layers of src/, lowest first, and what each may include (docs/architecture.md).
 # A layer may include itself and the layers listed for it, nothing else; the
 # check below fails the build on an include that points the wrong way.
-set(PAGELLM_LAYERS core dist backend model tokenizer chat kv scheduler runner sampling structured spec engine api server bench embed capi cli)
+set(PAGELLM_LAYERS core sampling backend dist model tokenizer chat kv scheduler runner structured spec engine api server bench embed capi cli)
 set(PAGELLM_LAYER_DEPS_core "")
-set(PAGELLM_LAYER_DEPS_dist core)
-set(PAGELLM_LAYER_DEPS_backend core)
+set(PAGELLM_LAYER_DEPS_dist backend sampling core)
+set(PAGELLM_LAYER_DEPS_backend sampling core)
 set(PAGELLM_LAYER_DEPS_model backend dist core)
 set(PAGELLM_LAYER_DEPS_tokenizer model core)
 set(PAGELLM_LAYER_DEPS_chat core)

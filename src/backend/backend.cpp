@@ -78,5 +78,44 @@ void Backend::matmul_experts(const std::vector<const Weight*>&, const Buffer&, i
 void Backend::moe_combine(const Buffer&, const Buffer&, int64_t, int, int64_t, Buffer&) { no_moe(*this); }
 void Backend::scale_rows_sigmoid(Buffer&, const Buffer&, int64_t, int64_t) { no_moe(*this); }
 
+OpQuery op_query(pglb_op op, std::initializer_list<std::pair<DType, std::vector<int64_t>>> operands) {
+  OpQuery q{};
+  q.struct_size = sizeof q;
+  q.op = op;
+  PAGELLM_CHECK(operands.size() <= 4, "an op query has at most 4 operands");
+  for (const auto& [type, shape] : operands) {
+    const int i = q.n_operands++;
+    q.types[i] = static_cast<pglb_dtype>(type);
+    for (size_t d = 0; d < shape.size() && d < 4; ++d) q.shapes[i][d] = shape[d];
+  }
+  return q;
+}
+
+bool Backend::supports_op(const OpQuery& q) const {
+  switch (q.op) {
+    case PGLB_OP_MOE_ROUTE:
+    case PGLB_OP_MATMUL_EXPERTS:
+    case PGLB_OP_MOE_COMBINE:
+    case PGLB_OP_SCALE_ROWS_SIGMOID:
+      return supports(Feature::MixtureOfExperts);
+    case PGLB_OP_MATMUL:  // a weight's type: operand 0
+      return q.n_operands == 0 || supports_weight(static_cast<DType>(q.types[0]));
+    case PGLB_OP_SOFTCAP:
+    case PGLB_OP_SAMPLE:
+      return false;
+    default:
+      return q.op >= 0 && q.op < PGLB_OP_COUNT;
+  }
+}
+
+void Backend::softcap(Buffer&, int64_t, float) { fail("the {} backend has no softcap op", name()); }
+void Backend::sample(const Buffer&, int64_t, const std::vector<SampleDraw>&, Buffer&) {
+  fail("the {} backend has no sample op", name());
+}
+std::vector<uint8_t> Backend::comm_unique_id() { fail("the {} backend has no device communicator", name()); }
+std::unique_ptr<DeviceComm> Backend::comm_init(int, int, const std::vector<uint8_t>&) {
+  fail("the {} backend has no device communicator", name());
+}
+
 
 }  // namespace pagellm

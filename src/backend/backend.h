@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 
 #include "core/dtype.h"
 #include "core/kv_layout.h"
+#include "pagellm_backend.h"
 
 namespace pagellm {
 
@@ -197,6 +199,35 @@ enum class Feature {
 // (source, destination) block pairs.
 using BlockPairs = std::vector<std::pair<int32_t, int32_t>>;
 
+// An op with its operands' types and shapes, as supports_op is asked it (the
+// C ABI's struct: include/pagellm_backend.h).
+using OpQuery = pglb_op_query;
+OpQuery op_query(pglb_op op, std::initializer_list<std::pair<DType, std::vector<int64_t>>> operands = {});
+
+// One token drawn on the device from a logits row (Backend::sample): the
+// host draws the random number, so a seeded request gets the same tokens
+// whichever device samples (pglb_sample_row).
+using SampleDraw = pglb_sample_row;
+
+// One rank's end of a collective group over device buffers, in the order of
+// the backend's queue (NCCL / HCCL / BKCL style). A backend may bring its
+// own (Backend::comm_init); dist::make_device_comm otherwise gives the host
+// default, which copies to the host and uses MPI. Counts are F32 values.
+class DeviceComm {
+ public:
+  virtual ~DeviceComm() = default;
+  virtual std::string describe() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In place: every rank ends with the element-wise sum of buf[offset, offset + count).
+  virtual void all_reduce_sum(Buffer& buf, size_t offset, size_t count) = 0;
+  // out[r * count, (r + 1) * count) = rank r's in[0, count).
+  virtual void all_gather(const Buffer& in, size_t count, Buffer& out) = 0;
+  virtual void broadcast(Buffer& buf, size_t count, int root) = 0;
+  virtual void send(const Buffer& buf, size_t count, int dst) = 0;
+  virtual void recv(Buffer& buf, size_t count, int src) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -277,6 +308,26 @@ class Backend {
   virtual void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out);
   // y[t] *= sigmoid(s[t]) for rows of dim values (Qwen2-MoE's shared-expert gate).
   virtual void scale_rows_sigmoid(Buffer& y, const Buffer& s, int64_t n, int64_t dim);
+
+  // ---- what the backend can run. The default: every op above, the
+  // Mixture-of-experts ops with Feature::MixtureOfExperts, none of the
+  // optional ops below. Asked at model load (a model the backend cannot run
+  // is refused before anything is uploaded) and for the optional ops.
+  virtual bool supports_op(const OpQuery& q) const;
+
+  // ---- optional ops (supports_op says; the defaults throw)
+  // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).
+  virtual void softcap(Buffer& x, int64_t n, float cap);
+  // ids[i] (an I32 buffer) = the token draws[i] picks from its row of
+  // logits [rows, n_vocab], so that only the ids cross to the host; -1 for
+  // a row with no finite logit.
+  virtual void sample(const Buffer& logits, int64_t n_vocab, const std::vector<SampleDraw>& draws, Buffer& ids);
+
+  // ---- device collectives (optional). A backend that has its own: rank 0
+  // makes a unique id, the host hands it to every rank, each calls comm_init.
+  virtual bool has_device_comm() const { return false; }
+  virtual std::vector<uint8_t> comm_unique_id();
+  virtual std::unique_ptr<DeviceComm> comm_init(int rank, int size, const std::vector<uint8_t>& id);
 
   // ---- optional per-op timing (the --profile breakdown)
   virtual void set_profiling(bool on) { (void)on; }

@@ -355,10 +355,27 @@ Candidates Sampler::filter(const float* logits, int32_t vocab, const SamplingPar
           sum_weights(weights_.data(), n)};
 }
 
-int32_t Sampler::draw(const Candidates& candidates, SamplerRng& rng) {
+int32_t Sampler::draw(const Candidates& candidates, SamplerRng& rng) { return draw_at(candidates, rng.next_double()); }
+
+int32_t Sampler::sample_plain(const float* logits, int32_t vocab, float temperature, int32_t top_k, float top_p,
+                              float min_p, double u) {
+  bool finite = false;
+  for (int32_t i = 0; i < vocab && !finite; ++i) finite = std::isfinite(logits[i]);
+  if (!finite) return -1;
+  if (temperature < kGreedyTemperature) return argmax(logits, vocab);
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  const Candidates c = filter(logits, vocab, p);
+  return c.ids.empty() ? -1 : draw_at(c, u);
+}
+
+int32_t Sampler::draw_at(const Candidates& candidates, double unit) {
   const size_t n = candidates.ids.size();
   PAGELLM_CHECK(n > 0 && candidates.weights.size() == n, "sampler: nothing to draw from");
-  const double u = rng.next_double() * candidates.total;
+  const double u = unit * candidates.total;
   // Whole blocks first, summed exactly as sum_weights() does, then one block
   // token by token.
   double cumulative = 0.0;

@@ -112,6 +112,16 @@ class Sampler {
   // from rng: the first id whose cumulative weight (ids ascending) exceeds
   // u * total.
   static int32_t draw(const Candidates& candidates, SamplerRng& rng);
+  // The same with the number given: u uniform in [0, 1) (rng.next_double()).
+  static int32_t draw_at(const Candidates& candidates, double u);
+
+  // A draw from an unprocessed row (no bias, bans, penalties or mask):
+  // greedy below kGreedyTemperature, else temperature -> top-k -> top-p ->
+  // min-p -> draw_at(u); what sample() picks for such params when its rng
+  // yields u. -1 when no logit is finite. A device's sample op (the CPU
+  // backend's) runs this, so that only the token ids leave the device.
+  int32_t sample_plain(const float* logits, int32_t vocab, float temperature, int32_t top_k, float top_p,
+                       float min_p, double u);
 
  private:
   void apply_penalties(float* logits, int32_t vocab, const SamplingParams& params,

@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "core/trace.h"
 #include "core/util.h"
+#include "sampling/sampler.h"
 #include "backend/registry.h"
 
 namespace pagellm {
@@ -399,6 +400,31 @@ class CpuBackend : public Backend {
     }
   }
 
+  bool supports_op(const OpQuery& q) const override {
+    return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || Backend::supports_op(q);
+  }
+
+  void softcap(Buffer& xb, int64_t n, float cap) override {
+    Timer t(this, kOther, "softcap");
+    float* x = f32(xb, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+  }
+
+  // The host sampler's own filters and draw (sampling/sampler.h), so a draw
+  // here picks the very token the host would from the same row and number.
+  void sample(const Buffer& logits_b, int64_t n_vocab, const std::vector<SampleDraw>& draws, Buffer& ids_b) override {
+    Timer t(this, kOther, "sample");
+    const int64_t rows = static_cast<int64_t>(logits_b.size()) / std::max<int64_t>(n_vocab, 1);
+    const float* logits = f32(logits_b, 0);
+    int32_t* ids = i32(ids_b, static_cast<int64_t>(draws.size()));
+    for (size_t i = 0; i < draws.size(); ++i) {
+      const SampleDraw& d = draws[i];
+      PAGELLM_CHECK(d.row >= 0 && d.row < rows, "sample: row {} of {}", d.row, rows);
+      ids[i] = sampler_.sample_plain(logits + static_cast<int64_t>(d.row) * n_vocab, static_cast<int32_t>(n_vocab),
+                                     d.temperature, d.top_k, d.top_p, d.min_p, d.u);
+    }
+  }
+
   void set_profiling(bool on) override {
     profiling_ = on;
     for (auto& c : category_ns_) c = 0;
@@ -508,6 +534,7 @@ class CpuBackend : public Backend {
   };
   std::vector<AttnUnit> units_;
   std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
+  Sampler sampler_;  // scratch of sample()
   bool exact_matmul_ = false;
   bool deterministic_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
+#include "sampling/sampler.h"
 #include "backend_test_util.h"
 
 namespace pagellm {
@@ -892,6 +893,64 @@ TEST_P(BackendOps, MoeCombineAndSigmoidRowScale) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < dim; ++c) ref[t * dim + c] *= 1 / (1 + std::exp(-double(s[t])));
   EXPECT_LT(rel_l2(get(*out, ref.size()), ref), 1e-6);
+}
+
+// ---------------------------------------------------------------- optional ops
+
+TEST_P(BackendOps, SoftcapMatchesTanhFormula) {
+  if (!be_->supports_op(op_query(PGLB_OP_SOFTCAP))) return;
+  const auto x = randn(333, 21, 40.0f);
+  auto xb = put(x);
+  be_->softcap(*xb, 333, 30.0f);
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = 30.0 * std::tanh(double(x[i]) / 30.0);
+  EXPECT_LT(rel_l2(get(*xb, ref.size()), ref), 1e-6);
+}
+
+// The reference is the host sampler drawing from the same row with the same
+// generator: a device draw must pick its token.
+TEST_P(BackendOps, SampleOpPicksTheHostSamplersToken) {
+  if (!be_->supports_op(op_query(PGLB_OP_SAMPLE))) return;
+  const int32_t vocab = 1000, rows = 6;
+  auto logits = randn(static_cast<size_t>(vocab * rows), 22, 3.0f);
+  logits[2 * vocab + 17] = std::nanf("");  // never chosen
+  logits[3 * vocab + 5] = -INFINITY;
+  std::fill_n(logits.begin() + 5 * vocab, vocab, -INFINITY);  // row 5: nothing finite
+  auto lb = put(logits);
+  std::vector<SampleDraw> draws;
+  std::vector<int32_t> want;
+  Sampler host;
+  for (int trial = 0; trial < 40; ++trial) {
+    SampleDraw d{};
+    d.row = trial % (rows - 1);
+    d.temperature = trial % 5 == 0 ? 0.0f : 0.3f + 0.1f * static_cast<float>(trial % 9);
+    d.top_k = trial % 3 == 0 ? 0 : 5 + trial;
+    d.top_p = trial % 4 == 0 ? 1.0f : 0.5f + 0.01f * static_cast<float>(trial);
+    d.min_p = trial % 7 == 0 ? 0.05f : 0.0f;
+    SamplerRng rng(1234, static_cast<uint64_t>(trial)), copy = rng;
+    d.u = d.temperature < kGreedyTemperature ? 0.0 : copy.next_double();
+    SamplingParams p;
+    p.temperature = d.temperature;
+    p.top_k = d.top_k;
+    p.top_p = d.top_p;
+    p.min_p = d.min_p;
+    std::vector<float> row(logits.begin() + d.row * vocab, logits.begin() + (d.row + 1) * vocab);
+    want.push_back(host.sample(row.data(), vocab, p, {}, {}, {}, rng).token);
+    draws.push_back(d);
+  }
+  SampleDraw none{};
+  none.row = 5;
+  none.temperature = 1.0f;
+  none.top_p = 1.0f;
+  none.u = 0.5;
+  draws.push_back(none);
+  want.push_back(-1);
+  auto ids = be_->alloc(DType::I32, draws.size());
+  be_->sample(*lb, vocab, draws, *ids);
+  std::vector<int32_t> got(draws.size());
+  be_->copy_to_host(*ids, 0, got.size() * sizeof(int32_t), got.data());
+  be_->synchronize();
+  EXPECT_EQ(got, want);
 }
 
 TEST(ExpertSlice, ViewsOneExpertOfAStack) {
