@@ -250,7 +250,8 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
   }
   {
     trace::Scope s(plan.empty() ? "block moves" : "forward", "engine");
-    runner_->submit(plan, block_shift_[static_cast<size_t>(ve)]);
+    const bool on_device = runner_->samples_on_device() && step_sampler_->device_draws(plan, seq_owner_, draws_);
+    runner_->submit(plan, block_shift_[static_cast<size_t>(ve)], on_device ? &draws_ : nullptr);
   }
   f.submit_ns = ThreadPool::now_ns() - t_scheduled;
   in_flight_.push_back(std::move(f));
@@ -341,6 +342,10 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, const Scheduler& s
   if (owner == seq_owner_.end()) return;  // aborted while the step was in flight
   const auto [r, index] = owner->second;
   touched.push_back(r);
+  if (!runner_output_.tokens.empty()) {  // drawn on the device: plain samples only
+    step_sampler_->accept_device_token(*r, r->samples[index], runner_output_.tokens[entry], scheduler);
+    return;
+  }
   if (!r->forked && r->params.n > 1 && e.seq->num_output_tokens() == 0) {
     // Parallel sampling: n first tokens from the prompt's logits.
     const float* row = runner_output_.row(entry, 0, model_->config().n_vocab);

@@ -283,6 +283,7 @@ class Engine {
   std::unique_ptr<DraftPlanner> drafts_;       // with a proposer
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
   ModelRunner::Output runner_output_;  // reused across steps
+  std::vector<SampleDraw> draws_;      // a step's draws when the device samples
   int64_t phase_ns_[4] = {};           // schedule, forward, sample + postprocess, propose
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;

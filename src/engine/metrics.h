@@ -37,6 +37,7 @@ struct EngineMetrics {
   int64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
   int64_t num_requests_swapped = 0;  // gauge: sequences whose KV is in the host pool
   int64_t num_steps = 0;
+  int64_t tokens_sampled_on_device = 0;  // drawn by the backend's sample op (only ids left it)
   std::map<std::string, int64_t> request_success;  // finish reason -> count
   // Speculative decoding (vLLM's names): verifications with drafts, drafts
   // verified, drafts accepted, and accepted drafts by position (0: first).

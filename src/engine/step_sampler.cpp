@@ -107,4 +107,45 @@ void StepSampler::sample_entry(RequestState& r, SampleState& s, const ScheduledS
   s.spec.record(num_drafts, accepted);
 }
 
+bool StepSampler::plain(const RequestState& r, const SampleState& s, const ScheduledSeq& e) const {
+  const SamplingParams& p = r.params;
+  return !config_.logits_observer && !s.matcher && p.logprobs < 0 && p.logit_bias.empty() &&
+         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         s.seq->num_output_tokens() >= p.min_tokens && e.num_draft_tokens() == 0 && (r.forked || p.n <= 1);
+}
+
+bool StepSampler::device_draws(const StepPlan& plan, const SeqOwners& owners, std::vector<SampleDraw>& draws) {
+  draws.clear();
+  std::vector<std::pair<RequestState*, SampleState*>> who;
+  for (const ScheduledSeq& e : plan.seqs) {
+    if (!e.sample) continue;
+    const auto it = owners.find(e.seq_id);
+    if (it == owners.end()) return false;
+    RequestState& r = *it->second.first;
+    SampleState& s = r.samples[static_cast<size_t>(it->second.second)];
+    if (!plain(r, s, e)) return false;
+    who.emplace_back(&r, &s);
+  }
+  for (const auto& [r, s] : who) {
+    SampleDraw d{};
+    d.row = static_cast<int32_t>(draws.size());
+    d.temperature = r->params.temperature;
+    d.top_k = r->params.top_k;
+    d.top_p = r->params.top_p;
+    d.min_p = r->params.min_p;
+    d.u = d.temperature < kGreedyTemperature ? 0.0 : s->rng.next_double();  // the host sampler's one number
+    draws.push_back(d);
+  }
+  return !draws.empty();
+}
+
+void StepSampler::accept_device_token(RequestState& r, SampleState& s, int32_t token, const Scheduler& scheduler) {
+  if (token < 0 || token >= vocab_)  // as the host sampler's argmax says it
+    fail("sampler: no token can be chosen (all {} logits are -inf, NaN or banned)", vocab_);
+  SampleResult res;
+  res.token = token;
+  metrics_.tokens_sampled_on_device++;
+  outputs_.append(r, s, token, res, scheduler);
+}
+
 }  // namespace pagellm

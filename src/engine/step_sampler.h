@@ -27,6 +27,17 @@ class StepSampler {
   void sample_entry(RequestState& r, SampleState& s, const ScheduledSeq& e, const ModelRunner::Output& out,
                     size_t entry, const Scheduler& scheduler);
 
+  // Sampling on the device (the backend's sample op), so that only token ids
+  // leave it. Each sampled entry of a plan must be plain: one token from one
+  // row, shaped by nothing but temperature, top-k, top-p and min-p (no
+  // grammar, penalties, bias, min_tokens bans, logprobs, drafts, logits
+  // observer, nor an n > 1 request's first tokens). Then draws gets one draw
+  // per entry, its random number taken now from the sample's own generator,
+  // as draw() would take it. False (and nothing drawn) otherwise.
+  bool device_draws(const StepPlan& plan, const SeqOwners& owners, std::vector<SampleDraw>& draws);
+  // The token the device drew for sample s (-1: its row had no finite logit).
+  void accept_device_token(RequestState& r, SampleState& s, int32_t token, const Scheduler& scheduler);
+
  private:
   // One token from `row` for `target` (with a draft distribution q: accept
   // or reject `draft` against it). The sampler restores the row after use,
@@ -34,6 +45,7 @@ class StepSampler {
   SampleResult draw(RequestState& r, SampleState& target, const float* row, int32_t draft = -1,
                     const float* q = nullptr, bool* accepted = nullptr);
   SampleResult grammar_dead_end(RequestState& r, SampleState& target);
+  bool plain(const RequestState& r, const SampleState& s, const ScheduledSeq& e) const;
 
   const EngineConfig& config_;
   const Tokenizer& tokenizer_;

@@ -325,6 +325,7 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
           {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},
           {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, g.n_vocab, false},
+          {&Buffers::sampled, 1, false, DType::I32},
           {&Buffers::router, c.n_expert, true}, {&Buffers::ids, k, true, DType::I32},
           {&Buffers::route_w, k, true},    {&Buffers::eg, k * g.n_ff_exp, true}, {&Buffers::eu, k * g.n_ff_exp, true},
           {&Buffers::ed, k * c.n_embd, true}, {&Buffers::sh, shared * c.n_embd, true}, {&Buffers::sg, shared, true}};
@@ -523,10 +524,17 @@ void Model::hidden_to_host(float* out) { to_host(*buf_.x, n_ * cfg_.n_embd, out)
 void Model::hidden_from_host(const float* in) { from_host(in, *buf_.x, n_ * cfg_.n_embd); }
 
 void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logits) {
+  compute_logits(logits_rows);
+  read_logits(logits);
+}
+
+void Model::compute_logits(const std::vector<int32_t>& logits_rows) {
   const int64_t n = n_;
   const int64_t m = static_cast<int64_t>(logits_rows.size());
   Backend& be = backend_;
   for (int32_t r : logits_rows) PAGELLM_CHECK(r >= 0 && r < n, "logits row {} outside the batch", r);
+  logits_rows_ = m;
+  logits_capped_ = false;
   if (m == 0) {
     be.synchronize();  // the batch's metadata and the KV writes are the caller's again
     return;
@@ -535,7 +543,15 @@ void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logit
   be.gather_rows(*buf_.x, cfg_.n_embd, logits_rows, *buf_.sel);
   be.rms_norm(*buf_.sel, output_norm_.get(), m, cfg_.n_embd, cfg_.norm_eps, *buf_.sel);
   be.matmul(output_ ? *output_ : *tok_embd_, *buf_.sel, m, *buf_.logits);
-  const int64_t V = cfg_.n_vocab;
+  if (cfg_.final_softcap > 0 && !geo_.tp && be.supports_op(op_query(PGLB_OP_SOFTCAP))) {
+    be.softcap(*buf_.logits, m * cfg_.n_vocab, cfg_.final_softcap);
+    logits_capped_ = true;
+  }
+}
+
+void Model::read_logits(float* logits) {
+  const int64_t m = logits_rows_, V = cfg_.n_vocab;
+  if (m == 0) return;
   if (!geo_.tp) {
     to_host(*buf_.logits, m * V, logits);  // the one wait of a step: the host needs the logits
   } else {
@@ -554,10 +570,25 @@ void Model::compute_logits(const std::vector<int32_t>& logits_rows, float* logit
         std::copy_n(gather_.data() + (q * m + i) * stride, cols, logits + i * V + begin);
     }
   }
-  if (cfg_.final_softcap > 0) {
+  if (cfg_.final_softcap > 0 && !logits_capped_) {
     const float cap = cfg_.final_softcap;
     for (int64_t i = 0; i < m * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   }
+}
+
+bool Model::can_sample_on_device() const {
+  if (geo_.tp || shard_.pp_size > 1) return false;
+  if (cfg_.final_softcap > 0 && !backend_.supports_op(op_query(PGLB_OP_SOFTCAP))) return false;
+  return backend_.supports_op(op_query(PGLB_OP_SAMPLE, {{DType::F32, {cfg_.n_vocab, 1}}}));
+}
+
+void Model::sample_on_device(const std::vector<SampleDraw>& draws, int32_t* ids) {
+  PAGELLM_CHECK(static_cast<int64_t>(draws.size()) <= logits_rows_, "{} device draws from {} logits rows",
+                draws.size(), logits_rows_);
+  if (draws.empty()) return;
+  backend_.sample(*buf_.logits, cfg_.n_vocab, draws, *buf_.sampled);
+  backend_.copy_to_host(*buf_.sampled, 0, draws.size() * sizeof(int32_t), ids);
+  backend_.synchronize();
 }
 
 }  // namespace pagellm

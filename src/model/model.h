@@ -118,6 +118,18 @@ class Model {
   void hidden_to_host(float* out);
   void hidden_from_host(const float* in);
   void compute_logits(const std::vector<int32_t>& logits_rows, float* logits);
+  // The same in two halves: the logits stay in backend memory, then either
+  // the host reads them or the backend samples from them, so that only token
+  // ids cross to the host (a device backend need not copy a vocabulary's
+  // logits per row).
+  void compute_logits(const std::vector<int32_t>& logits_rows);
+  void read_logits(float* logits);
+  // One rank, and the backend has the sample op (and softcap where the model
+  // caps its logits).
+  bool can_sample_on_device() const;
+  // ids[i]: the token draws[i] picks from its row of the logits computed
+  // last (-1: a row with no finite logit).
+  void sample_on_device(const std::vector<SampleDraw>& draws, int32_t* ids);
   // Frees the activation buffers, which grow to the largest step so far; the
   // next pass allocates what it needs. For an idle engine after a burst.
   void release_buffers();
@@ -159,6 +171,8 @@ class Model {
   std::vector<int32_t> local_ids_;            // ... or -1 for a token another rank's slice holds
   std::vector<float> host_, gather_;          // host staging for collectives
   std::vector<float> local_logits_;           // this rank's vocabulary columns of the logits
+  int64_t logits_rows_ = 0;                   // rows of the logits computed last
+  bool logits_capped_ = false;                // ... final softcap applied on the device
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;
@@ -187,6 +201,7 @@ class Model {
     BufferPtr up;      // [n, n_ff]
     BufferPtr sel;     // [m, n_embd] rows that produce logits
     BufferPtr logits;  // [m, n_vocab]
+    BufferPtr sampled; // [m] token ids drawn on the device (I32)
     // Mixture of experts (k = n_expert_used; empty for dense models).
     BufferPtr router;  // [n, n_expert] router logits
     BufferPtr ids;     // [n, k] chosen experts (I32)

@@ -17,6 +17,7 @@ ModelRunner::ModelRunner(Model& model, dist::Communicator* comm, int micro_batch
   PAGELLM_CHECK(ranks == 1 || (comm && comm->size() == ranks), "a model sharded over {} ranks needs a communicator "
                 "of that many", ranks);
   if (micro_batches_ <= 0) micro_batches_ = 2 * s.pp_size;
+  samples_on_device_ = ranks == 1 && model.can_sample_on_device();
 }
 
 bool ModelRunner::parallel() const { return comm_ && comm_->size() > 1; }
@@ -26,7 +27,7 @@ void ModelRunner::execute(const StepPlan& plan, Output& out) {
   finish(out);
 }
 
-void ModelRunner::submit(const StepPlan& plan, int32_t block_shift) {
+void ModelRunner::submit(const StepPlan& plan, int32_t block_shift, const std::vector<SampleDraw>* draws) {
   std::unique_ptr<Step> step;
   if (spare_.empty()) {
     step = std::make_unique<Step>();
@@ -37,6 +38,12 @@ void ModelRunner::submit(const StepPlan& plan, int32_t block_shift) {
     if (parallel()) comm_->wait_sends(step->last_send);
   }
   build_message(plan, block_shift, *step);
+  step->draws.clear();
+  if (draws) {
+    PAGELLM_CHECK(samples_on_device_ && draws->size() == step->entries.size(),
+                  "device draws: {} for {} sampling entries", draws->size(), step->entries.size());
+    step->draws = *draws;
+  }
   if (parallel()) send_to_workers(msg_, *step);
   run(msg_, *step);
   in_flight_.push_back(std::move(step));
@@ -58,6 +65,8 @@ void ModelRunner::finish(Output& out) {
   } else {
     out.logits.swap(step->logits);
   }
+  out.tokens.swap(step->tokens);
+  step->tokens.clear();
   spare_.push_back(std::move(step));
 }
 
@@ -134,6 +143,16 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
     return;
   }
   if (m.batch.seqs.empty()) return;
+  if (!step.draws.empty()) {
+    model_.begin_pass(m.batch, static_cast<int64_t>(m.logits_rows.size()));
+    model_.embed();
+    model_.run_layers();
+    model_.compute_logits(m.logits_rows);
+    step.logits.clear();
+    step.tokens.resize(step.draws.size());
+    model_.sample_on_device(step.draws, step.tokens.data());
+    return;
+  }
   step.logits.resize(step.rows * static_cast<size_t>(model_.config().n_vocab));
   model_.forward(m.batch, m.logits_rows, step.logits.data());
 }

@@ -41,7 +41,8 @@ class ModelRunner {
     // Per entry: its first row of logits. Entry i has plan.seqs[entries[i]].num_logits()
     // consecutive rows: one per draft token, then the one after the last.
     std::vector<int32_t> first_row;
-    std::vector<float> logits;       // [rows, n_vocab]
+    std::vector<float> logits;       // [rows, n_vocab]; empty when the device sampled
+    std::vector<int32_t> tokens;     // per entry, when the device sampled (submit's draws)
     // Row j of entry i.
     const float* row(size_t i, int32_t j, int n_vocab) const {
       return logits.data() + static_cast<size_t>(first_row[i] + j) * static_cast<size_t>(n_vocab);
@@ -55,7 +56,11 @@ class ModelRunner {
   // null block 0), when the plan's scheduler owns the blocks from
   // block_shift + 1 on. Under pipeline parallelism it returns once the first
   // stage's share is done; otherwise the step is complete.
-  void submit(const StepPlan& plan, int32_t block_shift = 0);
+  // draws (one per sampling entry, see samples_on_device): the backend
+  // samples, and the step returns token ids instead of logits.
+  void submit(const StepPlan& plan, int32_t block_shift = 0, const std::vector<SampleDraw>* draws = nullptr);
+  // Whether submit may be given draws: one rank, and the backend has the sample op.
+  bool samples_on_device() const { return samples_on_device_; }
   // The oldest submitted step's logits.
   void finish(Output& out);
 
@@ -75,6 +80,8 @@ class ModelRunner {
     std::vector<int32_t> entries, first_row;  // Output's
     size_t rows = 0;                          // of logits
     std::vector<float> logits;                // computed here (one stage; else the last stage sends them)
+    std::vector<SampleDraw> draws;            // sampled on the device instead ...
+    std::vector<int32_t> tokens;              // ... into these
     std::vector<uint8_t> message;             // encoded, sent asynchronously
     std::vector<float> hidden;                // this stage's output, [tokens, n_embd]
     uint64_t last_send = 0;                   // ticket of its last asynchronous send
@@ -90,6 +97,7 @@ class ModelRunner {
   dist::Communicator* comm_;
   int micro_batches_;
   bool workers_stopped_ = false;
+  bool samples_on_device_ = false;
   StepMessage msg_;  // reused across steps
   std::deque<std::unique_ptr<Step>> in_flight_, spare_;
   std::vector<float> scratch_;  // a micro-batch's logits

@@ -152,6 +152,8 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.counter("generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");
   w.counter("engine_steps_total", static_cast<double>(m.num_steps), "Engine iterations (forward passes).");
+  w.counter("device_sampled_tokens_total", static_cast<double>(m.tokens_sampled_on_device),
+            "Tokens drawn by the backend's sample op, so that only their ids left the device.");
   w.counter("spec_decode_num_drafts_total", static_cast<double>(m.spec_decode_num_drafts),
             "Speculative decoding: verifications of one sequence's drafts.");
   w.counter("spec_decode_num_draft_tokens_total", static_cast<double>(m.spec_decode_num_draft_tokens),

@@ -313,6 +313,51 @@ TEST(Engine, ReleasedStepBuffersAreBuiltAgain) {
   expect_no_leaks(e);
 }
 
+// Plain samples (greedy, or temperature / top-k / top-p / min-p with a seed)
+// are drawn by the backend's sample op, so only ids leave it; a logits
+// observer needs the rows on the host, so it turns that off. Both ways give
+// the same tokens, and a batch mixing plain and penalised requests (which
+// needs host rows) goes to the host whole.
+TEST(Engine, DeviceSamplingDrawsTheHostSamplersTokens) {
+  std::mt19937 rng(9);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    EngineRequest r = make_request("s" + std::to_string(i), random_prompt(rng, 10 + 7 * i, 512), 12);
+    if (i % 2 == 1) {
+      r.params.temperature = 0.8f;
+      r.params.top_k = i == 1 ? 0 : 40;
+      r.params.top_p = i == 3 ? 0.9f : 1.0f;
+      r.params.min_p = i == 5 ? 0.02f : 0.0f;
+      r.params.seed = 100 + i;
+    }
+    reqs.push_back(std::move(r));
+  }
+  auto run = [&](bool observe, bool with_penalty) {
+    EngineConfig c = tiny_config();
+    if (observe) c.logits_observer = [](const std::string&, int32_t, int32_t, std::span<const float>) {};
+    Engine e(c);
+    for (const EngineRequest& r : reqs) e.add_request(r);
+    if (with_penalty) {
+      EngineRequest p = make_request("penalised", random_prompt(rng, 9, 512), 3);
+      p.params.repetition_penalty = 1.3f;
+      e.add_request(p);
+    }
+    Results out = run_all(e);
+    out.erase("penalised");
+    return std::make_pair(out, e.metrics().tokens_sampled_on_device);
+  };
+  const auto [device, on_device] = run(false, false);
+  const auto [host, on_host] = run(true, false);
+  const auto [mixed, mixed_on_device] = run(false, true);
+  EXPECT_EQ(on_device, 6 * 12);
+  EXPECT_EQ(on_host, 0);
+  EXPECT_LT(mixed_on_device, on_device);  // the steps shared with the penalised request went to the host
+  for (const auto& [id, samples] : host) {
+    EXPECT_EQ(device.at(id)[0].tokens, samples[0].tokens) << id;
+    EXPECT_EQ(mixed.at(id)[0].tokens, samples[0].tokens) << id;
+  }
+}
+
 TEST(Engine, StopConditions) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);
