@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device_comm.h"
 #include "model/gguf.h"
 #include "model/tensor_source.h"
 
@@ -465,13 +466,16 @@ void Model::from_host(const float* src, Buffer& buf, int64_t values) {
   backend_.synchronize();  // src may be reused (and move) right after
 }
 
+void Model::set_tp_communicator(dist::Communicator* comm) {
+  tp_comm_ = comm;
+  tp_device_comm_ = comm ? dist::make_device_comm(backend_, *comm) : nullptr;
+}
+
 void Model::all_reduce(Buffer& buf, int64_t values) {
   if (!geo_.tp) return;
-  PAGELLM_CHECK(tp_comm_ && tp_comm_->size() == shard_.tp_size, "tensor parallel model without its communicator");
-  host_.resize(static_cast<size_t>(values));
-  to_host(buf, values, host_.data());
-  tp_comm_->all_reduce_sum(host_.data(), host_.size());
-  from_host(host_.data(), buf, values);
+  PAGELLM_CHECK(tp_device_comm_ && tp_device_comm_->size() == shard_.tp_size,
+                "tensor parallel model without its communicator");
+  tp_device_comm_->all_reduce_sum(buf, 0, static_cast<size_t>(values));
 }
 
 void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, float* logits) {

@@ -77,7 +77,9 @@ class Model {
   const ShardGeometry& geometry() const { return geo_; }
   // The tensor-parallel group (tp_size ranks, this one at tp_rank): needed
   // before the first forward pass when tp_size > 1.
-  void set_tp_communicator(dist::Communicator* comm) { tp_comm_ = comm; }
+  // Its all-reduces run on device buffers through the backend's own
+  // communicator when it has one (dist/device_comm.h), else through the host.
+  void set_tp_communicator(dist::Communicator* comm);
   Backend& backend() { return backend_; }
   // The longest context the model will serve. LongRoPE models take their
   // long factor set beyond the original context, the short one within it
@@ -116,6 +118,7 @@ class Model {
   void embed();
   void run_layers();
   void hidden_to_host(float* out);
+  Buffer& hidden_states() { return *buf_.x; }  // [n, n_embd] of the pass begun (pipeline sends)
   void hidden_from_host(const float* in);
   void compute_logits(const std::vector<int32_t>& logits_rows, float* logits);
   // The same in two halves: the logits stay in backend memory, then either
@@ -165,6 +168,7 @@ class Model {
   ModelShard shard_;
   ShardGeometry geo_;
   dist::Communicator* tp_comm_ = nullptr;
+  std::unique_ptr<DeviceComm> tp_device_comm_;  // the same group on device buffers
   std::vector<AlignedBuffer> shard_storage_;  // column slices cut at load (the weights may borrow them)
   int64_t n_ = 0;                             // tokens of the pass begun
   BatchInfo tp_batch_;                        // the batch with token ids local to this rank's vocabulary

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dist/communicator.h"
+#include "dist/device_comm.h"
 #include "runner/micro_batch.h"
 
 namespace pagellm {
@@ -18,6 +19,9 @@ ModelRunner::ModelRunner(Model& model, dist::Communicator* comm, int micro_batch
                 "of that many", ranks);
   if (micro_batches_ <= 0) micro_batches_ = 2 * s.pp_size;
   samples_on_device_ = ranks == 1 && model.can_sample_on_device();
+  // The hidden states between pipeline stages go over the device's own
+  // communicator when the backend has one (dist/device_comm.h).
+  if (s.pp_size > 1) pp_comm_ = dist::make_device_comm(model.backend(), *comm);
 }
 
 bool ModelRunner::parallel() const { return comm_ && comm_->size() > 1; }
@@ -184,7 +188,6 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
     }
     stage_logits.resize(logits_rows.size() * static_cast<size_t>(vocab));
   }
-  step.hidden.resize(static_cast<size_t>(batch.n_tokens() * d));
   BatchInfo mb;
   std::vector<int32_t> rows, slots;  // a micro-batch's logits rows, and where they go in the step's
   int32_t r0 = 0;
@@ -198,22 +201,15 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
         rows.push_back(logits_rows[j] - r0);
         slots.push_back(static_cast<int32_t>(j));
       }
-    float* hidden = step.hidden.data() + static_cast<int64_t>(r0) * d;
-    const size_t hidden_bytes = static_cast<size_t>((r1 - r0) * d) * sizeof(float);
+    const size_t hidden_values = static_cast<size_t>((r1 - r0) * d);
     r0 = r1;
     model_.begin_pass(mb, static_cast<int64_t>(rows.size()));
-    if (g.first_stage) {
-      model_.embed();
-    } else {
-      comm_->recv(hidden, hidden_bytes, prev);
-      model_.hidden_from_host(hidden);
-    }
+    if (g.first_stage) model_.embed();
+    else pp_comm_->recv(model_.hidden_states(), hidden_values, prev);
     model_.run_layers();
     if (!g.last_stage) {
-      model_.hidden_to_host(hidden);
-      // Rank 0 goes on to its next step without waiting for the next stage.
-      if (rank == 0) step.last_send = comm_->send_async(hidden, hidden_bytes, next);
-      else comm_->send(hidden, hidden_bytes, next);
+      // In stream order: rank 0 goes on to its next step without waiting for the next stage.
+      pp_comm_->send(model_.hidden_states(), hidden_values, next);
       continue;
     }
     scratch_.resize(rows.size() * static_cast<size_t>(vocab));

@@ -83,7 +83,6 @@ class ModelRunner {
     std::vector<SampleDraw> draws;            // sampled on the device instead ...
     std::vector<int32_t> tokens;              // ... into these
     std::vector<uint8_t> message;             // encoded, sent asynchronously
-    std::vector<float> hidden;                // this stage's output, [tokens, n_embd]
     uint64_t last_send = 0;                   // ticket of its last asynchronous send
   };
 
@@ -98,6 +97,7 @@ class ModelRunner {
   int micro_batches_;
   bool workers_stopped_ = false;
   bool samples_on_device_ = false;
+  std::unique_ptr<DeviceComm> pp_comm_;  // pipeline stages' hidden states, on device buffers
   StepMessage msg_;  // reused across steps
   std::deque<std::unique_ptr<Step>> in_flight_, spare_;
   std::vector<float> scratch_;  // a micro-batch's logits

@@ -44,8 +44,8 @@ def batch_file(tmp_path, prompts, max_tokens=16):
 
 
 def generate(model_args, batch, ranks=1, parallel=(), extra=()):
-    args = ["generate", *model_args, "--batch", str(batch), "--threads", "1", "--max-model-len", "256", *parallel,
-            *extra]
+    threads = [] if "opencl" in model_args else ["--threads", "1"]
+    args = ["generate", *model_args, "--batch", str(batch), *threads, "--max-model-len", "256", *parallel, *extra]
     cmd = mpi(ranks, args) if ranks > 1 else [str(BIN), *args]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -278,3 +278,23 @@ def test_dead_rank_fails_requests_and_exits_nonzero():
         assert "the parallel job is stopping" in server.output()
     finally:
         server.kill()
+
+
+def opencl_here():
+    out = subprocess.run([str(BIN), "generate", "-m", str(STORIES), "-p", "a", "-n", "1", "--device", "opencl"],
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["tp2", "pp2"])
+def test_opencl_goes_through_the_host_collectives(tmp_path, how):
+    """OpenCL has no communicator of its own: its all-reduces and stage-to-stage
+    hidden states take the host default (device -> host -> MPI -> device)."""
+    need(STORIES)
+    if not opencl_here():
+        pytest.skip("no OpenCL plugin or device here")
+    model = ["--model", str(STORIES), "--device", "opencl"]
+    batch = batch_file(tmp_path, TEXT_PROMPTS, max_tokens=16)
+    ref = generate(model, batch)
+    ranks, flags = PARALLEL[how]
+    assert_close(ref, generate(model, batch, ranks, flags))
