@@ -91,6 +91,15 @@ OpQuery op_query(pglb_op op, std::initializer_list<std::pair<DType, std::vector<
   return q;
 }
 
+const char* op_name(pglb_op op) {
+  static const char* const names[] = {"embed",          "matmul",      "add_bias",    "rms_norm",
+                                      "rope",           "store_kv",    "attention",   "glu",
+                                      "add",            "gather_rows", "moe_route",   "matmul_experts",
+                                      "moe_combine",    "scale_rows_sigmoid", "softcap", "sample"};
+  static_assert(sizeof names / sizeof names[0] == PGLB_OP_COUNT, "a name for every op");
+  return op >= 0 && op < PGLB_OP_COUNT ? names[op] : "unknown op";
+}
+
 bool Backend::supports_op(const OpQuery& q) const {
   switch (q.op) {
     case PGLB_OP_MOE_ROUTE:

@@ -203,6 +203,8 @@ using BlockPairs = std::vector<std::pair<int32_t, int32_t>>;
 // C ABI's struct: include/pagellm_backend.h).
 using OpQuery = pglb_op_query;
 OpQuery op_query(pglb_op op, std::initializer_list<std::pair<DType, std::vector<int64_t>>> operands = {});
+// "matmul", "attention", ...: for errors and logs.
+const char* op_name(pglb_op op);
 
 // One token drawn on the device from a logits row (Backend::sample): the
 // host draws the random number, so a seeded request gets the same tokens

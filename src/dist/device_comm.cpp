@@ -89,7 +89,7 @@ std::unique_ptr<DeviceComm> make_host_device_comm(Backend& backend, Communicator
 }
 
 std::unique_ptr<DeviceComm> make_device_comm(Backend& backend, Communicator& host) {
-  if (!backend.has_device_comm() || host.size() == 1) return make_host_device_comm(backend, host);
+  if (!backend.has_device_comm()) return make_host_device_comm(backend, host);
   std::vector<uint8_t> id;
   if (host.rank() == 0) id = backend.comm_unique_id();
   uint64_t bytes = id.size();

@@ -166,6 +166,19 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   if (arch.attn_sinks && !backend_.supports(Feature::AttentionSinks))
     fail("the {} backend does not support attention sinks, which {} uses; use --device cpu", backend_.name(),
          arch.gguf_name);
+  // Every op a forward pass runs, asked before anything is uploaded (a
+  // plugin may implement a subset: the model is refused now, by op name).
+  for (pglb_op op : {PGLB_OP_EMBED, PGLB_OP_RMS_NORM, PGLB_OP_ROPE, PGLB_OP_STORE_KV, PGLB_OP_ATTENTION, PGLB_OP_GLU,
+                     PGLB_OP_ADD, PGLB_OP_GATHER_ROWS}) {
+    if (!backend_.supports_op(op_query(op, {{DType::F32, {c.n_embd, 1}}})))
+      fail("the {} backend cannot run the {} op, which every {} forward pass needs", backend_.name(), op_name(op),
+           arch.gguf_name);
+  }
+  if (c.moe())
+    for (pglb_op op : {PGLB_OP_MOE_ROUTE, PGLB_OP_MATMUL_EXPERTS, PGLB_OP_MOE_COMBINE})
+      if (!backend_.supports_op(op_query(op)))
+        fail("the {} backend cannot run the {} op, which {}'s Mixture-of-Experts layers need", backend_.name(),
+             op_name(op), arch.gguf_name);
   layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
     // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
