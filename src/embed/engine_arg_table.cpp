@@ -296,6 +296,13 @@ const std::vector<EngineArg> kEngineArgs = {
              "\"num_speculative_tokens\": 4}' (a draft with the same vocabulary)",
      .apply =
          [](EngineArgs& a, const json& v) { a.config.speculative = parse_speculative_config(v.get<std::string>()); }},
+    {.name = "device-sampling",
+     .negation = "no-device-sampling",
+     .type = T::Bool,
+     .default_text = "true",
+     .help = "Steps whose samples need only temperature, top-k, top-p and min-p are drawn by the backend's sample op, "
+             "so only token ids leave the device; false: the logits rows always come to the host",
+     .apply = [](EngineArgs& a, const json& v) { a.config.device_sampling = v.get<bool>(); }},
     {.name = "deterministic",
      .type = T::Bool,
      .default_text = "false",

@@ -250,7 +250,8 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
   }
   {
     trace::Scope s(plan.empty() ? "block moves" : "forward", "engine");
-    const bool on_device = runner_->samples_on_device() && step_sampler_->device_draws(plan, seq_owner_, draws_);
+    const bool on_device = config_.device_sampling && runner_->samples_on_device() &&
+                           step_sampler_->device_draws(plan, seq_owner_, draws_);
     runner_->submit(plan, block_shift_[static_cast<size_t>(ve)], on_device ? &draws_ : nullptr);
   }
   f.submit_ns = ThreadPool::now_ns() - t_scheduled;

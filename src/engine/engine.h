@@ -112,6 +112,9 @@ struct EngineConfig {
   std::function<void(const std::string& request_id, int32_t sample, int32_t num_output_tokens,
                      std::span<const float> logits)>
       logits_observer;
+  // Plain samples are drawn by the backend's sample op where it has one
+  // (the logits stay on the device); false: rows always go to the host.
+  bool device_sampling = true;
 };
 
 // --kv-cache-dtype (core/enum_names.h).

@@ -59,6 +59,7 @@ json snapshot(const EngineArgs& a) {
           {"speculative", c.speculative.describe()},
           {"profile", c.profile},
           {"deterministic", c.deterministic},
+          {"device_sampling", c.device_sampling},
           {"config_seed", c.seed ? json(*c.seed) : json()},
           {"tensor_parallel_size", c.tensor_parallel_size},
           {"pipeline_parallel_size", c.pipeline_parallel_size},
