@@ -280,7 +280,8 @@ class CBackend final : public Backend {
       c.kv_sinks = s.kv_sinks;
       c.kv_evicted_to = s.kv_evicted_to;
     }
-    pglb_batch c{};
+    pglb_batch& c = batch_;  // kept, as the arrays it points to, until the next set_batch
+    c = {};
     c.struct_size = sizeof c;
     c.n_tokens = b.n_tokens();
     c.token_ids = b.token_ids.data();
@@ -423,6 +424,7 @@ class CBackend final : public Backend {
   uint64_t features_ = 0;
   KVCacheSpec kv_;
   std::vector<pglb_seq> seqs_;
+  pglb_batch batch_{};
 };
 
 }  // namespace
