@@ -93,6 +93,10 @@ TEST(BackendPlugin, RefusesV1WrongAbiSmallStructMissingEntryAndMissingFile) {
                     "plugins (plain C, include/pagellm_backend.h): rebuild it against that header"),
             std::string::npos)
       << v1;
+  // A v1 plugin that wants pagellm's C++ symbols from the program fails to load: the same message.
+  const std::string host = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_v1_host.so"); });
+  EXPECT_NE(host.find("was built against backend ABI v1"), std::string::npos) << host;
+  EXPECT_NE(host.find("undefined symbol"), std::string::npos) << host;
   const std::string abi = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_cscalar_bad_abi.so"); });
   EXPECT_NE(abi.find("libpagellm_backend_cscalar_bad_abi.so' was built for backend ABI version 1002"),
             std::string::npos)
