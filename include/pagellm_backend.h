@@ -455,14 +455,17 @@ typedef struct pglb_registry {
   uint32_t abi_version;        /* PGLB_ABI_VERSION the plugin was built with */
   const char* kind;            /* the device kind it serves: "opencl" (--device opencl:N) */
   const char* description;     /* one line for `pagellm info --devices` */
-  int32_t (*device_count)(void);
+  /* Both are handed the registry itself (as ggml's registry functions are),
+   * so one library may serve several registries through `context`. */
+  int32_t (*device_count)(const struct pglb_registry* reg);
   /* Opens device `index`. On failure writes a NUL-terminated message of at
    * most error_len bytes to `error`. */
-  pglb_status (*device_open)(int32_t index, const pglb_options* options, pglb_device** out, char* error,
-                             size_t error_len);
+  pglb_status (*device_open)(const struct pglb_registry* reg, int32_t index, const pglb_options* options,
+                             pglb_device** out, char* error, size_t error_len);
   const pglb_device_iface* device;
   const pglb_stream_iface* stream;
   const pglb_comm_iface* comm;  /* may be null: collectives go through the host */
+  void* context;                /* the plugin's own, never read by the core */
 } pglb_registry;
 
 typedef const pglb_registry* (*pglb_entry_fn)(void);

@@ -13,8 +13,9 @@
 //   over once per step with set_batch(), as a device backend uploads it once;
 //   embed, rope, store_kv and attention use it.
 //
-// Backends are created by name through backend/registry.h; one that lives in
-// its own shared library exports the C entry point of backend/plugin_abi.h.
+// Backends are created by name through backend/registry.h, each behind the
+// plain C ABI of include/pagellm_backend.h (backend/c_backend.h adapts it to
+// this class; backend/c_export.h serves a C++ backend through it).
 // docs/backends.md is the guide to writing one.
 #pragma once
 

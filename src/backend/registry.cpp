@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "backend/plugin_abi.h"
+#include "backend/c_backend.h"
 #include "core/error.h"
 
 namespace pagellm {
@@ -98,41 +98,45 @@ std::vector<std::string> plugin_search_dirs() {
   return dirs;
 }
 
+std::string register_c_backend(const pglb_registry* reg, const std::string& origin) {
+  check_registry(reg, origin);
+  BackendEntry e;
+  e.kind = reg->kind;
+  e.description = reg->description ? reg->description : "";
+  e.origin = origin;
+  e.create = [reg, origin](const DeviceSpec& d, const BackendOptions& o) {
+    return make_c_backend(reg, d.index, o, origin);
+  };
+  e.device_count = [reg] { return registry_device_count(reg); };
+  const std::string kind = e.kind;
+  register_backend(std::move(e));
+  return kind;
+}
+
 std::string load_backend_plugin(const std::string& path) {
   if (!fs::exists(path)) fail("backend plugin '{}' does not exist", path);
+  const std::string v1 = fmt::format(
+      "backend plugin '{}' was built against backend ABI v1 (a C++ pagellm::Backend); this pagellm loads only ABI v2 "
+      "plugins (plain C, include/pagellm_backend.h): rebuild it against that header",
+      path);
   // RTLD_NOW: a missing symbol fails here, not in the middle of a forward pass.
   // RTLD_LOCAL: plugins do not see each other's symbols. Never closed: the
   // backend's code must outlive every object it made.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) fail("cannot load backend plugin '{}': {}", path, dlerror());
-  auto entry = reinterpret_cast<PagellmBackendPluginEntry>(dlsym(handle, PAGELLM_BACKEND_ENTRY_POINT));
-  if (!entry) fail("'{}' is not a pagellm backend plugin (no {} entry point)", path, PAGELLM_BACKEND_ENTRY_POINT);
-  const PagellmBackendPluginV1* p = entry();
-  if (!p) fail("backend plugin '{}' returned no description", path);
-  if (p->abi_version != PAGELLM_BACKEND_ABI_VERSION)
-    fail("backend plugin '{}' was built for backend ABI version {}, this pagellm has version {}: rebuild the plugin "
-         "against this pagellm's headers",
-         path, p->abi_version, PAGELLM_BACKEND_ABI_VERSION);
-  if (!p->kind || !*p->kind || !p->create) fail("backend plugin '{}' has no device kind or no create function", path);
-  BackendEntry e;
-  e.kind = p->kind;
-  e.description = p->description ? p->description : "";
-  e.origin = path;
-  e.create = [p, path](const DeviceSpec& d, const BackendOptions& o) -> std::unique_ptr<Backend> {
-    std::vector<const char*> keys, values;
-    for (const auto& [k, v] : o) {
-      keys.push_back(k.c_str());
-      values.push_back(v.c_str());
-    }
-    const PagellmBackendOptionsV1 opts{keys.size(), keys.data(), values.data()};
-    char error[1024] = {};
-    Backend* b = p->create(d.index, &opts, error, sizeof error);
-    if (!b) fail("{} backend (plugin '{}'): {}", p->kind, path, error[0] ? error : "creation failed");
-    return std::unique_ptr<Backend>(b);
-  };
-  const std::string kind = e.kind;
-  register_backend(std::move(e));
-  return kind;
+  if (!handle) {
+    const std::string why = dlerror();
+    // A v1 plugin took pagellm's C++ symbols from the executable, which no longer exports them.
+    const size_t undefined = why.find("undefined symbol: _Z");
+    if (undefined != std::string::npos && why.find("7pagellm", undefined) != std::string::npos)
+      fail("{} ({})", v1, why);
+    fail("cannot load backend plugin '{}': {}", path, why);
+  }
+  auto entry = reinterpret_cast<pglb_entry_fn>(dlsym(handle, PGLB_ENTRY_POINT));
+  if (!entry) {
+    if (dlsym(handle, PGLB_V1_ENTRY_POINT)) fail("{}", v1);
+    fail("'{}' is not a pagellm backend plugin (no {} entry point)", path, PGLB_ENTRY_POINT);
+  }
+  return register_c_backend(entry(), path);
 }
 
 std::unique_ptr<Backend> create_backend(const std::string& device, const BackendOptions& options) {
@@ -170,40 +174,6 @@ std::unique_ptr<Backend> create_backend(const std::string& device, const Backend
     fail("unknown device '{}' (available: {})", d.kind, have);
   }
   return f(d, options);
-}
-
-int backend_option_int(const BackendOptions& o, const std::string& backend, const std::string& key, int fallback) {
-  auto it = o.find(key);
-  if (it == o.end()) return fallback;
-  int v = 0;
-  const std::string& s = it->second;
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty())
-    fail("{} backend option {}='{}' is not an integer", backend, key, s);
-  return v;
-}
-
-bool backend_option_bool(const BackendOptions& o, const std::string& backend, const std::string& key, bool fallback) {
-  auto it = o.find(key);
-  if (it == o.end()) return fallback;
-  const std::string& s = it->second;
-  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
-  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
-  fail("{} backend option {}='{}' is not a boolean (true/false)", backend, key, s);
-}
-
-std::string backend_option_string(const BackendOptions& o, const std::string& key, const std::string& fallback) {
-  auto it = o.find(key);
-  return it == o.end() ? fallback : it->second;
-}
-
-void check_backend_options(const BackendOptions& o, const std::string& backend, const std::vector<std::string>& known) {
-  for (const auto& [k, v] : o) {
-    if (std::find(known.begin(), known.end(), k) != known.end()) continue;
-    std::string list;
-    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-    fail("the {} backend has no option '{}' (its options: {})", backend, k, list.empty() ? "none" : list);
-  }
 }
 
 }  // namespace pagellm

@@ -1,8 +1,10 @@
 // Where backends are found and created: the ONE place that maps a device
 // name (`--device cpu|opencl[:N]`, vLLM's flag) to a backend. Built-in
 // backends (the CPU) register here; plugin backends are shared libraries
-// loaded at start-up (backend/plugin_abi.h), from `--backend-plugin PATH` or
-// from the plugin folder. Options meant for one backend (`threads`,
+// loaded at start-up, from `--backend-plugin PATH` or from the plugin folder,
+// that export the plain C registry of include/pagellm_backend.h (ABI v2).
+// Every backend, the CPU included, runs through that C ABI
+// (backend/c_backend.h). Options meant for one backend (`threads`,
 // `exact_matmul`, an OpenCL `platform`) travel as strings to that backend,
 // which checks them; the engine never sees them.
 #pragma once
@@ -36,6 +38,7 @@ struct BackendEntry {
   std::string description;  // one line
   std::string origin;       // "built in" or the plugin's path
   BackendFactory create;
+  std::function<int()> device_count;  // devices of this kind here (may be null)
 };
 
 // Adds (or replaces) the backend of a device kind.
@@ -47,9 +50,13 @@ void register_backend(BackendEntry entry);
 // kind whose plugin was not built).
 std::unique_ptr<Backend> create_backend(const std::string& device, const BackendOptions& options = {});
 
+// Registers the backend of a C registry (checked first; `origin`: "built in"
+// or the plugin's path); returns its kind.
+std::string register_c_backend(const pglb_registry* reg, const std::string& origin);
+
 // Loads a plugin library and registers its backend; returns its kind.
-// Throws Error naming the path on a missing file, a missing entry point or
-// an ABI version mismatch.
+// Throws Error naming the path on a missing file, a missing entry point, a
+// plugin of ABI v1 (a C++ Backend), or an ABI version or table size mismatch.
 std::string load_backend_plugin(const std::string& path);
 
 // The folder searched for `libpagellm_backend_<kind>.so`: $PAGELLM_PLUGIN_DIR

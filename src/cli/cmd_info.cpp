@@ -45,7 +45,13 @@ Command register_info(CLI::App& app) {
                 } catch (const std::exception& err) {
                   state = std::string("unavailable: ") + err.what();
                 }
-                fmt::print("device {} ({}; {}): {}\n", b.kind, b.origin, b.description, state);
+                int count = 0;
+                try {
+                  count = b.device_count ? b.device_count() : 0;
+                } catch (const std::exception&) {
+                }
+                fmt::print("device {} ({}; {}; {} device{}): {}\n", b.kind, b.origin, b.description, count,
+                           count == 1 ? "" : "s", state);
               }
               if (path->empty()) return 0;
             }

@@ -109,6 +109,7 @@ const std::vector<EngineArg> kEngineArgs = {
      .help = "Device to run on: cpu, or opencl[:N] (a plugin backend)",
      .apply = [](EngineArgs& a, const json& v) { a.config.device = v.get<std::string>(); }},
     {.name = "backend-plugin",
+     .aliases = {"backend-plugins"},
      .type = T::List,
      .help = "Load a backend plugin library (repeatable); plugins are also found in the plugin folder",
      .apply =

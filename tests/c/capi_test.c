@@ -1,6 +1,7 @@
 /* The C API from C: generate, streaming, polling, abort, n > 1, logprobs,
  * tokenizer round trips, concurrent callers and every error path.
- * Usage: pagellm_capi_test MODEL.gguf (stories260K); exit 77 when it is missing. */
+ * Usage: pagellm_capi_test MODEL.gguf [PLUGIN.so] (stories260K; the C11 test
+ * backend plugin, device cscalar); exit 77 when the model is missing. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +301,37 @@ static void test_threads(pagellm_engine* e) {
   }
 }
 
+/* A backend plugin loaded by libpagellm.so (the plain C ABI needs no symbol of
+ * the executable's): its greedy text is the CPU's with float matmuls. */
+static void test_backend_plugin(const char* model, const char* plugin) {
+  char options[1024];
+  pagellm_engine *dev = NULL, *cpu = NULL;
+  collected on_dev, on_cpu;
+  memset(&on_dev, 0, sizeof on_dev);
+  memset(&on_cpu, 0, sizeof on_cpu);
+  snprintf(options, sizeof options,
+           "{\"max_model_len\": 128, \"device\": \"cscalar\", \"backend_plugin\": [\"%s\"], \"seed\": 1}", plugin);
+  CHECK(pagellm_engine_create(model, options, &dev) == PAGELLM_OK);
+  CHECK(pagellm_engine_create(model, "{\"max_model_len\": 128, \"exact_matmul\": true, \"num_threads\": 1}", &cpu) ==
+        PAGELLM_OK);
+  if (!dev || !cpu) {
+    if (dev) pagellm_engine_destroy(dev);
+    if (cpu) pagellm_engine_destroy(cpu);
+    return;
+  }
+  CHECK(pagellm_generate(dev, "Once upon a time", NULL, 0, GREEDY, on_output, &on_dev) == PAGELLM_OK);
+  CHECK(pagellm_generate(cpu, "Once upon a time", NULL, 0, GREEDY, on_output, &on_cpu) == PAGELLM_OK);
+  CHECK(on_dev.num_tokens == 24);
+  CHECK(on_dev.num_tokens == on_cpu.num_tokens);
+  CHECK(memcmp(on_dev.tokens, on_cpu.tokens, on_cpu.num_tokens * sizeof(int32_t)) == 0);
+  pagellm_engine_destroy(dev);
+  pagellm_engine_destroy(cpu);
+  /* A device nobody serves is an error, not a crash. */
+  dev = NULL;
+  CHECK(pagellm_engine_create(model, "{\"device\": \"cscalar:2\"}", &dev) != PAGELLM_OK);
+  CHECK(strstr(pagellm_last_error(), "one device, not 2") != NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]);
@@ -327,6 +359,7 @@ int main(int argc, char** argv) {
   test_invalid_utf8(e);
   test_threads(e);
   pagellm_engine_destroy(e);
+  if (argc > 2) test_backend_plugin(argv[1], argv[2]);
 
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

@@ -1,5 +1,6 @@
 """Devices end to end: `--device opencl` (the plugin in build/backends, on
-PoCL in CI) serves the same greedy text as the CPU, swap preemption works
+PoCL in CI) and `--device cscalar` (the plain C11 test plugin of
+tests/plugins/c_scalar) serve the same greedy text as the CPU, swap preemption works
 there and shows in /metrics, and devices that are missing or misused give
 one clear error line."""
 import os
@@ -15,6 +16,8 @@ import prom
 from test_cli_errors import assert_one_line_error, run
 
 PLUGIN = BIN.parent / "backends" / "libpagellm_backend_opencl.so"
+TEST_PLUGINS = BIN.parent / "test-plugins"
+CSCALAR = TEST_PLUGINS / "libpagellm_backend_cscalar.so"
 GREEDY_START = ", there was a little girl named Lily. She loved to play outside in the park."
 
 
@@ -75,6 +78,29 @@ def test_opencl_swap_preemption_keeps_outputs_and_counts(opencl_server):
     assert prom.value(m, "pagellm:kv_swapped_bytes_total", direction="out") > 0
 
 
+@pytest.mark.skipif(not CSCALAR.exists(), reason="the C test plugin is not built (PAGELLM_BUILD_TESTS off)")
+def test_plain_c_plugin_greedy_matches_cpu(pagellm_bin, stories_model):
+    # As for OpenCL: the greedy text of the CPU (here with float matmuls, as the plugin multiplies).
+    args = ["generate", "-m", stories_model, "-p", "Once upon a time", "-n", "24", "--temp", "0"]
+    code, plugin_out, err = run(pagellm_bin, *args, "--device", "cscalar", "--backend-plugin", str(CSCALAR))
+    assert code == 0, err
+    assert "cscalar" in err
+    code, cpu_out, err = run(pagellm_bin, *args, "--exact-matmul")
+    assert code == 0, err
+    assert plugin_out == cpu_out
+    assert plugin_out.startswith(GREEDY_START[:40]), plugin_out
+
+
+@pytest.mark.skipif(not CSCALAR.exists(), reason="the test plugins are not built (PAGELLM_BUILD_TESTS off)")
+def test_plugins_of_the_old_abi_are_refused(pagellm_bin, stories_model):
+    code, _, err = run(pagellm_bin, "generate", "-m", stories_model, "-p", "a", "-n", "1",
+                       "--backend-plugin", str(TEST_PLUGINS / "libpagellm_backend_v1.so"))
+    assert_one_line_error(code, err, "was built against backend ABI v1 (a C++ pagellm::Backend)")
+    code, _, err = run(pagellm_bin, "generate", "-m", stories_model, "-p", "a", "-n", "1",
+                       "--backend-plugin", str(TEST_PLUGINS / "libpagellm_backend_cscalar_bad_abi.so"))
+    assert_one_line_error(code, err, "was built for backend ABI version 1002")
+
+
 def test_missing_backends_say_so(pagellm_bin, stories_model):
     env = dict(os.environ, PAGELLM_PLUGIN_DIR="/nonexistent-plugins")
     p = subprocess.run([pagellm_bin, "generate", "-m", stories_model, "-p", "a", "-n", "1", "--device", "opencl"],
@@ -124,5 +150,6 @@ def test_info_lists_devices(pagellm_bin):
     code, out, err = run(pagellm_bin, "info", "--devices")
     assert code == 0, err
     assert "device cpu (built in" in out
+    assert "; 1 device): " in out
     if PLUGIN.exists():
         assert "device opencl (" + str(PLUGIN) in out

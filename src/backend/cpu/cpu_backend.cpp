@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/c_export.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/moe.h"
@@ -683,16 +684,18 @@ CpuBackendOptions CpuBackendOptions::from(const BackendOptions& o) {
   return c;
 }
 
+// The CPU is served through the plain C ABI like any plugin (exported and
+// re-imported), so every run exercises the tables a vendor implements.
 void register_cpu_backend() {
-  BackendEntry e;
-  e.kind = "cpu";
-  e.description = "the host CPU (scalar, AVX2 and AVX-512 kernels chosen at start-up)";
-  e.origin = "built in";
-  e.create = [](const DeviceSpec& d, const BackendOptions& o) {
-    if (d.index != 0) fail("--device {}: the cpu backend has one device (cpu or cpu:0)", d.str());
+  ExportedBackend x;
+  x.kind = "cpu";
+  x.description = "the host CPU (scalar, AVX2 and AVX-512 kernels chosen at start-up)";
+  x.device_count = [] { return 1; };
+  x.create = [](int index, const BackendOptions& o) {
+    if (index != 0) fail("--device cpu:{}: the cpu backend has one device (cpu or cpu:0)", index);
     return make_cpu_backend(CpuBackendOptions::from(o));
   };
-  register_backend(std::move(e));
+  register_c_backend(export_backend(std::move(x)), "built in");
 }
 
 }  // namespace pagellm

@@ -1,33 +1,37 @@
-// The plugin entry point (backend/plugin_abi.h): the loader finds
-// `pagellm_backend_plugin` in libpagellm_backend_opencl.so.
-#include <cstdio>
-#include <exception>
+// The plugin entry point: libpagellm_backend_opencl.so exports the plain C
+// registry of include/pagellm_backend.h (ABI v2), made by backend/c_export
+// from the C++ OpenCL backend. No C++ object crosses to the core.
+#include <CL/cl.h>
 
+#include "backend/c_export.h"
 #include "backend/opencl/opencl_backend.h"
-#include "backend/plugin_abi.h"
 
 namespace {
 
-// No exception crosses the C boundary: any failure becomes the message.
-pagellm::Backend* create(int index, const PagellmBackendOptionsV1* options, char* error, size_t error_len) {
-  try {
-    pagellm::BackendOptions o;
-    if (options)
-      for (size_t i = 0; i < options->count; ++i) o[options->keys[i]] = options->values[i];
-    return pagellm::make_opencl_backend(index, o).release();
-  } catch (const std::exception& e) {
-    if (error && error_len) std::snprintf(error, error_len, "%s", e.what());
-  } catch (...) {
-    if (error && error_len) std::snprintf(error, error_len, "unknown error creating the OpenCL backend");
-  }
-  return nullptr;
+// Devices of the first platform (the default `platform` option); 0 when
+// there is no OpenCL platform at all.
+int opencl_device_count() {
+  cl_uint n_platforms = 0;
+  if (clGetPlatformIDs(0, nullptr, &n_platforms) != CL_SUCCESS || n_platforms == 0) return 0;
+  std::vector<cl_platform_id> platforms(n_platforms);
+  if (clGetPlatformIDs(n_platforms, platforms.data(), nullptr) != CL_SUCCESS) return 0;
+  cl_uint n_devices = 0;
+  if (clGetDeviceIDs(platforms[0], CL_DEVICE_TYPE_ALL, 0, nullptr, &n_devices) != CL_SUCCESS) return 0;
+  return static_cast<int>(n_devices);
 }
 
-const PagellmBackendPluginV1 kPlugin = {PAGELLM_BACKEND_ABI_VERSION, "opencl",
-                                        "OpenCL 1.2 devices (GPUs; CPUs through PoCL)", create};
+const pglb_registry* make_registry() {
+  pagellm::ExportedBackend x;
+  x.kind = "opencl";
+  x.description = "OpenCL 1.2 devices (GPUs; CPUs through PoCL)";
+  x.device_count = opencl_device_count;
+  x.create = [](int index, const pagellm::BackendOptions& o) { return pagellm::make_opencl_backend(index, o); };
+  return pagellm::export_backend(std::move(x));
+}
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const PagellmBackendPluginV1* pagellm_backend_plugin(void) {
-  return &kPlugin;
+extern "C" __attribute__((visibility("default"))) const pglb_registry* pglb_registry_v2(void) {
+  static const pglb_registry* reg = make_registry();
+  return reg;
 }

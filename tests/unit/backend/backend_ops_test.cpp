@@ -1,6 +1,7 @@
 // The op suite every backend passes: the same test bodies, parameterized over
 // each backend present in the build (the CPU with its portable and AVX2
-// kernels always; OpenCL when its plugin was built and a device exists),
+// kernels always; OpenCL when its plugin was built and a device exists; the
+// C11 test plugin of tests/plugins/c_scalar, through the plain C ABI),
 // against plain double-precision references on random data. Tests reach the
 // backend only through its own calls: alloc, copy_from_host, the op,
 // copy_to_host, synchronize. docs/backends.md points new backends here.
@@ -47,6 +48,8 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
     }
     BackendOptions o;
     if (std::string(c.device) == "cpu") o["threads"] = "2";
+    // The C11 plugin (tests/plugins/c_scalar) is loaded from the build, as any plugin is.
+    if (std::string(c.device) == "cscalar") load_backend_plugin(PAGELLM_TEST_PLUGIN_DIR "/libpagellm_backend_cscalar.so");
     try {
       be_ = create_backend(c.device, o);
     } catch (const Error& e) {
@@ -973,6 +976,7 @@ const BackendCase kCases[] = {
     {"cpu_scalar", "cpu", "scalar"},
     {"cpu_avx2", "cpu", "avx2"},
     {"opencl", "opencl", nullptr},
+    {"cscalar", "cscalar", nullptr},
 };
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, ::testing::ValuesIn(kCases),

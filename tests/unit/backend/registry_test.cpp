@@ -48,11 +48,13 @@ TEST(BackendRegistry, MissingBackendsSayWhatIsMissing) {
   EXPECT_NE(other.find("cpu"), std::string::npos) << other;
 }
 
-TEST(BackendPlugin, LoadsAPluginBuiltOutsideTheBinary) {
+// The C11 plugin of tests/plugins/c_scalar: built outside the binary, it
+// links no pagellm symbol.
+TEST(BackendPlugin, LoadsAPlainCPluginBuiltOutsideTheBinary) {
   const std::string dir = PAGELLM_TEST_PLUGIN_DIR;
-  EXPECT_EQ(load_backend_plugin(dir + "/libpagellm_backend_testdev_good.so"), "testdev");
-  auto be = create_backend("testdev", {{"threads", "1"}});
-  EXPECT_EQ(be->name(), "cpu");  // it wraps the CPU backend
+  EXPECT_EQ(load_backend_plugin(dir + "/libpagellm_backend_cscalar.so"), "cscalar");
+  auto be = create_backend("cscalar");
+  EXPECT_EQ(be->name(), "cscalar");
   auto buf = be->alloc(DType::F32, 4);
   const float x[4] = {1, 2, 3, 4};
   float y[4] = {};
@@ -60,22 +62,56 @@ TEST(BackendPlugin, LoadsAPluginBuiltOutsideTheBinary) {
   be->copy_to_host(*buf, 0, sizeof y, y);
   be->synchronize();
   EXPECT_EQ(y[3], 4.0f);
-  // Errors made inside the plugin come back as one message.
-  EXPECT_NE(error_of([] { create_backend("testdev:3"); }).find("one device, not 3"), std::string::npos);
-  EXPECT_NE(error_of([] { create_backend("testdev", {{"bogus", "1"}}); }).find("no option 'bogus'"),
+  bool listed = false;
+  for (const auto& e : registered_backends())
+    if (e.kind == "cscalar") {
+      listed = true;
+      EXPECT_EQ(e.origin, dir + "/libpagellm_backend_cscalar.so");
+      ASSERT_TRUE(e.device_count);
+      EXPECT_EQ(e.device_count(), 1);
+    }
+  EXPECT_TRUE(listed);
+  // Errors made inside the plugin come back with their text.
+  EXPECT_NE(error_of([] { create_backend("cscalar:3"); }).find("one device, not 3"), std::string::npos);
+  EXPECT_NE(error_of([] { create_backend("cscalar", {{"bogus", "1"}}); }).find("no option 'bogus'"),
             std::string::npos);
+  const std::string copy = error_of([&] { be->copy_to_host(*buf, 8, 16, y); });
+  EXPECT_NE(copy.find("cscalar backend: copy_to_host failed (invalid argument): copy_to_host: 16 bytes at 8 past a "
+                      "buffer of 16"),
+            std::string::npos)
+      << copy;
+  EXPECT_FALSE(be->supports_op(op_query(PGLB_OP_MOE_ROUTE)));
+  EXPECT_FALSE(be->supports_op(op_query(PGLB_OP_SAMPLE)));
+  EXPECT_TRUE(be->supports_op(op_query(PGLB_OP_SOFTCAP)));
+  EXPECT_FALSE(be->supports_op(op_query(PGLB_OP_MATMUL, {{DType::Q4_K, {256, 8}}})));
 }
 
-TEST(BackendPlugin, RefusesWrongAbiMissingEntryAndMissingFile) {
+TEST(BackendPlugin, RefusesV1WrongAbiSmallStructMissingEntryAndMissingFile) {
   const std::string dir = PAGELLM_TEST_PLUGIN_DIR;
-  const std::string abi = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_testdev_bad_abi.so"); });
-  EXPECT_NE(abi.find("ABI version"), std::string::npos) << abi;
+  const std::string v1 = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_v1.so"); });
+  EXPECT_NE(v1.find("was built against backend ABI v1 (a C++ pagellm::Backend); this pagellm loads only ABI v2 "
+                    "plugins (plain C, include/pagellm_backend.h): rebuild it against that header"),
+            std::string::npos)
+      << v1;
+  // A v1 plugin that wants pagellm's C++ symbols from the program fails to load: the same message.
+  const std::string host = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_v1_host.so"); });
+  EXPECT_NE(host.find("was built against backend ABI v1"), std::string::npos) << host;
+  EXPECT_NE(host.find("undefined symbol"), std::string::npos) << host;
+  const std::string abi = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_cscalar_bad_abi.so"); });
+  EXPECT_NE(abi.find("libpagellm_backend_cscalar_bad_abi.so' was built for backend ABI version 1002"),
+            std::string::npos)
+      << abi;
   EXPECT_NE(abi.find("rebuild the plugin"), std::string::npos) << abi;
+  const std::string small = error_of([&] { load_backend_plugin(dir + "/libpagellm_backend_cscalar_small_struct.so"); });
+  EXPECT_NE(small.find("libpagellm_backend_cscalar_small_struct.so': its registry struct (8 bytes) is smaller"),
+            std::string::npos)
+      << small;
   EXPECT_NE(error_of([] { load_backend_plugin("/nonexistent.so"); }).find("does not exist"), std::string::npos);
-  // A shared library that is not a plugin (libc has no entry point).
+  // A shared library that is not a plugin (libm has no entry point).
   for (const char* lib : {"/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6"}) {
     if (!std::filesystem::exists(lib)) continue;
-    EXPECT_NE(error_of([&] { load_backend_plugin(lib); }).find("not a pagellm backend plugin"), std::string::npos);
+    EXPECT_NE(error_of([&] { load_backend_plugin(lib); }).find("not a pagellm backend plugin (no pglb_registry_v2"),
+              std::string::npos);
     break;
   }
   const std::string dir_file = testing::TempDir() + "/not-a-library.so";
