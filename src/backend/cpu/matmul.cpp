@@ -171,7 +171,10 @@ void run_item(const Plan& p, int64_t item) {
   const int64_t t0 = (item / p.runs) * p.chunk, nt = std::min(p.chunk, p.n - t0);
   const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
   int64_t g = g0;
-  if (p.x16) {  // runs start at even groups; an odd last group goes to the AVX2 kernel (the same bits)
+  // Runs start at even groups; an odd last group goes to the AVX2 kernel (the
+  // same bits). So do one-token chunks: decode is bound by memory, and the
+  // two-group kernel's two weight streams measured slower there than AVX2's one.
+  if (p.x16 && nt > 1) {
     for (; g + 2 <= g1; g += 2) {
       const int nrows = static_cast<int>(std::min<int64_t>(2 * kGroupRows, rows - g * kGroupRows));
       const uint8_t* w0 = w.packed() + g * w.group_bytes();

@@ -57,7 +57,8 @@ std::string describe_kernels(Isa isa) {
     if (!types.empty()) types += ' ';
     types += dtype_name(type);
   }
-  return fmt::format("{} kernels for {}, avx2 for the other types and ops", isa_name(isa), types);
+  return fmt::format("{} kernels for {} (steps of 2+ tokens), avx2 for one-token steps, the other types and ops",
+                     isa_name(isa), types);
 }
 
 void set_isa_override(Isa isa) {
