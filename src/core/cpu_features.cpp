@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace pagellm {
 namespace {
 
@@ -42,15 +44,20 @@ CpuFeatures detect() {
 
 }  // namespace
 
-Isa CpuFeatures::best() const {
+Isa CpuFeatures::detected() const {
   Isa isa = Isa::Scalar;
   if (avx2 && fma && f16c) isa = Isa::Avx2;
   if (isa == Isa::Avx2 && avx512f && avx512bw && avx512vl && avx512dq) isa = Isa::Avx512;
-  if (const char* cap = std::getenv("PAGELLM_ISA")) {
-    Isa limit = Isa::Avx512;
-    if (std::strcmp(cap, "scalar") == 0) limit = Isa::Scalar;
-    else if (std::strcmp(cap, "avx2") == 0) limit = Isa::Avx2;
-    if (static_cast<int>(limit) < static_cast<int>(isa)) isa = limit;
+  if (isa == Isa::Avx512 && avx512vnni) isa = Isa::Avx512Vnni;
+  return isa;
+}
+
+Isa CpuFeatures::best() const {
+  Isa isa = detected();
+  if (const char* cap = std::getenv("PAGELLM_ISA"); cap != nullptr && *cap != '\0') {
+    Isa limit = Isa::Scalar;
+    PAGELLM_CHECK(parse_isa(cap, limit), "PAGELLM_ISA={}: not one of scalar, avx2, avx512, avx512-vnni", cap);
+    if (limit < isa) isa = limit;
   }
   return isa;
 }
@@ -68,6 +75,8 @@ std::string CpuFeatures::describe() const {
   add(avxvnni, "avxvnni");
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
   return s.empty() ? "baseline x86-64" : s;
@@ -80,10 +89,21 @@ const CpuFeatures& cpu_features() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::Avx512Vnni: return "avx512-vnni";
     case Isa::Avx512: return "avx512";
     case Isa::Avx2: return "avx2";
     default: return "scalar";
   }
+}
+
+bool parse_isa(const char* name, Isa& isa) {
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+    if (std::strcmp(name, isa_name(i)) == 0) {
+      isa = i;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace pagellm

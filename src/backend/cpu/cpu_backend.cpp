@@ -89,7 +89,7 @@ class CpuBackend : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return fmt::format("cpu ({} threads, {} kernels{}{}; cpu has {})", pool_.size(), isa_name(isa_),
+    return fmt::format("cpu ({} threads, {}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
                        exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "",
                        cpu_features().describe());
   }

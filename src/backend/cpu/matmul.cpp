@@ -63,14 +63,19 @@ class Scratch {
 thread_local Scratch t_scratch;
 
 // Weight levels are stored unsigned; this is the zero point the kernels take
-// out as zero_point * sum(activations).
-int zero_point(DType type) {
+// out as zero_point * sum(activations). The VNNI Q8_0 kernel makes its signed
+// weights unsigned by adding 128.
+int zero_point(DType type, bool x16) {
   switch (type) {
     case DType::Q4_0: return 8;
     case DType::Q5_0: return 16;
+    case DType::Q8_0: return x16 ? 128 : 0;
     default: return 0;
   }
 }
+
+// The 16-row AVX-512 VNNI kernels run this type at this level.
+bool use_x16(Isa isa, DType type) { return isa >= Isa::Avx512Vnni && avx512::has_gemm_x16(type); }
 
 size_t side_bytes_per_block(DType act) {
   switch (act) {
@@ -146,11 +151,12 @@ struct Plan {
   size_t block_stride = 0, side_stride = 0;
   uint8_t* scratch = nullptr;  // [n][block_stride] blocks, then [n][side_stride] extras
   int64_t chunk = 0, run = 0, runs = 0, items = 0, first_item = 0;
+  bool x16 = false;  // row groups in pairs through avx512::gemm_x16
 };
 
 void quantize_plan(const Plan& p, int64_t t0, int64_t t1) {
   const int64_t cols = p.w->cols();
-  const int offset = zero_point(p.w->type());
+  const int offset = zero_point(p.w->type(), p.x16);
   uint8_t* side = p.scratch + static_cast<size_t>(p.n) * p.block_stride;
   for (int64_t t = t0; t < t1; ++t)
     avx2::quantize_act_row(p.act, offset, p.x + t * cols, cols, p.scratch + t * p.block_stride,
@@ -164,7 +170,19 @@ void run_item(const Plan& p, int64_t item) {
   const ActRows a{p.scratch, p.block_stride, p.scratch + static_cast<size_t>(p.n) * p.block_stride, p.side_stride};
   const int64_t t0 = (item / p.runs) * p.chunk, nt = std::min(p.chunk, p.n - t0);
   const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
-  for (int64_t g = g0; g < g1; ++g) {
+  int64_t g = g0;
+  // Runs start at even groups; an odd last group goes to the AVX2 kernel (the
+  // same bits). So do one-token chunks: decode is bound by memory, and the
+  // two-group kernel's two weight streams measured slower there than AVX2's one.
+  if (p.x16 && nt > 1) {
+    for (; g + 2 <= g1; g += 2) {
+      const int nrows = static_cast<int>(std::min<int64_t>(2 * kGroupRows, rows - g * kGroupRows));
+      const uint8_t* w0 = w.packed() + g * w.group_bytes();
+      avx512::gemm_x16(w.type(), w0, w0 + w.group_bytes(), nb, a, t0, nt, p.y + t0 * rows + g * kGroupRows, rows,
+                       nrows);
+    }
+  }
+  for (; g < g1; ++g) {
     const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
     avx2::gemm_x8(w.type(), w.packed() + g * w.group_bytes(), nb, a, t0, nt, p.y + t0 * rows + g * kGroupRows, rows,
                   nrows);
@@ -176,7 +194,9 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
   const DType type = w.type();
   if (!dtype_is_quantized(type)) return matmul_float(pool, w, x, n, y);
   const int64_t rows = w.rows(), cols = w.cols();
-  const bool avx2 = kernel_isa() >= Isa::Avx2;
+  const Isa isa = kernel_isa();
+  const bool avx512 = isa >= Isa::Avx512Vnni && avx512::has_vec_dot(type);
+  const bool avx2 = isa >= Isa::Avx2;
   const DType act = vec_dot_type(type);
   const size_t block_stride = round_up64(dtype_row_bytes(act, cols));
   uint8_t* scratch = t_scratch.get(static_cast<size_t>(n) * block_stride);
@@ -198,7 +218,9 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
         __builtin_prefetch(p);
       for (int64_t t = 0; t < n; ++t) {
         const uint8_t* at = scratch + t * block_stride;
-        y[t * rows + r] = avx2 ? avx2::vec_dot(type, cols, wr, at) : scalar::vec_dot(type, cols, wr, at);
+        y[t * rows + r] = avx512 ? avx512::vec_dot(type, cols, wr, at)
+                          : avx2 ? avx2::vec_dot(type, cols, wr, at)
+                                 : scalar::vec_dot(type, cols, wr, at);
       }
     }
   });
@@ -213,12 +235,13 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
   plans.clear();
   size_t scratch_bytes = 0;
   int64_t total_values = 0;
+  const Isa isa = kernel_isa();
   for (size_t i = 0; i < count; ++i) {
     const MatmulProblem& pr = problems[i];
     const PreparedWeight& w = prepared(*pr.w);
     PAGELLM_CHECK(pr.n >= 0, "matmul: negative token count {}", pr.n);
     if (pr.n == 0) continue;
-    const bool packed = kernel_isa() >= Isa::Avx2 && w.packed() != nullptr && dtype_is_quantized(w.type());
+    const bool packed = isa >= Isa::Avx2 && w.packed() != nullptr && dtype_is_quantized(w.type());
     if (!packed) {
       matmul_unpacked(pool, w, pr.x, pr.n, pr.y);
       continue;
@@ -229,6 +252,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.y = pr.y;
     p.n = pr.n;
     p.act = vec_dot_type(w.type());
+    p.x16 = use_x16(isa, w.type());
     const int64_t act_blocks = w.cols() / dtype_block_size(p.act);
     p.block_stride = round_up64(dtype_row_bytes(p.act, w.cols()));
     p.side_stride = round_up64(static_cast<size_t>(act_blocks) * side_bytes_per_block(p.act));
@@ -278,6 +302,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.chunk = std::max<int64_t>(avx2::kTileTokens, p.chunk / avx2::kTileTokens * avx2::kTileTokens);
     p.run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / p.w->group_bytes()));
     p.run = std::min(p.run, std::max<int64_t>(1, total_groups / (4 * pool.size())));  // enough items to balance
+    if (p.x16) p.run = (p.run + 1) / 2 * 2;  // whole pairs of groups
     p.runs = (groups + p.run - 1) / p.run;
     p.items = ((p.n + p.chunk - 1) / p.chunk) * p.runs;
     p.first_item = items;

@@ -33,4 +33,21 @@ void gemm_float(DType type, const void* w, int64_t r0, int64_t r1, int64_t cols,
                 float* y, int64_t ldy);
 
 }  // namespace avx2
+
+// Compiled with the AVX-512 flags; call only when isa_supported(Isa::Avx512Vnni).
+namespace avx512 {
+
+constexpr int kTileTokens = 4;
+
+// True if gemm_x16 has a kernel for the type (the others run avx2::gemm_x8).
+bool has_gemm_x16(DType type);
+
+// Two interleaved row groups, w0 (rows 0-7) and w1 (rows 8-15), nb blocks
+// each, times tokens [t0, t0 + nt): y[t * ldy + r] for r < nrows (<= 16).
+// Bit-identical to avx2::gemm_x8 on each group. The activation side's c holds
+// 8 * sum for Q4_0 (as for AVX2) and 128 * sum for Q8_0 (AVX2: 0).
+void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
+              float* y, int64_t ldy, int nrows);
+
+}  // namespace avx512
 }  // namespace pagellm::cpu

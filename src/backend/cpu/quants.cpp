@@ -1,4 +1,6 @@
 // Runtime dispatch of the quantization and dot-product kernels.
+#include <fmt/format.h>
+
 #include <atomic>
 
 #include "backend/cpu/quants.h"
@@ -26,7 +28,8 @@ bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2: return f.avx2 && f.fma && f.f16c;
-    case Isa::Avx512: return f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::Avx512:
+    case Isa::Avx512Vnni: return f.detected() >= isa;
   }
   return false;
 }
@@ -34,8 +37,28 @@ bool isa_supported(Isa isa) {
 Isa kernel_isa() {
   const int forced = g_isa_override.load(std::memory_order_relaxed);
   if (forced != kNoOverride) return static_cast<Isa>(forced);
-  static const Isa best = cpu_features().best();
-  return best;
+  return cpu_features().best();  // not cached: a backend made after PAGELLM_ISA changes follows it
+}
+
+Isa kernel_isa_for(Isa isa, DType weight_type) {
+  if (isa >= Isa::Avx512Vnni && avx512::has_vec_dot(weight_type)) return Isa::Avx512Vnni;
+  return isa >= Isa::Avx2 ? Isa::Avx2 : Isa::Scalar;
+}
+
+std::string describe_kernels(Isa isa) {
+  if (isa < Isa::Avx512Vnni) {
+    if (isa == Isa::Avx512) return "avx2 kernels (avx512 without vnni: no kernels of its own yet)";
+    return std::string(isa_name(isa)) + " kernels";
+  }
+  std::string types;
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
+    if (kernel_isa_for(isa, type) != Isa::Avx512Vnni) continue;
+    if (!types.empty()) types += ' ';
+    types += dtype_name(type);
+  }
+  return fmt::format("{} kernels for {} (steps of 2+ tokens), avx2 for one-token steps, the other types and ops",
+                     isa_name(isa), types);
 }
 
 void set_isa_override(Isa isa) {
@@ -111,7 +134,11 @@ float vec_dot(DType weight_type, int64_t n, const void* w, const void* a) {
   PAGELLM_CHECK(vec_dot_supported(weight_type), "vec_dot: no kernel for weight type {}", dtype_name(weight_type));
   check_row(weight_type, n, "vec_dot");
   if (vec_dot_type(weight_type) == DType::Q8_K) check_row(DType::Q8_K, n, "vec_dot");
-  return use_avx2() ? avx2::vec_dot(weight_type, n, w, a) : scalar::vec_dot(weight_type, n, w, a);
+  switch (kernel_isa_for(kernel_isa(), weight_type)) {
+    case Isa::Avx512Vnni: return avx512::vec_dot(weight_type, n, w, a);
+    case Isa::Avx2: return avx2::vec_dot(weight_type, n, w, a);
+    default: return scalar::vec_dot(weight_type, n, w, a);
+  }
 }
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
@@ -63,8 +64,16 @@ float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
 
 // ---- Which ISA the fast kernels use ---------------------------------------
 // cpu_features().best() (which honours PAGELLM_ISA), unless overridden.
-// Isa::Avx512 currently runs the AVX2 kernels (no AVX-512 kernels yet).
+// Isa::Avx512 runs the AVX2 kernels (no kernels without VNNI yet);
+// Isa::Avx512Vnni runs VNNI kernels for some weight types (kernel_isa_for)
+// and the AVX2 ones for the rest.
 Isa kernel_isa();
+// The level whose kernels run weight_type's dot products and matrix
+// products when the kernels of `isa` are chosen.
+Isa kernel_isa_for(Isa isa, DType weight_type);
+// What runs at `isa`, for start-up lines: e.g. "avx512-vnni kernels for Q4_0
+// Q8_0 Q4_K Q6_K (steps of 2+ tokens), avx2 for one-token steps, ...".
+std::string describe_kernels(Isa isa);
 bool isa_supported(Isa isa);
 // Forces the kernels of one ISA (tests, benchmarks). Throws Error if this CPU
 // cannot run it. Process-wide; not meant to change while kernels run.

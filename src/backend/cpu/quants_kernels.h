@@ -43,4 +43,11 @@ bool dequantize_row(DType type, const void* src, float* dst, int64_t n);
 void quantize_act_row(DType act_type, int offset, const float* x, int64_t n, void* blocks, void* side);
 }  // namespace avx2
 
+// Compiled with the AVX-512 flags; call only when isa_supported(Isa::Avx512Vnni).
+namespace avx512 {
+// True if vec_dot has a VNNI kernel for the type (the others run avx2::vec_dot).
+bool has_vec_dot(DType weight_type);
+float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
+}  // namespace avx512
+
 }  // namespace pagellm::cpu

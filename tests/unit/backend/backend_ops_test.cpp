@@ -42,8 +42,9 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
   void SetUp() override {
     const BackendCase& c = GetParam();
     if (c.isa) {
-      if (std::string(c.isa) == "avx2" && cpu_features().best() == Isa::Scalar && !std::getenv("PAGELLM_ISA"))
-        GTEST_SKIP() << "no AVX2";
+      Isa isa = Isa::Scalar;
+      ASSERT_TRUE(parse_isa(c.isa, isa)) << c.isa;
+      if (cpu_features().detected() < isa) GTEST_SKIP() << "this CPU has no " << c.isa;
       setenv("PAGELLM_ISA", c.isa, 1);
     }
     BackendOptions o;
@@ -84,6 +85,13 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
 std::vector<float> as_held(const Weight& w, std::vector<float> values) {
   if (w.held_type == w.type || w.rows == 1) return values;
   return dequantize_rows(w.held_type, quantize_rows(w.held_type, values, w.rows, w.cols), w.rows, w.cols);
+}
+
+// The start-up line names the kernels that run (the forced level for the CPU).
+TEST_P(BackendOps, DescribeNamesTheKernels) {
+  const BackendCase& c = GetParam();
+  if (!c.isa) GTEST_SKIP() << "not a CPU case";
+  EXPECT_NE(be_->describe().find(c.isa), std::string::npos) << be_->describe();
 }
 
 TEST_P(BackendOps, MatmulEveryWeightTypeMatchesDequantizedReference) {
@@ -975,6 +983,8 @@ TEST(ExpertSlice, ViewsOneExpertOfAStack) {
 const BackendCase kCases[] = {
     {"cpu_scalar", "cpu", "scalar"},
     {"cpu_avx2", "cpu", "avx2"},
+    {"cpu_avx512", "cpu", "avx512"},
+    {"cpu_avx512_vnni", "cpu", "avx512-vnni"},
     {"opencl", "opencl", nullptr},
     {"cscalar", "cscalar", nullptr},
 };

@@ -43,10 +43,12 @@ class IsaGuard {
   IsaGuard& operator=(const IsaGuard&) = delete;
 };
 
-// The ISAs whose kernels this machine can run (AVX-512 runs the AVX2 kernels).
+// The ISA levels this machine can run, scalar first (Isa::Avx512 runs the
+// AVX2 kernels; Isa::Avx512Vnni its own for some types).
 inline std::vector<Isa> testable_isas() {
-  std::vector<Isa> isas{Isa::Scalar};
-  if (isa_supported(Isa::Avx2)) isas.push_back(Isa::Avx2);
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni})
+    if (isa_supported(isa)) isas.push_back(isa);
   return isas;
 }
 

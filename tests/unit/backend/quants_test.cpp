@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -452,8 +454,8 @@ TEST(QuantsFast, DequantizeMatchesReferenceBits) {
   }
 }
 
-// vec_dot of every weight type: scalar and AVX2 agree to float rounding (their
-// integer sums are exact), and both are within the 8-bit activation
+// vec_dot of every weight type: scalar, AVX2 and AVX-512 VNNI agree to float
+// rounding (their integer sums are exact), and all are within the 8-bit activation
 // quantization error of the exact dot of the dequantized weights.
 TEST(QuantsFast, VecDotAgainstExactDot) {
   for (DType type : test::weight_types()) {
@@ -473,7 +475,7 @@ TEST(QuantsFast, VecDotAgainstExactDot) {
         const double scale = std::sqrt(norm);
         const DType act = vec_dot_type(type);
         std::vector<uint8_t> xq(act == DType::F32 ? 0 : dtype_row_bytes(act, n));
-        float results[2] = {};
+        float results[4] = {};
         int k = 0;
         for (Isa isa : test::testable_isas()) {
           IsaGuard guard(isa);
@@ -485,7 +487,8 @@ TEST(QuantsFast, VecDotAgainstExactDot) {
           results[k++] = vec_dot(type, n, wq.data(), a);
         }
         max_rel = std::max(max_rel, std::fabs(results[0] - exact) / scale);
-        if (k == 2) max_isa_diff = std::max(max_isa_diff, std::fabs(static_cast<double>(results[0]) - results[1]) / scale);
+        for (int j = 1; j < k; ++j)
+          max_isa_diff = std::max(max_isa_diff, std::fabs(static_cast<double>(results[0]) - results[j]) / scale);
       }
       const bool float_type = !dtype_is_quantized(type);
       // 8-bit activations: rms error ~0.5% of |w| rms(x) per dot; max of 8 trials.
@@ -506,6 +509,40 @@ TEST(QuantsIsa, OverrideAndSupport) {
   if (!isa_supported(Isa::Avx512)) {
     EXPECT_THROW(set_isa_override(Isa::Avx512), Error);
   }
+  if (!isa_supported(Isa::Avx512Vnni)) {
+    EXPECT_THROW(set_isa_override(Isa::Avx512Vnni), Error);
+  }
+}
+
+// PAGELLM_ISA caps the level by name; an unknown name is a clear error.
+TEST(QuantsIsa, EnvironmentCapsTheLevel) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+    Isa parsed = Isa::Scalar;
+    ASSERT_TRUE(parse_isa(isa_name(isa), parsed)) << isa_name(isa);
+    EXPECT_EQ(parsed, isa);
+    setenv("PAGELLM_ISA", isa_name(isa), 1);
+    EXPECT_EQ(cpu_features().best(), std::min(isa, cpu_features().detected())) << isa_name(isa);
+    EXPECT_EQ(kernel_isa(), cpu_features().best());
+  }
+  setenv("PAGELLM_ISA", "avx1024", 1);
+  EXPECT_THROW(cpu_features().best(), Error);
+  unsetenv("PAGELLM_ISA");
+  EXPECT_EQ(cpu_features().best(), cpu_features().detected());
+}
+
+// Which level runs each type, and the start-up line that says so.
+TEST(QuantsIsa, KernelsPerTypeAreNamed) {
+  EXPECT_EQ(kernel_isa_for(Isa::Scalar, DType::Q4_0), Isa::Scalar);
+  EXPECT_EQ(kernel_isa_for(Isa::Avx512, DType::Q4_0), Isa::Avx2);
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, type), Isa::Avx512Vnni) << dtype_name(type);
+  EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, DType::Q3_K), Isa::Avx2);
+  EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, DType::F16), Isa::Avx2);
+  EXPECT_EQ(describe_kernels(Isa::Avx2), "avx2 kernels");
+  EXPECT_NE(describe_kernels(Isa::Avx512).find("avx2 kernels"), std::string::npos);
+  EXPECT_EQ(describe_kernels(Isa::Avx512Vnni), 
+            "avx512-vnni kernels for Q4_0 Q8_0 Q4_K Q6_K (steps of 2+ tokens), avx2 for one-token steps, the other "
+            "types and ops");
 }
 
 }  // namespace
