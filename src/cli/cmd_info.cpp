@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "backend/cpu/quants.h"
 #include "backend/registry.h"
 #include "cli/commands.h"
 #include "core/cpu_features.h"
@@ -23,7 +24,7 @@ Command register_info(CLI::App& app) {
   sub->add_flag("--devices", *show_devices, "List the backends: built in, and plugins found (each one tried)");
   return {sub, [path, show_tensors, show_devices]() {
             const auto& cpu = cpu_features();
-            fmt::print("cpu: {} (kernels: {})\n", cpu.describe(), isa_name(cpu.best()));
+            fmt::print("cpu: {}\nkernels: {}\n", cpu.describe(), cpu::describe_kernels(cpu.best()));
             if (*show_devices) {
               namespace fs = std::filesystem;
               for (const std::string& dir : plugin_search_dirs()) {
