@@ -14,7 +14,9 @@
 namespace pagellm {
 
 Model::Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard)
-    : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {}
+    : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {
+  softcap_on_device_ = cfg_.final_softcap > 0 && !geo_.tp && backend_.supports_op(op_query(PGLB_OP_SOFTCAP));
+}
 
 Model::~Model() = default;
 
@@ -551,7 +553,6 @@ void Model::compute_logits(const std::vector<int32_t>& logits_rows) {
   Backend& be = backend_;
   for (int32_t r : logits_rows) PAGELLM_CHECK(r >= 0 && r < n, "logits row {} outside the batch", r);
   logits_rows_ = m;
-  logits_capped_ = false;
   if (m == 0) {
     be.synchronize();  // the batch's metadata and the KV writes are the caller's again
     return;
@@ -560,10 +561,7 @@ void Model::compute_logits(const std::vector<int32_t>& logits_rows) {
   be.gather_rows(*buf_.x, cfg_.n_embd, logits_rows, *buf_.sel);
   be.rms_norm(*buf_.sel, output_norm_.get(), m, cfg_.n_embd, cfg_.norm_eps, *buf_.sel);
   be.matmul(output_ ? *output_ : *tok_embd_, *buf_.sel, m, *buf_.logits);
-  if (cfg_.final_softcap > 0 && !geo_.tp && be.supports_op(op_query(PGLB_OP_SOFTCAP))) {
-    be.softcap(*buf_.logits, m * cfg_.n_vocab, cfg_.final_softcap);
-    logits_capped_ = true;
-  }
+  if (softcap_on_device_) be.softcap(*buf_.logits, m * cfg_.n_vocab, cfg_.final_softcap);
 }
 
 void Model::read_logits(float* logits) {
@@ -587,7 +585,7 @@ void Model::read_logits(float* logits) {
         std::copy_n(gather_.data() + (q * m + i) * stride, cols, logits + i * V + begin);
     }
   }
-  if (cfg_.final_softcap > 0 && !logits_capped_) {
+  if (cfg_.final_softcap > 0 && !softcap_on_device_) {
     const float cap = cfg_.final_softcap;
     for (int64_t i = 0; i < m * V; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   }
@@ -595,7 +593,7 @@ void Model::read_logits(float* logits) {
 
 bool Model::can_sample_on_device() const {
   if (geo_.tp || shard_.pp_size > 1) return false;
-  if (cfg_.final_softcap > 0 && !backend_.supports_op(op_query(PGLB_OP_SOFTCAP))) return false;
+  if (cfg_.final_softcap > 0 && !softcap_on_device_) return false;
   return backend_.supports_op(op_query(PGLB_OP_SAMPLE, {{DType::F32, {cfg_.n_vocab, 1}}}));
 }
 

@@ -176,7 +176,7 @@ class Model {
   std::vector<float> host_, gather_;          // host staging for collectives
   std::vector<float> local_logits_;           // this rank's vocabulary columns of the logits
   int64_t logits_rows_ = 0;                   // rows of the logits computed last
-  bool logits_capped_ = false;                // ... final softcap applied on the device
+  bool softcap_on_device_ = false;            // the final softcap runs as the backend's op (one rank)
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
   size_t weight_bytes_ = 0;

@@ -19,6 +19,7 @@ import requests
 
 import prom
 from conftest import BIN, STORIES, Server, default_model_path, free_port
+from test_devices import needs_opencl
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (make setup installs OpenMPI)")
@@ -280,19 +281,12 @@ def test_dead_rank_fails_requests_and_exits_nonzero():
         server.kill()
 
 
-def opencl_here():
-    out = subprocess.run([str(BIN), "generate", "-m", str(STORIES), "-p", "a", "-n", "1", "--device", "opencl"],
-                         capture_output=True, text=True, timeout=120)
-    return out.returncode == 0
-
-
+@needs_opencl
 @pytest.mark.parametrize("how", ["tp2", "pp2"])
 def test_opencl_goes_through_the_host_collectives(tmp_path, how):
     """OpenCL has no communicator of its own: its all-reduces and stage-to-stage
     hidden states take the host default (device -> host -> MPI -> device)."""
     need(STORIES)
-    if not opencl_here():
-        pytest.skip("no OpenCL plugin or device here")
     model = ["--model", str(STORIES), "--device", "opencl"]
     batch = batch_file(tmp_path, TEXT_PROMPTS, max_tokens=16)
     ref = generate(model, batch)
