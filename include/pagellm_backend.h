@@ -79,6 +79,7 @@ enum {
   PGLB_FEATURE_ATTENTION_SINKS = 1u << 3,   /* pglb_attention_params.sinks */
   PGLB_FEATURE_DETERMINISTIC = 1u << 4,     /* set_deterministic(1) */
   PGLB_FEATURE_KV_EVICTION = 1u << 5,       /* pglb_seq.kv_sinks / kv_evicted_to */
+  PGLB_FEATURE_KV_GROUPS = 1u << 6,         /* pglb_kv_spec.layer_group / layer_slot, group tables and slots */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -134,6 +135,13 @@ typedef struct pglb_kv_spec {
   int32_t n_layers, n_kv_heads, head_dim, block_size;
   int32_t num_blocks;     /* including block 0 (reserved padding block) */
   pglb_dtype dtype;       /* F32, F16, or I8 (one float scale per token and KV head) */
+  /* PGLB_FEATURE_KV_GROUPS (0 / null: slot = layer, one group). Layers of one
+   * KV-cache group share a block table; n_layers is then the slots of a
+   * block, and layer l keeps its K/V in slot layer_slot[l] of the blocks of
+   * group layer_group[l] (l < n_model_layers). */
+  int32_t n_model_layers;
+  const int32_t* layer_group;
+  const int32_t* layer_slot;
 } pglb_kv_spec;
 
 /* ---- a step's batch (stream_set_batch) */
@@ -143,6 +151,9 @@ typedef struct pglb_seq {
   const int32_t* block_table;       /* physical block of each logical block */
   int32_t n_blocks;
   int32_t kv_sinks, kv_evicted_to;  /* PGLB_FEATURE_KV_EVICTION: keys [kv_sinks, kv_evicted_to) are gone */
+  /* PGLB_FEATURE_KV_GROUPS: groups 1..n_groups-1's tables, n_blocks each;
+   * block 0 where a sliding window no longer sees a block. */
+  const int32_t* const* group_tables;
 } pglb_seq;
 
 typedef struct pglb_batch {
@@ -153,6 +164,10 @@ typedef struct pglb_batch {
   const int64_t* slot_mapping;  /* [n_tokens] block * block_size + offset */
   int32_t n_seqs;
   const pglb_seq* seqs;
+  /* PGLB_FEATURE_KV_GROUPS: KV-cache groups of the step (0 or 1: one), and
+   * groups 1..n_groups-1's slot mappings, n_tokens each. */
+  int32_t n_groups;
+  const int64_t* const* group_slot_mappings;
 } pglb_batch;
 
 /* (source, destination) block pairs. */

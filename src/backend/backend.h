@@ -143,7 +143,13 @@ struct AttentionConfig {
 };
 
 struct KVCacheSpec {
+  // n_layers: layer slots per block. Without groups, one per layer; with
+  // KV-cache groups (Feature::KvGroups), the slots of one group's block, and
+  // layer l of the model (this stage's l-th layer) keeps its K/V in slot
+  // layer_slot[l] of the blocks of group layer_group[l]. Empty: slot = layer,
+  // group 0.
   int n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  std::vector<int32_t> layer_group, layer_slot;
   int block_size = 16;
   int num_blocks = 0;        // including block 0 (reserved padding block)
   // F32, F16, or I8: symmetric int8 with one float scale per (token, KV
@@ -167,6 +173,12 @@ struct SeqInfo {
   // are gone (their blocks may hold another sequence's data); attention
   // visits only [0, kv_sinks) and [kv_evicted_to, ctx_len). 0, 0: none gone.
   int32_t kv_sinks = 0, kv_evicted_to = 0;
+  // KV-cache groups 1.. (Feature::KvGroups): their tables; a sliding group's
+  // holds kNullBlock (0) for blocks its window no longer sees.
+  std::vector<std::vector<int32_t>> group_tables;
+  const std::vector<int32_t>& table(int group) const {
+    return group == 0 ? block_table : group_tables[static_cast<size_t>(group - 1)];
+  }
 };
 
 struct BatchInfo {
@@ -174,7 +186,11 @@ struct BatchInfo {
   std::vector<int32_t> positions;     // [n_tokens]
   std::vector<int64_t> slot_mapping;  // [n_tokens] block * block_size + offset
   std::vector<SeqInfo> seqs;
+  std::vector<std::vector<int64_t>> group_slots;  // groups 1..: [n_tokens] slots in their blocks
   int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  const std::vector<int64_t>& slots(int group) const {
+    return group == 0 ? slot_mapping : group_slots[static_cast<size_t>(group - 1)];
+  }
 };
 
 // What the backend's memory holds. KV sizing reads it.
@@ -195,6 +211,7 @@ enum class Feature {
   // and split points in every kernel).
   Deterministic,
   KvEviction,  // SeqInfo::kv_sinks / kv_evicted_to
+  KvGroups,    // KVCacheSpec::layer_group / layer_slot, SeqInfo::group_tables, BatchInfo::group_slots
 };
 
 // (source, destination) block pairs.

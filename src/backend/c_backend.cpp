@@ -169,6 +169,7 @@ class CBackend final : public Backend {
       case Feature::AttentionSinks: bit = PGLB_FEATURE_ATTENTION_SINKS; break;
       case Feature::Deterministic: bit = PGLB_FEATURE_DETERMINISTIC; break;
       case Feature::KvEviction: bit = PGLB_FEATURE_KV_EVICTION; break;
+      case Feature::KvGroups: bit = PGLB_FEATURE_KV_GROUPS; break;
     }
     return (features_ & bit) != 0;
   }
@@ -239,6 +240,9 @@ class CBackend final : public Backend {
     c.block_size = spec.block_size;
     c.num_blocks = spec.num_blocks;
     c.dtype = to_c(spec.dtype);
+    c.n_model_layers = static_cast<int32_t>(spec.layer_group.size());
+    c.layer_group = spec.layer_group.empty() ? nullptr : spec.layer_group.data();
+    c.layer_slot = spec.layer_slot.empty() ? nullptr : spec.layer_slot.data();
     d_->check(d_->di.kv_allocate(d_->dev, &c), "kv_allocate");
     kv_ = spec;
   }
@@ -268,9 +272,12 @@ class CBackend final : public Backend {
     if (!d_->si.set_batch) d_->missing("set_batch");
     // Points into `b`, which the caller keeps until the next set_batch.
     seqs_.resize(b.seqs.size());
+    group_tables_.resize(b.seqs.size());
     for (size_t i = 0; i < b.seqs.size(); ++i) {
       const SeqInfo& s = b.seqs[i];
       pglb_seq& c = seqs_[i];
+      group_tables_[i].clear();
+      for (const auto& t : s.group_tables) group_tables_[i].push_back(t.data());
       c.struct_size = sizeof c;
       c.q_start = s.q_start;
       c.q_len = s.q_len;
@@ -279,7 +286,10 @@ class CBackend final : public Backend {
       c.n_blocks = static_cast<int32_t>(s.block_table.size());
       c.kv_sinks = s.kv_sinks;
       c.kv_evicted_to = s.kv_evicted_to;
+      c.group_tables = group_tables_[i].empty() ? nullptr : group_tables_[i].data();
     }
+    group_slots_.clear();
+    for (const auto& slots : b.group_slots) group_slots_.push_back(slots.data());
     pglb_batch& c = batch_;  // kept, as the arrays it points to, until the next set_batch
     c = {};
     c.struct_size = sizeof c;
@@ -289,6 +299,8 @@ class CBackend final : public Backend {
     c.slot_mapping = b.slot_mapping.data();
     c.n_seqs = static_cast<int32_t>(seqs_.size());
     c.seqs = seqs_.data();
+    c.n_groups = static_cast<int32_t>(b.group_slots.size()) + 1;
+    c.group_slot_mappings = group_slots_.empty() ? nullptr : group_slots_.data();
     d_->check(d_->si.set_batch(d_->stream, &c), "set_batch");
   }
 
@@ -424,6 +436,8 @@ class CBackend final : public Backend {
   uint64_t features_ = 0;
   KVCacheSpec kv_;
   std::vector<pglb_seq> seqs_;
+  std::vector<std::vector<const int32_t*>> group_tables_;  // [seq] its groups 1..'s tables
+  std::vector<const int64_t*> group_slots_;                // groups 1..'s slot mappings
   pglb_batch batch_{};
 };
 

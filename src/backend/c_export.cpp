@@ -236,6 +236,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::AttentionSinks)) bits |= PGLB_FEATURE_ATTENTION_SINKS;
     if (be.supports(Feature::Deterministic)) bits |= PGLB_FEATURE_DETERMINISTIC;
     if (be.supports(Feature::KvEviction)) bits |= PGLB_FEATURE_KV_EVICTION;
+    if (be.supports(Feature::KvGroups)) bits |= PGLB_FEATURE_KV_GROUPS;
   });
   return bits;
 }
@@ -306,6 +307,12 @@ pglb_status x_kv_allocate(pglb_device* d, const pglb_kv_spec* spec) {
     s.block_size = c.block_size;
     s.num_blocks = c.num_blocks;
     s.dtype = static_cast<DType>(c.dtype);
+    if (c.n_model_layers < 0 || (c.n_model_layers > 0 && (!c.layer_group || !c.layer_slot)))
+      fail("kv_allocate: {} model layers without their groups and slots", c.n_model_layers);
+    if (c.n_model_layers > 0) {
+      s.layer_group.assign(c.layer_group, c.layer_group + c.n_model_layers);
+      s.layer_slot.assign(c.layer_slot, c.layer_slot + c.n_model_layers);
+    }
     dev(d)->be->allocate_kv_cache(s);
   });
 }
@@ -360,6 +367,15 @@ pglb_status s_set_batch(pglb_stream* s, const pglb_batch* batch) {
     b.token_ids.assign(c.token_ids, c.token_ids + c.n_tokens);
     b.positions.assign(c.positions, c.positions + c.n_tokens);
     b.slot_mapping.assign(c.slot_mapping, c.slot_mapping + c.n_tokens);
+    if (c.n_groups < 0 || (c.n_groups > 1 && !c.group_slot_mappings))
+      fail("set_batch: {} KV-cache groups without their slot mappings", c.n_groups);
+    const int32_t n_groups = std::max(c.n_groups, 1);
+    b.group_slots.resize(static_cast<size_t>(n_groups - 1));
+    for (int32_t g = 1; g < n_groups; ++g) {
+      const int64_t* slots = c.group_slot_mappings[g - 1];
+      if (c.n_tokens && !slots) fail("set_batch: KV-cache group {} has no slot mapping", g);
+      b.group_slots[g - 1].assign(slots, slots + c.n_tokens);
+    }
     b.seqs.resize(static_cast<size_t>(c.n_seqs));
     for (int32_t i = 0; i < c.n_seqs; ++i) {
       const auto q = read_struct<pglb_seq>(&c.seqs[i], "set_batch");
@@ -371,6 +387,13 @@ pglb_status s_set_batch(pglb_stream* s, const pglb_batch* batch) {
       o.block_table.assign(q.block_table, q.block_table + q.n_blocks);
       o.kv_sinks = q.kv_sinks;
       o.kv_evicted_to = q.kv_evicted_to;
+      o.group_tables.resize(static_cast<size_t>(n_groups - 1));
+      if (n_groups > 1 && !q.group_tables) fail("set_batch: sequence {} has no KV-cache group tables", i);
+      for (int32_t g = 1; g < n_groups; ++g) {
+        const int32_t* t = q.group_tables[g - 1];
+        if (q.n_blocks && !t) fail("set_batch: sequence {} has no table for KV-cache group {}", i, g);
+        o.group_tables[g - 1].assign(t, t + q.n_blocks);
+      }
     }
     d->be->set_batch(b);
   });

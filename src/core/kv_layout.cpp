@@ -1,5 +1,8 @@
 #include "core/kv_layout.h"
 
+#include <algorithm>
+#include <map>
+
 #include "core/error.h"
 
 namespace pagellm {
@@ -12,6 +15,52 @@ int64_t kv_bytes_per_block(const KVCacheLayout& l) {
                 l.n_layers, l.n_kv_heads, l.head_dim, l.block_size, l.bytes_per_element);
   return int64_t{2} * l.n_layers * l.n_kv_heads * l.block_size *
          (int64_t{l.head_dim} * l.bytes_per_element + l.scale_bytes);
+}
+
+KvGroupPlan single_kv_group(int32_t n_layers) {
+  KvGroupPlan p;
+  p.groups = {KvGroup{}};
+  p.layer_group.assign(static_cast<size_t>(n_layers), 0);
+  p.layer_slot.resize(static_cast<size_t>(n_layers));
+  for (int32_t l = 0; l < n_layers; ++l) p.layer_slot[l] = l;
+  p.slots = n_layers;
+  return p;
+}
+
+KvGroupPlan plan_kv_groups(std::span<const int32_t> layer_window, int32_t max_model_len) {
+  const auto n = static_cast<int32_t>(layer_window.size());
+  std::vector<int32_t> full;
+  std::map<int32_t, std::vector<int32_t>> sliding;  // window -> layers, in order
+  for (int32_t l = 0; l < n; ++l) {
+    const int32_t w = layer_window[l];
+    if (w <= 0 || w >= max_model_len) full.push_back(l);
+    else sliding[w].push_back(l);
+  }
+  if (full.empty() || sliding.empty()) return single_kv_group(n);
+  KvGroupPlan p;
+  p.layer_group.assign(static_cast<size_t>(n), 0);
+  p.layer_slot.assign(static_cast<size_t>(n), 0);
+  const auto k = static_cast<int32_t>(full.size());
+  p.slots = k;
+  p.groups.push_back(KvGroup{});
+  for (int32_t i = 0; i < k; ++i) p.layer_slot[full[i]] = i;
+  for (const auto& [window, layers] : sliding) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (i % k == 0) p.groups.push_back({KvGroupKind::Sliding, window});
+      p.layer_group[layers[i]] = static_cast<int32_t>(p.groups.size()) - 1;
+      p.layer_slot[layers[i]] = static_cast<int32_t>(i % k);
+    }
+  }
+  return p;
+}
+
+std::vector<int32_t> stage_kv_slots(const KvGroupPlan& plan, int32_t begin, int32_t end, int32_t& slots) {
+  PAGELLM_CHECK(begin >= 0 && begin <= end && end <= static_cast<int32_t>(plan.layer_group.size()),
+                "stage layers [{}, {}) outside a plan of {} layers", begin, end, plan.layer_group.size());
+  std::vector<int32_t> next(plan.groups.size(), 0), out;
+  for (int32_t l = begin; l < end; ++l) out.push_back(next[plan.layer_group[l]]++);
+  slots = next.empty() ? 0 : *std::max_element(next.begin(), next.end());
+  return out;
 }
 
 }  // namespace pagellm

@@ -1,13 +1,17 @@
-// The size of one paged KV-cache block: what the scheduler's pool sizing
-// (kv/kv_sizing.h) and every backend's cache (backend.h's KVCacheSpec) agree on.
+// The size of one paged KV-cache block, and which layers share a block
+// table: what the scheduler's pool sizing (kv/kv_sizing.h), the KV manager
+// (kv/kv_cache_manager.h) and every backend's cache (backend.h's
+// KVCacheSpec) agree on.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace pagellm {
 
 struct KVCacheLayout {
-  int32_t n_layers = 0;
+  int32_t n_layers = 0;           // layer slots in a block (with groups: the layers of one group)
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;        // tokens per block
@@ -18,5 +22,43 @@ struct KVCacheLayout {
 // 2 (K and V) * n_layers * n_kv_heads * block_size * (head_dim * bytes_per_element + scale_bytes).
 // Throws Error for non-positive fields.
 int64_t kv_bytes_per_block(const KVCacheLayout& layout);
+
+// ---- KV-cache groups (vLLM's hybrid KV-cache manager). Layers whose cache
+// is kept alike form a group; each sequence has one block table per group,
+// and every group's blocks come from one shared pool, so a block holds the
+// same number of layers (slots) whatever its group.
+enum class KvGroupKind : uint8_t {
+  Full,     // every token's K/V for the whole sequence
+  Sliding,  // only the keys a window of `window` tokens can still see
+};
+
+struct KvGroup {
+  KvGroupKind kind = KvGroupKind::Full;
+  int32_t window = 0;  // Sliding: a query at p sees keys p - window < j <= p
+  bool operator==(const KvGroup&) const = default;
+};
+
+struct KvGroupPlan {
+  std::vector<KvGroup> groups;       // groups[0] is always Full
+  std::vector<int32_t> layer_group;  // [n_layers] the layer's group
+  std::vector<int32_t> layer_slot;   // [n_layers] its slot in a block of that group
+  int32_t slots = 0;                 // layer slots per block
+  bool grouped() const { return groups.size() > 1; }
+};
+
+// All layers in one full-attention group, slot = layer (the cache without groups).
+KvGroupPlan single_kv_group(int32_t n_layers);
+
+// layer_window[l]: 0 for a full-attention layer, else its sliding window.
+// Full layers form group 0 (k layers, in order); sliding layers of one
+// window fill groups of k slots each. A window that reaches max_model_len
+// counts as full; without both kinds, one group (single_kv_group).
+KvGroupPlan plan_kv_groups(std::span<const int32_t> layer_window, int32_t max_model_len);
+
+// The slots a pipeline stage's block holds for layers [begin, end) of the
+// plan: each group's layers there numbered from 0, so a stage keeps no slot
+// it does not use. Returns the stage's slot of each of its layers and sets
+// `slots` to the most any group needs there.
+std::vector<int32_t> stage_kv_slots(const KvGroupPlan& plan, int32_t begin, int32_t end, int32_t& slots);
 
 }  // namespace pagellm

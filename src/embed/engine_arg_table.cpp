@@ -175,6 +175,13 @@ const std::vector<EngineArg> kEngineArgs = {
      .default_text = "true",
      .help = "Reuse KV blocks of identical prompt prefixes (default on)",
      .apply = [](EngineArgs& a, const json& v) { a.config.enable_prefix_caching = v.get<bool>(); }},
+    {.name = "hybrid-kv-cache-manager",
+     .negation = "disable-hybrid-kv-cache-manager",
+     .type = T::Bool,
+     .default_text = "true",
+     .help = "KV-cache groups: sliding-window layers keep only the blocks their window sees, in block tables of "
+             "their own (on backends that support it; off under --kv-eviction sliding)",
+     .apply = [](EngineArgs& a, const json& v) { a.config.kv_cache_groups = v.get<bool>(); }},
     {.name = "block-allocation",
      .type = T::Choice,
      .default_text = "any",

@@ -78,6 +78,9 @@ struct EngineConfig {
   int64_t swap_space_bytes = int64_t{4} << 30;
   DType kv_cache_dtype = DType::F16;
   bool enable_prefix_caching = true;
+  // KV-cache groups (core/kv_layout.h) where the model has sliding-window
+  // layers besides full ones and the backend supports them.
+  bool kv_cache_groups = true;
   AllocationPolicy block_allocation = AllocationPolicy::Any;
   SchedulerConfig scheduler;       // max_model_len 0: the model's context length
   SpeculativeConfig speculative;   // --speculative-config (off by default)

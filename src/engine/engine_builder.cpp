@@ -79,14 +79,26 @@ int32_t num_virtual_engines(const EngineConfig& c) {
   return c.virtual_engines > 0 ? c.virtual_engines : std::max(1, c.pipeline_parallel_size);
 }
 
+bool kv_groups_allowed(const EngineConfig& c, const SchedulerConfig& s) {
+  return c.kv_cache_groups && s.kv_eviction == KvEviction::None;
+}
+
 KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
-                                const Backend& backend) {
+                                const KvGroupPlan& groups, const Backend& backend) {
   KvBudgetInputs in;
   in.layout = model.kv_cache_spec(c.block_size, 2, c.kv_cache_dtype).layout();
   // Every pipeline stage holds each block for its own layers: the budget is
-  // per rank, so blocks are sized for the stage with the most layers.
+  // per rank, so blocks are sized for the stage with the most layer slots.
   const std::vector<int>& stages = model.geometry().stage_layers;
-  in.layout.n_layers = *std::max_element(stages.begin(), stages.end());
+  in.layout.n_layers = 0;
+  int32_t begin = 0;
+  for (const int n : stages) {
+    int32_t slots = n;
+    if (groups.grouped()) (void)stage_kv_slots(groups, begin, begin + n, slots);
+    in.layout.n_layers = std::max(in.layout.n_layers, slots);
+    begin += n;
+  }
+  in.blocks_per_seq = kv_blocks_per_seq(groups.groups, c.block_size, s.max_model_len, s.max_num_batched_tokens);
   in.max_model_len = s.max_model_len;
   in.max_num_seqs = s.max_num_seqs;
   in.kv_cache_memory = c.kv_cache_memory;
@@ -99,13 +111,15 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   return in;
 }
 
-KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const Model& model, Backend& backend) {
+KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const Model& model,
+                                const KvGroupPlan& groups, Backend& backend) {
   KVCacheConfig k;
   k.num_blocks = kv.num_blocks;
   k.block_size = c.block_size;
   k.enable_prefix_caching = c.enable_prefix_caching;
   k.allocation_policy = c.block_allocation;
-  backend.allocate_kv_cache(model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype));
+  if (groups.grouped()) k.groups = groups.groups;
+  backend.allocate_kv_cache(model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups));
   return k;
 }
 
@@ -138,6 +152,7 @@ void send_worker_init(dist::Communicator& comm, const EngineConfig& c, const KVC
                       const SchedulerConfig& s) {
   WorkerInit init;
   init.num_blocks = kv.num_blocks;
+  init.kv_groups = kv.groups.size() > 1 ? 1 : 0;
   init.max_model_len = s.max_model_len;
   init.deterministic = c.deterministic ? 1 : 0;
   comm.broadcast(&init, sizeof(init), 0);
@@ -198,10 +213,16 @@ std::vector<KvShare> kv_shares(int32_t num_blocks, int32_t count) {
   return shares;
 }
 
+KvGroupPlan kv_group_plan(bool allowed, int32_t max_model_len, const Model& model, const Backend& backend) {
+  if (!allowed || !backend.supports(Feature::KvGroups)) return single_kv_group(model.config().n_layer);
+  return plan_kv_groups(model.kv_layer_windows(), max_model_len);
+}
+
 KvBudget plan_kv_budget(const KvBudgetInputs& in) {
   KvBudget kv;
   const int64_t per_block = kv_bytes_per_block(in.layout);
-  const int64_t blocks_per_seq = (in.max_model_len + in.layout.block_size - 1) / in.layout.block_size;
+  const int64_t blocks_per_seq = in.blocks_per_seq > 0 ? in.blocks_per_seq
+                                                       : (in.max_model_len + in.layout.block_size - 1) / in.layout.block_size;
   PAGELLM_CHECK(in.gpu_memory_utilization >= 0 && in.gpu_memory_utilization <= 1,
                 "--gpu-memory-utilization must be in (0, 1], got {}", in.gpu_memory_utilization);
   int64_t budget = in.kv_cache_memory;
@@ -277,8 +298,10 @@ EngineParts build_engine_parts(const EngineConfig& c, const LoadProgress& progre
                 p.tokenizer->vocab_size(), mc.n_vocab);
   p.sched_config = resolve_scheduler_config(c, *p.model);
 
-  const KvBudget kv = plan_kv_budget(kv_budget_inputs(c, p.sched_config, *p.model, *p.backend));
-  p.kv_config = allocate_kv_cache(c, kv, *p.model, *p.backend);
+  const KvGroupPlan groups = kv_group_plan(kv_groups_allowed(c, p.sched_config), p.sched_config.max_model_len,
+                                           *p.model, *p.backend);
+  const KvBudget kv = plan_kv_budget(kv_budget_inputs(c, p.sched_config, *p.model, groups, *p.backend));
+  p.kv_config = allocate_kv_cache(c, kv, *p.model, groups, *p.backend);
   enable_backend_modes(c, p.sched_config, *p.backend);
   if (p.sched_config.preemption_mode == PreemptionMode::Swap)
     p.sched_config.num_swap_blocks = allocate_swap_space(c, kv.bytes_per_block, *p.backend);

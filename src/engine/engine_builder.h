@@ -18,7 +18,8 @@ namespace pagellm {
 
 // What the KV cache's size depends on (bytes unless said otherwise).
 struct KvBudgetInputs {
-  KVCacheLayout layout;  // one block, of the pipeline stage with the most layers
+  KVCacheLayout layout;  // one block, of the pipeline stage with the most layer slots
+  int32_t blocks_per_seq = 0;  // one max_model_len sequence's, all KV-cache groups (0: from layout)
   int32_t max_model_len = 0;
   int32_t max_num_seqs = 1;
   int64_t kv_cache_memory = 0;        // --kv-cache-memory; 0: from the device's memory
@@ -52,6 +53,10 @@ struct KvBudget {
 // usable blocks are split evenly over the virtual engines (the first ones
 // take the remainder). Throws Error when the budget holds no cache.
 KvBudget plan_kv_budget(const KvBudgetInputs& in);
+// KV-cache groups of the model on the backend (core/kv_layout.h): grouped
+// when the config allows, the backend supports them and no sliding KV
+// eviction is asked for; else one full-attention group.
+KvGroupPlan kv_group_plan(bool allowed, int32_t max_model_len, const Model& model, const Backend& backend);
 // Even shares of a cache of num_blocks over count >= 1 virtual engines.
 std::vector<KvShare> kv_shares(int32_t num_blocks, int32_t count);
 

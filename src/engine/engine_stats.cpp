@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/util.h"
+#include "kv/kv_sizing.h"
 #include "dist/communicator.h"
 #include "engine/request_state.h"
 
@@ -26,12 +27,18 @@ std::vector<std::pair<int32_t, int32_t>> Engine::kv_available_runs() const {
 
 std::string Engine::describe() const {
   const int64_t per_block = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
-  return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}, {} tokens); max_model_len {}; {}",
+  // vLLM's "maximum concurrency": sequences of max_model_len the pool holds at once.
+  const int32_t per_seq = kv_blocks_per_seq(kv_config_.groups, kv_config_.block_size, sched_config_.max_model_len,
+                                            sched_config_.max_num_batched_tokens);
+  const std::string groups =
+      kv_config_.groups.size() > 1 ? fmt::format(", groups {}", describe_kv_groups(kv_config_.groups)) : "";
+  return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}{}; {:.2f} sequences of max_model_len {}); "
+                     "{}",
                      model_config().describe(), format_bytes(static_cast<int64_t>(model_->weight_bytes())),
                      kv_config_.num_blocks - 1, kv_config_.block_size,
-                     format_bytes(per_block * kv_config_.num_blocks), dtype_name(config_.kv_cache_dtype),
-                     static_cast<int64_t>(kv_config_.num_blocks - 1) * kv_config_.block_size,
-                     sched_config_.max_model_len, backend_->describe()) +
+                     format_bytes(per_block * kv_config_.num_blocks), dtype_name(config_.kv_cache_dtype), groups,
+                     static_cast<double>(kv_config_.num_blocks - 1) / per_seq, sched_config_.max_model_len,
+                     backend_->describe()) +
          (proposer_ ? fmt::format("; {}: {}", config_.speculative.describe(), proposer_->describe()) : "") +
          (comm_ ? fmt::format("; tensor parallel {} x pipeline parallel {} over {}", config_.tensor_parallel_size,
                               config_.pipeline_parallel_size, comm_->describe())
@@ -74,6 +81,9 @@ KVCacheStats Engine::kv_stats() const {
     t.following_allocations += k.following_allocations;
     t.contiguous_allocations += k.contiguous_allocations;
     fragmented_slots += k.fragmentation * k.used_blocks;
+    t.groups = k.groups;
+    t.group_used_blocks.resize(k.group_used_blocks.size());
+    for (size_t g = 0; g < k.group_used_blocks.size(); ++g) t.group_used_blocks[g] += k.group_used_blocks[g];
   }
   t.fragmentation = t.used_blocks ? fragmented_slots / t.used_blocks : 0.0;
   return t;
@@ -89,6 +99,10 @@ void Engine::update_gauges() {
   metrics_.kv_fragmentation = kv.fragmentation;
   metrics_.kv_following_allocations = kv.following_allocations;
   metrics_.kv_contiguous_allocations = kv.contiguous_allocations;
+  metrics_.kv_blocks_used_full = metrics_.kv_blocks_used_sliding = 0;
+  for (size_t g = 0; g < kv.groups.size(); ++g)
+    (kv.groups[g].kind == KvGroupKind::Full ? metrics_.kv_blocks_used_full : metrics_.kv_blocks_used_sliding) +=
+        kv.group_used_blocks[g];
   const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   metrics_.num_requests_running = metrics_.num_requests_waiting = metrics_.num_requests_swapped = 0;
   metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "dist/communicator.h"
+#include "engine/engine_builder.h"
 #include "model/dummy.h"
 #include "runner/model_runner.h"
 
@@ -64,7 +65,10 @@ int run_worker(const EngineConfig& c, dist::Communicator& comm) {
   comm.broadcast(&init, sizeof(init), 0);
   PAGELLM_CHECK(init.num_blocks > 1, "rank 0 sent a KV cache of {} blocks", init.num_blocks);
   model.set_context_length(init.max_model_len);
-  backend->allocate_kv_cache(model.kv_cache_spec(c.block_size, init.num_blocks, c.kv_cache_dtype));
+  const KvGroupPlan groups = kv_group_plan(init.kv_groups != 0, init.max_model_len, model, *backend);
+  PAGELLM_CHECK(groups.grouped() == (init.kv_groups != 0), "rank {}: its backend cannot keep KV-cache groups",
+                comm.rank());
+  backend->allocate_kv_cache(model.kv_cache_spec(c.block_size, init.num_blocks, c.kv_cache_dtype, &groups));
   if (init.deterministic) backend->set_deterministic(true);
   spdlog::info("rank {} (pid {}): {} layers [{}, {}), {} of {} heads, {} weights", comm.rank(), getpid(),
                model.geometry().layer_end -

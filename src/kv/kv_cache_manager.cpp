@@ -3,12 +3,43 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/util.h"
 #include "kv/block_hash.h"
+#include "kv/kv_sizing.h"
 
 namespace pagellm {
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
-    : config_(config), pool_(config.num_blocks, config.block_size) {}
+    : config_(config), groups_(config.groups), pool_(config.num_blocks, config.block_size) {
+  if (groups_.empty()) groups_.push_back(KvGroup{});
+  PAGELLM_CHECK(groups_[0].kind == KvGroupKind::Full, "KV-cache group 0 must be full attention");
+  for (const KvGroup& g : groups_)
+    PAGELLM_CHECK(g.kind == KvGroupKind::Full || g.window > 0, "a sliding KV-cache group needs a window > 0");
+}
+
+BlockHash KVCacheManager::group_hash(BlockHash h, int g) {
+  return g == 0 ? h : mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(g));
+}
+
+int32_t KVCacheManager::first_visible_block(int g, int32_t num_computed_tokens) const {
+  const KvGroup& group = groups_[static_cast<size_t>(g)];
+  if (group.kind == KvGroupKind::Full) return 0;
+  // A query at position p sees keys p - window < j <= p.
+  return std::max(0, num_computed_tokens - group.window + 1) / pool_.block_size();
+}
+
+int32_t KVCacheManager::blocks_for_step(int32_t num_computed_tokens, int32_t num_new_tokens) const {
+  const int32_t end = blocks_for_tokens(int64_t{num_computed_tokens} + num_new_tokens, pool_.block_size());
+  int32_t total = 0;
+  for (int g = 0; g < num_groups(); ++g) total += end - std::min(end, first_visible_block(g, num_computed_tokens));
+  return total;
+}
+
+int32_t KVCacheManager::blocks_held(int32_t num_tokens) const { return blocks_for_step(num_tokens, 0); }
+
+int32_t KVCacheManager::max_blocks_per_seq(int32_t max_len, int32_t step_tokens) const {
+  return kv_blocks_per_seq(groups_, pool_.block_size(), max_len, step_tokens);
+}
 
 PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens) const {
   PrefixMatch match;
@@ -20,6 +51,7 @@ PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens) const 
   const int32_t max_blocks = static_cast<int32_t>((tokens.size() - 1) / bs);
   BlockHash parent_hash = kRootBlockHash;
   uint64_t parent_id = 0;
+  std::vector<uint64_t> parent_ids;  // [i]: the prefix id block i's parent has
   for (int32_t i = 0; i < max_blocks; ++i) {
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockHash h = hash_block_tokens(parent_hash, chunk);
@@ -27,11 +59,55 @@ PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens) const 
     if (b == kNullBlock) break;
     match.blocks.push_back(b);
     match.hashes.push_back(h);
+    parent_ids.push_back(parent_id);
     parent_hash = h;
     parent_id = pool_.prefix_id(b);
   }
-  match.num_tokens = static_cast<int32_t>(match.blocks.size()) * bs;
+  // A sliding group needs the blocks its window sees from the hit's end:
+  // shorten the hit until every group has them.
+  auto n = static_cast<int32_t>(match.blocks.size());
+  std::vector<std::vector<BlockId>> found(groups_.size());
+  for (int g = 1; g < num_groups(); ++g) {
+    auto& f = found[static_cast<size_t>(g)];
+    for (int32_t i = 0; i < n; ++i) {
+      const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
+      f.push_back(pool_.find_cached(group_hash(match.hashes[i], g), parent_ids[i], chunk));
+    }
+    while (n > 0) {
+      bool all = true;
+      for (int32_t i = first_visible_block(g, n * bs); i < n && all; ++i) all = f[i] != kNullBlock;
+      if (all) break;
+      --n;
+    }
+  }
+  match.blocks.resize(static_cast<size_t>(n));
+  match.hashes.resize(static_cast<size_t>(n));
+  for (int g = 1; g < num_groups(); ++g) {
+    auto& f = found[static_cast<size_t>(g)];
+    f.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < first_visible_block(g, n * bs) && i < n; ++i) f[i] = kNullBlock;
+    match.group_blocks.push_back(std::move(f));
+  }
+  match.num_tokens = n * bs;
   return match;
+}
+
+KVCacheManager::SeqBlocks& KVCacheManager::new_seq(SeqId seq) {
+  SeqBlocks& s = seqs_[seq];
+  s.tables.resize(groups_.size());
+  s.dropped.assign(groups_.size(), 0);
+  return s;
+}
+
+void KVCacheManager::drop_invisible(SeqBlocks& s, int32_t num_computed_tokens) {
+  for (int g = 1; g < num_groups(); ++g) {
+    auto& table = s.tables[static_cast<size_t>(g)];
+    const int32_t end = std::min(first_visible_block(g, num_computed_tokens), static_cast<int32_t>(table.size()));
+    for (int32_t& i = s.dropped[static_cast<size_t>(g)]; i < end; ++i) {
+      pool_.release(table[i]);
+      table[i] = kNullBlock;
+    }
+  }
 }
 
 std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t num_computed_tokens,
@@ -42,8 +118,9 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
                 num_computed_tokens, num_new_tokens);
   const int32_t bs = pool_.block_size();
   auto it = seqs_.find(seq);
+  if (it != seqs_.end()) drop_invisible(it->second, num_computed_tokens);
   const SeqBlocks* existing = it == seqs_.end() ? nullptr : &it->second;
-  const int32_t have = existing ? static_cast<int32_t>(existing->blocks.size()) : 0;
+  const int32_t have = existing ? static_cast<int32_t>(existing->tables[0].size()) : 0;
   int32_t num_prefix_blocks = 0;
   int32_t prefix_from_cache = 0;  // matched blocks that must leave the LRU
   if (prefix && !prefix->blocks.empty()) {
@@ -52,8 +129,13 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
     PAGELLM_CHECK(num_computed_tokens == prefix->num_tokens,
                   "allocate_slots(seq {}): {} computed tokens but the prefix hit covers {}", seq,
                   num_computed_tokens, prefix->num_tokens);
+    PAGELLM_CHECK(prefix->group_blocks.size() + 1 == groups_.size(),
+                  "allocate_slots(seq {}): a prefix hit of {} groups for {}", seq, prefix->group_blocks.size() + 1,
+                  groups_.size());
     num_prefix_blocks = static_cast<int32_t>(prefix->blocks.size());
     for (BlockId b : prefix->blocks) prefix_from_cache += pool_.is_cached_free(b) ? 1 : 0;
+    for (const auto& blocks : prefix->group_blocks)
+      for (BlockId b : blocks) prefix_from_cache += b != kNullBlock && pool_.is_cached_free(b) ? 1 : 0;
   }
   const int32_t have_after_prefix = have + num_prefix_blocks;
   PAGELLM_CHECK(static_cast<int64_t>(have_after_prefix) * bs >= num_computed_tokens,
@@ -61,27 +143,37 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
                 num_computed_tokens, have_after_prefix);
 
   const int32_t needed = blocks_for_tokens(int64_t{num_computed_tokens} + num_new_tokens, bs);
-  const int32_t num_new_blocks = std::max(0, needed - have_after_prefix);
+  const int32_t grow = std::max(0, needed - have_after_prefix);
+  int32_t num_new_blocks = 0;  // all groups; a sliding one skips what its window cannot see
+  for (int g = 0; g < num_groups(); ++g)
+    num_new_blocks += std::max(0, needed - std::max(have_after_prefix, first_visible_block(g, num_computed_tokens)));
   // Blocks this step writes into that another sequence also holds.
   const int32_t first_written = num_computed_tokens / bs;
   const int32_t last_existing = std::min(needed, have);
   int32_t num_cow = 0;
   if (existing && num_new_tokens > 0) {
-    for (int32_t i = first_written; i < last_existing; ++i) {
-      num_cow += pool_.ref_count(existing->blocks[i]) > 1 ? 1 : 0;
-    }
+    for (const auto& table : existing->tables)
+      for (int32_t i = first_written; i < last_existing; ++i)
+        num_cow += table[i] != kNullBlock && pool_.ref_count(table[i]) > 1 ? 1 : 0;
   }
   if (num_new_blocks + num_cow > pool_.num_available_blocks() - prefix_from_cache) {
     return std::nullopt;
   }
 
   // Apply: nothing below can fail for lack of blocks.
-  SeqBlocks& s = existing ? it->second : seqs_[seq];
+  SeqBlocks& s = existing ? it->second : new_seq(seq);
   SlotAllocation result;
   if (num_prefix_blocks > 0) {
     for (BlockId b : prefix->blocks) pool_.acquire(b);
-    s.blocks.insert(s.blocks.end(), prefix->blocks.begin(), prefix->blocks.end());
+    s.tables[0].insert(s.tables[0].end(), prefix->blocks.begin(), prefix->blocks.end());
     s.hashes.insert(s.hashes.end(), prefix->hashes.begin(), prefix->hashes.end());
+    for (int g = 1; g < num_groups(); ++g) {
+      const auto& blocks = prefix->group_blocks[static_cast<size_t>(g - 1)];
+      for (BlockId b : blocks)
+        if (b != kNullBlock) pool_.acquire(b);
+      s.tables[static_cast<size_t>(g)] = blocks;
+      s.dropped[static_cast<size_t>(g)] = first_visible_block(g, num_computed_tokens);
+    }
   }
   if (prefix) {
     prefix_query_tokens_ += prefix->num_query_tokens;
@@ -89,24 +181,54 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
   }
   if (num_cow > 0) {
     std::vector<BlockId> fresh;
-    for (int32_t i = first_written; i < last_existing; ++i) {
-      const BlockId old = s.blocks[i];
-      if (pool_.ref_count(old) <= 1) continue;
-      fresh.clear();
-      const BlockId before = i > 0 ? s.blocks[i - 1] : kNullBlock;
-      (void)pool_.allocate(1, config_.allocation_policy, before, fresh);
-      // Only a block holding computed tokens needs its contents copied.
-      if (int64_t{i} * bs < num_computed_tokens) result.copies.push_back({old, fresh[0]});
-      pool_.release(old);
-      s.blocks[i] = fresh[0];
+    for (auto& table : s.tables) {
+      for (int32_t i = first_written; i < last_existing; ++i) {
+        const BlockId old = table[i];
+        if (old == kNullBlock || pool_.ref_count(old) <= 1) continue;
+        fresh.clear();
+        const BlockId before = i > 0 ? table[i - 1] : kNullBlock;
+        (void)pool_.allocate(1, config_.allocation_policy, before, fresh);
+        // Only a block holding computed tokens needs its contents copied.
+        if (int64_t{i} * bs < num_computed_tokens) result.copies.push_back({old, fresh[0]});
+        pool_.release(old);
+        table[i] = fresh[0];
+      }
     }
   }
-  if (num_new_blocks > 0) {
-    const BlockId after = s.blocks.empty() ? kNullBlock : s.blocks.back();
-    (void)pool_.allocate(num_new_blocks, config_.allocation_policy, after, s.blocks);
+  if (grow > 0) {
+    for (int g = 0; g < num_groups(); ++g) {
+      auto& table = s.tables[static_cast<size_t>(g)];
+      // A fresh sliding table starts where the window does.
+      const int32_t skip = std::clamp(first_visible_block(g, num_computed_tokens) - static_cast<int32_t>(table.size()),
+                                      0, grow);
+      table.resize(table.size() + static_cast<size_t>(skip), kNullBlock);
+      if (skip > 0) s.dropped[static_cast<size_t>(g)] = static_cast<int32_t>(table.size());
+      const BlockId after = table.empty() ? kNullBlock : table.back();
+      (void)pool_.allocate(grow - skip, config_.allocation_policy, after, table);
+    }
   }
   result.num_new_blocks = num_new_blocks;
   s.num_tokens = std::max(s.num_tokens, num_computed_tokens + num_new_tokens);
+  return result;
+}
+
+std::optional<SlotAllocation> KVCacheManager::allocate_restored(SeqId seq, int32_t num_tokens) {
+  PAGELLM_CHECK(!has_seq(seq), "allocate_restored: sequence {} already has KV blocks", seq);
+  PAGELLM_CHECK(num_tokens >= 0, "allocate_restored(seq {}): {} tokens", seq, num_tokens);
+  const int32_t n = blocks_held(num_tokens);
+  if (n > pool_.num_available_blocks()) return std::nullopt;
+  SeqBlocks& s = new_seq(seq);
+  const int32_t len = blocks_for_tokens(num_tokens, pool_.block_size());
+  for (int g = 0; g < num_groups(); ++g) {
+    auto& table = s.tables[static_cast<size_t>(g)];
+    const int32_t skip = std::min(len, first_visible_block(g, num_tokens));
+    table.assign(static_cast<size_t>(skip), kNullBlock);
+    if (g > 0) s.dropped[static_cast<size_t>(g)] = skip;
+    (void)pool_.allocate(len - skip, config_.allocation_policy, kNullBlock, table);
+  }
+  s.num_tokens = num_tokens;
+  SlotAllocation result;
+  result.num_new_blocks = n;
   return result;
 }
 
@@ -120,14 +242,19 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
                 num_computed_tokens, tokens.size());
   SeqBlocks& s = it->second;
   const int32_t bs = pool_.block_size();
-  const int32_t full = std::min<int32_t>(num_computed_tokens / bs,
-                                         static_cast<int32_t>(s.blocks.size()));
+  const auto& full_table = s.tables[0];
+  const int32_t full = std::min<int32_t>(num_computed_tokens / bs, static_cast<int32_t>(full_table.size()));
   for (int32_t i = static_cast<int32_t>(s.hashes.size()); i < full; ++i) {
     const BlockHash parent_hash = i > 0 ? s.hashes[i - 1] : kRootBlockHash;
-    const uint64_t parent_id = i > 0 ? pool_.prefix_id(s.blocks[i - 1]) : 0;
+    // Every group's block i has group 0's block i - 1 as its parent prefix.
+    const uint64_t parent_id = i > 0 ? pool_.prefix_id(full_table[i - 1]) : 0;
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockHash h = hash_block_tokens(parent_hash, chunk);
-    pool_.commit_full_block(s.blocks[i], h, parent_id, chunk);
+    pool_.commit_full_block(full_table[i], h, parent_id, chunk);
+    for (int g = 1; g < num_groups(); ++g) {
+      const BlockId b = s.tables[static_cast<size_t>(g)][i];
+      if (b != kNullBlock) pool_.commit_full_block(b, group_hash(h, g), parent_id, chunk);
+    }
     s.hashes.push_back(h);
   }
 }
@@ -142,9 +269,13 @@ void KVCacheManager::truncate(SeqId seq, int32_t num_tokens) {
   PAGELLM_CHECK(num_tokens >= 0 && int64_t{num_tokens} >= static_cast<int64_t>(s.hashes.size()) * bs,
                 "truncate(seq {}): {} tokens would drop committed blocks ({} committed)", seq, num_tokens,
                 s.hashes.size());
-  while (static_cast<int32_t>(s.blocks.size()) > keep) {
-    pool_.release(s.blocks.back());
-    s.blocks.pop_back();
+  for (int g = 0; g < num_groups(); ++g) {
+    auto& table = s.tables[static_cast<size_t>(g)];
+    while (static_cast<int32_t>(table.size()) > keep) {
+      if (table.back() != kNullBlock) pool_.release(table.back());
+      table.pop_back();
+    }
+    if (g > 0) s.dropped[static_cast<size_t>(g)] = std::min(s.dropped[static_cast<size_t>(g)], keep);
   }
   s.num_tokens = num_tokens;
 }
@@ -152,16 +283,18 @@ void KVCacheManager::truncate(SeqId seq, int32_t num_tokens) {
 int32_t KVCacheManager::evict(SeqId seq, int32_t first_block, int32_t end_block) {
   auto it = seqs_.find(seq);
   PAGELLM_CHECK(it != seqs_.end(), "evict: sequence {} has no KV blocks", seq);
+  PAGELLM_CHECK(num_groups() == 1, "evict(seq {}): sliding KV eviction with {} KV-cache groups", seq, num_groups());
   SeqBlocks& s = it->second;
-  PAGELLM_CHECK(first_block >= 0 && end_block <= static_cast<int32_t>(s.blocks.size()),
-                "evict(seq {}): blocks [{}, {}) outside a table of {}", seq, first_block, end_block, s.blocks.size());
+  auto& blocks = s.tables[0];
+  PAGELLM_CHECK(first_block >= 0 && end_block <= static_cast<int32_t>(blocks.size()),
+                "evict(seq {}): blocks [{}, {}) outside a table of {}", seq, first_block, end_block, blocks.size());
   if (end_block <= std::max(first_block, s.evicted_end)) return 0;
   PAGELLM_CHECK(s.evicted_end == 0 || s.evicted_begin == first_block,
                 "evict(seq {}): the evicted range starts at block {}, not {}", seq, s.evicted_begin, first_block);
   int32_t released = 0;
   for (int32_t i = std::max(first_block, s.evicted_end); i < end_block; ++i) {
-    pool_.release(s.blocks[i]);
-    s.blocks[i] = kNullBlock;
+    pool_.release(blocks[i]);
+    blocks[i] = kNullBlock;
     ++released;
   }
   s.evicted_begin = first_block;
@@ -193,24 +326,26 @@ void KVCacheManager::fork(SeqId parent, SeqId child) {
   PAGELLM_CHECK(it != seqs_.end(), "fork: parent sequence {} has no KV blocks", parent);
   PAGELLM_CHECK(!seqs_.count(child), "fork: child sequence {} already has KV blocks", child);
   SeqBlocks copy = it->second;
-  for (BlockId b : copy.blocks)
-    if (b != kNullBlock) pool_.acquire(b);
+  for (const auto& table : copy.tables)
+    for (BlockId b : table)
+      if (b != kNullBlock) pool_.acquire(b);
   seqs_.emplace(child, std::move(copy));
 }
 
 void KVCacheManager::free(SeqId seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  const auto& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b)
-    if (*b != kNullBlock) pool_.release(*b);  // evicted ones are gone already
+  for (const auto& table : it->second.tables)
+    for (auto b = table.rbegin(); b != table.rend(); ++b)
+      if (*b != kNullBlock) pool_.release(*b);  // evicted or dropped ones are gone already
   seqs_.erase(it);
 }
 
-std::span<const BlockId> KVCacheManager::block_table(SeqId seq) const {
+std::span<const BlockId> KVCacheManager::block_table(SeqId seq, int group) const {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return {};
-  return it->second.blocks;
+  PAGELLM_CHECK(group >= 0 && group < num_groups(), "KV-cache group {} of {}", group, num_groups());
+  return it->second.tables[static_cast<size_t>(group)];
 }
 
 KVCacheStats KVCacheManager::stats() const {
@@ -225,19 +360,26 @@ KVCacheStats KVCacheManager::stats() const {
   st.evictions = pool_.num_evictions();
   st.following_allocations = pool_.num_following_allocations();
   st.contiguous_allocations = pool_.num_contiguous_allocations();
+  st.groups = groups_;
+  st.group_used_blocks.assign(groups_.size(), 0);
   if (st.used_blocks > 0) {
     // A shared block holds as many tokens as its fullest holder put there.
     const int32_t bs = st.block_size;
-    std::vector<int32_t> filled(static_cast<size_t>(pool_.num_blocks()), 0);
+    std::vector<int32_t> filled(static_cast<size_t>(pool_.num_blocks()), -1);
     for (const auto& [id, s] : seqs_) {
-      for (size_t i = 0; i < s.blocks.size(); ++i) {
-        if (s.blocks[i] == kNullBlock) continue;  // evicted
-        const int64_t in_block = std::clamp<int64_t>(s.num_tokens - int64_t(i) * bs, 0, bs);
-        filled[s.blocks[i]] = std::max(filled[s.blocks[i]], static_cast<int32_t>(in_block));
+      for (size_t g = 0; g < s.tables.size(); ++g) {
+        const auto& blocks = s.tables[g];
+        for (size_t i = 0; i < blocks.size(); ++i) {
+          if (blocks[i] == kNullBlock) continue;  // evicted or out of the window
+          const int64_t in_block = std::clamp<int64_t>(s.num_tokens - int64_t(i) * bs, 0, bs);
+          int32_t& f = filled[blocks[i]];
+          if (f < 0) ++st.group_used_blocks[g];
+          f = std::max(f, static_cast<int32_t>(in_block));
+        }
       }
     }
     int64_t held = 0;
-    for (int32_t f : filled) held += f;
+    for (int32_t f : filled) held += std::max(f, 0);
     const int64_t slots = int64_t{st.used_blocks} * bs;
     st.fragmentation = double(slots - held) / double(slots);
   }
@@ -251,29 +393,33 @@ void KVCacheManager::check_invariants() const {
   std::vector<SeqId> last_holder(static_cast<size_t>(pool_.num_blocks()), 0);
   std::vector<uint8_t> held(static_cast<size_t>(pool_.num_blocks()), 0);
   for (const auto& [id, s] : seqs_) {
-    PAGELLM_CHECK(static_cast<int32_t>(s.blocks.size()) == blocks_for_tokens(s.num_tokens, bs),
-                  "sequence {} has {} blocks for {} tokens", id, s.blocks.size(), s.num_tokens);
-    PAGELLM_CHECK(s.hashes.size() <= s.blocks.size(),
-                  "sequence {} has {} committed hashes for {} blocks", id, s.hashes.size(),
-                  s.blocks.size());
-    for (size_t i = 0; i < s.blocks.size(); ++i) {
-      const BlockId b = s.blocks[i];
-      const bool evicted = static_cast<int32_t>(i) >= s.evicted_begin && static_cast<int32_t>(i) < s.evicted_end;
-      PAGELLM_CHECK(evicted == (b == kNullBlock), "sequence {} block {} is {} but {} the evicted range", id, i,
-                    b == kNullBlock ? "null" : "held", evicted ? "inside" : "outside");
-      if (evicted) continue;
-      PAGELLM_CHECK(b > kNullBlock && b < pool_.num_blocks(),
-                    "sequence {} holds invalid block {}", id, b);
-      PAGELLM_CHECK(!(held[b] && last_holder[b] == id), "sequence {} holds block {} twice", id, b);
-      held[b] = 1;
-      last_holder[b] = id;
-      ++refs[b];
-      if (i < s.hashes.size()) {
-        PAGELLM_CHECK(pool_.prefix_id(b) != 0, "sequence {} block {} is committed without a prefix id",
-                      id, b);
-        const auto h = pool_.registered_hash(b);
-        PAGELLM_CHECK(!h || *h == s.hashes[i],
-                      "sequence {} block {} is registered under another hash", id, b);
+    PAGELLM_CHECK(s.tables.size() == groups_.size() && s.dropped.size() == groups_.size(),
+                  "sequence {} has {} block tables for {} groups", id, s.tables.size(), groups_.size());
+    for (size_t g = 0; g < s.tables.size(); ++g) {
+      const auto& blocks = s.tables[g];
+      PAGELLM_CHECK(static_cast<int32_t>(blocks.size()) == blocks_for_tokens(s.num_tokens, bs),
+                    "sequence {} has {} blocks in group {} for {} tokens", id, blocks.size(), g, s.num_tokens);
+      PAGELLM_CHECK(s.hashes.size() <= blocks.size(), "sequence {} has {} committed hashes for {} blocks", id,
+                    s.hashes.size(), blocks.size());
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const BlockId b = blocks[i];
+        const auto at = static_cast<int32_t>(i);
+        const bool gone = g == 0 ? at >= s.evicted_begin && at < s.evicted_end : at < s.dropped[g];
+        PAGELLM_CHECK(gone == (b == kNullBlock), "sequence {} group {} block {} is {} but {} the released range", id,
+                      g, i, b == kNullBlock ? "null" : "held", gone ? "inside" : "outside");
+        if (gone) continue;
+        PAGELLM_CHECK(b > kNullBlock && b < pool_.num_blocks(), "sequence {} holds invalid block {}", id, b);
+        PAGELLM_CHECK(!(held[b] && last_holder[b] == id), "sequence {} holds block {} twice", id, b);
+        held[b] = 1;
+        last_holder[b] = id;
+        ++refs[b];
+        if (i < s.hashes.size()) {
+          PAGELLM_CHECK(g > 0 || pool_.prefix_id(b) != 0, "sequence {} block {} is committed without a prefix id",
+                        id, b);
+          const auto h = pool_.registered_hash(b);
+          PAGELLM_CHECK(!h || *h == group_hash(s.hashes[i], static_cast<int>(g)),
+                        "sequence {} group {} block {} is registered under another hash", id, g, b);
+        }
       }
     }
   }

@@ -2,9 +2,13 @@
 // lookup, copy-on-write for forked sequences, and the statistics the engine
 // reports. Pure bookkeeping: no tensors; the runner owns the memory.
 //
-// Per sequence it keeps the block table (block i holds token positions
-// [i*block_size, (i+1)*block_size)), the chain hashes of its committed full
-// blocks, and how many token slots the table was sized for.
+// Per sequence it keeps one block table per KV-cache group (block i holds
+// token positions [i*block_size, (i+1)*block_size) of that group's layers),
+// the chain hashes of its committed full blocks, and how many token slots
+// the tables were sized for. Group 0 is full attention. A sliding-window
+// group holds only the blocks its window can still see: blocks that fall out
+// of it go back to the pool (kNullBlock in the table), so a long sequence
+// holds window-sized tables there. Every group's blocks come from one pool.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "kv/block_pool.h"
 #include "kv/kv_types.h"
 
@@ -23,12 +28,16 @@ struct KVCacheConfig {
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
   AllocationPolicy allocation_policy = AllocationPolicy::Any;
+  // KV-cache groups (core/kv_layout.h); empty: one full-attention group.
+  std::vector<KvGroup> groups;
 };
 
 // Leading full blocks of a token sequence already present in the cache.
 struct PrefixMatch {
-  std::vector<BlockId> blocks;
+  std::vector<BlockId> blocks;    // group 0's
   std::vector<BlockHash> hashes;  // chain hash of each matched block
+  // Groups 1..: a sliding group's blocks, kNullBlock before its window.
+  std::vector<std::vector<BlockId>> group_blocks;
   int32_t num_tokens = 0;         // blocks.size() * block_size
   int32_t num_query_tokens = 0;   // tokens looked up (hit-rate denominator)
 };
@@ -54,6 +63,10 @@ struct KVCacheStats {
   // Token slots in used blocks that hold no token (computed or being computed
   // this step) / all token slots in used blocks; 0 when nothing is used.
   double fragmentation = 0.0;
+  // Per KV-cache group: blocks its tables hold (a block shared by several
+  // sequences counts once).
+  std::vector<KvGroup> groups;
+  std::vector<int32_t> group_used_blocks;
 
   double usage() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
   double prefix_hit_rate() const {
@@ -81,7 +94,9 @@ class KVCacheManager {
   // yet), its blocks come first and num_computed_tokens must equal
   // prefix->num_tokens. Blocks about to be written that are shared with another
   // sequence are replaced by fresh copies (returned as copies). Transactional:
-  // nullopt means not enough blocks, and nothing changed.
+  // nullopt means not enough blocks, and nothing changed, except that blocks
+  // no query from num_computed_tokens on can see (sliding groups) are
+  // released first either way.
   [[nodiscard]] std::optional<SlotAllocation> allocate_slots(SeqId seq, int32_t num_computed_tokens,
                                                              int32_t num_new_tokens,
                                                              const PrefixMatch* prefix = nullptr);
@@ -111,6 +126,12 @@ class KVCacheManager {
   // blocks were released.
   int32_t slide_window(SeqId seq, int32_t sink_tokens, int32_t max_kv_tokens, int32_t end_tokens);
 
+  // A swapped-out sequence comes back with num_tokens computed tokens: fresh
+  // blocks for what it holds (blocks_held(num_tokens) in all, kNullBlock where
+  // a sliding group's window no longer reaches). nullopt, with nothing
+  // changed, when too few blocks are available. The caller fills them.
+  [[nodiscard]] std::optional<SlotAllocation> allocate_restored(SeqId seq, int32_t num_tokens);
+
   // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
   void fork(SeqId parent, SeqId child);
 
@@ -119,9 +140,25 @@ class KVCacheManager {
   void free(SeqId seq);
 
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
-  // Block ids of the sequence (empty when it has none). The span stays valid
-  // until the sequence's next allocate_slots / free.
-  std::span<const BlockId> block_table(SeqId seq) const;
+  // Block ids of the sequence in a group (empty when it has none). The span
+  // stays valid until the sequence's next allocate_slots / free.
+  std::span<const BlockId> block_table(SeqId seq, int group = 0) const;
+
+  // ---- groups
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  const KvGroup& group(int g) const { return groups_[static_cast<size_t>(g)]; }
+  // The first block of group g that a query at position num_computed_tokens
+  // (or later) can see: 0 for full attention.
+  int32_t first_visible_block(int g, int32_t num_computed_tokens) const;
+  // Blocks a sequence holds, all groups together, once its first num_tokens
+  // tokens are computed and nothing else is.
+  int32_t blocks_held(int32_t num_tokens) const;
+  // Blocks a step computing [num_computed_tokens, + num_new_tokens) has the
+  // sequence hold, all groups together.
+  int32_t blocks_for_step(int32_t num_computed_tokens, int32_t num_new_tokens) const;
+  // The most blocks one sequence of up to max_len tokens ever holds when each
+  // step computes at most step_tokens of its tokens.
+  int32_t max_blocks_per_seq(int32_t max_len, int32_t step_tokens) const;
   int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
 
   int32_t block_size() const { return pool_.block_size(); }
@@ -141,13 +178,24 @@ class KVCacheManager {
 
  private:
   struct SeqBlocks {
-    std::vector<BlockId> blocks;
+    std::vector<std::vector<BlockId>> tables;  // [group]
     std::vector<BlockHash> hashes;  // [num committed full blocks]
-    int32_t num_tokens = 0;         // token slots the table was sized for
-    int32_t evicted_begin = 0, evicted_end = 0;  // blocks[evicted_begin, evicted_end) are kNullBlock
+    int32_t num_tokens = 0;         // token slots the tables were sized for
+    // Group 0 (sliding KV eviction): blocks [evicted_begin, evicted_end) are kNullBlock.
+    int32_t evicted_begin = 0, evicted_end = 0;
+    // Sliding groups: tables[g][0, dropped[g]) are kNullBlock (out of the window).
+    std::vector<int32_t> dropped;  // [group]
   };
 
+  SeqBlocks& new_seq(SeqId seq);
+  // Releases the blocks of sliding groups that no query from
+  // num_computed_tokens on can see.
+  void drop_invisible(SeqBlocks& s, int32_t num_computed_tokens);
+  // The hash a group's block is registered under (group 0: the chain hash).
+  static BlockHash group_hash(BlockHash h, int g);
+
   KVCacheConfig config_;
+  std::vector<KvGroup> groups_;
   BlockPool pool_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
   int64_t prefix_query_tokens_ = 0;

@@ -318,9 +318,19 @@ void Model::set_context_length(int n_ctx) {
   if (arch_info(cfg_.arch).swa_rope_base <= 0) cfg_.rope_swa.freq_factors = f;
 }
 
-KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype) const {
+std::vector<int32_t> Model::kv_layer_windows() const {
+  std::vector<int32_t> w(static_cast<size_t>(cfg_.n_layer), 0);
+  for (int l = 0; l < cfg_.n_layer; ++l) w[l] = cfg_.is_swa[l] ? cfg_.sliding_window : 0;
+  return w;
+}
+
+KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups) const {
   KVCacheSpec kv;
   kv.n_layers = geo_.layer_end - geo_.layer_begin;
+  if (groups && groups->grouped()) {
+    kv.layer_group.assign(groups->layer_group.begin() + geo_.layer_begin, groups->layer_group.begin() + geo_.layer_end);
+    kv.layer_slot = stage_kv_slots(*groups, geo_.layer_begin, geo_.layer_end, kv.n_layers);
+  }
   kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
   kv.block_size = block_size;

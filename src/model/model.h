@@ -100,8 +100,12 @@ class Model {
     if (!cfg_.moe()) return all;
     return all - expert_bytes_ + expert_bytes_ / cfg_.n_expert * cfg_.n_expert_used;
   }
-  // Shape of the paged KV cache this model (shard) needs: its layers, its KV heads.
-  KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype) const;
+  // Shape of the paged KV cache this model (shard) needs: its layers, its KV
+  // heads; with a grouped plan (KV-cache groups of the whole model), the
+  // slots and the layer -> (group, slot) map of this stage's layers.
+  KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups = nullptr) const;
+  // Per layer of the whole model: 0 for full attention, else its sliding window.
+  std::vector<int32_t> kv_layer_windows() const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
 

@@ -99,19 +99,26 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
   batch.token_ids.clear();
   batch.positions.clear();
   batch.slot_mapping.clear();
+  batch.group_slots.clear();
   batch.seqs.resize(plan.seqs.size());
   m.logits_rows.clear();
   int32_t row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
     s.append_input_ids(batch.token_ids);
-    plan.append_positions_and_slots(s, batch.positions, batch.slot_mapping);
+    plan.append_positions_and_slots(s, batch.positions, batch.slot_mapping, &batch.group_slots);
     SeqInfo& info = batch.seqs[i];
     info.q_start = row;
     info.q_len = s.num_new_tokens;
     info.ctx_len = s.end_pos();
     info.block_table.assign(s.block_table.begin(), s.block_table.end());
     if (block_shift != 0) std::transform(info.block_table.begin(), info.block_table.end(), info.block_table.begin(), shift);
+    info.group_tables.resize(s.group_tables.size());
+    for (size_t g = 0; g < s.group_tables.size(); ++g) {
+      auto& table = info.group_tables[g];
+      table.assign(s.group_tables[g].begin(), s.group_tables[g].end());
+      if (block_shift != 0) std::transform(table.begin(), table.end(), table.begin(), shift);
+    }
     info.kv_sinks = s.kv_sinks;
     info.kv_evicted_to = s.kv_evicted_to;
     row += s.num_new_tokens;
@@ -122,8 +129,11 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
     }
   }
   // New tokens always go to live blocks (never the null block).
-  if (block_shift != 0)
+  if (block_shift != 0) {
     for (int64_t& slot : batch.slot_mapping) slot += static_cast<int64_t>(block_shift) * plan.block_size;
+    for (auto& slots : batch.group_slots)
+      for (int64_t& slot : slots) slot += static_cast<int64_t>(block_shift) * plan.block_size;
+  }
 }
 
 // To each worker, asynchronously: the step's bytes live in `step` until

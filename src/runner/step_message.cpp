@@ -7,7 +7,7 @@
 namespace pagellm {
 namespace {
 
-constexpr uint32_t kMagic = 0x50535450;  // "PTSP"
+constexpr uint32_t kMagic = 0x50535451;  // "QTSP": with KV-cache group tables
 
 struct Writer {
   std::vector<uint8_t>& out;
@@ -60,6 +60,8 @@ std::vector<uint8_t> encode_step(const StepMessage& m) {
   w.array(m.batch.token_ids);
   w.array(m.batch.positions);
   w.array(m.batch.slot_mapping);
+  w.pod(static_cast<uint64_t>(m.batch.group_slots.size()));
+  for (const auto& slots : m.batch.group_slots) w.array(slots);
   w.pod(static_cast<uint64_t>(m.batch.seqs.size()));
   for (const SeqInfo& s : m.batch.seqs) {
     w.pod(s.q_start);
@@ -68,6 +70,8 @@ std::vector<uint8_t> encode_step(const StepMessage& m) {
     w.pod(s.kv_sinks);
     w.pod(s.kv_evicted_to);
     w.array(s.block_table);
+    w.pod(static_cast<uint64_t>(s.group_tables.size()));
+    for (const auto& table : s.group_tables) w.array(table);
   }
   w.array(m.logits_rows);
   return out;
@@ -86,6 +90,10 @@ StepMessage decode_step(const std::vector<uint8_t>& bytes) {
   r.array(m.batch.token_ids);
   r.array(m.batch.positions);
   r.array(m.batch.slot_mapping);
+  const auto n_groups = r.pod<uint64_t>();
+  PAGELLM_CHECK(n_groups <= 1024, "step message with {} KV-cache groups", n_groups);
+  m.batch.group_slots.resize(n_groups);
+  for (auto& slots : m.batch.group_slots) r.array(slots);
   const auto n_seqs = r.pod<uint64_t>();
   PAGELLM_CHECK(n_seqs <= bytes.size(), "truncated step message");
   m.batch.seqs.resize(n_seqs);
@@ -96,6 +104,10 @@ StepMessage decode_step(const std::vector<uint8_t>& bytes) {
     s.kv_sinks = r.pod<int32_t>();
     s.kv_evicted_to = r.pod<int32_t>();
     r.array(s.block_table);
+    const auto n_tables = r.pod<uint64_t>();
+    PAGELLM_CHECK(n_tables == n_groups, "step message: a sequence with {} group tables of {}", n_tables, n_groups);
+    s.group_tables.resize(n_tables);
+    for (auto& table : s.group_tables) r.array(table);
   }
   r.array(m.logits_rows);
   PAGELLM_CHECK(r.at == bytes.size(), "step message with {} trailing bytes", bytes.size() - r.at);

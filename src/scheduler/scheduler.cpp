@@ -38,10 +38,13 @@ const char* to_string(PreemptionMode m) { return m == PreemptionMode::Swap ? "sw
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config)
     : config_(config), kv_(kv_config) {
   config_.validate();
-  const int64_t capacity = int64_t{kv_.num_usable_blocks()} * kv_.block_size();
-  PAGELLM_CHECK(config_.max_model_len <= capacity,
-                "max_model_len {} exceeds the KV cache capacity of {} tokens ({} blocks of {})",
-                config_.max_model_len, capacity, kv_.num_usable_blocks(), kv_.block_size());
+  // One sequence of max_model_len must fit alone (with KV-cache groups, its
+  // tables in every group).
+  const int32_t per_seq = kv_.max_blocks_per_seq(config_.max_model_len, config_.max_num_batched_tokens);
+  PAGELLM_CHECK(per_seq <= kv_.num_usable_blocks(),
+                "max_model_len {} exceeds the KV cache capacity: a sequence that long holds {} blocks of {} tokens "
+                "({} KV-cache groups), the cache has {}",
+                config_.max_model_len, per_seq, kv_.block_size(), kv_.num_groups(), kv_.num_usable_blocks());
   PAGELLM_CHECK(config_.kv_eviction == KvEviction::None || window_tokens() >= 2 * kv_.block_size(),
                 "sliding KV eviction: max_model_len {} leaves fewer than 2 blocks of {} tokens besides {} attention "
                 "sinks",
@@ -241,8 +244,7 @@ void Scheduler::check_invariants() const {
                   "swapped sequence {} is not live, not marked swapped, or holds device blocks", s->id);
     const auto h = host_blocks_.find(s->id);
     PAGELLM_CHECK(h != host_blocks_.end() &&
-                      static_cast<int32_t>(h->second.size()) ==
-                          blocks_for_tokens(s->num_computed_tokens, kv_.block_size()),
+                      static_cast<int32_t>(h->second.size()) == kv_.blocks_held(s->num_computed_tokens),
                   "swapped sequence {} holds the wrong number of host blocks", s->id);
     host_held += h->second.size();
   }

@@ -168,15 +168,21 @@ void Scheduler::preempt(Sequence* seq, StepDecisions& step) {
 // may be handed to another sequence in the same step). False, with nothing
 // changed, when the host pool cannot hold them.
 bool Scheduler::swap_out(Sequence* seq, StepDecisions& step) {
-  const int32_t n = blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+  // Every group's blocks that a query from here on can see, in group order
+  // (swap_in's allocate_restored gives the same blocks back in that order).
+  const int32_t n = kv_.blocks_held(seq->num_computed_tokens);
   if (n == 0 || n > static_cast<int32_t>(free_host_blocks_.size())) return false;
-  const auto table = kv_.block_table(seq->id);
-  std::vector<int32_t> host(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
-    host[i] = free_host_blocks_.back();
-    free_host_blocks_.pop_back();
-    // A block given a copy-on-write copy this step is not filled yet.
-    step.swap_out.push_back({step.contents_of(table[i]), host[i]});
+  const int32_t len = blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+  std::vector<int32_t> host;
+  host.reserve(static_cast<size_t>(n));
+  for (int g = 0; g < kv_.num_groups(); ++g) {
+    const auto table = kv_.block_table(seq->id, g);
+    for (int32_t i = kv_.first_visible_block(g, seq->num_computed_tokens); i < len; ++i) {
+      host.push_back(free_host_blocks_.back());
+      free_host_blocks_.pop_back();
+      // A block given a copy-on-write copy this step is not filled yet.
+      step.swap_out.push_back({step.contents_of(table[i]), host.back()});
+    }
   }
   kv_.free(seq->id);
   host_blocks_[seq->id] = std::move(host);
@@ -211,14 +217,18 @@ void Scheduler::resume_swapped(StepDecisions& step) {
 bool Scheduler::swap_in(Sequence* seq, StepDecisions& step) {
   auto it = host_blocks_.find(seq->id);
   PAGELLM_CHECK(it != host_blocks_.end(), "swap_in: sequence {} has no host blocks", seq->id);
-  auto alloc = kv_.allocate_slots(seq->id, 0, seq->num_computed_tokens);
-  if (!alloc) return false;
-  PAGELLM_CHECK(alloc->copies.empty(), "swap_in: fresh blocks needed no copy-on-write");
-  const auto table = kv_.block_table(seq->id);
-  for (size_t i = 0; i < it->second.size(); ++i) {
-    step.swap_in.push_back({it->second[i], table[i]});
-    host_blocks_reading_.push_back(it->second[i]);
+  if (!kv_.allocate_restored(seq->id, seq->num_computed_tokens)) return false;
+  size_t next = 0;
+  const int32_t len = blocks_for_tokens(seq->num_computed_tokens, kv_.block_size());
+  for (int g = 0; g < kv_.num_groups(); ++g) {
+    const auto table = kv_.block_table(seq->id, g);
+    for (int32_t i = kv_.first_visible_block(g, seq->num_computed_tokens); i < len; ++i) {
+      step.swap_in.push_back({it->second[next], table[i]});
+      host_blocks_reading_.push_back(it->second[next++]);
+    }
   }
+  PAGELLM_CHECK(next == it->second.size(), "swap_in: sequence {} swapped {} blocks out but {} come back", seq->id,
+                it->second.size(), next);
   blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
   host_blocks_.erase(it);
   // The tokens are back: full blocks join the prefix cache again.
@@ -278,8 +288,7 @@ PrefixMatch Scheduler::cached_prefix(const Sequence& seq) const {
 // the cache, so counting them errs on the safe side).
 std::optional<SlotAllocation> Scheduler::allocate_admission(const Sequence& seq, const PrefixMatch& match,
                                                             int32_t num_new) {
-  const int32_t bs = kv_.block_size();
-  const int32_t blocks = (match.num_tokens + num_new + bs - 1) / bs;
+  const int32_t blocks = kv_.blocks_for_step(match.num_tokens, num_new);
   if (!leaves_reserve(config_.admission_policy == AdmissionPolicy::Conservative, config_.admission_watermark,
                       kv_.num_usable_blocks(), kv_.num_available_blocks(), num_running(), blocks))
     return std::nullopt;

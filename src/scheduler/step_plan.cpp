@@ -20,11 +20,17 @@ void ScheduledSeq::append_input_ids(std::vector<TokenId>& out) const {
 }
 
 void StepPlan::append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions,
-                                          std::vector<int64_t>& slots) const {
+                                          std::vector<int64_t>& slots,
+                                          std::vector<std::vector<int64_t>>* group_slots) const {
   for (int32_t pos = s.start_pos; pos < s.end_pos(); ++pos) {
     positions.push_back(pos);
     slots.push_back(slot_of(s.block_table, pos, block_size));
   }
+  if (!group_slots) return;
+  group_slots->resize(s.group_tables.size());
+  for (size_t g = 0; g < s.group_tables.size(); ++g)
+    for (int32_t pos = s.start_pos; pos < s.end_pos(); ++pos)
+      (*group_slots)[g].push_back(slot_of(s.group_tables[g], pos, block_size));
 }
 
 }  // namespace pagellm

@@ -20,6 +20,8 @@ struct ScheduledSeq {
   // The sequence's whole block table after this step's allocation. Valid
   // until the next call into the scheduler other than on_step_done().
   std::span<const BlockId> block_table;
+  // KV-cache groups 1.. (sliding windows): their tables, likewise valid.
+  std::vector<std::span<const BlockId>> group_tables;
   // This step reaches the end of the sequence's tokens: the runner samples
   // one token from the logits of the last position.
   bool sample = false;
@@ -65,9 +67,10 @@ struct StepPlan {
   // The slot (flat token index into the paged cache) of position `pos`:
   // block_table[pos / block_size] * block_size + pos % block_size.
   static int64_t slot_of(std::span<const BlockId> block_table, int32_t pos, int32_t block_size);
-  // Appends the positions and slots of s's tokens this step.
-  void append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions,
-                                  std::vector<int64_t>& slots) const;
+  // Appends the positions and slots of s's tokens this step; group_slots
+  // (one per group 1..) get the slots in those groups' tables.
+  void append_positions_and_slots(const ScheduledSeq& s, std::vector<int32_t>& positions, std::vector<int64_t>& slots,
+                                  std::vector<std::vector<int64_t>>* group_slots = nullptr) const;
 };
 
 }  // namespace pagellm

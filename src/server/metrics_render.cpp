@@ -114,6 +114,12 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
   w.gauge("kv_blocks_total", static_cast<double>(m.kv_blocks_total), "KV-cache blocks in the pool.");
   w.gauge("kv_blocks_used", static_cast<double>(m.kv_blocks_used),
           "KV-cache blocks held by running or waiting requests.");
+  w.by_label("kv_blocks_used_by_kind", "gauge",
+             "Used KV-cache blocks by the kind of layers they serve (sliding: sliding-window layers' KV-cache "
+             "groups, which hold only the blocks their window sees).",
+             "kind",
+             {{"full", static_cast<double>(m.kv_blocks_used_full)},
+              {"sliding", static_cast<double>(m.kv_blocks_used_sliding)}});
   w.gauge("kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
           "Free KV-cache blocks that still hold a cached prefix.");
   w.gauge("kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");

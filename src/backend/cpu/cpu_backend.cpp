@@ -119,7 +119,7 @@ class CpuBackend : public Backend {
 
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
-           f == Feature::KvEviction;
+           f == Feature::KvEviction || f == Feature::KvGroups;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -154,6 +154,7 @@ class CpuBackend : public Backend {
                   "KV cache type must be f16, f32 or int8");
     PAGELLM_CHECK(cfg.num_blocks > 1 && cfg.block_size > 0, "KV cache needs at least 2 blocks");
     kv_cfg_ = cfg;
+    kv_groups_ = check_kv_groups(cfg);
     kv_elem_ = cfg.dtype == DType::F16 ? cpu::KVElem::F16 : cfg.dtype == DType::I8 ? cpu::KVElem::I8 : cpu::KVElem::F32;
     const size_t vectors = static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size;
     block_bytes_ = vectors * cfg.head_dim * dtype_size(cfg.dtype);
@@ -198,13 +199,27 @@ class CpuBackend : public Backend {
     if (!kv_cfg_.num_blocks) return;
     const int64_t n_slots = static_cast<int64_t>(kv_cfg_.num_blocks) * kv_cfg_.block_size;
     for (int64_t s : batch.slot_mapping) PAGELLM_CHECK(s >= 0 && s < n_slots, "KV slot {} out of range", s);
+    PAGELLM_CHECK(static_cast<int>(batch.group_slots.size()) == kv_groups_ - 1,
+                  "batch has slots for {} KV-cache groups, the cache has {}", batch.group_slots.size() + 1, kv_groups_);
+    for (const auto& slots : batch.group_slots) {
+      PAGELLM_CHECK(static_cast<int64_t>(slots.size()) == n, "batch arrays disagree in length");
+      for (int64_t s : slots) PAGELLM_CHECK(s >= 0 && s < n_slots, "KV slot {} out of range", s);
+    }
     for (const auto& seq : batch.seqs) {
+      PAGELLM_CHECK(static_cast<int>(seq.group_tables.size()) == kv_groups_ - 1,
+                    "sequence has block tables for {} KV-cache groups, the cache has {}", seq.group_tables.size() + 1,
+                    kv_groups_);
       PAGELLM_CHECK(seq.q_len > 0 && seq.q_start >= 0 && seq.q_start + seq.q_len <= n && seq.ctx_len >= seq.q_len,
                     "bad sequence slice in batch");
       const int64_t need = (seq.ctx_len + kv_cfg_.block_size - 1) / kv_cfg_.block_size;
       PAGELLM_CHECK(static_cast<int64_t>(seq.block_table.size()) >= need, "block table too short: {} < {}",
                     seq.block_table.size(), need);
       for (int64_t b = 0; b < need; ++b) check_block(seq.block_table[b]);
+      for (const auto& table : seq.group_tables) {  // null (0) where a window no longer looks
+        PAGELLM_CHECK(static_cast<int64_t>(table.size()) >= need, "block table too short: {} < {}", table.size(),
+                      need);
+        for (int64_t b = 0; b < need; ++b) check_block(table[b]);
+      }
     }
   }
 
@@ -266,13 +281,13 @@ class CpuBackend : public Backend {
 
   void store_kv(int layer, Buffer& kb, const Buffer& vb, const RopeConfig* k_rope) override {
     Timer t(this, kAttention, "store_kv");
-    PAGELLM_CHECK(layer >= 0 && layer < kv_cfg_.n_layers, "KV layer {} out of range", layer);
+    const auto [group, slot] = kv_place(layer);
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     float* k = f32(kb, batch_->n_tokens() * row);
     const float* v = f32(vb, batch_->n_tokens() * row);
-    const cpu::KVStore cache{k_cache_[layer].get(), v_cache_[layer].get(), kv_elem_, k_scale(layer), v_scale(layer),
+    const cpu::KVStore cache{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
                              kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
-    const auto& slots = batch_->slot_mapping;
+    const auto& slots = batch_->slots(group);
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
     const int half = k_rope ? k_rope->n_rot / 2 : 0;
     pool_.parallel_for(
@@ -480,6 +495,31 @@ class CpuBackend : public Backend {
     return (kMinParallelElements + row_elements - 1) / std::max<int64_t>(row_elements, 1);
   }
 
+  // Checks the spec's layer -> (group, slot) map; returns the group count.
+  static int check_kv_groups(const KVCacheSpec& cfg) {
+    if (cfg.layer_group.empty() && cfg.layer_slot.empty()) return 1;
+    PAGELLM_CHECK(cfg.layer_group.size() == cfg.layer_slot.size(), "KV cache spec: {} layer groups but {} slots",
+                  cfg.layer_group.size(), cfg.layer_slot.size());
+    int groups = 1;
+    for (size_t l = 0; l < cfg.layer_group.size(); ++l) {
+      PAGELLM_CHECK(cfg.layer_group[l] >= 0 && cfg.layer_slot[l] >= 0 && cfg.layer_slot[l] < cfg.n_layers,
+                    "KV cache spec: layer {} in group {} slot {} of {}", l, cfg.layer_group[l], cfg.layer_slot[l],
+                    cfg.n_layers);
+      groups = std::max(groups, cfg.layer_group[l] + 1);
+    }
+    return groups;
+  }
+  // The KV-cache group of a layer and its slot in that group's blocks.
+  std::pair<int, int> kv_place(int layer) const {
+    if (kv_cfg_.layer_group.empty()) {
+      PAGELLM_CHECK(layer >= 0 && layer < kv_cfg_.n_layers, "KV layer {} out of range", layer);
+      return {0, layer};
+    }
+    PAGELLM_CHECK(layer >= 0 && layer < static_cast<int>(kv_cfg_.layer_group.size()), "KV layer {} out of range",
+                  layer);
+    return {kv_cfg_.layer_group[layer], kv_cfg_.layer_slot[layer]};
+  }
+
   void check_block(int32_t b) const {
     PAGELLM_CHECK(b >= 0 && b < kv_cfg_.num_blocks, "KV block {} out of range [0, {})", b, kv_cfg_.num_blocks);
   }
@@ -512,6 +552,7 @@ class CpuBackend : public Backend {
   Isa isa_;
   const cpu::OpsTable* ops_;
   KVCacheSpec kv_cfg_;
+  int kv_groups_ = 1;
   size_t block_bytes_ = 0;
   size_t scale_bytes_ = 0;  // of one block's scales (int8 caches)
   cpu::KVElem kv_elem_ = cpu::KVElem::F16;
@@ -546,7 +587,7 @@ class CpuBackend : public Backend {
 
 void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {
   Timer timer(this, kAttention, "attention");
-  PAGELLM_CHECK(layer >= 0 && layer < kv_cfg_.n_layers, "KV layer {} out of range", layer);
+  const auto [group, slot] = kv_place(layer);
   const float* q = f32(q_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   float* out = f32(out_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
@@ -632,8 +673,8 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[layer].get(), v_cache_[layer].get(), kv_elem_, k_scale(layer), v_scale(layer),
-                     kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].block_table.data()};
+      cpu::AttnKV kv{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
+                     kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].table(group).data()};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};
       float* p = partials_.data() + u * unit_floats;

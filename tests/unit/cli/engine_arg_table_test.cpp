@@ -60,6 +60,7 @@ json snapshot(const EngineArgs& a) {
           {"profile", c.profile},
           {"deterministic", c.deterministic},
           {"device_sampling", c.device_sampling},
+          {"kv_cache_groups", c.kv_cache_groups},
           {"config_seed", c.seed ? json(*c.seed) : json()},
           {"tensor_parallel_size", c.tensor_parallel_size},
           {"pipeline_parallel_size", c.pipeline_parallel_size},

@@ -95,7 +95,11 @@ TEST_P(Deterministic, AloneBatchedPreemptedAndOneThreadGiveTheSameLogits) {
   batched.scheduler.max_num_batched_tokens = 384;
   batched.block_size = 16;
   {
-    Engine probe(c);
+    // The memory of 80 blocks of every layer (KV-cache groups make more,
+    // smaller blocks of it where the model has sliding-window layers).
+    EngineConfig ungrouped = c;
+    ungrouped.kv_cache_groups = false;
+    Engine probe(ungrouped);
     const int64_t block = static_cast<int64_t>(probe.backend().kv_cache_spec().bytes_per_block());
     batched.kv_cache_memory = block * 80;  // 1280 tokens for ~10k of requests
   }

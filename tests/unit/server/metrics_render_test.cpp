@@ -78,7 +78,7 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 48u);
+  EXPECT_EQ(types, 49u);
   // Speculative decoding, by vLLM's names.
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_drafts_total" + l + "} 10.0"));
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_draft_tokens_total" + l + "} 40.0"));
