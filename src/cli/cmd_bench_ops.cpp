@@ -290,12 +290,17 @@ class OpsBench {
       size_t next = 0;
     };
     std::vector<PerLevel> st(levels_.size());
+    // Copy by copy across the levels: memory allocated later may get fewer
+    // huge pages, and that must not favour the first level.
+    for (int c = 0; c < copies; ++c)
+      for (size_t l = 0; l < levels_.size(); ++l) {
+        levels_[l].enter();  // the CPU repacks per level at upload
+        st[l].w.push_back(levels_[l].be->upload({"w", type, {cols, rows}, host[c].data()}));
+      }
     for (size_t l = 0; l < levels_.size(); ++l) {
-      levels_[l].enter();  // the CPU repacks per level at upload
-      Backend& be = *levels_[l].be;
-      for (int c = 0; c < copies; ++c) st[l].w.push_back(be.upload({"w", type, {cols, rows}, host[c].data()}));
-      st[l].x = put(be, x);
-      st[l].y = be.alloc(DType::F32, static_cast<size_t>(max_n * rows));
+      levels_[l].enter();
+      st[l].x = put(*levels_[l].be, x);
+      st[l].y = levels_[l].be->alloc(DType::F32, static_cast<size_t>(max_n * rows));
     }
     std::vector<Case> cases;
     for (int64_t n : list) {

@@ -49,5 +49,13 @@ bool has_gemm_x16(DType type);
 void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
               float* y, int64_t ldy, int nrows);
 
+// True if gemv_x8 has a kernel for the type (the others run avx2::gemm_x8).
+bool has_gemv_x8(DType type);
+
+// One interleaved row group (8 rows, nb blocks at w) times token t (decode):
+// y[r] for r < nrows (<= 8). Bit-identical to avx2::gemm_x8; the activation
+// side's c as for gemm_x16.
+void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t, float* y, int nrows);
+
 }  // namespace avx512
 }  // namespace pagellm::cpu
