@@ -69,7 +69,9 @@ int zero_point(DType type, bool x16) {
   switch (type) {
     case DType::Q4_0: return 8;
     case DType::Q5_0: return 16;
-    case DType::Q8_0: return x16 ? 128 : 0;
+    case DType::Q8_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4: return x16 ? 128 : 0;
     default: return 0;
   }
 }

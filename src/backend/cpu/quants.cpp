@@ -139,11 +139,11 @@ float vec_dot(DType weight_type, int64_t n, const void* w, const void* a) {
   PAGELLM_CHECK(vec_dot_supported(weight_type), "vec_dot: no kernel for weight type {}", dtype_name(weight_type));
   check_row(weight_type, n, "vec_dot");
   if (vec_dot_type(weight_type) == DType::Q8_K) check_row(DType::Q8_K, n, "vec_dot");
-  switch (kernel_isa_for(kernel_isa(), weight_type)) {
-    case Isa::Avx512Vnni: return avx512::vec_dot(weight_type, n, w, a);
-    case Isa::Avx2: return avx2::vec_dot(weight_type, n, w, a);
-    default: return scalar::vec_dot(weight_type, n, w, a);
-  }
+  // Types with VNNI matrix kernels but no VNNI row dot run AVX2's.
+  const Isa isa = kernel_isa_for(kernel_isa(), weight_type);
+  if (isa == Isa::Avx512Vnni && avx512::has_vec_dot(weight_type)) return avx512::vec_dot(weight_type, n, w, a);
+  if (isa >= Isa::Avx2) return avx2::vec_dot(weight_type, n, w, a);
+  return scalar::vec_dot(weight_type, n, w, a);
 }
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
