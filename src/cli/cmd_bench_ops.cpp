@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -48,6 +49,9 @@ struct OpsFlags {
   std::string cold = "128MiB";        // matmul weights rotate over copies of at least this many bytes
   std::string read_size = "256MiB";   // streaming read benchmark; 0: skip it
   std::string output_json;
+  // Time samples by the calling thread's CPU time (one thread only): the
+  // kernels' own cost, steadier than wall time while others share the cores.
+  bool cpu_time = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -60,6 +64,12 @@ std::vector<std::string> split_list(const std::string& s) {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -111,8 +121,9 @@ class OpsBench {
     j["threads"] = f_.threads;
     j["cpu"] = cpu_features().describe();
     for (const Level& l : levels_) j["levels"].push_back({{"isa", l.isa}, {"backend", describe(l)}});
-    std::printf("# pagellm bench ops: %s, %d threads, median of %d rounds, levels alternating\n", f_.device.c_str(),
-                f_.threads, f_.rounds);
+    PAGELLM_CHECK(!f_.cpu_time || (f_.device == "cpu" && f_.threads == 1), "--cpu-time needs --device cpu -t 1");
+    std::printf("# pagellm bench ops: %s, %d threads, median of %d rounds (%s), levels alternating\n",
+                f_.device.c_str(), f_.threads, f_.rounds, f_.cpu_time ? "thread CPU time" : "wall time");
     for (const Level& l : levels_) std::printf("#   %s: %s\n", l.isa.empty() ? "-" : l.isa.c_str(), describe(l).c_str());
     if (const int64_t read = parse_byte_size(f_.read_size); read > 0) j["read"] = measure_read(read);
     print_header();
@@ -219,9 +230,9 @@ class OpsBench {
         for (size_t k = 0; k < nl; ++k) {
           const size_t l = (k + static_cast<size_t>(r)) % nl;
           levels_[l].enter();
-          const double t0 = now_s();
+          const double t0 = f_.cpu_time ? thread_cpu_s() : now_s();
           for (int i = 0; i < reps[l]; ++i) c.call(l);
-          samples[l].push_back((now_s() - t0) / reps[l]);
+          samples[l].push_back(((f_.cpu_time ? thread_cpu_s() : now_s()) - t0) / reps[l]);
         }
       }
       Row row{c, {}};
@@ -475,6 +486,7 @@ CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run) {
       ->capture_default_str();
   sub->add_option("--read-size", f->read_size, "Streaming read benchmark buffer (0: skip)")->capture_default_str();
   sub->add_option("--output-json", f->output_json, "Also write the results as JSON here");
+  sub->add_flag("--cpu-time", f->cpu_time, "Time by the thread's CPU time (needs -t 1): steadier on a shared machine");
   run = [f]() { return OpsBench(*f).run(); };
   return sub;
 }

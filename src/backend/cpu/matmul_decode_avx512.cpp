@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/matmul_repack.h"
@@ -201,14 +202,217 @@ void gemv_q6_k(const BlockQ6_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, i
   store8(acc, y, nrows);
 }
 
+// 16 signed 4-bit levels plus 128 as unsigned bytes, in every 128-bit lane.
+inline __m512i shifted_lut(const int8_t* values) {
+  alignas(16) uint8_t u[16];
+  for (int k = 0; k < 16; ++k) u[k] = static_cast<uint8_t>(values[k] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
+}
+
+// Per 16-bit lane: Lo in lanes 0-7's words, Hi in lanes 8-15's.
+inline __m512i halves16(int lo, int hi) {
+  return _mm512_mask_mov_epi16(_mm512_set1_epi16(static_cast<int16_t>(lo)), 0xFFFF0000u,
+                               _mm512_set1_epi16(static_cast<int16_t>(hi)));
+}
+
+// ---- Q4_1, Q5_0, Q5_1: blocks of 32, Q5's fifth bit of quad j in bit j (low
+// nibbles) or j + 4 (high) of each row's qh bytes -----------------------------------
+template <bool Fifth, bool HasMin>
+void gemv_q4q5(const void* wp, int64_t nb, const void* ap, const void* sp, float* y, int nrows) {
+  using WBlock = std::conditional_t<Fifth, std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>, BlockQ4_1x8>;
+  using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
+  using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
+  const auto* w = static_cast<const WBlock*>(wp);
+  const auto* a = static_cast<const ABlock*>(ap);
+  const auto* s = static_cast<const Side*>(sp);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  // Pair k (quads 2k, 2k + 1): the shifts that bring their fifth bits to bit 4.
+  const __m512i up_lo[2] = {halves16(4, 3), halves16(2, 1)};
+  const __m512i down_hi[2] = {halves16(0, 1), halves16(2, 3)};
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w, b);
+    const ActQuads act(a[b].qs);
+    __m512i qh = _mm512_setzero_si512();
+    if constexpr (Fifth) qh = _mm512_broadcast_i64x4(load256(w[b].qh));
+    __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+    for (int k = 0; k < 2; ++k) {
+      const __m512i q = load512(w[b].qs + 64 * k);
+      __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      if constexpr (Fifth) {
+        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sllv_epi16(qh, up_lo[k]), m10));
+        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srlv_epi16(qh, down_hi[k]), m10));
+      }
+      dpbusd(lo_sum, lo, act.pair(k));
+      dpbusd(hi_sum, hi, act.pair(2 + k));
+    }
+    const __m256i isum = fold(_mm512_add_epi32(lo_sum, hi_sum));
+    const __m256 dw = load_halves8(w[b].d);
+    if constexpr (HasMin) {
+      fmadd(acc, _mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(s[b].d)));
+      fmadd(acc, load_halves8(w[b].m), _mm256_set1_ps(s[b].s));
+    } else {
+      const __m256i i32 = _mm256_sub_epi32(isum, _mm256_set1_epi32(s[b].c));
+      fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(s[b].d)));
+    }
+  }
+  store8(acc, y, nrows);
+}
+
+// ---- IQ4_NL, MXFP4: LUT levels plus 128, the side's c = 128 * (activation sum) ----
+template <bool Mx>
+void gemv_lut4(const void* wp, int64_t nb, const BlockQ8_0* a, const ActSideQ8_0* s, float* y, int nrows) {
+  using WBlock = std::conditional_t<Mx, BlockMXFP4x8, BlockQ4_0x8>;
+  const auto* w = static_cast<const WBlock*>(wp);
+  const __m512i lut = shifted_lut(Mx ? kMXFP4Values : kIQ4NLValues), m4 = _mm512_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w, b);
+    const ActQuads act(a[b].qs);
+    __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+    for (int k = 0; k < 2; ++k) {
+      const __m512i q = load512(w[b].qs + 64 * k);
+      dpbusd(lo_sum, _mm512_shuffle_epi8(lut, _mm512_and_si512(q, m4)), act.pair(k));
+      dpbusd(hi_sum, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4)), act.pair(2 + k));
+    }
+    __m256 dw;
+    if constexpr (Mx) {  // e8m0_to_fp32_half of the exponent bytes, as matmul_avx2.cpp
+      const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].e)));
+      const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+      const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+      dw = _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    } else {
+      dw = load_halves8(w[b].d);
+    }
+    const __m256i i32 = _mm256_sub_epi32(fold(_mm512_add_epi32(lo_sum, hi_sum)), _mm256_set1_epi32(s[b].c));
+    fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(s[b].d)));
+  }
+  store8(acc, y, nrows);
+}
+
+// ---- IQ4_XS: sub-blocks of 32 with signed scales; the 128 against bs32 ------------
+void gemv_iq4_xs(const BlockIQ4_XSx8* w, int64_t nb, const BlockQ8_K* a, const ActSideQ8_K* s, float* y, int nrows) {
+  const __m512i lut = shifted_lut(kIQ4NLValues), m4 = _mm512_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w, b);
+    __m512i isum = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const ActQuads act(a[b].qs + 32 * j);
+      // The -128 * (sub-block sum) once per row: in lanes 0-7 only.
+      __m512i sub = _mm512_maskz_set1_epi32(0x00FF, -128 * s[b].bs32[j]);
+      for (int k = 0; k < 2; ++k) {
+        const __m512i q = load512(w[b].qs + (j * 4 + 2 * k) * 32);
+        dpbusd(sub, _mm512_shuffle_epi8(lut, _mm512_and_si512(q, m4)), act.pair(k));
+        dpbusd(sub, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4)), act.pair(2 + k));
+      }
+      const __m512i sc = _mm512_broadcast_i64x4(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales + j * kGroupRows))));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sub, sc));
+    }
+    fmadd(acc, _mm256_cvtepi32_ps(fold(isum)), _mm256_mul_ps(load_halves8(w[b].d), _mm256_set1_ps(a[b].d)));
+  }
+  store8(acc, y, nrows);
+}
+
+// ---- Q5_K: Q4_K with the fifth bits of sub-blocks 2c, 2c + 1 in bits 2c, 2c + 1
+// of the qh quads -------------------------------------------------------------------
+void gemv_q5_k(const BlockQ5_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSideQ8_K* s, float* y, int nrows) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w, b);
+    __m512i qh[4];
+    for (int k = 0; k < 4; ++k) qh[k] = load512(w[b].qh + 2 * k * 32);
+    __m512i isum = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      const ActQuads act_lo(a[b].qs + 64 * c), act_hi(a[b].qs + 64 * c + 32);
+      __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
+      const __m128i up_lo = _mm_cvtsi32_si128(4 - 2 * c), up_hi = _mm_cvtsi32_si128(3 - 2 * c);
+      const __m128i down_lo = _mm_cvtsi32_si128(2 * c - 4), down_hi = _mm_cvtsi32_si128(2 * c - 3);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = load512(w[b].qs + (c * 8 + 2 * k) * 32);
+        const __m512i h_lo = c < 2 ? _mm512_sll_epi16(qh[k], up_lo) : _mm512_srl_epi16(qh[k], down_lo);
+        const __m512i h_hi = c < 2 ? _mm512_sll_epi16(qh[k], up_hi) : _mm512_srl_epi16(qh[k], down_hi);
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(h_lo, m10));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), _mm512_and_si512(h_hi, m10));
+        dpbusd(lo_sum, lo, act_lo.pair(k));
+        dpbusd(hi_sum, hi, act_hi.pair(k));
+      }
+      const __m512i sc = _mm512_broadcast_i64x4(
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales + 16 * c))));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo_sum, even16<false>(sc)));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi_sum, odd16<false>(sc)));
+    }
+    const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
+    const __m256 da = _mm256_set1_ps(a[b].d);
+    fmadd(acc, _mm256_cvtepi32_ps(fold(isum)), _mm256_mul_ps(dw, da));
+    __m256i imin = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].mins + 16 * c)));
+      imin = _mm256_add_epi32(imin, _mm256_madd_epi16(m, bcast32(s[b].bs32 + 2 * c)));
+    }
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc);
+  }
+  store8(acc, y, nrows);
+}
+
+// ---- Q2_K: 2-bit levels, per shift k and half h two sub-blocks of 16 (quad pairs
+// 0-1 and 2-3) with 4-bit scales; mins against the activation sums of 16 -----------
+void gemv_q2_k(const BlockQ2_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, int nrows) {
+  const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi32(0x0F);
+  const auto scale_bytes = [](const BlockQ2_Kx8& blk, int j) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales + j * kGroupRows)));
+  };
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead(w, b);
+    __m512i isum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      __m512i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = load512(w[b].qs + (h * 8 + 2 * k) * 32);
+      for (int shift = 0; shift < 4; ++shift) {
+        const ActQuads act(a[b].qs + 128 * h + 32 * shift);
+        const __m128i count = _mm_cvtsi32_si128(2 * shift);
+        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) dpbusd(k < 2 ? p0 : p1, _mm512_and_si512(_mm512_srl_epi16(q[k], count), m2), act.pair(k));
+        const int j = 8 * h + 2 * shift;
+        const __m512i s0 = _mm512_and_si512(_mm512_broadcast_i64x4(scale_bytes(w[b], j)), m4);
+        const __m512i s1 = _mm512_and_si512(_mm512_broadcast_i64x4(scale_bytes(w[b], j + 1)), m4);
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, s0));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, s1));
+      }
+    }
+    const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
+    __m256i imin = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {
+      const __m256i mins = _mm256_or_si256(_mm256_srli_epi32(scale_bytes(w[b], 2 * p), 4),
+                                           _mm256_slli_epi32(_mm256_srli_epi32(scale_bytes(w[b], 2 * p + 1), 4), 16));
+      imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mins, bcast32(a[b].bsums + 2 * p)));
+    }
+    const __m256 da = _mm256_set1_ps(a[b].d);
+    fmadd(acc, _mm256_cvtepi32_ps(fold(isum)), _mm256_mul_ps(dw, da));
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc);
+  }
+  store8(acc, y, nrows);
+}
+
 }  // namespace
 
 bool has_gemv_x8(DType type) {
   switch (type) {
     case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q2_K:
     case DType::Q4_K:
-    case DType::Q6_K: return true;
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -226,6 +430,22 @@ void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t,
     case DType::Q4_K:
       return gemv_q4_k(static_cast<const BlockQ4_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks),
                        reinterpret_cast<const ActSideQ8_K*>(side), y, nrows);
+    case DType::Q4_1: return gemv_q4q5<false, true>(w, nb, blocks, side, y, nrows);
+    case DType::Q5_0: return gemv_q4q5<true, false>(w, nb, blocks, side, y, nrows);
+    case DType::Q5_1: return gemv_q4q5<true, true>(w, nb, blocks, side, y, nrows);
+    case DType::IQ4_NL:
+      return gemv_lut4<false>(w, nb, reinterpret_cast<const BlockQ8_0*>(blocks), reinterpret_cast<const ActSideQ8_0*>(side),
+                              y, nrows);
+    case DType::MXFP4:
+      return gemv_lut4<true>(w, nb, reinterpret_cast<const BlockQ8_0*>(blocks), reinterpret_cast<const ActSideQ8_0*>(side),
+                             y, nrows);
+    case DType::IQ4_XS:
+      return gemv_iq4_xs(static_cast<const BlockIQ4_XSx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks),
+                         reinterpret_cast<const ActSideQ8_K*>(side), y, nrows);
+    case DType::Q5_K:
+      return gemv_q5_k(static_cast<const BlockQ5_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks),
+                       reinterpret_cast<const ActSideQ8_K*>(side), y, nrows);
+    case DType::Q2_K: return gemv_q2_k(static_cast<const BlockQ2_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks), y, nrows);
     case DType::Q6_K:
       return gemv_q6_k(static_cast<const BlockQ6_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks), y, nrows);
     default: fail("gemv_x8: no AVX-512 VNNI kernel for {}", dtype_name(type));
