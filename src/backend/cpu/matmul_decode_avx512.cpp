@@ -83,6 +83,17 @@ inline void prefetch_ahead(const Block* w, int64_t b) {
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// The same, spread over a block's loop: part `part` of `parts` of the block
+// ahead. A long block's ~20-27 prefetches at once fill the core's miss
+// buffers and stall the loads behind them.
+template <typename Block>
+inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
+  constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
+  constexpr int64_t lines = (sizeof(Block) + 63) / 64;
+  const char* p = reinterpret_cast<const char*>(w + b + ahead);
+  for (int64_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+}
+
 inline void store8(__m256 acc, float* y, int nrows) {
   if (nrows == kGroupRows) {
     _mm256_storeu_ps(y, acc);
@@ -135,9 +146,9 @@ void gemv_q4_k(const BlockQ4_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
     __m512i isum = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {
+      prefetch_part(w, b, c, 4);
       const ActQuads act_lo(a[b].qs + 64 * c), act_hi(a[b].qs + 64 * c + 32);
       __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
       for (int k = 0; k < 4; ++k) {
@@ -170,7 +181,6 @@ void gemv_q6_k(const BlockQ6_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, i
   const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
     __m512i isum = _mm512_setzero_si512();
     __m256i corr = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
@@ -179,6 +189,7 @@ void gemv_q6_k(const BlockQ6_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, i
       for (int k = 0; k < 4; ++k) qh[k] = load512(w[b].qh + (h * 8 + 2 * k) * 32);
       for (int part = 0; part < 4; ++part) {
         const int pair = 4 * h + part;  // sub-blocks 2 pair (quads 0-3), 2 pair + 1 (quads 4-7)
+        prefetch_part(w, b, pair, 8);
         const ActQuads act(a[b].qs + 128 * h + 32 * part);
         __m512i first = _mm512_setzero_si512(), second = _mm512_setzero_si512();
         for (int k = 0; k < 4; ++k) {
@@ -295,9 +306,9 @@ void gemv_iq4_xs(const BlockIQ4_XSx8* w, int64_t nb, const BlockQ8_K* a, const A
   const __m512i lut = shifted_lut(kIQ4NLValues), m4 = _mm512_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
     __m512i isum = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
+      prefetch_part(w, b, j, 8);
       const ActQuads act(a[b].qs + 32 * j);
       // The -128 * (sub-block sum) once per row: in lanes 0-7 only.
       __m512i sub = _mm512_maskz_set1_epi32(0x00FF, -128 * s[b].bs32[j]);
@@ -321,11 +332,11 @@ void gemv_q5_k(const BlockQ5_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
   const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
     __m512i qh[4];
     for (int k = 0; k < 4; ++k) qh[k] = load512(w[b].qh + 2 * k * 32);
     __m512i isum = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {
+      prefetch_part(w, b, c, 4);
       const ActQuads act_lo(a[b].qs + 64 * c), act_hi(a[b].qs + 64 * c + 32);
       __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
       const __m128i up_lo = _mm_cvtsi32_si128(4 - 2 * c), up_hi = _mm_cvtsi32_si128(3 - 2 * c);
@@ -366,12 +377,12 @@ void gemv_q2_k(const BlockQ2_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, i
   };
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
     __m512i isum = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       __m512i q[4];
       for (int k = 0; k < 4; ++k) q[k] = load512(w[b].qs + (h * 8 + 2 * k) * 32);
       for (int shift = 0; shift < 4; ++shift) {
+        prefetch_part(w, b, 4 * h + shift, 8);
         const ActQuads act(a[b].qs + 128 * h + 32 * shift);
         const __m128i count = _mm_cvtsi32_si128(2 * shift);
         __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
