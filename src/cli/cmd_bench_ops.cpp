@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "backend/cpu/peak.h"
 #include "backend/registry.h"
 #include "bench/memory_probe.h"
 #include "cli/commands.h"
@@ -126,6 +127,7 @@ class OpsBench {
                 f_.device.c_str(), f_.threads, f_.rounds, f_.cpu_time ? "thread CPU time" : "wall time");
     for (const Level& l : levels_) std::printf("#   %s: %s\n", l.isa.empty() ? "-" : l.isa.c_str(), describe(l).c_str());
     if (const int64_t read = parse_byte_size(f_.read_size); read > 0) j["read"] = measure_read(read);
+    if (f_.device == "cpu" && cpu_features().detected() >= Isa::Avx512Vnni) j["int8_peak"] = measure_int8_peak();
     print_header();
     for (const std::string& op : split_list(f_.ops)) {
       if (op == "matmul") {
@@ -201,6 +203,21 @@ class OpsBench {
     std::printf("# streaming read of %s, %d threads: %.1f GB/s (median of %zu; best %.1f)\n",
                 format_bytes(bytes).c_str(), r.threads, read_gb_s_, v.size(), v.back());
     return {{"bytes", bytes}, {"threads", r.threads}, {"gb_per_s_median", read_gb_s_}, {"gb_per_s", r.gb_per_s}};
+  }
+
+  // Independent vpdpbusd back to back on every thread: the int8 ceiling.
+  nlohmann::json measure_int8_peak() {
+    const int threads = std::max(1, f_.threads);
+    nlohmann::json j;
+    for (int bits : {256, 512}) {
+      std::vector<double> v;
+      for (int r = 0; r < 3; ++r) v.push_back(cpu::avx512::int8_peak_gops(threads, bits, 0.2));
+      std::sort(v.begin(), v.end());
+      std::printf("# int8 peak, vpdpbusd %d-bit, %d threads: %.0f GOP/s (median of 3, best %.0f)\n", bits, threads,
+                  v[1], v[2]);
+      j[std::to_string(bits)] = v;
+    }
+    return j;
   }
 
   void print_header() {
