@@ -9,6 +9,11 @@
 // float steps are theirs, in 256 bits and in the same order, so every output
 // is bit-identical to matmul_avx2.cpp's.
 //
+// Q6_K and Q2_K have none: their decode is bound by unpacking the levels
+// (5-6 operations per quad, the same in 512 bits, which this machine's cores
+// run as two 256-bit halves), and these kernels measured 0.75-0.96x of AVX2's
+// there (docs/performance.md).
+//
 // GCC 12 warns about the intentionally undefined source operands inside the
 // AVX-512 intrinsics' own headers (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -175,44 +180,6 @@ void gemv_q4_k(const BlockQ4_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
   store8(acc, y, nrows);
 }
 
-// ---- Q6_K: levels 0..63 in sub-blocks of 16 (4 quads), signed 8-bit scales, the
-// -32 taken out against the activation sums of 16 -----------------------------------
-void gemv_q6_k(const BlockQ6_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, int nrows) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i isum = _mm512_setzero_si512();
-    __m256i corr = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      // qh quads (h, 2k), (h, 2k + 1): the high bits of all four parts.
-      __m512i qh[4];
-      for (int k = 0; k < 4; ++k) qh[k] = load512(w[b].qh + (h * 8 + 2 * k) * 32);
-      for (int part = 0; part < 4; ++part) {
-        const int pair = 4 * h + part;  // sub-blocks 2 pair (quads 0-3), 2 pair + 1 (quads 4-7)
-        prefetch_part(w, b, pair, 8);
-        const ActQuads act(a[b].qs + 128 * h + 32 * part);
-        __m512i first = _mm512_setzero_si512(), second = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) {
-          const __m512i l = load512(w[b].ql + ((h * 2 + (part & 1)) * 8 + 2 * k) * 32);
-          const __m512i lo = _mm512_and_si512(part < 2 ? l : _mm512_srli_epi16(l, 4), m4);
-          __m512i hb = qh[k];
-          if (part < 2) hb = _mm512_slli_epi16(hb, 4 - 2 * part);
-          else if (part > 2) hb = _mm512_srli_epi16(hb, 2);
-          dpbusd(k < 2 ? first : second, _mm512_or_si512(lo, _mm512_and_si512(hb, m30)), act.pair(k));
-        }
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales + 16 * pair)));
-        const __m512i sc = _mm512_broadcast_i64x4(s16);
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(first, even16<true>(sc)));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(second, odd16<true>(sc)));
-        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(s16, bcast32(a[b].bsums + 2 * pair)));
-      }
-    }
-    const __m256i i32 = _mm256_sub_epi32(fold(isum), _mm256_slli_epi32(corr, 5));
-    fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(load_halves8(w[b].d), _mm256_set1_ps(a[b].d)));
-  }
-  store8(acc, y, nrows);
-}
-
 // 16 signed 4-bit levels plus 128 as unsigned bytes, in every 128-bit lane.
 inline __m512i shifted_lut(const int8_t* values) {
   alignas(16) uint8_t u[16];
@@ -368,46 +335,6 @@ void gemv_q5_k(const BlockQ5_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
   store8(acc, y, nrows);
 }
 
-// ---- Q2_K: 2-bit levels, per shift k and half h two sub-blocks of 16 (quad pairs
-// 0-1 and 2-3) with 4-bit scales; mins against the activation sums of 16 -----------
-void gemv_q2_k(const BlockQ2_Kx8* w, int64_t nb, const BlockQ8_K* a, float* y, int nrows) {
-  const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi32(0x0F);
-  const auto scale_bytes = [](const BlockQ2_Kx8& blk, int j) {
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales + j * kGroupRows)));
-  };
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i isum = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      __m512i q[4];
-      for (int k = 0; k < 4; ++k) q[k] = load512(w[b].qs + (h * 8 + 2 * k) * 32);
-      for (int shift = 0; shift < 4; ++shift) {
-        prefetch_part(w, b, 4 * h + shift, 8);
-        const ActQuads act(a[b].qs + 128 * h + 32 * shift);
-        const __m128i count = _mm_cvtsi32_si128(2 * shift);
-        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) dpbusd(k < 2 ? p0 : p1, _mm512_and_si512(_mm512_srl_epi16(q[k], count), m2), act.pair(k));
-        const int j = 8 * h + 2 * shift;
-        const __m512i s0 = _mm512_and_si512(_mm512_broadcast_i64x4(scale_bytes(w[b], j)), m4);
-        const __m512i s1 = _mm512_and_si512(_mm512_broadcast_i64x4(scale_bytes(w[b], j + 1)), m4);
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, s0));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, s1));
-      }
-    }
-    const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
-    __m256i imin = _mm256_setzero_si256();
-    for (int p = 0; p < 8; ++p) {
-      const __m256i mins = _mm256_or_si256(_mm256_srli_epi32(scale_bytes(w[b], 2 * p), 4),
-                                           _mm256_slli_epi32(_mm256_srli_epi32(scale_bytes(w[b], 2 * p + 1), 4), 16));
-      imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mins, bcast32(a[b].bsums + 2 * p)));
-    }
-    const __m256 da = _mm256_set1_ps(a[b].d);
-    fmadd(acc, _mm256_cvtepi32_ps(fold(isum)), _mm256_mul_ps(dw, da));
-    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc);
-  }
-  store8(acc, y, nrows);
-}
-
 }  // namespace
 
 bool has_gemv_x8(DType type) {
@@ -417,10 +344,8 @@ bool has_gemv_x8(DType type) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
-    case DType::Q2_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4: return true;
@@ -456,9 +381,6 @@ void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t,
     case DType::Q5_K:
       return gemv_q5_k(static_cast<const BlockQ5_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks),
                        reinterpret_cast<const ActSideQ8_K*>(side), y, nrows);
-    case DType::Q2_K: return gemv_q2_k(static_cast<const BlockQ2_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks), y, nrows);
-    case DType::Q6_K:
-      return gemv_q6_k(static_cast<const BlockQ6_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks), y, nrows);
     default: fail("gemv_x8: no AVX-512 VNNI kernel for {}", dtype_name(type));
   }
 }
