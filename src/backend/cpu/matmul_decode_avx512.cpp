@@ -9,10 +9,13 @@
 // float steps are theirs, in 256 bits and in the same order, so every output
 // is bit-identical to matmul_avx2.cpp's.
 //
-// Q6_K and Q2_K have none: their decode is bound by unpacking the levels
-// (5-6 operations per quad, the same in 512 bits, which this machine's cores
-// run as two 256-bit halves), and these kernels measured 0.75-0.96x of AVX2's
-// there (docs/performance.md).
+// Only the types whose decode these kernels made faster have one: Q4_K,
+// Q5_K, IQ4_NL, IQ4_XS, MXFP4 (1.05-1.33x, one thread). The blocks of 32
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) stream at ~85-90% of the read bandwidth with
+// AVX2 already and measured the same (0.9-1.06x across runs); Q6_K and Q2_K
+// are bound by unpacking their levels (5-6 operations per quad, the same in
+// 512 bits, which this machine's cores run as two 256-bit halves) and
+// measured 0.75-0.96x. Those run avx2::gemm_x8 (docs/performance.md §14).
 //
 // GCC 12 warns about the intentionally undefined source operands inside the
 // AVX-512 intrinsics' own headers (a known false positive).
@@ -69,15 +72,9 @@ inline __m256i bcast32(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Lanes of int16 pairs (a, b) -> int32 a or b, zero- or sign-extended.
-template <bool Signed>
-inline __m512i even16(__m512i v) {
-  return Signed ? _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16) : _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
-}
-template <bool Signed>
-inline __m512i odd16(__m512i v) {
-  return Signed ? _mm512_srai_epi32(v, 16) : _mm512_srli_epi32(v, 16);
-}
+// Lanes of int16 pairs (a, b) -> int32 a or b (zero-extended).
+inline __m512i even16(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)); }
+inline __m512i odd16(__m512i v) { return _mm512_srli_epi32(v, 16); }
 
 // The weight stream fetched ahead, as the AVX2 decode kernels do.
 constexpr int64_t kPrefetchBytes = 4096;
@@ -107,45 +104,6 @@ inline void store8(__m256 acc, float* y, int nrows) {
   }
 }
 
-// ---- Q4_0: levels 0..15, the side's c = 8 * (activation sum) --------------------
-void gemv_q4_0(const BlockQ4_0x8* w, int64_t nb, const BlockQ8_0* a, const ActSideQ8_0* s, float* y, int nrows) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
-    const ActQuads act(a[b].qs);
-    __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
-    for (int k = 0; k < 2; ++k) {  // quads 2k, 2k + 1: low nibbles are act quads 2k.., high ones 4 + 2k..
-      const __m512i q = load512(w[b].qs + 64 * k);
-      dpbusd(lo_sum, _mm512_and_si512(q, m4), act.pair(k));
-      dpbusd(hi_sum, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), act.pair(2 + k));
-    }
-    const __m256i i32 = _mm256_sub_epi32(fold(_mm512_add_epi32(lo_sum, hi_sum)), _mm256_set1_epi32(s[b].c));
-    fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(load_halves8(w[b].d), _mm256_set1_ps(s[b].d)));
-  }
-  store8(acc, y, nrows);
-}
-
-// ---- Q8_0: w + 128 against the side's c = 128 * (activation sum). In 256 bits:
-// 64-byte loads of 272-byte blocks split cache lines 3 times in 4 and measured
-// slower from memory than AVX2; 32-byte ones split 1 time in 4, as AVX2's.
-void gemv_q8_0(const BlockQ8_0x8* w, int64_t nb, const BlockQ8_0* a, const ActSideQ8_0* s, float* y, int nrows) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
-    __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
-    for (int i = 0; i < 8; ++i) {
-      __m256i& sum = i % 2 == 0 ? even : odd;
-      sum = _mm256_dpbusd_epi32(sum, _mm256_xor_si256(load256(w[b].qs + 32 * i), flip), bcast32(a[b].qs + 4 * i));
-      asm("" : "+x"(sum));
-    }
-    const __m256i i32 = _mm256_sub_epi32(_mm256_add_epi32(even, odd), _mm256_set1_epi32(s[b].c));
-    fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(load_halves8(w[b].d), _mm256_set1_ps(s[b].d)));
-  }
-  store8(acc, y, nrows);
-}
-
 // ---- Q4_K: per c, 8 quads of nibbles: low = sub-block 2c, high = 2c + 1 ----------
 void gemv_q4_k(const BlockQ4_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSideQ8_K* s, float* y, int nrows) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -164,8 +122,8 @@ void gemv_q4_k(const BlockQ4_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
       // Row r's scales of sub-blocks 2c, 2c + 1 as an int16 pair, in lanes r and r + 8.
       const __m512i sc = _mm512_broadcast_i64x4(
           _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales + 16 * c))));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo_sum, even16<false>(sc)));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi_sum, odd16<false>(sc)));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo_sum, even16(sc)));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi_sum, odd16(sc)));
     }
     const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
     const __m256 da = _mm256_set1_ps(a[b].d);
@@ -185,56 +143,6 @@ inline __m512i shifted_lut(const int8_t* values) {
   alignas(16) uint8_t u[16];
   for (int k = 0; k < 16; ++k) u[k] = static_cast<uint8_t>(values[k] + 128);
   return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
-}
-
-// Per 16-bit lane: Lo in lanes 0-7's words, Hi in lanes 8-15's.
-inline __m512i halves16(int lo, int hi) {
-  return _mm512_mask_mov_epi16(_mm512_set1_epi16(static_cast<int16_t>(lo)), 0xFFFF0000u,
-                               _mm512_set1_epi16(static_cast<int16_t>(hi)));
-}
-
-// ---- Q4_1, Q5_0, Q5_1: blocks of 32, Q5's fifth bit of quad j in bit j (low
-// nibbles) or j + 4 (high) of each row's qh bytes -----------------------------------
-template <bool Fifth, bool HasMin>
-void gemv_q4q5(const void* wp, int64_t nb, const void* ap, const void* sp, float* y, int nrows) {
-  using WBlock = std::conditional_t<Fifth, std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>, BlockQ4_1x8>;
-  using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
-  using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
-  const auto* w = static_cast<const WBlock*>(wp);
-  const auto* a = static_cast<const ABlock*>(ap);
-  const auto* s = static_cast<const Side*>(sp);
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-  // Pair k (quads 2k, 2k + 1): the shifts that bring their fifth bits to bit 4.
-  const __m512i up_lo[2] = {halves16(4, 3), halves16(2, 1)};
-  const __m512i down_hi[2] = {halves16(0, 1), halves16(2, 3)};
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_ahead(w, b);
-    const ActQuads act(a[b].qs);
-    __m512i qh = _mm512_setzero_si512();
-    if constexpr (Fifth) qh = _mm512_broadcast_i64x4(load256(w[b].qh));
-    __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
-    for (int k = 0; k < 2; ++k) {
-      const __m512i q = load512(w[b].qs + 64 * k);
-      __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-      if constexpr (Fifth) {
-        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sllv_epi16(qh, up_lo[k]), m10));
-        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srlv_epi16(qh, down_hi[k]), m10));
-      }
-      dpbusd(lo_sum, lo, act.pair(k));
-      dpbusd(hi_sum, hi, act.pair(2 + k));
-    }
-    const __m256i isum = fold(_mm512_add_epi32(lo_sum, hi_sum));
-    const __m256 dw = load_halves8(w[b].d);
-    if constexpr (HasMin) {
-      fmadd(acc, _mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(s[b].d)));
-      fmadd(acc, load_halves8(w[b].m), _mm256_set1_ps(s[b].s));
-    } else {
-      const __m256i i32 = _mm256_sub_epi32(isum, _mm256_set1_epi32(s[b].c));
-      fmadd(acc, _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(s[b].d)));
-    }
-  }
-  store8(acc, y, nrows);
 }
 
 // ---- IQ4_NL, MXFP4: LUT levels plus 128, the side's c = 128 * (activation sum) ----
@@ -319,8 +227,8 @@ void gemv_q5_k(const BlockQ5_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
       }
       const __m512i sc = _mm512_broadcast_i64x4(
           _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales + 16 * c))));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo_sum, even16<false>(sc)));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi_sum, odd16<false>(sc)));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo_sum, even16(sc)));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi_sum, odd16(sc)));
     }
     const __m256 dw = load_halves8(w[b].d), dmin = load_halves8(w[b].dmin);
     const __m256 da = _mm256_set1_ps(a[b].d);
@@ -339,11 +247,6 @@ void gemv_q5_k(const BlockQ5_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
 
 bool has_gemv_x8(DType type) {
   switch (type) {
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q8_0:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::IQ4_NL:
@@ -357,18 +260,9 @@ void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t,
   const uint8_t* blocks = a.blocks + t * a.block_stride;
   const uint8_t* side = a.side + t * a.side_stride;
   switch (type) {
-    case DType::Q4_0:
-      return gemv_q4_0(static_cast<const BlockQ4_0x8*>(w), nb, reinterpret_cast<const BlockQ8_0*>(blocks),
-                       reinterpret_cast<const ActSideQ8_0*>(side), y, nrows);
-    case DType::Q8_0:
-      return gemv_q8_0(static_cast<const BlockQ8_0x8*>(w), nb, reinterpret_cast<const BlockQ8_0*>(blocks),
-                       reinterpret_cast<const ActSideQ8_0*>(side), y, nrows);
     case DType::Q4_K:
       return gemv_q4_k(static_cast<const BlockQ4_Kx8*>(w), nb, reinterpret_cast<const BlockQ8_K*>(blocks),
                        reinterpret_cast<const ActSideQ8_K*>(side), y, nrows);
-    case DType::Q4_1: return gemv_q4q5<false, true>(w, nb, blocks, side, y, nrows);
-    case DType::Q5_0: return gemv_q4q5<true, false>(w, nb, blocks, side, y, nrows);
-    case DType::Q5_1: return gemv_q4q5<true, true>(w, nb, blocks, side, y, nrows);
     case DType::IQ4_NL:
       return gemv_lut4<false>(w, nb, reinterpret_cast<const BlockQ8_0*>(blocks), reinterpret_cast<const ActSideQ8_0*>(side),
                               y, nrows);

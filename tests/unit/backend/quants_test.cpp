@@ -543,7 +543,7 @@ TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_NE(describe_kernels(Isa::Avx512).find("avx2 kernels"), std::string::npos);
   EXPECT_EQ(describe_kernels(Isa::Avx512Vnni),
             "avx512-vnni kernels for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 (one-token steps "
-            "of Q2_K Q6_K: avx2), avx2 for the other types and ops");
+            "of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q6_K: avx2), avx2 for the other types and ops");
 }
 
 }  // namespace
