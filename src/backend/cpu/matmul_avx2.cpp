@@ -470,6 +470,72 @@ struct KernelQ2K {
   }
 };
 
+// ---- Q3_K x Q8_K --------------------------------------------------------------------
+// Q2_K's structure with a third bit from hmask (levels 0..7, the -4 taken out
+// against the activation sums of 16) and signed scales, no mins. int16 sums of
+// 4 quads (at most 4 x 2 x 7 x 127), madd with the rows' scales.
+struct KernelQ3K {
+  static constexpr int kTile = kTileTokens;
+  // Sub-block j's scale of the 8 rows, in both int16 halves of each row's lane.
+  static __m256i scales(const BlockQ3_Kx8& w, int j) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + j * kGroupRows)));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+  }
+  // The scales of sub-blocks j (low int16) and j + 1 (high) of the 8 rows.
+  static __m256i scale_pairs(const BlockQ3_Kx8& w, int j) {
+    const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + j * kGroupRows)));
+    const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + (j + 1) * kGroupRows)));
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
+  }
+  // Bit `bit` of every byte moved to bit 2.
+  static __m256i third_bit(__m256i hm, int bit) {
+    const __m256i v = bit >= 2 ? _mm256_srl_epi16(hm, _mm_cvtsi32_si128(bit - 2)) : _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - bit));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x04));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w = static_cast<const BlockQ3_Kx8*>(wp);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          prefetch_part<T>(w, b, 4 * h + k, 8);
+          __m256i p0[T], p1[T];
+          for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load256(w[b].qs + (h * 8 + i) * 32), 2 * k), m2);
+            const __m256i v = _mm256_or_si256(lo, third_bit(load256(w[b].hmask + i * 32), 4 * h + k));
+            for (int t = 0; t < T; ++t)
+              add_maddubs(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m256i s0 = scales(w[b], j), s1 = scales(w[b], j + 1);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm256_madd_epi16(p0[t], s0));
+            add_epi32(isum[t], _mm256_madd_epi16(p1[t], s1));
+          }
+        }
+      __m256i pairs[8];  // once for all the tile's tokens
+      for (int p = 0; p < 8; ++p) pairs[p] = scale_pairs(w[b], 2 * p);
+      const __m256 dw = load_halves8(w[b].d);
+      for (int t = 0; t < T; ++t) {
+        __m256i corr = _mm256_setzero_si256();  // sum_j scale_j * bsum_j: the -4 of every level
+        for (int p = 0; p < 8; ++p) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs[p], bcast32(in.a[t][b].bsums + 2 * p)));
+        const __m256i i32 = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 2));
+        fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)));
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 // ---- Q4_K / Q5_K x Q8_K -------------------------------------------------------------
 // Per sub-block of 32: 8 quads, int16 sums (4 at a time for 5-bit levels),
 // madd with the sub-block scales of the 8 rows; mins against the activation
@@ -738,6 +804,7 @@ void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0
     case DType::MXFP4: return run_tiles<KernelLut4<true>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::IQ4_XS: return run_tiles<KernelIQ4XS>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q2_K: return run_tiles<KernelQ2K>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles<KernelQ3K>(w, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x8: no interleaved kernel for {}", dtype_name(type));
   }
 }

@@ -359,9 +359,9 @@ struct KernelQ4Q5 {
 // one vpshufb maps nibbles to what vpdpbusd takes; the 128 comes out against
 // the activation sums.
 inline __m512i shifted_lut(const int8_t* values) {
-  alignas(16) uint8_t u[16];
-  for (int k = 0; k < 16; ++k) u[k] = static_cast<uint8_t>(values[k] + 128);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
+  alignas(64) uint8_t u[64];
+  for (int k = 0; k < 64; ++k) u[k] = static_cast<uint8_t>(values[k % 16] + 128);
+  return _mm512_load_si512(u);
 }
 
 // ---- IQ4_NL / MXFP4 x Q8_0 -----------------------------------------------------------
@@ -518,6 +518,67 @@ struct KernelQ2K {
   }
 };
 
+// ---- Q3_K x Q8_K --------------------------------------------------------------------
+// Q2_K's structure with a third bit from hmask (levels 0..7, the -4 taken out
+// against the activation sums of 16) and signed scales, no mins.
+struct KernelQ3K {
+  // Sub-block j's signed scales of the 16 rows, as int32 lanes.
+  static __m512i scales(const BlockQ3_Kx8& w0, const BlockQ3_Kx8& w1, int j) {
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0.scales + j * kGroupRows)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1.scales + j * kGroupRows))));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const BlockQ3_Kx8*>(w0p);
+    const auto* w1 = static_cast<const BlockQ3_Kx8*>(w1p);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m512i m2 = _mm512_set1_epi8(0x03), m04 = _mm512_set1_epi8(0x04);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[T];
+      zero(isum);
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          const int bit = 4 * h + k;  // the third bits' position in hmask
+          const __m128i up = _mm_cvtsi32_si128(2 - bit), down = _mm_cvtsi32_si128(bit - 2);
+          __m512i p0[T], p1[T];
+          zero(p0);
+          zero(p1);
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m512i q = load_pair(w0[b].qs + (h * 8 + i) * 32, w1[b].qs + (h * 8 + i) * 32);
+            const __m512i hm = load_pair(w0[b].hmask + i * 32, w1[b].hmask + i * 32);
+            const __m512i hb = bit >= 2 ? _mm512_srl_epi16(hm, down) : _mm512_sll_epi16(hm, up);
+            const __m512i v = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m2), _mm512_and_si512(hb, m04));
+            for (int t = 0; t < T; ++t)
+              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m512i s0 = scales(w0[b], w1[b], j), s1 = scales(w0[b], w1[b], j + 1);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm512_mullo_epi32(p0[t], s0));
+            add_epi32(isum[t], _mm512_mullo_epi32(p1[t], s1));
+          }
+        }
+      __m512i pairs[8];  // scales of sub-blocks 2p (low int16) and 2p + 1 (high), once for all tokens
+      for (int p = 0; p < 8; ++p)
+        pairs[p] = _mm512_or_si512(_mm512_and_si512(scales(w0[b], w1[b], 2 * p), _mm512_set1_epi32(0xFFFF)),
+                                   _mm512_slli_epi32(scales(w0[b], w1[b], 2 * p + 1), 16));
+      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
+      for (int t = 0; t < T; ++t) {
+        __m512i corr = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p) corr = _mm512_add_epi32(corr, _mm512_madd_epi16(pairs[p], bcast32(in.a[t][b].bsums + 2 * p)));
+        const __m512i i32 = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 2));
+        fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.a[t][b].d)));
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 template <typename Kernel, int T>
 void run_tiles_of(const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
                   int64_t ldy, int nrows) {
@@ -538,6 +599,7 @@ bool has_gemm_x16(DType type) {
     case DType::Q5_1:
     case DType::Q8_0:
     case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
@@ -557,6 +619,7 @@ void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActR
     case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_K: return run_tiles_of<KernelQ45K<true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::IQ4_NL: return run_tiles_of<KernelLut4<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);

@@ -140,9 +140,9 @@ void gemv_q4_k(const BlockQ4_Kx8* w, int64_t nb, const BlockQ8_K* a, const ActSi
 
 // 16 signed 4-bit levels plus 128 as unsigned bytes, in every 128-bit lane.
 inline __m512i shifted_lut(const int8_t* values) {
-  alignas(16) uint8_t u[16];
-  for (int k = 0; k < 16; ++k) u[k] = static_cast<uint8_t>(values[k] + 128);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
+  alignas(64) uint8_t u[64];
+  for (int k = 0; k < 64; ++k) u[k] = static_cast<uint8_t>(values[k % 16] + 128);
+  return _mm512_load_si512(u);
 }
 
 // ---- IQ4_NL, MXFP4: LUT levels plus 128, the side's c = 128 * (activation sum) ----
