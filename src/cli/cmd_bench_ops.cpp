@@ -116,6 +116,13 @@ class OpsBench {
   OpsBench(const OpsFlags& f) : f_(f) {}
 
   int run() {
+    // Bad names fail before anything is measured.
+    for (const std::string& op : split_list(f_.ops))
+      PAGELLM_CHECK(op == "matmul" || op == "attention" || op == "rms_norm",
+                    "bench ops: unknown op '{}' (matmul, attention, rms_norm)", op);
+    for (const std::string& t : split_list(f_.types)) (void)dtype_from_name(t);
+    PAGELLM_CHECK(!ns().empty() && std::ranges::all_of(ns(), [](int64_t n) { return n > 0; }),
+                  "bench ops: --ns takes positive token counts, got '{}'", f_.ns);
     setup_levels();
     nlohmann::json j;
     j["device"] = f_.device;
@@ -179,7 +186,7 @@ class OpsBench {
       l.isa = n;
       l.enter();
       BackendOptions o;
-      if (f_.threads > 0) o["threads"] = std::to_string(f_.threads);
+      if (f_.device == "cpu" && f_.threads > 0) o["threads"] = std::to_string(f_.threads);
       l.be = create_backend(f_.device, o);
       levels_.push_back(std::move(l));
     }
@@ -282,7 +289,17 @@ class OpsBench {
 
   std::vector<int64_t> ns() const {
     std::vector<int64_t> v;
-    for (const std::string& s : split_list(f_.ns)) v.push_back(std::stoll(s));
+    for (const std::string& s : split_list(f_.ns)) {
+      size_t used = 0;
+      int64_t n = 0;
+      try {
+        n = std::stoll(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      PAGELLM_CHECK(used == s.size() && used > 0, "bench ops: --ns takes comma-separated integers, got '{}'", f_.ns);
+      v.push_back(n);
+    }
     return v;
   }
 
@@ -486,7 +503,7 @@ CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run) {
   auto* sub = bench.add_subcommand("ops", "Single ops per shape and ISA level: GOP/s and GB/s (like test-backend-ops perf)");
   auto f = std::make_shared<OpsFlags>();
   sub->add_option("--device", f->device, "Backend")->capture_default_str();
-  sub->add_option("-t,--threads", f->threads, "Threads of the CPU backend")->capture_default_str();
+  sub->add_option("-t,--threads", f->threads, "Threads of the CPU backend (other devices ignore it)")->capture_default_str();
   sub->add_option("--isa", f->isa, "CPU levels to alternate, e.g. avx2,avx512-vnni (default: every level from avx2 up "
                                    "this CPU has)");
   sub->add_option("--ops", f->ops, "Ops: matmul, attention, rms_norm")->capture_default_str();
