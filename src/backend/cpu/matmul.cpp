@@ -63,8 +63,8 @@ class Scratch {
 thread_local Scratch t_scratch;
 
 // Weight levels are stored unsigned; this is the zero point the kernels take
-// out as zero_point * sum(activations). The VNNI Q8_0 kernel makes its signed
-// weights unsigned by adding 128.
+// out as zero_point * sum(activations). The VNNI kernels make signed levels
+// (Q8_0's, and IQ4_NL's and MXFP4's table values) unsigned by adding 128.
 int zero_point(DType type, bool x16) {
   switch (type) {
     case DType::Q4_0: return 8;
@@ -174,7 +174,8 @@ void run_item(const Plan& p, int64_t item) {
   const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
   int64_t g = g0;
   // One-token chunks (decode, bound by memory) stream one group at a time:
-  // the two-group kernel's two weight streams measured slower there.
+  // the two-group kernel's two weight streams measured slower there. Types
+  // without a VNNI decode kernel take the AVX2 loop at the end.
   if (p.x16 && nt == 1 && avx512::has_gemv_x8(w.type())) {
     for (; g < g1; ++g) {
       const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));

@@ -45,7 +45,8 @@ bool has_gemm_x16(DType type);
 // Two interleaved row groups, w0 (rows 0-7) and w1 (rows 8-15), nb blocks
 // each, times tokens [t0, t0 + nt): y[t * ldy + r] for r < nrows (<= 16).
 // Bit-identical to avx2::gemm_x8 on each group. The activation side's c holds
-// 8 * sum for Q4_0 (as for AVX2) and 128 * sum for Q8_0 (AVX2: 0).
+// 8 * sum for Q4_0 and 16 * sum for Q5_0 (as for AVX2), and 128 * sum for
+// Q8_0, IQ4_NL and MXFP4 (AVX2 does not read it for those).
 void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
               float* y, int64_t ldy, int nrows);
 
