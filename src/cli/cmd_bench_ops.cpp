@@ -335,8 +335,9 @@ class OpsBench {
       size_t next = 0;
     };
     std::vector<PerLevel> st(levels_.size());
-    // Copy by copy across the levels: memory allocated later may get fewer
-    // huge pages, and that must not favour the first level.
+    // Copy by copy across the levels: with each level's copies allocated
+    // together, an avx2-vs-avx2 run favoured the first level by up to 1.2x
+    // (cause not pinned down; huge pages fell back 0 times).
     for (int c = 0; c < copies; ++c)
       for (size_t l = 0; l < levels_.size(); ++l) {
         levels_[l].enter();  // the CPU repacks per level at upload
