@@ -339,7 +339,7 @@ int run_memory_cmd(const MemoryFlags& f) {
 }  // namespace
 
 Command register_bench(CLI::App& app) {
-  auto* sub = app.add_subcommand("bench", "Benchmarks: latency, throughput, serve, memory");
+  auto* sub = app.add_subcommand("bench", "Benchmarks: latency, throughput, serve, memory, ops");
   sub->require_subcommand(1);
 
   auto* lat = sub->add_subcommand("latency", "Prompt processing and decode tokens/s of one batch (like llama-bench)");
@@ -418,7 +418,11 @@ Command register_bench(CLI::App& app) {
   mem->add_option("--num-prompts", mf->kv.num_prompts, "--kv-report: requests")->capture_default_str();
   mem->add_option("--seed", mf->kv.seed, "--kv-report: seed of the request lengths")->capture_default_str();
 
+  auto run_ops = std::make_shared<std::function<int()>>();
+  auto* ops = add_bench_ops(*sub, *run_ops);
+
   return {sub, [=]() {
+            if (ops->parsed()) return (*run_ops)();
             if (lat->parsed()) return run_latency_cmd(lat, *lat_engine, *lf);
             if (thr->parsed()) return run_throughput_cmd(thr, *thr_engine, *tf);
             if (srv->parsed()) return run_serve_cmd(*sf);

@@ -19,6 +19,8 @@ Command register_tokenize(CLI::App& app);
 Command register_serve(CLI::App& app);
 Command register_bench(CLI::App& app);
 Command register_perplexity(CLI::App& app);
+// `bench ops` (cmd_bench_ops.cpp), added under `bench`: returns it, sets run.
+CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
   return {register_serve(app),  register_generate(app),   register_tokenize(app),

@@ -63,13 +63,15 @@ class Scratch {
 thread_local Scratch t_scratch;
 
 // Weight levels are stored unsigned; this is the zero point the kernels take
-// out as zero_point * sum(activations). The VNNI Q8_0 kernel makes its signed
-// weights unsigned by adding 128.
+// out as zero_point * sum(activations). The VNNI kernels make signed levels
+// (Q8_0's, and IQ4_NL's and MXFP4's table values) unsigned by adding 128.
 int zero_point(DType type, bool x16) {
   switch (type) {
     case DType::Q4_0: return 8;
     case DType::Q5_0: return 16;
-    case DType::Q8_0: return x16 ? 128 : 0;
+    case DType::Q8_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4: return x16 ? 128 : 0;
     default: return 0;
   }
 }
@@ -171,9 +173,18 @@ void run_item(const Plan& p, int64_t item) {
   const int64_t t0 = (item / p.runs) * p.chunk, nt = std::min(p.chunk, p.n - t0);
   const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
   int64_t g = g0;
+  // One-token chunks (decode, bound by memory) stream one group at a time:
+  // the two-group kernel's two weight streams measured slower there. Types
+  // without a VNNI decode kernel take the AVX2 loop at the end.
+  if (p.x16 && nt == 1 && avx512::has_gemv_x8(w.type())) {
+    for (; g < g1; ++g) {
+      const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
+      avx512::gemv_x8(w.type(), w.packed() + g * w.group_bytes(), nb, a, t0, p.y + t0 * rows + g * kGroupRows, nrows);
+    }
+    return;
+  }
   // Runs start at even groups; an odd last group goes to the AVX2 kernel (the
-  // same bits). So do one-token chunks: decode is bound by memory, and the
-  // two-group kernel's two weight streams measured slower there than AVX2's one.
+  // same bits).
   if (p.x16 && nt > 1) {
     for (; g + 2 <= g1; g += 2) {
       const int nrows = static_cast<int>(std::min<int64_t>(2 * kGroupRows, rows - g * kGroupRows));

@@ -98,6 +98,20 @@ inline void prefetch_ahead(const Block* w, int64_t b) {
   }
 }
 
+// The same for the long K-quant blocks, spread over the block's loop: part
+// `part` of `parts` of the block ahead. All of a block's ~20-27 prefetches at
+// once fill the core's miss buffers and stall the loads behind them (Q6_K
+// decode ran at 10 GB/s from memory, 30 from L3).
+template <int T, typename Block>
+inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
+  if constexpr (T == 1) {
+    constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
+    constexpr int64_t lines = (sizeof(Block) + 63) / 64;
+    const char* p = reinterpret_cast<const char*>(w + b + ahead);
+    for (int64_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+  }
+}
+
 // The per-token pointers of one tile.
 template <int T, typename ABlock, typename Side>
 struct TileActs {
@@ -363,10 +377,10 @@ struct KernelIQ4XS {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int j = 0; j < 8; ++j) {
+        prefetch_part<T>(w, b, j, 8);
         __m256i sub[T];
         for (int t = 0; t < T; ++t) sub[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -420,11 +434,11 @@ struct KernelQ2K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h)
         for (int k = 0; k < 4; ++k) {
+          prefetch_part<T>(w, b, 4 * h + k, 8);
           __m256i p0[T], p1[T];
           for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -450,6 +464,72 @@ struct KernelQ2K {
         const __m256 da = _mm256_set1_ps(in.a[t][b].d);
         fmadd(acc[t], _mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da));
         acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, da), acc[t]);
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
+// ---- Q3_K x Q8_K --------------------------------------------------------------------
+// Q2_K's structure with a third bit from hmask (levels 0..7, the -4 taken out
+// against the activation sums of 16) and signed scales, no mins. int16 sums of
+// 4 quads (at most 4 x 2 x 7 x 127), madd with the rows' scales.
+struct KernelQ3K {
+  static constexpr int kTile = kTileTokens;
+  // Sub-block j's scale of the 8 rows, in both int16 halves of each row's lane.
+  static __m256i scales(const BlockQ3_Kx8& w, int j) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + j * kGroupRows)));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+  }
+  // The scales of sub-blocks j (low int16) and j + 1 (high) of the 8 rows.
+  static __m256i scale_pairs(const BlockQ3_Kx8& w, int j) {
+    const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + j * kGroupRows)));
+    const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + (j + 1) * kGroupRows)));
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
+  }
+  // Bit `bit` of every byte moved to bit 2.
+  static __m256i third_bit(__m256i hm, int bit) {
+    const __m256i v = bit >= 2 ? _mm256_srl_epi16(hm, _mm_cvtsi32_si128(bit - 2)) : _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - bit));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x04));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* wp, int64_t nb, const ActRows& rows, int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w = static_cast<const BlockQ3_Kx8*>(wp);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          prefetch_part<T>(w, b, 4 * h + k, 8);
+          __m256i p0[T], p1[T];
+          for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(load256(w[b].qs + (h * 8 + i) * 32), 2 * k), m2);
+            const __m256i v = _mm256_or_si256(lo, third_bit(load256(w[b].hmask + i * 32), 4 * h + k));
+            for (int t = 0; t < T; ++t)
+              add_maddubs(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m256i s0 = scales(w[b], j), s1 = scales(w[b], j + 1);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm256_madd_epi16(p0[t], s0));
+            add_epi32(isum[t], _mm256_madd_epi16(p1[t], s1));
+          }
+        }
+      __m256i pairs[8];  // once for all the tile's tokens
+      for (int p = 0; p < 8; ++p) pairs[p] = scale_pairs(w[b], 2 * p);
+      const __m256 dw = load_halves8(w[b].d);
+      for (int t = 0; t < T; ++t) {
+        __m256i corr = _mm256_setzero_si256();  // sum_j scale_j * bsum_j: the -4 of every level
+        for (int p = 0; p < 8; ++p) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs[p], bcast32(in.a[t][b].bsums + 2 * p)));
+        const __m256i i32 = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 2));
+        fmadd(acc[t], _mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(in.a[t][b].d)));
       }
     }
     store_tile<T>(acc, y, ldy, nrows);
@@ -504,21 +584,24 @@ struct KernelQ45K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       const auto pair_scales = [&](int c) {
         return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales + 16 * c)));
       };
+      prefetch_part<T>(w, b, 0, 4);
       __m256i s = pair_scales(0);
       sub_block<0>(w[b], in, b, dup_even16(s), isum);
       sub_block<1>(w[b], in, b, dup_odd16(s), isum);
+      prefetch_part<T>(w, b, 1, 4);
       s = pair_scales(1);
       sub_block<2>(w[b], in, b, dup_even16(s), isum);
       sub_block<3>(w[b], in, b, dup_odd16(s), isum);
+      prefetch_part<T>(w, b, 2, 4);
       s = pair_scales(2);
       sub_block<4>(w[b], in, b, dup_even16(s), isum);
       sub_block<5>(w[b], in, b, dup_odd16(s), isum);
+      prefetch_part<T>(w, b, 3, 4);
       s = pair_scales(3);
       sub_block<6>(w[b], in, b, dup_even16(s), isum);
       sub_block<7>(w[b], in, b, dup_odd16(s), isum);
@@ -584,13 +667,16 @@ struct KernelQ6K {
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w, b);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int h = 0; h < 2; ++h) {
+        prefetch_part<T>(w, b, 4 * h, 8);
         part<0>(w[b], in, b, h, isum);
+        prefetch_part<T>(w, b, 4 * h + 1, 8);
         part<1>(w[b], in, b, h, isum);
+        prefetch_part<T>(w, b, 4 * h + 2, 8);
         part<2>(w[b], in, b, h, isum);
+        prefetch_part<T>(w, b, 4 * h + 3, 8);
         part<3>(w[b], in, b, h, isum);
       }
       const __m256 dw = load_halves8(w[b].d);
@@ -718,6 +804,7 @@ void gemm_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t0
     case DType::MXFP4: return run_tiles<KernelLut4<true>>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::IQ4_XS: return run_tiles<KernelIQ4XS>(w, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q2_K: return run_tiles<KernelQ2K>(w, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles<KernelQ3K>(w, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x8: no interleaved kernel for {}", dtype_name(type));
   }
 }

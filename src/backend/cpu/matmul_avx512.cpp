@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/matmul_repack.h"
@@ -176,22 +177,24 @@ struct KernelQ8_0 {
   }
 };
 
-// ---- Q4_K x Q8_K ------------------------------------------------------------------
+// ---- Q4_K / Q5_K x Q8_K ----------------------------------------------------------
 // Per pair of sub-blocks (32 elements each: the low and high nibbles of the
-// same 8 quads): int32 sums by vpdpbusd, times the rows' 6-bit scales; mins
-// against the activation sums of 32, in one madd per pair.
-struct KernelQ4K {
+// same 8 quads, Q5_K's fifth bits from bits 2c, 2c + 1 of qh): int32 sums by
+// vpdpbusd, times the rows' 6-bit scales; mins against the activation sums of
+// 32, in one madd per pair.
+template <bool HighBits>
+struct KernelQ45K {
+  using WBlock = std::conditional_t<HighBits, BlockQ5_Kx8, BlockQ4_Kx8>;
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
                                             int64_t t0, float* y, int64_t ldy, int nrows) {
-    const auto* w0 = static_cast<const BlockQ4_Kx8*>(w0p);
-    const auto* w1 = static_cast<const BlockQ4_Kx8*>(w1p);
+    const auto* w0 = static_cast<const WBlock*>(w0p);
+    const auto* w1 = static_cast<const WBlock*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int c = 0; c < 4; ++c) {
@@ -201,7 +204,14 @@ struct KernelQ4K {
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) {
           const __m512i q = load_pair(w0[b].qs + (c * 8 + i) * 32, w1[b].qs + (c * 8 + i) * 32);
-          const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          if constexpr (HighBits) {  // bit 2c of each qh byte to bit 4, and bit 2c + 1
+            const __m512i qh = load_pair(w0[b].qh + i * 32, w1[b].qh + i * 32);
+            const __m512i h_lo = c < 2 ? _mm512_slli_epi16(qh, 4 - 2 * c) : _mm512_srli_epi16(qh, 2 * c - 4);
+            const __m512i h_hi = c < 2 ? _mm512_slli_epi16(qh, 3 - 2 * c) : _mm512_srli_epi16(qh, 2 * c - 3);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(h_lo, m10));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(h_hi, m10));
+          }
           for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 64 * c + 4 * i));
           for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 64 * c + 32 + 4 * i));
         }
@@ -294,6 +304,281 @@ struct KernelQ6K {
   }
 };
 
+// ---- Q4_1 x Q8_1, Q5_0 x Q8_0, Q5_1 x Q8_1 ------------------------------------------
+// Levels 0..15 (Q4_1) or 0..31 with the fifth bit of quad j in bit j (low
+// nibbles) or j + 4 (high) of each qh byte. Q5_0's -16 comes out as 16 *
+// (activation sum), the side's c; the _1 types add m * s per block.
+template <bool Fifth, bool HasMin>
+struct KernelQ4Q5 {
+  using WBlock = std::conditional_t<Fifth, std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>, BlockQ4_1x8>;
+  using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
+  using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const WBlock*>(w0p);
+    const auto* w1 = static_cast<const WBlock*>(w1p);
+    const TileActs<T, ABlock, Side> in(rows, t0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i lo_sum[T], hi_sum[T];
+      zero(lo_sum);
+      zero(hi_sum);
+      __m512i qh = _mm512_setzero_si512();
+      if constexpr (Fifth) qh = load_pair(w0[b].qh, w1[b].qh);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i q = load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i);
+        __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        if constexpr (Fifth) {  // bit i to bit 4 (low nibbles), bit i + 4 to bit 4 (high)
+          lo = _mm512_or_si512(lo, _mm512_and_si512(i < 4 ? _mm512_slli_epi16(qh, 4 - i) : qh, m10));
+          hi = _mm512_or_si512(hi, _mm512_and_si512(i == 0 ? qh : _mm512_srli_epi16(qh, i), m10));
+        }
+        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 4 * i));
+        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
+      }
+      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
+      for (int t = 0; t < T; ++t) {
+        const __m512i isum = _mm512_add_epi32(lo_sum[t], hi_sum[t]);
+        if constexpr (HasMin) {
+          fmadd(acc[t], _mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
+          fmadd(acc[t], load_halves16(w0[b].m, w1[b].m), _mm512_set1_ps(in.s[t][b].s));
+        } else {
+          const __m512i i32 = _mm512_sub_epi32(isum, _mm512_set1_epi32(in.s[t][b].c));
+          fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
+        }
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
+// 16 signed 4-bit levels plus 128, as unsigned bytes, in every 128-bit lane:
+// one vpshufb maps nibbles to what vpdpbusd takes; the 128 comes out against
+// the activation sums.
+inline __m512i shifted_lut(const int8_t* values) {
+  alignas(64) uint8_t u[64];
+  for (int k = 0; k < 64; ++k) u[k] = static_cast<uint8_t>(values[k % 16] + 128);
+  return _mm512_load_si512(u);
+}
+
+// ---- IQ4_NL / MXFP4 x Q8_0 -----------------------------------------------------------
+// The side's c holds 128 * (activation sum).
+template <bool Mx>
+struct KernelLut4 {
+  using WBlock = std::conditional_t<Mx, BlockMXFP4x8, BlockQ4_0x8>;
+
+  // The 16 rows' block scales: fp16, or e8m0_to_fp32_half of the exponent bytes.
+  static __m512 scales(const WBlock& w0, const WBlock& w1) {
+    if constexpr (Mx) {
+      const __m128i bytes = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0.e)),
+                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1.e)));
+      const __m512i e = _mm512_cvtepu8_epi32(bytes);
+      const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+      const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+      return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), subnormal, normal));
+    } else {
+      return load_halves16(w0.d, w1.d);
+    }
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const WBlock*>(w0p);
+    const auto* w1 = static_cast<const WBlock*>(w1p);
+    const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
+    const __m512i lut = shifted_lut(Mx ? kMXFP4Values : kIQ4NLValues), m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i lo_sum[T], hi_sum[T];
+      zero(lo_sum);
+      zero(hi_sum);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i q = load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i);
+        const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(q, m4));
+        const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 4 * i));
+        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
+      }
+      const __m512 dw = scales(w0[b], w1[b]);
+      for (int t = 0; t < T; ++t) {
+        const __m512i i32 = _mm512_sub_epi32(_mm512_add_epi32(lo_sum[t], hi_sum[t]), _mm512_set1_epi32(in.s[t][b].c));
+        fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
+// ---- IQ4_XS x Q8_K -------------------------------------------------------------------
+// IQ4_NL's levels (plus 128) in sub-blocks of 32, each with a signed scale;
+// the 128 comes out against the sub-block's activation sum (the side's bs32).
+struct KernelIQ4XS {
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const BlockIQ4_XSx8*>(w0p);
+    const auto* w1 = static_cast<const BlockIQ4_XSx8*>(w1p);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m512i lut = shifted_lut(kIQ4NLValues), m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[T];
+      zero(isum);
+      for (int j = 0; j < 8; ++j) {
+        __m512i sub[T];
+        for (int t = 0; t < T; ++t) sub[t] = _mm512_set1_epi32(-128 * in.s[t][b].bs32[j]);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const __m512i q = load_pair(w0[b].qs + (j * 4 + i) * 32, w1[b].qs + (j * 4 + i) * 32);
+          const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(q, m4));
+          const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+          for (int t = 0; t < T; ++t) {
+            const int8_t* a = in.a[t][b].qs + 32 * j + 4 * i;
+            dpbusd(sub[t], lo, bcast32(a));
+            dpbusd(sub[t], hi, bcast32(a + 16));
+          }
+        }
+        const __m128i sc8 = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0[b].scales + j * kGroupRows)),
+                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1[b].scales + j * kGroupRows)));
+        const __m512i sc = _mm512_cvtepi8_epi32(sc8);
+        for (int t = 0; t < T; ++t) add_epi32(isum[t], _mm512_mullo_epi32(sub[t], sc));
+      }
+      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
+      for (int t = 0; t < T; ++t)
+        fmadd(acc[t], _mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.a[t][b].d)));
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
+// ---- Q2_K x Q8_K --------------------------------------------------------------------
+// 2-bit levels: the 8 quads of one shift and half share two sub-blocks of 16
+// (quads 0-3, 4-7) with 4-bit scales; mins against the activation sums of 16.
+struct KernelQ2K {
+  // Sub-block j's (scale | min << 4) bytes of the 16 rows, as int32 lanes.
+  static __m512i scale_bytes(const BlockQ2_Kx8& w0, const BlockQ2_Kx8& w1, int j) {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0.scales + j * kGroupRows)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1.scales + j * kGroupRows))));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const BlockQ2_Kx8*>(w0p);
+    const auto* w1 = static_cast<const BlockQ2_Kx8*>(w1p);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi32(0x0F);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[T];
+      zero(isum);
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          __m512i p0[T], p1[T];
+          zero(p0);
+          zero(p1);
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m512i q = load_pair(w0[b].qs + (h * 8 + i) * 32, w1[b].qs + (h * 8 + i) * 32);
+            const __m512i v = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m2);
+            for (int t = 0; t < T; ++t)
+              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m512i s0 = _mm512_and_si512(scale_bytes(w0[b], w1[b], j), m4);
+          const __m512i s1 = _mm512_and_si512(scale_bytes(w0[b], w1[b], j + 1), m4);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm512_mullo_epi32(p0[t], s0));
+            add_epi32(isum[t], _mm512_mullo_epi32(p1[t], s1));
+          }
+        }
+      const __m512 dw = load_halves16(w0[b].d, w1[b].d), dmin = load_halves16(w0[b].dmin, w1[b].dmin);
+      __m512i mins[8];  // mins of sub-blocks 2p (low int16) and 2p + 1 (high), once for all tokens
+      for (int p = 0; p < 8; ++p)
+        mins[p] = _mm512_or_si512(_mm512_srli_epi32(scale_bytes(w0[b], w1[b], 2 * p), 4),
+                                  _mm512_slli_epi32(_mm512_srli_epi32(scale_bytes(w0[b], w1[b], 2 * p + 1), 4), 16));
+      for (int t = 0; t < T; ++t) {
+        __m512i imin = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p)
+          imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[p], bcast32(in.a[t][b].bsums + 2 * p)));
+        const __m512 da = _mm512_set1_ps(in.a[t][b].d);
+        fmadd(acc[t], _mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, da));
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, da), acc[t]);
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
+// ---- Q3_K x Q8_K --------------------------------------------------------------------
+// Q2_K's structure with a third bit from hmask (levels 0..7, the -4 taken out
+// against the activation sums of 16) and signed scales, no mins.
+struct KernelQ3K {
+  // Sub-block j's signed scales of the 16 rows, as int32 lanes.
+  static __m512i scales(const BlockQ3_Kx8& w0, const BlockQ3_Kx8& w1, int j) {
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0.scales + j * kGroupRows)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1.scales + j * kGroupRows))));
+  }
+
+  template <int T>
+  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+    const auto* w0 = static_cast<const BlockQ3_Kx8*>(w0p);
+    const auto* w1 = static_cast<const BlockQ3_Kx8*>(w1p);
+    const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
+    const __m512i m2 = _mm512_set1_epi8(0x03), m04 = _mm512_set1_epi8(0x04);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[T];
+      zero(isum);
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+          const int bit = 4 * h + k;  // the third bits' position in hmask
+          const __m128i up = _mm_cvtsi32_si128(2 - bit), down = _mm_cvtsi32_si128(bit - 2);
+          __m512i p0[T], p1[T];
+          zero(p0);
+          zero(p1);
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {
+            const __m512i q = load_pair(w0[b].qs + (h * 8 + i) * 32, w1[b].qs + (h * 8 + i) * 32);
+            const __m512i hm = load_pair(w0[b].hmask + i * 32, w1[b].hmask + i * 32);
+            const __m512i hb = bit >= 2 ? _mm512_srl_epi16(hm, down) : _mm512_sll_epi16(hm, up);
+            const __m512i v = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m2), _mm512_and_si512(hb, m04));
+            for (int t = 0; t < T; ++t)
+              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+          }
+          const int j = 8 * h + 2 * k;
+          const __m512i s0 = scales(w0[b], w1[b], j), s1 = scales(w0[b], w1[b], j + 1);
+          for (int t = 0; t < T; ++t) {
+            add_epi32(isum[t], _mm512_mullo_epi32(p0[t], s0));
+            add_epi32(isum[t], _mm512_mullo_epi32(p1[t], s1));
+          }
+        }
+      __m512i pairs[8];  // scales of sub-blocks 2p (low int16) and 2p + 1 (high), once for all tokens
+      for (int p = 0; p < 8; ++p)
+        pairs[p] = _mm512_or_si512(_mm512_and_si512(scales(w0[b], w1[b], 2 * p), _mm512_set1_epi32(0xFFFF)),
+                                   _mm512_slli_epi32(scales(w0[b], w1[b], 2 * p + 1), 16));
+      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
+      for (int t = 0; t < T; ++t) {
+        __m512i corr = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p) corr = _mm512_add_epi32(corr, _mm512_madd_epi16(pairs[p], bcast32(in.a[t][b].bsums + 2 * p)));
+        const __m512i i32 = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 2));
+        fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.a[t][b].d)));
+      }
+    }
+    store_tile<T>(acc, y, ldy, nrows);
+  }
+};
+
 template <typename Kernel, int T>
 void run_tiles_of(const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
                   int64_t ldy, int nrows) {
@@ -309,9 +594,18 @@ void run_tiles_of(const void* w0, const void* w1, int64_t nb, const ActRows& a, 
 bool has_gemm_x16(DType type) {
   switch (type) {
     case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
-    case DType::Q6_K: return true;
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -321,7 +615,16 @@ void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActR
   switch (type) {
     case DType::Q4_0: return run_tiles_of<KernelQ4_0, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q8_0: return run_tiles_of<KernelQ8_0, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q4_K: return run_tiles_of<KernelQ4K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_1: return run_tiles_of<KernelQ4Q5<false, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_K: return run_tiles_of<KernelQ45K<true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_NL: return run_tiles_of<KernelLut4<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_XS: return run_tiles_of<KernelIQ4XS, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::MXFP4: return run_tiles_of<KernelLut4<true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q6_K: return run_tiles_of<KernelQ6K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_x16: no AVX-512 VNNI kernel for {}", dtype_name(type));
   }

@@ -82,6 +82,23 @@ void pack_block(DType type, const uint8_t* const* rows, int64_t b, uint8_t* out)
       for (int h = 0; h < 2; ++h) interleave_quads(q, 32 * h, 8, o->qs + h * 256);
       return;
     }
+    case DType::Q3_K: {
+      auto* o = reinterpret_cast<BlockQ3_Kx8*>(out);
+      const uint8_t* q[kGroupRows];
+      const uint8_t* h[kGroupRows];
+      for (int r = 0; r < kGroupRows; ++r) {
+        const auto& s = block_of<BlockQ3_K>(rows, r, b);
+        o->d[r] = s.d;
+        int8_t sc[16];
+        q3k_scales(s.scales, sc);
+        for (int j = 0; j < 16; ++j) o->scales[j * kGroupRows + r] = sc[j];
+        q[r] = s.qs;
+        h[r] = s.hmask;
+      }
+      for (int hh = 0; hh < 2; ++hh) interleave_quads(q, 32 * hh, 8, o->qs + hh * 256);
+      interleave_quads(h, 0, 8, o->hmask);
+      return;
+    }
     case DType::IQ4_XS: {
       auto* o = reinterpret_cast<BlockIQ4_XSx8*>(out);
       const uint8_t* q[kGroupRows];
@@ -185,6 +202,7 @@ size_t interleaved_block_bytes(DType type) {
     case DType::MXFP4: return sizeof(BlockMXFP4x8);
     case DType::IQ4_XS: return sizeof(BlockIQ4_XSx8);
     case DType::Q2_K: return sizeof(BlockQ2_Kx8);
+    case DType::Q3_K: return sizeof(BlockQ3_Kx8);
     case DType::Q4_1: return sizeof(BlockQ4_1x8);
     case DType::Q5_0: return sizeof(BlockQ5_0x8);
     case DType::Q5_1: return sizeof(BlockQ5_1x8);

@@ -39,6 +39,10 @@ struct BlockIQ4_XSx8 { uint16_t d[8]; int8_t scales[64]; uint8_t qs[1024]; };
 // stored; qs[h][i][r][4] = quad i of row r's qs bytes [32h, 32h + 32): bits
 // 2k..2k+1 of its byte c are element 128h + 32k + 4i + c.
 struct BlockQ2_Kx8 { uint16_t d[8], dmin[8]; uint8_t scales[128]; uint8_t qs[512]; };
+// Q3_K: scales[j][r] = sub-block j's signed scale of row r (offset 32 taken
+// out); qs as Q2_K's; hmask[i][r][4] = quad i of row r's hmask: bit 4h + k
+// of its byte c is the third bit of element 128h + 32k + 4i + c.
+struct BlockQ3_Kx8 { uint16_t d[8]; int8_t scales[128]; uint8_t hmask[256]; uint8_t qs[512]; };
 // Scales and mins unpacked to bytes, in pairs: scales[p][r][2] = scale of
 // sub-blocks 2p and 2p+1 of row r (sub-block = 32 elements); qs[c][i][r][4] =
 // quad i of row r's qs bytes [32c, 32c+32): low nibbles are sub-block 2c,
@@ -57,7 +61,8 @@ struct BlockQ5_Kx8 {
 // qh[h][i][r][4]: quad i of row r's qh bytes [32h, 32h+32).
 struct BlockQ6_Kx8 { uint16_t d[8]; int8_t scales[128]; uint8_t ql[1024]; uint8_t qh[512]; };
 
-static_assert(sizeof(BlockMXFP4x8) == 136 && sizeof(BlockIQ4_XSx8) == 1104 && sizeof(BlockQ2_Kx8) == 672);
+static_assert(sizeof(BlockMXFP4x8) == 136 && sizeof(BlockIQ4_XSx8) == 1104 && sizeof(BlockQ2_Kx8) == 672 &&
+              sizeof(BlockQ3_Kx8) == 912);
 static_assert(sizeof(BlockQ4_0x8) == 144 && sizeof(BlockQ4_1x8) == 160 && sizeof(BlockQ5_0x8) == 176 &&
               sizeof(BlockQ5_1x8) == 192 && sizeof(BlockQ8_0x8) == 272);
 static_assert(sizeof(BlockQ4_Kx8) == 1184 && sizeof(BlockQ5_Kx8) == 1440 && sizeof(BlockQ6_Kx8) == 1680);

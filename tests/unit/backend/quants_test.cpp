@@ -534,15 +534,15 @@ TEST(QuantsIsa, EnvironmentCapsTheLevel) {
 TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_EQ(kernel_isa_for(Isa::Scalar, DType::Q4_0), Isa::Scalar);
   EXPECT_EQ(kernel_isa_for(Isa::Avx512, DType::Q4_0), Isa::Avx2);
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4})
     EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, type), Isa::Avx512Vnni) << dtype_name(type);
-  EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, DType::Q3_K), Isa::Avx2);
   EXPECT_EQ(kernel_isa_for(Isa::Avx512Vnni, DType::F16), Isa::Avx2);
   EXPECT_EQ(describe_kernels(Isa::Avx2), "avx2 kernels");
   EXPECT_NE(describe_kernels(Isa::Avx512).find("avx2 kernels"), std::string::npos);
-  EXPECT_EQ(describe_kernels(Isa::Avx512Vnni), 
-            "avx512-vnni kernels for Q4_0 Q8_0 Q4_K Q6_K (steps of 2+ tokens), avx2 for one-token steps, the other "
-            "types and ops");
+  EXPECT_EQ(describe_kernels(Isa::Avx512Vnni),
+            "avx512-vnni kernels for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 (one-token "
+            "steps of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q6_K: avx2), avx2 for the other types and ops");
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+// The int8 peak of AVX-512 VNNI: back-to-back independent vpdpbusd, the
+// ceiling the quantized GEMM kernels are measured against (bench ops).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <atomic>
+#include <ctime>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/peak.h"
+
+namespace pagellm::cpu::avx512 {
+namespace {
+
+// 12 independent chains (more than latency x throughput on current cores),
+// in named registers: an array of accumulators would live on the stack.
+template <typename V, V (*Dp)(V, V, V)>
+int64_t dpbusd_loop(int64_t iters, V u, V s, int32_t& sink) {
+  V a0 = u, a1 = u, a2 = u, a3 = u, a4 = u, a5 = u, a6 = u, a7 = u, a8 = u, a9 = u, a10 = u, a11 = u;
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = Dp(a0, u, s), a1 = Dp(a1, u, s), a2 = Dp(a2, u, s), a3 = Dp(a3, u, s);
+    a4 = Dp(a4, u, s), a5 = Dp(a5, u, s), a6 = Dp(a6, u, s), a7 = Dp(a7, u, s);
+    a8 = Dp(a8, u, s), a9 = Dp(a9, u, s), a10 = Dp(a10, u, s), a11 = Dp(a11, u, s);
+    asm("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9),
+        "+v"(a10), "+v"(a11));
+  }
+  const V total = Dp(Dp(Dp(Dp(Dp(Dp(Dp(Dp(Dp(Dp(Dp(a0, a1, s), a2, s), a3, s), a4, s), a5, s), a6, s), a7, s), a8, s),
+                             a9, s), a10, s), a11, s);
+  int32_t lanes[sizeof(V) / 4];
+  __builtin_memcpy(lanes, &total, sizeof(V));
+  sink += lanes[0];
+  return iters * 12;
+}
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+__m512i dp512(__m512i a, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(a, u, s); }
+__m256i dp256(__m256i a, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(a, u, s); }
+
+}  // namespace
+
+double int8_peak_gops(int threads, int bits, double seconds) {
+  std::atomic<int> ready{0};
+  std::vector<double> gops(static_cast<size_t>(threads), 0);
+  std::vector<int32_t> sinks(static_cast<size_t>(threads) * 16, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      // The thread's CPU time: its own rate while it runs, even when other
+      // processes share the cores.
+      const double t0 = thread_cpu_seconds();
+      int64_t instructions = 0;
+      double elapsed = 0;
+      int32_t& sink = sinks[static_cast<size_t>(t) * 16];
+      do {
+        instructions += bits == 512 ? dpbusd_loop<__m512i, dp512>(1 << 16, _mm512_set1_epi8(3), _mm512_set1_epi8(-5), sink)
+                                    : dpbusd_loop<__m256i, dp256>(1 << 16, _mm256_set1_epi8(3), _mm256_set1_epi8(-5), sink);
+        elapsed = thread_cpu_seconds() - t0;
+      } while (elapsed < seconds);
+      // bits / 8 products per instruction, a multiply and an add each.
+      gops[static_cast<size_t>(t)] = static_cast<double>(instructions) * (bits / 8) * 2 / elapsed / 1e9;
+    });
+  }
+  for (auto& th : pool) th.join();
+  double total = 0;
+  for (double g : gops) total += g;
+  return total;
+}
+
+}  // namespace pagellm::cpu::avx512
