@@ -20,8 +20,10 @@ if(PAGELLM_ARM_SYSROOT)
   set(CMAKE_CXX_FLAGS_INIT "-idirafter ${PAGELLM_ARM_SYSROOT}/usr/include -idirafter ${PAGELLM_ARM_SYSROOT}/usr/include/aarch64-linux-gnu")
   set(CMAKE_C_FLAGS_INIT "${CMAKE_CXX_FLAGS_INIT}")
   # Shared libraries' own dependencies (spdlog's libfmt, ...) resolve at link time there.
+  # (zlib and libc sit in lib/, the rest in usr/lib/.)
   foreach(kind EXE SHARED MODULE)
-    set(CMAKE_${kind}_LINKER_FLAGS_INIT "-L${_lib} -Wl,-rpath-link,${_lib}")
+    set(CMAKE_${kind}_LINKER_FLAGS_INIT
+      "-L${_lib} -Wl,-rpath-link,${_lib} -Wl,-rpath-link,${PAGELLM_ARM_SYSROOT}/lib/aarch64-linux-gnu")
   endforeach()
   set(ENV{PKG_CONFIG_SYSROOT_DIR} ${PAGELLM_ARM_SYSROOT})
   set(ENV{PKG_CONFIG_LIBDIR} "${_lib}/pkgconfig:${PAGELLM_ARM_SYSROOT}/usr/share/pkgconfig")

@@ -59,8 +59,8 @@ PY
   return $rc
 }
 
-ALL='QuantsFast.*:QuantsIsa.*:Quants/*:*MatmulTypes*:*BackendOps*:*Stories260KGreedy*:-*cpu_avx*:*opencl'
-SHORT='QuantsFast.*:QuantsIsa.*:*Stories260KGreedy*'
+ALL='QuantsNeon.*:QuantsFast.*:QuantsIsa.*:Quants/*:*MatmulTypes*:*BackendOps*:*Stories260KGreedy*:-*cpu_avx*:*opencl'
+SHORT='QuantsNeon.*:QuantsFast.*:QuantsIsa.*:*Stories260KGreedy*'
 check_level max neon-i8mm
 kernel_tests max "$ALL"
 server_test max
