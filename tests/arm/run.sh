@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARM_DIR=$(realpath "${ARM_DIR:-build-arm}")
 BIN=$ARM_DIR/build
-STORIES=$(realpath ../shared/data/models/stories260K.gguf)
+STORIES=$(realpath -m ../shared/data/models/stories260K.gguf)
 qemu() { local cpu=$1; shift; qemu-aarch64-static -L "$ARM_DIR/sysroot" -cpu "$cpu" "$@"; }
 
 check_level() {  # cpu, the level `pagellm info` must name
@@ -27,6 +27,10 @@ kernel_tests() {  # cpu, gtest filter
 
 server_test() {  # cpu
   local port log pid rc=0
+  if [ ! -f "$STORIES" ]; then
+    echo "arm: skipping the server test: no $STORIES" >&2
+    return 0
+  fi
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   log=$ARM_DIR/serve-$1.log
   qemu "$1" "$BIN/pagellm" serve --model "$STORIES" --host 127.0.0.1 --port "$port" > "$log" 2>&1 &
