@@ -8,6 +8,8 @@
 #   make tsan      concurrency tests under ThreadSanitizer  (build-tsan)
 #   make fuzz      every libFuzzer target for FUZZ_SECONDS (build-fuzz, clang)
 #   make soak      1,000 mixed and hostile requests against a live server
+#   make arm-test  aarch64 cross build, its kernel / op / greedy / server tests
+#                  under qemu-user at each ARM level                (build-arm)
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
@@ -29,7 +31,7 @@ FUZZ_DIR := build-fuzz
 # not ours to sanitize (the release build tests it).
 SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGELLM_OPENCL=OFF
 
-.PHONY: all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
+.PHONY: arm-test all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
 
 all: build
 
@@ -114,10 +116,19 @@ fuzz-build: setup-sanitizers
 fuzz: fuzz-build
 	FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
+# ---- aarch64 (docs/architecture.md, "ARM64"): Debian's cross compiler, the
+# arm64 libraries unpacked into build-arm/sysroot (nothing installed for
+# arm64), xgrammar cross-built, then pagellm and pagellm_kernel_tests, run
+# under qemu-aarch64-static -cpu max / neoverse-n1 / cortex-a57.
+ARM_DIR := build-arm
+arm-test: setup
+	ARM_DIR=$(ARM_DIR) JOBS=$(JOBS) tests/arm/build.sh
+	ARM_DIR=$(ARM_DIR) tests/arm/run.sh
+
 # The deployment files: lint and schema-check deploy/ (the e2e tests do too)
 # and, where docker or podman exists, build the image.
 deploy-check: setup
 	.venv/bin/python tools/validate_deploy.py --build
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(ARM_DIR)

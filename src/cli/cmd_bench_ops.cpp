@@ -134,7 +134,9 @@ class OpsBench {
                 f_.device.c_str(), f_.threads, f_.rounds, f_.cpu_time ? "thread CPU time" : "wall time");
     for (const Level& l : levels_) std::printf("#   %s: %s\n", l.isa.empty() ? "-" : l.isa.c_str(), describe(l).c_str());
     if (const int64_t read = parse_byte_size(f_.read_size); read > 0) j["read"] = measure_read(read);
+#if defined(PAGELLM_CPU_X86)
     if (f_.device == "cpu" && cpu_features().detected() >= Isa::Avx512Vnni) j["int8_peak"] = measure_int8_peak();
+#endif
     print_header();
     for (const std::string& op : split_list(f_.ops)) {
       if (op == "matmul") {
@@ -213,6 +215,7 @@ class OpsBench {
   }
 
   // Independent vpdpbusd back to back on every thread: the int8 ceiling.
+#if defined(PAGELLM_CPU_X86)
   nlohmann::json measure_int8_peak() {
     const int threads = std::max(1, f_.threads);
     nlohmann::json j;
@@ -226,6 +229,7 @@ class OpsBench {
     }
     return j;
   }
+#endif
 
   void print_header() {
     std::printf("%-9s %-7s %-22s %5s", "op", "type", "shape", "n");

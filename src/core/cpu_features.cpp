@@ -1,7 +1,12 @@
 #include "core/cpu_features.h"
 
+#if defined(PAGELLM_CPU_X86)
 #include <cpuid.h>
+#elif defined(PAGELLM_CPU_ARM)
+#include <sys/auxv.h>
+#endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +14,9 @@
 
 namespace pagellm {
 namespace {
+
+#if defined(PAGELLM_CPU_X86)
+constexpr Isa kLevels[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni};
 
 bool os_saves_ymm_zmm(bool zmm) {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -41,22 +49,61 @@ CpuFeatures detect() {
   f.avx512bf16 = zmm && (eax & (1u << 5));
   return f;
 }
+#elif defined(PAGELLM_CPU_ARM)
+constexpr Isa kLevels[] = {Isa::Scalar, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm};
+
+// Linux's bits (asm/hwcap.h), spelled out: older kernel headers lack HWCAP2_I8MM.
+constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimdDp = 1ul << 20, kHwcap2I8mm = 1ul << 13;
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  f.neon = (hw & kHwcapAsimd) != 0;
+  f.dotprod = f.neon && (hw & kHwcapAsimdDp) != 0;
+  f.i8mm = f.neon && (hw2 & kHwcap2I8mm) != 0;
+  return f;
+}
+#else
+constexpr Isa kLevels[] = {Isa::Scalar};
+
+CpuFeatures detect() { return {}; }
+#endif
+
+std::string level_names() {
+  std::string s;
+  for (Isa i : kLevels) s += (s.empty() ? "" : ", ") + std::string(isa_name(i));
+  return s;
+}
 
 }  // namespace
 
 Isa CpuFeatures::detected() const {
   Isa isa = Isa::Scalar;
+#if defined(PAGELLM_CPU_X86)
   if (avx2 && fma && f16c) isa = Isa::Avx2;
   if (isa == Isa::Avx2 && avx512f && avx512bw && avx512vl && avx512dq) isa = Isa::Avx512;
   if (isa == Isa::Avx512 && avx512vnni) isa = Isa::Avx512Vnni;
+#elif defined(PAGELLM_CPU_ARM)
+  if (neon) isa = Isa::Neon;
+  if (isa == Isa::Neon && dotprod) isa = Isa::NeonDotprod;
+  // i8mm without dotprod exists on no known core; the level needs both.
+  if (isa == Isa::NeonDotprod && i8mm) isa = Isa::NeonI8mm;
+#endif
   return isa;
+}
+
+bool CpuFeatures::supports(Isa isa) const {
+  return std::find(std::begin(kLevels), std::end(kLevels), isa) != std::end(kLevels) && isa <= detected();
 }
 
 Isa CpuFeatures::best() const {
   Isa isa = detected();
   if (const char* cap = std::getenv("PAGELLM_ISA"); cap != nullptr && *cap != '\0') {
     Isa limit = Isa::Scalar;
-    PAGELLM_CHECK(parse_isa(cap, limit), "PAGELLM_ISA={}: not one of scalar, avx2, avx512, avx512-vnni", cap);
+    const bool known = parse_isa(cap, limit);
+    PAGELLM_CHECK(known && std::find(std::begin(kLevels), std::end(kLevels), limit) != std::end(kLevels),
+                  "PAGELLM_ISA={}: {} one of {}", cap, known ? "a level of another architecture, not" : "not",
+                  level_names());
     if (limit < isa) isa = limit;
   }
   return isa;
@@ -79,7 +126,14 @@ std::string CpuFeatures::describe() const {
   add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
+  add(neon, "asimd");
+  add(dotprod, "asimddp");
+  add(i8mm, "i8mm");
+#if defined(PAGELLM_CPU_ARM)
+  return s.empty() ? "baseline aarch64" : s;
+#else
   return s.empty() ? "baseline x86-64" : s;
+#endif
 }
 
 const CpuFeatures& cpu_features() {
@@ -87,17 +141,22 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
+std::span<const Isa> isa_levels() { return kLevels; }
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Avx512Vnni: return "avx512-vnni";
     case Isa::Avx512: return "avx512";
     case Isa::Avx2: return "avx2";
+    case Isa::Neon: return "neon";
+    case Isa::NeonDotprod: return "neon-dotprod";
+    case Isa::NeonI8mm: return "neon-i8mm";
     default: return "scalar";
   }
 }
 
 bool parse_isa(const char* name, Isa& isa) {
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm}) {
     if (std::strcmp(name, isa_name(i)) == 0) {
       isa = i;
       return true;

@@ -730,7 +730,11 @@ CpuBackendOptions CpuBackendOptions::from(const BackendOptions& o) {
 void register_cpu_backend() {
   ExportedBackend x;
   x.kind = "cpu";
+#if defined(PAGELLM_CPU_ARM)
+  x.description = "the host CPU (scalar, NEON, dotprod and i8mm kernels chosen at start-up)";
+#else
   x.description = "the host CPU (scalar, AVX2 and AVX-512 kernels chosen at start-up)";
+#endif
   x.device_count = [] { return 1; };
   x.create = [](int index, const BackendOptions& o) {
     if (index != 0) fail("--device cpu:{}: the cpu backend has one device (cpu or cpu:0)", index);

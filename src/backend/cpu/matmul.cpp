@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend/cpu/kernels_neon.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/matmul_repack.h"
 #include "backend/cpu/quants.h"
@@ -18,6 +19,17 @@
 
 namespace pagellm::cpu {
 namespace {
+
+// The interleaved (repacked) kernels exist on x86-64 only; elsewhere every
+// quantized weight runs the row path (matmul_unpacked).
+bool packed_kernels(Isa isa) {
+#if defined(PAGELLM_CPU_X86)
+  return isa >= Isa::Avx2;
+#else
+  (void)isa;
+  return false;
+#endif
+}
 
 class PreparedWeight final : public MatmulWeight {
  public:
@@ -29,7 +41,7 @@ class PreparedWeight final : public MatmulWeight {
     // The interleaved layout only pays off with the SIMD kernels; the scalar
     // path reads the original rows.
     const size_t block_bytes = interleaved_block_bytes(type);
-    if (block_bytes > 0 && kernel_isa() >= Isa::Avx2) {
+    if (block_bytes > 0 && packed_kernels(kernel_isa())) {
       group_bytes_ = block_bytes * static_cast<size_t>(cols / dtype_block_size(type));
       packed_ = allocate_aligned(group_bytes_ * static_cast<size_t>(groups()));
       for (int64_t g = 0; g < groups(); ++g) repack_group_x8(type, data, rows, cols, g, packed_.get() + g * group_bytes_);
@@ -62,6 +74,7 @@ class Scratch {
 };
 thread_local Scratch t_scratch;
 
+#if defined(PAGELLM_CPU_X86)
 // Weight levels are stored unsigned; this is the zero point the kernels take
 // out as zero_point * sum(activations). The VNNI kernels make signed levels
 // (Q8_0's, and IQ4_NL's and MXFP4's table values) unsigned by adding 128.
@@ -87,6 +100,8 @@ size_t side_bytes_per_block(DType act) {
   }
 }
 
+#endif  // PAGELLM_CPU_X86
+
 size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
 // How far ahead of the row being multiplied the row path prefetches weights.
 constexpr size_t kPrefetchBytes = 4096;
@@ -108,10 +123,12 @@ const PreparedWeight& prepared(const MatmulWeight& w) {
 
 void matmul_float(ThreadPool& pool, const PreparedWeight& w, const float* x, int64_t n, float* y) {
   const int64_t rows = w.rows(), cols = w.cols();
+#if defined(PAGELLM_CPU_X86)
   if (kernel_isa() >= Isa::Avx2) {
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) { avx2::gemm_float(w.type(), w.data(), r0, r1, cols, x, n, y, rows); });
     return;
   }
+#endif
   const auto* base = static_cast<const uint8_t*>(w.data());
   const size_t row_bytes = w.row_bytes();
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
@@ -142,6 +159,7 @@ void matmul(ThreadPool& pool, const MatmulWeight& weight, const float* x, int64_
 
 namespace {
 
+#if defined(PAGELLM_CPU_X86)
 // One problem of matmul_many, with its activations quantized and its share
 // of the work items.
 struct Plan {
@@ -200,14 +218,15 @@ void run_item(const Plan& p, int64_t item) {
   }
 }
 
-// The unpacked paths (float weights, scalar kernels): one problem at a time.
+#endif  // PAGELLM_CPU_X86
+
+// The unpacked paths (float weights, scalar kernels, aarch64): one problem at a time.
 void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, int64_t n, float* y) {
   const DType type = w.type();
   if (!dtype_is_quantized(type)) return matmul_float(pool, w, x, n, y);
   const int64_t rows = w.rows(), cols = w.cols();
   const Isa isa = kernel_isa();
-  const bool avx512 = isa >= Isa::Avx512Vnni && avx512::has_vec_dot(type);
-  const bool avx2 = isa >= Isa::Avx2;
+  const VecDotFn dot = vec_dot_kernel(isa, type);
   const DType act = vec_dot_type(type);
   const size_t block_stride = round_up64(dtype_row_bytes(act, cols));
   uint8_t* scratch = t_scratch.get(static_cast<size_t>(n) * block_stride);
@@ -219,6 +238,35 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
   const auto* base = static_cast<const uint8_t*>(w.data());
   const size_t row_bytes = w.row_bytes();
   const uint8_t* end = base + static_cast<size_t>(rows) * row_bytes;
+#if defined(PAGELLM_CPU_ARM)
+  // i8mm: rows in pairs times tokens in pairs (2x2 tiles, the bits of the row dots).
+  if (n > 1 && isa >= Isa::NeonI8mm && neon_i8mm::has_gemm_2x2(type)) {
+    pool.parallel_for((rows + 1) / 2, [&](int64_t p0, int64_t p1) {
+      for (int64_t r = 2 * p0; r < std::min(rows, 2 * p1); r += 2) {
+        const uint8_t* w0 = base + r * row_bytes;
+        if (r + 1 == rows) {
+          for (int64_t t = 0; t < n; ++t) y[t * rows + r] = dot(type, cols, w0, scratch + t * block_stride);
+          continue;
+        }
+        const uint8_t* w1 = w0 + row_bytes;
+        int64_t t = 0;
+        for (; t + 2 <= n; t += 2) {
+          float out[4];
+          neon_i8mm::gemm_2x2(type, cols, w0, w1, scratch + t * block_stride, scratch + (t + 1) * block_stride, out);
+          y[t * rows + r] = out[0];
+          y[(t + 1) * rows + r] = out[1];
+          y[t * rows + r + 1] = out[2];
+          y[(t + 1) * rows + r + 1] = out[3];
+        }
+        for (; t < n; ++t) {
+          y[t * rows + r] = dot(type, cols, w0, scratch + t * block_stride);
+          y[t * rows + r + 1] = dot(type, cols, w1, scratch + t * block_stride);
+        }
+      }
+    });
+    return;
+  }
+#endif
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* wr = base + r * row_bytes;
@@ -229,9 +277,7 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
         __builtin_prefetch(p);
       for (int64_t t = 0; t < n; ++t) {
         const uint8_t* at = scratch + t * block_stride;
-        y[t * rows + r] = avx512 ? avx512::vec_dot(type, cols, wr, at)
-                          : avx2 ? avx2::vec_dot(type, cols, wr, at)
-                                 : scalar::vec_dot(type, cols, wr, at);
+        y[t * rows + r] = dot(type, cols, wr, at);
       }
     }
   });
@@ -240,6 +286,15 @@ void matmul_unpacked(ThreadPool& pool, const PreparedWeight& w, const float* x, 
 }  // namespace
 
 void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) {
+#if !defined(PAGELLM_CPU_X86)
+  // No packed kernels here: every problem runs the row path, one by one.
+  for (size_t i = 0; i < count; ++i) {
+    const MatmulProblem& pr = problems[i];
+    const PreparedWeight& w = prepared(*pr.w);
+    PAGELLM_CHECK(pr.n >= 0, "matmul: negative token count {}", pr.n);
+    if (pr.n > 0) matmul_unpacked(pool, w, pr.x, pr.n, pr.y);
+  }
+#else
   // Problems the packed kernels run share one parallel region; the rest go one by one.
   thread_local std::vector<Plan> t_plans;  // reused: no allocation per product after warm-up
   std::vector<Plan>& plans = t_plans;
@@ -252,7 +307,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     const PreparedWeight& w = prepared(*pr.w);
     PAGELLM_CHECK(pr.n >= 0, "matmul: negative token count {}", pr.n);
     if (pr.n == 0) continue;
-    const bool packed = isa >= Isa::Avx2 && w.packed() != nullptr && dtype_is_quantized(w.type());
+    const bool packed = packed_kernels(isa) && w.packed() != nullptr && dtype_is_quantized(w.type());
     if (!packed) {
       matmul_unpacked(pool, w, pr.x, pr.n, pr.y);
       continue;
@@ -328,6 +383,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
       run_item(plans[pi], item - plans[pi].first_item);
     }
   });
+#endif  // PAGELLM_CPU_X86
 }
 
 void matmul_ref(const MatmulWeight& w, const float* x, int64_t n, float* y) {

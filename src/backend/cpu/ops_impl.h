@@ -16,7 +16,11 @@
 
 namespace pagellm::cpu::OPS_NS {
 
-#if defined(__FLT16_MAX__)
+#if defined(__aarch64__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12 has no _Float16 in C++ on aarch64; its __fp16 (IEEE format there)
+// converts the same way, rounding to nearest even.
+using half_t = __fp16;
+#elif defined(__FLT16_MAX__)
 using half_t = _Float16;
 #else
 // clang < 15 has no _Float16 on x86 (the fuzz build uses clang 14): a 2-byte

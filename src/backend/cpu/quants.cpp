@@ -1,8 +1,10 @@
 // Runtime dispatch of the quantization and dot-product kernels.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 
+#include "backend/cpu/kernels_neon.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quants_kernels.h"
@@ -14,7 +16,11 @@ namespace {
 constexpr int kNoOverride = -1;
 std::atomic<int> g_isa_override{kNoOverride};
 
+#if defined(PAGELLM_CPU_X86)
 bool use_avx2() { return kernel_isa() >= Isa::Avx2; }
+#elif defined(PAGELLM_CPU_ARM)
+bool use_neon() { return kernel_isa() >= Isa::Neon; }
+#endif
 
 void check_row(DType type, int64_t n, const char* what) {
   const int bs = dtype_block_size(type);
@@ -24,16 +30,7 @@ void check_row(DType type, int64_t n, const char* what) {
 
 }  // namespace
 
-bool isa_supported(Isa isa) {
-  const CpuFeatures& f = cpu_features();
-  switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return f.avx2 && f.fma && f.f16c;
-    case Isa::Avx512:
-    case Isa::Avx512Vnni: return f.detected() >= isa;
-  }
-  return false;
-}
+bool isa_supported(Isa isa) { return cpu_features().supports(isa); }
 
 Isa kernel_isa() {
   const int forced = g_isa_override.load(std::memory_order_relaxed);
@@ -42,12 +39,36 @@ Isa kernel_isa() {
 }
 
 Isa kernel_isa_for(Isa isa, DType weight_type) {
+#if defined(PAGELLM_CPU_X86)
   if (isa >= Isa::Avx512Vnni && (avx512::has_vec_dot(weight_type) || avx512::has_gemm_x16(weight_type)))
     return Isa::Avx512Vnni;
   return isa >= Isa::Avx2 ? Isa::Avx2 : Isa::Scalar;
+#elif defined(PAGELLM_CPU_ARM)
+  if (isa >= Isa::NeonI8mm && neon_i8mm::has_gemm_2x2(weight_type)) return Isa::NeonI8mm;
+  if (isa < Isa::Neon || !neon::has_vec_dot(weight_type)) return Isa::Scalar;
+  return std::min(isa, Isa::NeonDotprod);
+#else
+  return Isa::Scalar;
+#endif
 }
 
 std::string describe_kernels(Isa isa) {
+#if defined(PAGELLM_CPU_ARM)
+  // e.g. "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_K
+  // Q6_K, scalar for the other types" (the ops are the baseline build, auto-vectorised for NEON).
+  if (isa < Isa::Neon) return "scalar kernels";
+  auto types_at = [&](Isa level) {
+    std::string types;
+    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+      if (kernel_isa_for(isa, type) == level) types += (types.empty() ? "" : " ") + std::string(dtype_name(type));
+    return types;
+  };
+  const Isa dot = std::min(isa, Isa::NeonDotprod);
+  if (isa < Isa::NeonI8mm)
+    return fmt::format("{} kernels for {}, scalar for the other types", isa_name(dot), types_at(dot));
+  return fmt::format("{} kernels for {} (steps of 2+ tokens), {} for one-token steps and {}, scalar for the other "
+                     "types", isa_name(isa), types_at(Isa::NeonI8mm), isa_name(dot), types_at(dot));
+#endif
   if (isa < Isa::Avx512Vnni) {
     if (isa == Isa::Avx512) return "avx2 kernels (avx512 without vnni: no kernels of its own yet)";
     return std::string(isa_name(isa)) + " kernels";
@@ -120,18 +141,45 @@ bool vec_dot_supported(DType weight_type) {
 
 void quantize_row(DType type, const float* src, void* dst, int64_t n) {
   check_row(type, n, "quantize_row");
-  const bool avx2 = use_avx2();
+#if defined(PAGELLM_CPU_X86)
+  if (use_avx2()) {
+    switch (type) {
+      case DType::Q8_0: return avx2::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      case DType::Q8_1: return avx2::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
+      case DType::Q8_K: return avx2::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
+      default: return quantize_row_ref(type, src, dst, n);
+    }
+  }
+#elif defined(PAGELLM_CPU_ARM)
+  if (use_neon()) {
+    switch (type) {
+      case DType::Q8_0: return neon::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+      case DType::Q8_1: return neon::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
+      case DType::Q8_K: return neon::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
+      default: return quantize_row_ref(type, src, dst, n);
+    }
+  }
+#endif
   switch (type) {
-    case DType::Q8_0:
-      return avx2 ? avx2::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n)
-                  : scalar::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
-    case DType::Q8_1:
-      return avx2 ? avx2::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n)
-                  : scalar::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
-    case DType::Q8_K:
-      return avx2 ? avx2::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n)
-                  : scalar::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
+    case DType::Q8_0: return scalar::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+    case DType::Q8_1: return scalar::quantize_q8_1(src, static_cast<BlockQ8_1*>(dst), n);
+    case DType::Q8_K: return scalar::quantize_q8_K(src, static_cast<BlockQ8_K*>(dst), n);
     default: return quantize_row_ref(type, src, dst, n);
+  }
+}
+
+VecDotFn vec_dot_kernel(Isa isa, DType weight_type) {
+  switch (kernel_isa_for(isa, weight_type)) {
+#if defined(PAGELLM_CPU_X86)
+    // Types with VNNI matrix kernels but no VNNI row dot run AVX2's.
+    case Isa::Avx512Vnni: return avx512::has_vec_dot(weight_type) ? avx512::vec_dot : avx2::vec_dot;
+    case Isa::Avx2: return avx2::vec_dot;
+#elif defined(PAGELLM_CPU_ARM)
+    case Isa::NeonI8mm:  // its one-row dots are dotprod's
+    case Isa::NeonDotprod: return neon_dotprod::vec_dot;
+    case Isa::Neon: return neon::vec_dot;
+#endif
+    default: return scalar::vec_dot;
   }
 }
 
@@ -139,16 +187,14 @@ float vec_dot(DType weight_type, int64_t n, const void* w, const void* a) {
   PAGELLM_CHECK(vec_dot_supported(weight_type), "vec_dot: no kernel for weight type {}", dtype_name(weight_type));
   check_row(weight_type, n, "vec_dot");
   if (vec_dot_type(weight_type) == DType::Q8_K) check_row(DType::Q8_K, n, "vec_dot");
-  // Types with VNNI matrix kernels but no VNNI row dot run AVX2's.
-  const Isa isa = kernel_isa_for(kernel_isa(), weight_type);
-  if (isa == Isa::Avx512Vnni && avx512::has_vec_dot(weight_type)) return avx512::vec_dot(weight_type, n, w, a);
-  if (isa >= Isa::Avx2) return avx2::vec_dot(weight_type, n, w, a);
-  return scalar::vec_dot(weight_type, n, w, a);
+  return vec_dot_kernel(kernel_isa(), weight_type)(weight_type, n, w, a);
 }
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
   check_row(type, n, "dequantize_row");
+#if defined(PAGELLM_CPU_X86)
   if (use_avx2() && avx2::dequantize_row(type, src, dst, n)) return;
+#endif
   dequantize_row_ref(type, src, dst, n);
 }
 

@@ -66,7 +66,10 @@ float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
 // cpu_features().best() (which honours PAGELLM_ISA), unless overridden.
 // Isa::Avx512 runs the AVX2 kernels (no kernels without VNNI yet);
 // Isa::Avx512Vnni runs VNNI kernels for some weight types (kernel_isa_for)
-// and the AVX2 ones for the rest.
+// and the AVX2 ones for the rest. On aarch64 (backend/cpu/kernels_neon.h):
+// Isa::Neon and Isa::NeonDotprod run NEON dots for Q4_0 Q8_0 Q4_K Q6_K and
+// the scalar ones for the rest; Isa::NeonI8mm adds 2x2 i8mm tiles for Q4_0 and
+// Q8_0 in steps of 2+ tokens.
 Isa kernel_isa();
 // The level whose kernels run weight_type's dot products and matrix
 // products when the kernels of `isa` are chosen.

@@ -1,6 +1,12 @@
 // Portable dot products of a weight row with a quantized activation row.
 // Integer sums are exact per block; the float part is one multiply per block.
 // These define what the SIMD kernels must reproduce.
+//
+// No fused multiply-adds (as in core/quant_ref.cpp): aarch64's baseline has
+// FMA, and GCC would contract `sum += isum * d` differently from kernel to
+// kernel; the NEON kernels repeat these exact float steps.
+#pragma GCC optimize("fp-contract=off")
+
 #include <cstring>
 
 #include "backend/cpu/quants_kernels.h"

@@ -29,6 +29,11 @@ struct ActSideQ8_K {
   int16_t bs32[8];  // sums of qs over each 32-element sub-block
 };
 
+// The dot-product kernel vec_dot runs for weight_type at level isa (the
+// row-dot path of matmul calls it directly, without vec_dot's checks).
+using VecDotFn = float (*)(DType weight_type, int64_t n, const void* w, const void* a);
+VecDotFn vec_dot_kernel(Isa isa, DType weight_type);
+
 // Compiled with -mavx2 -mfma -mf16c; call only when isa_supported(Isa::Avx2).
 namespace avx2 {
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);

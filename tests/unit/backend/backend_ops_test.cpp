@@ -44,7 +44,7 @@ class BackendOps : public ::testing::TestWithParam<BackendCase> {
     if (c.isa) {
       Isa isa = Isa::Scalar;
       ASSERT_TRUE(parse_isa(c.isa, isa)) << c.isa;
-      if (cpu_features().detected() < isa) GTEST_SKIP() << "this CPU has no " << c.isa;
+      if (!cpu_features().supports(isa)) GTEST_SKIP() << "this CPU (or architecture) has no " << c.isa;
       setenv("PAGELLM_ISA", c.isa, 1);
     }
     BackendOptions o;
@@ -985,6 +985,11 @@ const BackendCase kCases[] = {
     {"cpu_avx2", "cpu", "avx2"},
     {"cpu_avx512", "cpu", "avx512"},
     {"cpu_avx512_vnni", "cpu", "avx512-vnni"},
+#if defined(__aarch64__)
+    {"cpu_neon", "cpu", "neon"},
+    {"cpu_neon_dotprod", "cpu", "neon-dotprod"},
+    {"cpu_neon_i8mm", "cpu", "neon-i8mm"},
+#endif
     {"opencl", "opencl", nullptr},
     {"cscalar", "cscalar", nullptr},
 };

@@ -43,11 +43,12 @@ class IsaGuard {
   IsaGuard& operator=(const IsaGuard&) = delete;
 };
 
-// The ISA levels this machine can run, scalar first (Isa::Avx512 runs the
-// AVX2 kernels; Isa::Avx512Vnni its own for some types).
+// The ISA levels this machine can run, scalar first (x86-64: Isa::Avx512 runs
+// the AVX2 kernels, Isa::Avx512Vnni its own for some types; aarch64: neon,
+// neon-dotprod, neon-i8mm).
 inline std::vector<Isa> testable_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni})
+  for (Isa isa : isa_levels())
     if (isa_supported(isa)) isas.push_back(isa);
   return isas;
 }

@@ -514,9 +514,10 @@ TEST(QuantsIsa, OverrideAndSupport) {
   }
 }
 
-// PAGELLM_ISA caps the level by name; an unknown name is a clear error.
+// PAGELLM_ISA caps the level by name; an unknown name, or one of the other
+// architecture, is a clear error.
 TEST(QuantsIsa, EnvironmentCapsTheLevel) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni}) {
+  for (Isa isa : isa_levels()) {
     Isa parsed = Isa::Scalar;
     ASSERT_TRUE(parse_isa(isa_name(isa), parsed)) << isa_name(isa);
     EXPECT_EQ(parsed, isa);
@@ -526,6 +527,12 @@ TEST(QuantsIsa, EnvironmentCapsTheLevel) {
   }
   setenv("PAGELLM_ISA", "avx1024", 1);
   EXPECT_THROW(cpu_features().best(), Error);
+#if defined(PAGELLM_CPU_ARM)
+  setenv("PAGELLM_ISA", "avx2", 1);
+#else
+  setenv("PAGELLM_ISA", "neon", 1);
+#endif
+  EXPECT_THROW(cpu_features().best(), Error);
   unsetenv("PAGELLM_ISA");
   EXPECT_EQ(cpu_features().best(), cpu_features().detected());
 }
@@ -533,6 +540,21 @@ TEST(QuantsIsa, EnvironmentCapsTheLevel) {
 // Which level runs each type, and the start-up line that says so.
 TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_EQ(kernel_isa_for(Isa::Scalar, DType::Q4_0), Isa::Scalar);
+#if defined(PAGELLM_CPU_ARM)
+  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+    EXPECT_EQ(kernel_isa_for(Isa::Neon, type), Isa::Neon) << dtype_name(type);
+    EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, type), Isa::NeonDotprod) << dtype_name(type);
+  }
+  EXPECT_EQ(kernel_isa_for(Isa::NeonDotprod, DType::Q8_0), Isa::NeonDotprod);
+  EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::Q4_0), Isa::NeonI8mm);
+  EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::Q3_K), Isa::Scalar);
+  EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::F16), Isa::Scalar);
+  EXPECT_EQ(describe_kernels(Isa::Scalar), "scalar kernels");
+  EXPECT_EQ(describe_kernels(Isa::Neon), "neon kernels for Q4_0 Q8_0 Q4_K Q6_K, scalar for the other types");
+  EXPECT_EQ(describe_kernels(Isa::NeonI8mm),
+            "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_K Q6_K, "
+            "scalar for the other types");
+#else
   EXPECT_EQ(kernel_isa_for(Isa::Avx512, DType::Q4_0), Isa::Avx2);
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                      DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4})
@@ -543,6 +565,7 @@ TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_EQ(describe_kernels(Isa::Avx512Vnni),
             "avx512-vnni kernels for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 (one-token "
             "steps of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q6_K: avx2), avx2 for the other types and ops");
+#endif
 }
 
 }  // namespace
