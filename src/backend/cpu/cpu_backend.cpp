@@ -587,7 +587,8 @@ class CpuBackend : public Backend {
 
 void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {
   Timer timer(this, kAttention, "attention");
-  const auto [group, slot] = kv_place(layer);
+  // Plain variables, not a structured binding: the worker lambda below captures them (C++17).
+  const int group = kv_place(layer).first, slot = kv_place(layer).second;
   const float* q = f32(q_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   float* out = f32(out_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
