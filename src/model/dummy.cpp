@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/arch.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace pagellm {
 namespace {

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/device_comm.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/tensor_source.h"
 
 namespace pagellm {

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "model/arch.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace pagellm {
 

@@ -16,7 +16,7 @@
 #include "hostile_input.h"
 #include "model/arch.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/hf_writer.h"
 #include "model/model.h"
 #include "model/model_test_util.h"
