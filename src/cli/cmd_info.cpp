@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace pagellm::cli {
 

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/hf_writer.h"
 
 namespace pagellm::cli {

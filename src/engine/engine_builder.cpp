@@ -14,7 +14,7 @@
 #include "engine/parallel.h"
 #include "kv/kv_sizing.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "spec/draft_model.h"
 
 namespace pagellm {

@@ -1,13 +1,16 @@
-// One table per model family, in the spirit of llama.cpp's llama-arch: the
-// GGUF architecture name, the Hugging Face classes, the family's fixed
-// features and config defaults, and every tensor with its GGUF and HF names,
-// shape, presence rule and load-time transform. The loader, the dummy-weight
-// generator, the HF writer and the safetensors source all read this table;
-// adding a family is adding an entry here (plus a block in model.cpp when the
-// forward pass needs one it does not have yet).
+// One table entry per model family, in the spirit of llama.cpp's llama-arch:
+// the GGUF architecture name, the Hugging Face classes, the family's fixed
+// features and config defaults, every tensor with its GGUF and HF names,
+// shape, presence rule and load-time transform, the family's config quirks
+// (hooks), its dummy shapes and, when the shared decoder layer does not fit,
+// its own layer. The loader, the dummy-weight generator, the HF writer and the
+// safetensors source all read it. Each family is one file,
+// src/model/families/<family>.cpp; family.cpp lists them
+// (docs/adding-a-model.md).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +19,9 @@
 #include "model/model_config.h"
 
 namespace pagellm {
+
+class GGUFFile;
+struct LayerPass;
 
 // Where a loaded tensor goes (Model's weight slots). Global tensors, then
 // one layer's attention block, then its feed-forward block.
@@ -118,6 +124,26 @@ struct HfDefaults {
   const char* rope_parameters = nullptr;
 };
 
+// How the HF writer states a MoE config's experts.
+enum class HfMoeKeys {
+  Routed,        // Qwen-MoE: num_experts, moe_intermediate_size, shared expert, norm_topk_prob
+  LocalExperts,  // Mixtral, gpt-oss: num_local_experts of intermediate_size, always renormalised
+};
+
+// A named dummy model of the family (model/dummy.h): real shapes for
+// benchmarks, tiny ones for tests (sized so K-quants fit: every matrix has a
+// multiple of 256 inputs).
+struct DummyShape {
+  const char* name;
+  int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+  float rope_base, norm_eps;
+  bool tied;
+  int sliding_window;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // Mixture of experts
+  // What the shape sets beyond the fields above (RoPE scaling, caps), or null.
+  void (*extras)(ModelConfig&) = nullptr;
+};
+
 struct ArchInfo {
   Arch arch = Arch::Llama;
   const char* gguf_name = "";      // general.architecture
@@ -141,10 +167,35 @@ struct ArchInfo {
   bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)
   bool moe_only = false;       // ... and must be (Qwen-MoE files always have experts)
   bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say
+  bool hf_mxfp4_experts = false;  // HF checkpoints may ship MXFP4 experts (quant_method mxfp4: gpt-oss)
+  bool gguf_expert_ff_key = true;  // GGUF states expert_feed_forward_length (Mixtral-style llama files do not)
   HfDefaults hf;
+
+  // The HF writer: a MoE config is written as hf_moe_class / hf_moe_model_type
+  // when set (Llama with experts is Mixtral), its experts as hf_moe_keys says.
+  const char* hf_moe_class = nullptr;
+  const char* hf_moe_model_type = nullptr;
+  HfMoeKeys hf_moe_keys = HfMoeKeys::Routed;
+  const char* hf_moe_name = "";  // in the writer's errors ("Mixtral")
 
   std::vector<TensorSpec> globals;  // token_embd, output_norm, ...
   std::vector<TensorSpec> layer;    // one layer's tensors (attention, then FFN)
+
+  // Family hooks; null: nothing beyond the shared rules.
+  // config.json fields only this family has, read after the shared ones
+  // (inside config_from_hf_json's JSON error handling; throws Error).
+  void (*read_hf)(const nlohmann::json& j, ModelConfig& c, const std::string& path) = nullptr;
+  // GGUF keys or rules only this family has, applied before finalize_config.
+  void (*read_gguf)(const GGUFFile& f, ModelConfig& c) = nullptr;
+  // config.json fields only this family has (activation name, sliding
+  // layers, ...), written after the shared ones; throws Error for a config
+  // the family's HF class cannot express.
+  void (*write_hf)(const ModelConfig& c, nlohmann::ordered_json& j) = nullptr;
+  // One layer of the forward pass; null: the shared decoder layer
+  // (model/blocks.h: attention, then the dense or MoE FFN).
+  void (*layer_forward)(const LayerPass& p, int il, int64_t n) = nullptr;
+
+  std::vector<DummyShape> dummy_shapes;
 };
 
 // The sizes every family has, in the order they are read, and where each

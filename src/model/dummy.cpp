@@ -9,92 +9,38 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/arch.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace pagellm {
 namespace {
 
+// Every family's dummy shapes (ArchInfo::dummy_shapes), by name.
 struct Shape {
-  Arch arch;
-  int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
-  float rope_base, norm_eps;
-  bool tied;
-  int sliding_window;
-  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;  // Mixture of experts
+  const ArchInfo* arch;
+  const DummyShape* s;
 };
 
-// Real shapes (for benchmarks) and tiny ones (for tests; sized so K-quants fit:
-// every matrix has a multiple of 256 inputs).
 const std::map<std::string, Shape>& shapes() {
-  static const std::map<std::string, Shape> s = {
-      {"tinyllama-1.1b", {Arch::Llama, 32000, 2048, 22, 32, 4, 64, 5632, 2048, 10000.f, 1e-5f, false, 0}},
-      {"llama-3.2-1b", {Arch::Llama, 128256, 2048, 16, 32, 8, 64, 8192, 8192, 500000.f, 1e-5f, true, 0}},
-      {"qwen2.5-0.5b", {Arch::Qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1000000.f, 1e-6f, true, 0}},
-      {"gemma3-270m", {Arch::Gemma3, 262144, 640, 18, 4, 1, 256, 2048, 32768, 1000000.f, 1e-6f, true, 512}},
-      {"tiny-llama", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
-      {"tiny-qwen2", {Arch::Qwen2, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
-      {"tiny-qwen3", {Arch::Qwen3, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
-      {"tiny-gemma3", {Arch::Gemma3, 512, 256, 6, 2, 1, 128, 512, 512, 1000000.f, 1e-6f, true, 32}},
-      // Mixture of experts. Mixtral-style files are llama with experts (the
-      // expert FFN is feed_forward_length); olmoe-1b-7b is OLMoE's sizes in
-      // that form, which llama.cpp loads as it loads Mixtral.
-      {"olmoe-1b-7b", {Arch::Llama, 50304, 2048, 16, 16, 16, 128, 1024, 4096, 10000.f, 1e-5f, false, 0, 64, 8, 1024}},
-      {"tiny-mixtral", {Arch::Llama, 512, 256, 2, 4, 2, 64, 256, 512, 1000000.f, 1e-5f, false, 0, 4, 2, 256}},
-      {"tiny-qwen2moe", {Arch::Qwen2Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, false, 0, 8, 2, 256, 512}},
-      {"tiny-qwen3moe", {Arch::Qwen3Moe, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0, 8, 3, 256}},
-      {"tiny-llama3", {Arch::Llama, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
-      {"tiny-gemma2", {Arch::Gemma2, 512, 256, 4, 2, 1, 128, 512, 512, 10000.f, 1e-6f, true, 32}},
-      {"tiny-phi3", {Arch::Phi3, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 32}},
-      // No window: llama.cpp ignores Phi-3's sliding window (its phi3 graph
-      // turns SWA off), so only a windowless Phi-3 compares with it.
-      {"tiny-phi3-longrope", {Arch::Phi3, 512, 256, 2, 4, 2, 64, 512, 512, 10000.f, 1e-5f, false, 0}},
-      {"tiny-qwen3-yarn", {Arch::Qwen3, 512, 256, 2, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 0}},
-      // gpt-oss: one sliding-window layer and one global, 8 query heads (a
-      // query width unlike the hidden size), 2 of 4 experts.
-      {"tiny-gptoss", {Arch::GptOss, 512, 256, 2, 8, 2, 64, 256, 512, 150000.f, 1e-5f, false, 32, 4, 2, 256}},
-  };
-  return s;
+  static const std::map<std::string, Shape> all = [] {
+    std::map<std::string, Shape> m;
+    for (const ArchInfo& a : all_archs())
+      for (const DummyShape& d : a.dummy_shapes) {
+        PAGELLM_CHECK(!m.contains(d.name), "dummy shape '{}' is defined twice", d.name);
+        m[d.name] = Shape{&a, &d};
+      }
+    return m;
+  }();
+  return all;
 }
 
-// What a shape sets beyond the common fields (its family's options).
-void shape_extras(const std::string& name, ModelConfig& c) {
-  if (name == "tiny-llama3") {
-    // Llama 3.1's scaling with an original context short enough that the tiny
-    // model's 32 frequencies fall in all three bands (kept, interpolated, divided).
-    c.rope_llama3 = {8.0f, 1.0f, 4.0f, 256};
-  } else if (name == "tiny-qwen3-yarn" || name == "tiny-gptoss") {
-    // YaRN x4 over an original context of 128: with 32 pairs, some keep
-    // their frequency, some are interpolated, some sit on the ramp between.
-    c.rope.freq_scale = 0.25f;
-    c.rope.ext_factor = 1.0f;
-    c.rope.n_ctx_orig = 128;
-  } else if (name == "tiny-phi3-longrope") {
-    // LongRoPE past an original context of 32 (so the 40-token fixtures take
-    // the long factors), with transformers' attention factor for 512 / 32.
-    c.rope.n_rot = 32;
-    c.rope.n_ctx_orig = 32;
-    for (int i = 0; i < c.rope.n_rot / 2; ++i) {
-      c.rope_factors_short.push_back(1.0f + 0.05f * static_cast<float>(i));
-      c.rope_factors_long.push_back(1.0f + 0.9f * static_cast<float>(i));
-    }
-    c.rope.attn_factor = static_cast<float>(std::sqrt(1.0 + std::log(512.0 / 32.0) / std::log(32.0)));
-  } else if (name == "tiny-phi3") {
-    c.rope.n_rot = 32;  // partial_rotary_factor 0.5, as Phi-4-mini has 0.75
-  } else if (name == "tiny-gemma2") {
-    // Caps far below Gemma 2's 50 / 30, so that they bind on random weights.
-    c.attn_softcap = 5.0f;
-    c.final_softcap = 3.0f;
-  }
-}
-
-const Shape& find_shape(const std::string& name) {
+const DummyShape& find_shape(const std::string& name) {
   auto it = shapes().find(name);
   if (it == shapes().end()) {
     std::string known;
     for (const auto& [k, v] : shapes()) known += (known.empty() ? "" : ", ") + k;
     fail("unknown dummy model shape '{}' (known: {})", name, known);
   }
-  return it->second;
+  return *it->second.s;
 }
 
 uint64_t splitmix64(uint64_t& state) {
@@ -259,15 +205,16 @@ DType dummy_tensor_type(DType wanted, int64_t cols) {
 }
 
 int dummy_vocab_size(const std::string& shape, const GGUFFile* vocab) {
-  const Shape& s = find_shape(shape);
+  const DummyShape& s = find_shape(shape);
   if (vocab) return static_cast<int>(vocab->get_string_array("tokenizer.ggml.tokens").size());
   return s.n_vocab;
 }
 
 ModelConfig dummy_config(const std::string& shape, int n_vocab) {
-  const Shape& s = find_shape(shape);
+  const DummyShape& s = find_shape(shape);
+  const ArchInfo& arch = *shapes().at(shape).arch;
   ModelConfig c;
-  c.arch = s.arch;
+  c.arch = arch.arch;
   c.name = "dummy " + shape;
   c.n_vocab = n_vocab;
   c.n_embd = s.n_embd;
@@ -284,8 +231,8 @@ ModelConfig dummy_config(const std::string& shape, int n_vocab) {
   c.n_expert_used = s.n_expert_used;
   c.n_ff_exp = s.n_ff_exp;
   c.n_ff_shexp = s.n_ff_shexp;
-  c.expert_norm_topk = s.n_expert > 0 && arch_info(s.arch).moe_norm_topk;
-  shape_extras(shape, c);
+  c.expert_norm_topk = s.n_expert > 0 && arch.moe_norm_topk;
+  if (s.extras) s.extras(c);
   finalize_config(c, true);  // the weights are laid out as a GGUF file's
   return c;
 }
@@ -295,12 +242,13 @@ std::unique_ptr<TensorSource> make_dummy_source(const ModelConfig& cfg, const Du
 }
 
 void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUFFile* vocab, ThreadPool& pool) {
-  const Shape& s = find_shape(spec.shape);
+  const DummyShape& s = find_shape(spec.shape);
   const int n_vocab = dummy_vocab_size(spec.shape, vocab);
   const ModelConfig cfg = dummy_config(spec.shape, n_vocab);
+  const ArchInfo& arch = arch_info(cfg.arch);
   DummySource src(cfg, spec, pool);
   GGUFWriter w;
-  const std::string a = arch_name(s.arch);
+  const std::string a = arch.gguf_name;
   w.set_string("general.architecture", a);
   w.set_string("general.name", fmt::format("dummy {} {} seed {}", spec.shape, dtype_name(spec.wtype), spec.seed));
   w.set_u32("general.alignment", 32);
@@ -320,7 +268,7 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   if (s.n_expert) {
     w.set_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
-    if (s.arch != Arch::Llama) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+    if (arch.gguf_expert_ff_key) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
     if (s.n_ff_shexp)
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
   }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/arch.h"
+#include "model/families/common.h"
 
 namespace pagellm {
 namespace {
@@ -36,9 +37,7 @@ struct Entry {
 // but the experts in BF16, as gpt-oss's does.
 DType stored_type(DType t) { return t == DType::MXFP4 ? DType::BF16 : t; }
 
-// A float as the shortest decimal that reads back to it ("1e-06", not
-// 9.999999974752427e-07), so config.json says what a person would write.
-double decimal(float f) { return std::stod(fmt::format("{}", f)); }
+using family::decimal;
 
 const char* hf_dtype_name(DType t) {
   switch (t) {
@@ -314,17 +313,17 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   const ArchInfo& arch = arch_info(c.arch);
   PAGELLM_CHECK(c.qkv_bias == arch.qkv_bias, "cannot write config.json: q/k/v biases are fixed per family ({})",
                 arch.gguf_name);
-  const bool any_swa = std::any_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; });
-  PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || arch.swa_every_layer || !any_swa,
+  PAGELLM_CHECK(arch.hf_classes[0].swa == HfSwa::Pattern || arch.swa_every_layer || !family::any_sliding_layer(c),
                 "cannot write config.json: sliding-window layers are only written for families with layer_types");
   nlohmann::ordered_json j;
-  // Llama with experts is Mixtral in transformers.
-  const bool mixtral = c.arch == Arch::Llama && c.moe();
-  j["architectures"] = nlohmann::ordered_json::array({mixtral ? "MixtralForCausalLM" : arch.hf_classes[0].name});
-  j["model_type"] = mixtral ? "mixtral" : arch.hf_model_type;
+  // A MoE config may be another class (Llama with experts is Mixtral in transformers).
+  const bool moe_class = c.moe() && arch.hf_moe_class;
+  j["architectures"] = nlohmann::ordered_json::array({moe_class ? arch.hf_moe_class : arch.hf_classes[0].name});
+  j["model_type"] = moe_class ? arch.hf_moe_model_type : arch.hf_model_type;
   j["vocab_size"] = c.n_vocab;
   j["hidden_size"] = c.n_embd;
-  j["intermediate_size"] = mixtral ? c.n_ff_exp : c.n_ff;
+  // Mixtral / gpt-oss: the experts' FFN (set below).
+  j["intermediate_size"] = c.n_ff;
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
   j["num_key_value_heads"] = c.n_head_kv;
@@ -373,12 +372,9 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
                                   "lm_head"}}};
   j["bos_token_id"] = 1;  // the synthetic vocabulary's <s> and </s>
   j["eos_token_id"] = 2;
-  if (mixtral) {
-    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Mixtral always renormalises its experts' weights");
-    j["num_local_experts"] = c.n_expert;
-    j["num_experts_per_tok"] = c.n_expert_used;
-  } else if (c.arch == Arch::GptOss) {
-    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: gpt-oss always renormalises its experts' weights");
+  if (c.moe() && arch.hf_moe_keys == HfMoeKeys::LocalExperts) {
+    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: {} always renormalises its experts' weights",
+                  arch.hf_moe_name);
     j["intermediate_size"] = c.n_ff_exp;
     j["num_local_experts"] = c.n_expert;
     j["num_experts_per_tok"] = c.n_expert_used;
@@ -391,67 +387,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
     j["decoder_sparse_step"] = 1;
     j["mlp_only_layers"] = nlohmann::ordered_json::array();
   }
-  switch (c.arch) {
-    case Arch::Llama:
-      j["hidden_act"] = "silu";
-      if (!mixtral) {
-        j["attention_bias"] = false;
-        j["mlp_bias"] = false;
-      }
-      break;
-    case Arch::Qwen2Moe:
-    case Arch::Qwen3Moe:
-      j["hidden_act"] = "silu";
-      if (c.arch == Arch::Qwen3Moe) j["attention_bias"] = false;
-      j["use_sliding_window"] = false;
-      break;
-    case Arch::Qwen2:  // q/k/v always have biases in Qwen 2
-    case Arch::Qwen3:
-      j["hidden_act"] = "silu";
-      if (c.arch == Arch::Qwen3) j["attention_bias"] = false;
-      j["use_sliding_window"] = false;
-      break;
-    case Arch::Phi3: {
-      j["hidden_act"] = "silu";
-      j["pad_token_id"] = nullptr;  // Phi3Config's default (32000) is past a small vocabulary
-      const double f = static_cast<double>(c.rope.n_rot) / c.head_dim;
-      PAGELLM_CHECK(static_cast<int>(c.head_dim * f) == c.rope.n_rot,
-                    "cannot write config.json: {} rotary dims of {} is no partial_rotary_factor", c.rope.n_rot,
-                    c.head_dim);
-      if (c.rope.n_rot != c.head_dim) j["partial_rotary_factor"] = f;
-      PAGELLM_CHECK(!any_swa || std::all_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; }),
-                    "cannot write config.json: Phi-3 windows every layer or none");
-      j["sliding_window"] = any_swa ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-      break;
-    }
-    case Arch::GptOss: {
-      j["hidden_act"] = "silu";
-      j["attention_bias"] = true;
-      j["sliding_window"] = c.sliding_window;
-      std::vector<std::string> types;
-      for (int il = 0; il < c.n_layer; ++il) types.push_back(c.is_swa[il] ? "sliding_attention" : "full_attention");
-      j["layer_types"] = types;
-      j["pad_token_id"] = nullptr;
-      break;
-    }
-    case Arch::Gemma2:
-    case Arch::Gemma3: {
-      j["hidden_activation"] = "gelu_pytorch_tanh";
-      // Attention scale is query_pre_attn_scalar^-0.5 (an integer in configs).
-      const long scalar = std::lround(1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale));
-      PAGELLM_CHECK(scalar > 0 && 1.0f / std::sqrt(static_cast<float>(scalar)) == c.attn_scale,
-                    "cannot write config.json: attention scale {} is not 1/sqrt(integer)", c.attn_scale);
-      j["query_pre_attn_scalar"] = scalar;
-      j["sliding_window"] = c.sliding_window;
-      std::vector<std::string> types;
-      for (int il = 0; il < c.n_layer; ++il) types.push_back(c.is_swa[il] ? "sliding_attention" : "full_attention");
-      j["layer_types"] = types;
-      if (c.arch == Arch::Gemma3) j["rope_local_base_freq"] = decimal(c.rope_swa.freq_base);
-      j["final_logit_softcapping"] = c.final_softcap > 0 ? nlohmann::ordered_json(decimal(c.final_softcap)) : nullptr;
-      j["attn_logit_softcapping"] = c.attn_softcap > 0 ? nlohmann::ordered_json(decimal(c.attn_softcap)) : nullptr;
-      break;
-    }
-  }
+  if (arch.write_hf) arch.write_hf(c, j);  // the family's own fields
   return j;
 }
 
@@ -459,8 +395,8 @@ void write_hf_folder(const std::string& dir, const ModelConfig& cfg, const Tenso
                      const HFWriteOptions& opts) {
   hf_dtype_name(opts.dtype);  // validates the type
   const bool mxfp4 = opts.dtype == DType::MXFP4;
-  PAGELLM_CHECK(!mxfp4 || cfg.arch == Arch::GptOss, "cannot write a Hugging Face folder with MXFP4 experts for {}",
-                arch_name(cfg.arch));
+  PAGELLM_CHECK(!mxfp4 || arch_info(cfg.arch).hf_mxfp4_experts,
+                "cannot write a Hugging Face folder with MXFP4 experts for {}", arch_name(cfg.arch));
   const DType dtype = stored_type(opts.dtype);
   std::vector<std::vector<float>> owned;  // transformed copies the entries point into
   std::vector<Entry> entries = plan_tensors(cfg, src, owned, mxfp4);

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/device_comm.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/tensor_source.h"
 
 namespace pagellm {
@@ -383,104 +383,6 @@ void Model::ensure_buffers(int64_t n, int64_t m) {
   if (grow_rows) buf_.cap_logits = m;
 }
 
-void Model::layer(int il, int64_t n) {
-  attention(il, n);
-  if (cfg_.moe()) ffn_moe(il, n);
-  else ffn_dense(il, n);
-}
-
-// x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend -> o
-// -> (post norm) -> x += o.
-void Model::attention(int il, int64_t n) {
-  const ModelConfig& c = cfg_;
-  const AttnWeights& A = layers_[il].attn;
-  Backend& be = backend_;
-  const int hd = c.head_dim;
-  const bool swa = c.is_swa[il];
-  const int n_head = geo_.n_head, n_head_kv = geo_.n_head_kv;  // this rank's heads
-  const int kv_layer = il - geo_.layer_begin;                   // this stage's cache holds its layers only
-
-  be.rms_norm(*buf_.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  be.matmul(*A.wq, *buf_.h, n, *buf_.q);
-  be.matmul(*A.wk, *buf_.h, n, *buf_.k);
-  be.matmul(*A.wv, *buf_.h, n, *buf_.v);
-  if (A.bq) {
-    be.add_bias(*buf_.q, *A.bq, n);
-    be.add_bias(*buf_.k, *A.bk, n);
-    be.add_bias(*buf_.v, *A.bv, n);
-  }
-  if (A.q_norm) {
-    be.rms_norm(*buf_.q, A.q_norm.get(), n * n_head, hd, c.norm_eps, *buf_.q);
-    be.rms_norm(*buf_.k, A.k_norm.get(), n * n_head_kv, hd, c.norm_eps, *buf_.k);
-  }
-  const RopeConfig& rope = swa ? c.rope_swa : c.rope;
-  be.rope(*buf_.q, n_head, hd, rope);
-  be.store_kv(kv_layer, *buf_.k, *buf_.v, &rope);  // k rotated as it is written
-  AttentionConfig ac;
-  ac.n_head = n_head;
-  ac.n_head_kv = n_head_kv;
-  ac.head_dim = hd;
-  ac.scale = c.attn_scale;
-  ac.sliding_window = swa ? c.sliding_window : 0;
-  ac.softcap = c.attn_softcap;
-  ac.sinks = A.sinks.get();
-  be.attention(kv_layer, *buf_.q, *buf_.attn, ac);
-  be.matmul(*A.wo, *buf_.attn, n, *buf_.o);
-  all_reduce(*buf_.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
-  if (A.bo) be.add_bias(*buf_.o, *A.bo, n);
-  if (A.post_norm) be.rms_norm(*buf_.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
-  be.add(*buf_.x, *buf_.o, n * c.n_embd);
-}
-
-// out = down(act(gate(h)) * up(h)) of the normed input h, n_ff hidden units.
-void Model::glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out) {
-  Backend& be = backend_;
-  be.matmul(gate, *buf_.h, n, *buf_.gate);
-  be.matmul(up, *buf_.h, n, *buf_.up);
-  be.glu(*buf_.gate, *buf_.up, n * n_ff, cfg_.act, *buf_.gate);
-  be.matmul(down, *buf_.gate, n, out);
-}
-
-// x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
-void Model::ffn_dense(int il, int64_t n) {
-  const ModelConfig& c = cfg_;
-  const FfnWeights& F = layers_[il].ffn;
-  Backend& be = backend_;
-  be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  glu_ffn(*F.gate, *F.up, *F.down, n, geo_.n_ff, *buf_.o);
-  all_reduce(*buf_.o, n * c.n_embd);  // row-parallel down
-  if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
-  be.add(*buf_.x, *buf_.o, n * c.n_embd);
-}
-
-// x -> norm -> router -> top-k experts, each act(gate) * up -> down, summed
-// with the router's weights (+ the shared expert, scaled by its sigmoid
-// gate) -> x += out.
-void Model::ffn_moe(int il, int64_t n) {
-  const ModelConfig& c = cfg_;
-  const FfnWeights& F = layers_[il].ffn;
-  Backend& be = backend_;
-  const int k = c.n_expert_used;
-  be.rms_norm(*buf_.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf_.h);
-  be.matmul(*F.router, *buf_.h, n, *buf_.router);
-  if (F.router_bias) be.add_bias(*buf_.router, *F.router_bias, n);
-  be.moe_route(*buf_.router, n, c.routing(), *buf_.ids, *buf_.route_w);
-  be.matmul_experts(F.gate_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eg, F.gate_b_view);
-  be.matmul_experts(F.up_view, *buf_.h, n, k, false, *buf_.ids, *buf_.eu, F.up_b_view);
-  be.glu(*buf_.eg, *buf_.eu, n * k * geo_.n_ff_exp, c.act, *buf_.eg);
-  be.matmul_experts(F.down_view, *buf_.eg, n, k, true, *buf_.ids, *buf_.ed, F.down_b_view);
-  be.moe_combine(*buf_.ed, *buf_.route_w, n, k, c.n_embd, *buf_.o);
-  if (F.gate_shexp) {
-    glu_ffn(*F.gate_shexp, *F.up_shexp, *F.down_shexp, n, geo_.n_ff_shexp, *buf_.sh);
-    be.matmul(*F.shexp_gate, *buf_.h, n, *buf_.sg);
-    be.scale_rows_sigmoid(*buf_.sh, *buf_.sg, n, c.n_embd);
-    be.add(*buf_.o, *buf_.sh, n * c.n_embd);
-  }
-  all_reduce(*buf_.o, n * c.n_embd);  // every expert's down product is row-parallel
-  if (F.post_norm) be.rms_norm(*buf_.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf_.o);
-  be.add(*buf_.x, *buf_.o, n * c.n_embd);
-}
-
 void Model::to_host(const Buffer& buf, int64_t values, float* dst) {
   backend_.copy_to_host(buf, 0, static_cast<size_t>(values) * sizeof(float), dst);
   backend_.synchronize();
@@ -545,7 +447,11 @@ void Model::embed() {
 }
 
 void Model::run_layers() {
-  for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) layer(il, n_);
+  const LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
+                       [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
+  // The family's own layer, or the shared decoder layer (model/blocks.h).
+  const auto layer = arch_info(cfg_.arch).layer_forward;
+  for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) (layer ? layer : decoder_layer)(pass, il, n_);
 }
 
 void Model::hidden_to_host(float* out) { to_host(*buf_.x, n_ * cfg_.n_embd, out); }

@@ -1,7 +1,8 @@
 // A loaded decoder-only transformer: its config, its weights on a backend, and
 // one forward pass over a batch of sequences that reads and writes the paged KV
-// cache. Families differ by config flags and by the tensors their
-// architecture table (model/arch.h) lists.
+// cache. Families differ by config flags, by the tensors their table
+// (model/arch.h) lists and, when they have one, by their own layer function;
+// the shared blocks are model/blocks.h.
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "model/arch.h"
+#include "model/blocks.h"
 #include "model/model_config.h"
 #include "model/shard.h"
 
@@ -22,39 +24,6 @@ namespace pagellm {
 
 class GGUFFile;
 class TensorSource;
-
-// One layer's weights: an attention block and a feed-forward block, each run
-// by its own function (Model::attention, Model::ffn_dense). Which tensors a
-// family has is its table in model/arch.cpp.
-struct AttnWeights {
-  std::unique_ptr<Weight> norm;                 // [n_embd]
-  std::unique_ptr<Weight> wq, wk, wv, wo;       // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
-  std::unique_ptr<Weight> bq, bk, bv, bo;       // optional biases
-  std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
-  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
-  std::unique_ptr<Weight> sinks;                // [n_head] sink logits (gpt-oss), optional
-};
-
-struct FfnWeights {
-  std::unique_ptr<Weight> norm;                 // [n_embd]
-  std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff] (dense)
-  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
-  // Mixture of experts (Model::ffn_moe).
-  std::unique_ptr<Weight> router;                          // [n_expert, n_embd]
-  std::unique_ptr<Weight> router_bias;                     // [n_expert], optional (gpt-oss)
-  std::vector<std::unique_ptr<Weight>> gate_exps, up_exps, down_exps;  // [n_expert] of [n_ff_exp, n_embd] ...
-  std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
-  std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
-  std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
-  // Views for matmul_experts (pointers into the vectors above).
-  std::vector<const Weight*> gate_view, up_view, down_view;
-  std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases
-};
-
-struct LayerWeights {
-  AttnWeights attn;
-  FfnWeights ffn;
-};
 
 // Reports loading progress: (tensors done, tensors total).
 using LoadProgress = std::function<void(size_t, size_t)>;
@@ -145,7 +114,7 @@ class Model {
   Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard);
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
-  struct Buffers;
+  using Buffers = ActivationBuffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;
     int64_t values;  // per token, or per sampled row; 0: not used by this model
@@ -155,12 +124,6 @@ class Model {
   std::vector<BufferShape> buffer_shapes() const;
   std::unique_ptr<Weight>& slot(Slot s, int il);
   std::vector<std::unique_ptr<Weight>>& expert_slot(Slot s, int il);
-  // One layer: x += attention(x); x += ffn(x), over all n tokens of the step.
-  void layer(int il, int64_t n);
-  void attention(int il, int64_t n);
-  void glu_ffn(const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff, Buffer& out);
-  void ffn_dense(int il, int64_t n);
-  void ffn_moe(int il, int64_t n);
   // Copies of a buffer's first `values` floats, waited for.
   void to_host(const Buffer& buf, int64_t values, float* dst);
   void from_host(const float* src, Buffer& buf, int64_t values);
@@ -195,30 +158,7 @@ class Model {
   std::unique_ptr<Weight> rope_short_, rope_long_;  // LongRoPE factor sets [n_rot / 2], optional
   std::vector<LayerWeights> layers_;
 
-  // Activation buffers in backend memory, grown on demand.
-  struct Buffers {
-    int64_t cap_tokens = 0, cap_logits = 0;
-    BufferPtr x;       // [n, n_embd] residual stream
-    BufferPtr h;       // [n, n_embd] normed input
-    BufferPtr q;       // [n, n_head * hd]
-    BufferPtr k;       // [n, n_head_kv * hd]
-    BufferPtr v;       // [n, n_head_kv * hd]
-    BufferPtr attn;    // [n, n_head * hd]
-    BufferPtr o;       // [n, n_embd]
-    BufferPtr gate;    // [n, n_ff]
-    BufferPtr up;      // [n, n_ff]
-    BufferPtr sel;     // [m, n_embd] rows that produce logits
-    BufferPtr logits;  // [m, n_vocab]
-    BufferPtr sampled; // [m] token ids drawn on the device (I32)
-    // Mixture of experts (k = n_expert_used; empty for dense models).
-    BufferPtr router;  // [n, n_expert] router logits
-    BufferPtr ids;     // [n, k] chosen experts (I32)
-    BufferPtr route_w; // [n, k] their weights
-    BufferPtr eg, eu;  // [n * k, n_ff_exp] expert gate / up
-    BufferPtr ed;      // [n * k, n_embd] expert outputs
-    BufferPtr sh;      // [n, n_embd] shared expert output
-    BufferPtr sg;      // [n] shared expert gate logits
-  } buf_;
+  Buffers buf_;  // activations, grown on demand
 };
 
 }  // namespace pagellm

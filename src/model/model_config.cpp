@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "model/arch.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace pagellm {
 
@@ -273,10 +273,7 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
     c.attn_softcap = static_cast<float>(f.get_float(key("attn_logit_softcapping"), 0.0));
     c.final_softcap = static_cast<float>(f.get_float(key("final_logit_softcapping"), 0.0));
   }
-  // GGUF has no query_pre_attn_scalar: llama.cpp takes it as head_dim except
-  // for Gemma 2 27B (46 layers), whose queries are scaled by n_embd / n_head.
-  if (info.arch == Arch::Gemma2 && c.n_layer == 46)
-    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+  if (info.read_gguf) info.read_gguf(f, c);
   finalize_config(c, true);
   return c;
 }
@@ -308,11 +305,6 @@ int hf_int(const json& j, const char* key, int64_t lo, int64_t hi, const std::st
   return static_cast<int>(n);
 }
 
-double hf_float(const json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  PAGELLM_CHECK(j[key].is_number(), "missing or invalid field: {} must be a number, not {}", key, j[key].type_name());
-  return j[key].get<double>();
-}
 
 std::vector<float> hf_factor_list(const json& p, const char* key, const std::string& path) {
   PAGELLM_CHECK(p.contains(key) && p[key].is_array(), "'{}': LongRoPE needs {} (a list of numbers)", path, key);
@@ -413,6 +405,12 @@ std::vector<bool> swa_from_layer_types(const json& types, int n_layer, const std
 
 }  // namespace
 
+double hf_float(const nlohmann::json& j, const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  PAGELLM_CHECK(j[key].is_number(), "missing or invalid field: {} must be a number, not {}", key, j[key].type_name());
+  return j[key].get<double>();
+}
+
 // Field defaults follow transformers' config classes for each family
 // (ArchInfo::hf), so a config.json that omits a field means what it means to
 // transformers.
@@ -468,7 +466,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
                                    ? q["quant_method"].get<std::string>()
                                    : std::string("unknown");
     // gpt-oss's own MXFP4 experts are read (the safetensors source repacks them).
-    if (!(method == "mxfp4" && info.arch == Arch::GptOss))
+    if (!(method == "mxfp4" && info.hf_mxfp4_experts))
       fail("'{}': quantized Hugging Face checkpoints (quant_method '{}') are not supported; use an unquantized "
            "folder or a GGUF file of the model", path, method);
   }
@@ -505,14 +503,10 @@ ModelConfig config_from_hf_json(const std::string& path) {
     // Activation and biases: what the forward pass computes is fixed per
     // family; refuse configs that ask for something else.
     const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string(d.hidden_act)));
-    // gpt-oss's experts apply their own clamped SwiGLU whatever hidden_act says.
+    // gpt-oss's experts apply their own clamped SwiGLU whatever hidden_act says (its file checks the constants).
     const bool act_ok = info.act == Activation::GeluTanh ? act == "gelu_pytorch_tanh" || act == "gelu_tanh"
                                                          : act == "silu";
     PAGELLM_CHECK(act_ok, "'{}': activation '{}' is not supported for {}", path, act, a);
-    if (info.act == Activation::SwigluOai)
-      PAGELLM_CHECK(hf_float(j, "swiglu_alpha", 1.702) == 1.702 && hf_float(j, "swiglu_limit", 7.0) == 7.0,
-                    "'{}': swiglu_alpha {} / swiglu_limit {} are not supported (1.702 / 7.0 are)", path,
-                    hf_float(j, "swiglu_alpha", 1.702), hf_float(j, "swiglu_limit", 7.0));
     PAGELLM_CHECK(!j.value("attention_bias", false) || info.qkv_bias,
                   "'{}': attention_bias (biases on q/k/v/o projections) is not supported for {}", path, a);
     PAGELLM_CHECK(!j.value("mlp_bias", false), "'{}': mlp_bias is not supported", path);
@@ -601,6 +595,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
         break;
     }
     PAGELLM_CHECK(c.sliding_window >= 0, "'{}': invalid sliding_window {}", path, c.sliding_window);
+    if (info.read_hf) info.read_hf(j, c, path);  // the family's own fields
   } catch (const nlohmann::json::exception& e) {
     fail("'{}': missing or invalid field: {}", path, e.what());
   }

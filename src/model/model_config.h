@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -112,5 +113,8 @@ std::vector<float> llama3_rope_factors(const ModelConfig::Llama3Rope& p, float f
 ModelConfig config_from_gguf(const GGUFFile& f);
 // Reads a Hugging Face config.json (architectures[0] picks the family).
 ModelConfig config_from_hf_json(const std::string& config_json_path);
+// A number field of a config.json, or `fallback` when absent or null (for
+// family hooks, model/arch.h); throws Error for a field of another type.
+double hf_float(const nlohmann::json& j, const char* key, double fallback);
 
 }  // namespace pagellm

@@ -1,22 +1,18 @@
 #include "model/tensor_source.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <cstring>
 #include <unordered_map>
 
-#include "core/checked_math.h"
 #include "core/quant_blocks.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "core/json_limits.h"
-#include "core/mmap_file.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
 #include "model/arch.h"
-#include "model/gguf.h"
 
 namespace pagellm {
 namespace {
@@ -53,117 +49,20 @@ float element_as_float(const TensorData& t, int64_t i) {
   }
 }
 
-DType safetensors_dtype(const std::string& s, const std::string& path) {
-  if (s == "F32") return DType::F32;
-  if (s == "F16") return DType::F16;
-  if (s == "BF16") return DType::BF16;
-  fail("'{}': safetensors dtype {} is not supported (F32, F16, BF16 are)", path, s);
-}
-
-// Bytes per element of the whole-byte safetensors dtypes; 0 for others
-// (sub-byte and future types, whose sizes are not checked).
-uint64_t safetensors_dtype_bytes(const std::string& s) {
-  if (s == "BOOL" || s == "U8" || s == "I8" || s == "F8_E5M2" || s == "F8_E4M3" || s == "F8_E8M0") return 1;
-  if (s == "F16" || s == "BF16" || s == "I16" || s == "U16") return 2;
-  if (s == "F32" || s == "I32" || s == "U32") return 4;
-  if (s == "F64" || s == "I64" || s == "U64" || s == "C64") return 8;
-  return 0;
-}
-
-// Largest header accepted, as the Rust safetensors crate does.
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-
-// One header entry, validated as the safetensors crate does: integer shape
-// and offsets (read without converting floats), offsets inside the data
-// section, product(shape) computed without overflow.
-struct SafetensorsEntry {
-  std::string dtype;
-  std::vector<int64_t> shape;  // row-major, as stored
-  uint64_t begin = 0, end = 0;
-  uint64_t elements = 1;
-};
-
-SafetensorsEntry parse_entry(const nlohmann::json& info, const std::string& name, uint64_t data_size,
-                             const std::string& path) {
-  PAGELLM_CHECK(info.is_object(), "'{}': safetensors entry {} is not an object", path, name);
-  SafetensorsEntry e;
-  e.dtype = info.at("dtype").get<std::string>();
-  const auto& shape = info.at("shape");
-  PAGELLM_CHECK(shape.is_array() && shape.size() <= 8, "'{}': tensor {} shape must be an array of up to 8 dimensions",
-                path, name);
-  for (const auto& d : shape) {
-    PAGELLM_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<int64_t>() >= 0),
-                  "'{}': tensor {} has an invalid dimension {}", path, name, d.dump());
-    const uint64_t n = d.get<uint64_t>();
-    const auto product = checked_mul(e.elements, n);
-    PAGELLM_CHECK(product && *product <= data_size, "'{}': tensor {} shape {} is larger than the file", path, name,
-                  shape.dump());
-    e.elements = *product;
-    e.shape.push_back(static_cast<int64_t>(n));
-  }
-  const auto& offs = info.at("data_offsets");
-  PAGELLM_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
-                "'{}': tensor {} data_offsets must be two non-negative integers", path, name);
-  e.begin = offs[0].get<uint64_t>();
-  e.end = offs[1].get<uint64_t>();
-  PAGELLM_CHECK(e.begin <= e.end && e.end <= data_size,
-                "'{}': tensor {} data offsets exceed the file (truncated?): [{}, {}] in a data section of {} bytes",
-                path, name, e.begin, e.end, data_size);
-  return e;
-}
-
-// For dtypes of known size: end - begin == product(shape) * dtype size.
-void check_entry_size(const SafetensorsEntry& e, const std::string& name, const std::string& path) {
-  const uint64_t es = safetensors_dtype_bytes(e.dtype);
-  if (es == 0) return;
-  const auto bytes = checked_mul(e.elements, es);
-  PAGELLM_CHECK(bytes && *bytes == e.end - e.begin,
-                "'{}': tensor {} size does not match its shape ({} bytes for {} elements of {})", path, name,
-                e.end - e.begin, e.elements, e.dtype);
-}
-
 class SafetensorsSource : public TensorSource {
  public:
   SafetensorsSource(const std::string& dir, const ModelConfig& cfg) {
     namespace fs = std::filesystem;
-    const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-    // file -> tensors the index places there (checked after reading)
-    std::map<std::string, std::vector<std::string>> listed;
-    std::vector<std::string> files;
-    if (fs::exists(index)) {
-      nlohmann::json j;
-      try {
-        j = read_json_file_bounded(index.string(), kConfigJsonLimits);
-      } catch (const Error& e) {
-        fail("'{}' is not a valid safetensors index: {}", index.string(), e.what());
-      }
-      try {
-        const auto& map = j.at("weight_map");
-        PAGELLM_CHECK(map.is_object() && !map.empty(), "'{}': weight_map is empty or not an object", index.string());
-        for (const auto& [name, file] : map.items()) {
-          const std::string f = file.get<std::string>();
-          // Shards sit beside the index; a path elsewhere is a broken (or hostile) index.
-          const bool plain = !f.empty() && f != "." && f != ".." && f.find_first_of("/\\") == std::string::npos;
-          PAGELLM_CHECK(plain,
-                        "'{}': weight file name '{}' is not a plain file name", index.string(), f);
-          if (!listed.contains(f)) files.push_back(f);
-          listed[f].push_back(name);
-        }
-      } catch (const nlohmann::json::exception& e) {
-        fail("'{}' is not a valid safetensors index: {}", index.string(), e.what());
-      }
-    } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
-      files.push_back("model.safetensors");
-    } else {
-      fail("'{}' has neither model.safetensors nor model.safetensors.index.json", dir);
-    }
-    for (const auto& f : files) {
+    const SafetensorsIndex index = read_safetensors_index(dir);
+    for (const auto& f : index.files) {
       const std::string path = (fs::path(dir) / f).string();
-      PAGELLM_CHECK(fs::exists(path), "'{}' lists weight file '{}', which does not exist", index.string(), f);
+      PAGELLM_CHECK(fs::exists(path), "'{}' lists weight file '{}', which does not exist", index.index_path, f);
       const auto names = read_file(path, cfg);
-      for (const auto& want : listed[f])
+      auto listed = index.listed.find(f);
+      if (listed == index.listed.end()) continue;
+      for (const auto& want : listed->second)
         PAGELLM_CHECK(names.contains(want), "'{}' lists tensor '{}' in '{}', which does not contain it",
-                      index.string(), want, f);
+                      index.index_path, want, f);
     }
     unpack_mxfp4(arch_info(cfg.arch), dir);
     // RoPE divisors the config states or implies (Llama 3 scaling, LongRoPE),
@@ -189,22 +88,11 @@ class SafetensorsSource : public TensorSource {
  private:
   // Maps one safetensors file; returns the HF names it holds.
   std::set<std::string> read_file(const std::string& path, const ModelConfig& cfg) {
-    auto file = std::make_unique<MappedFile>(path);
-    const uint8_t* base = file->data();
-    const size_t size = file->size();
-    PAGELLM_CHECK(size >= 8, "'{}' is truncated (no safetensors header)", path);
-    uint64_t header_len = 0;
-    std::memcpy(&header_len, base, 8);
-    PAGELLM_CHECK(header_len <= size - 8, "'{}': safetensors header length {} exceeds the file ({} bytes)", path,
-                  header_len, size);
-    PAGELLM_CHECK(header_len <= kMaxHeaderBytes, "'{}': safetensors header length {} exceeds the limit of {} bytes",
-                  path, header_len, kMaxHeaderBytes);
-    const std::string_view header_text(reinterpret_cast<const char*>(base + 8), header_len);
-    const nlohmann::json header =
-        parse_json_bounded(header_text, kConfigJsonLimits, "'" + path + "': safetensors header");
-    PAGELLM_CHECK(header.is_object(), "'{}': safetensors header is not a JSON object", path);
-    const uint8_t* data = base + 8 + header_len;
-    const size_t data_size = size - 8 - header_len;
+    auto file = std::make_unique<SafetensorsFile>(path);
+    const nlohmann::json& header = file->header();
+    const uint8_t* data = file->data();
+    const size_t data_size = file->data_size();
+    const uint64_t header_len = file->header_bytes();
     const ArchInfo& arch = arch_info(cfg.arch);
     std::set<std::string> names;
     for (auto& [hf_name, info] : header.items()) {
@@ -212,11 +100,11 @@ class SafetensorsSource : public TensorSource {
       names.insert(hf_name);
       try {
         // Every entry is checked, used or not: a corrupt header is refused whole.
-        const SafetensorsEntry e = parse_entry(info, hf_name, data_size, path);
+        const SafetensorsEntry e = parse_safetensors_entry(info, hf_name, data_size, path);
         if (stash_mxfp4(arch, hf_name, e, data, path)) continue;
         const std::vector<HfTensor> known = hf_tensors(arch, hf_name);
         const DType type = known.empty() ? DType::F32 : safetensors_dtype(e.dtype, path);
-        check_entry_size(e, hf_name, path);
+        check_safetensors_entry_size(e, hf_name, path);
         if (known.empty()) continue;
         TensorData t;
         t.type = type;
@@ -300,7 +188,7 @@ class SafetensorsSource : public TensorSource {
     if (known.empty() || !known[0].spec->experts || !known[0].spec->matrix) return false;
     PAGELLM_CHECK(e.dtype == "U8", "'{}': tensor {} has dtype {}, MXFP4 {} are U8", path, hf_name, e.dtype,
                   blocks ? "blocks" : "scales");
-    check_entry_size(e, hf_name, path);
+    check_safetensors_entry_size(e, hf_name, path);
     PackedHalves& p = packed_[stem];
     PAGELLM_CHECK(!p.data[scales], "'{}': tensor {} appears twice in the model's files", path, hf_name);
     p.data[scales] = data + e.begin;
@@ -344,7 +232,7 @@ class SafetensorsSource : public TensorSource {
 
   std::map<std::string, PackedHalves> packed_;
   std::vector<std::vector<uint8_t>> owned_bytes_;
-  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::vector<float>> owned_;
   std::unordered_map<std::string, TensorData> tensors_;
 };

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/pipeline.h"
 
 namespace pagellm {

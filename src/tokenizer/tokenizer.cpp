@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/unicode.h"
 
 namespace pagellm {

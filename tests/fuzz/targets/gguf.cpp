@@ -5,7 +5,7 @@
 
 #include "common.h"
 #include "core/dtype.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model_config.h"
 #include "model/tensor_source.h"
 #include "targets.h"

@@ -12,7 +12,7 @@
 #include "common.h"
 #include "core/request_limits.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "structured/grammar.h"
 #include "targets.h"
 #include "tokenizer/tokenizer.h"

@@ -11,7 +11,7 @@
 #include "common.h"
 #include "core/request_limits.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "server/openai_server.h"
 #include "targets.h"
 #include "tokenizer/tokenizer.h"

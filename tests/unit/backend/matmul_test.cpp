@@ -8,7 +8,7 @@
 
 #include "backend/cpu/quants.h"
 #include "core/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "quant_test_util.h"
 #include "test_paths.h"
 

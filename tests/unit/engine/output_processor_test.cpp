@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "scheduler/scheduler.h"
 
 namespace pagellm {

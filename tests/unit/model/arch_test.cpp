@@ -9,14 +9,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "hostile_input.h"
 #include "model/arch.h"
+#include "format/gguf.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
 #include "model/hf_writer.h"
 #include "model/model.h"
 #include "model/model_test_util.h"
@@ -33,6 +35,27 @@ std::string scratch(const std::string& name) {
   const fs::path p = fs::path(test::temp_dir()) / "arch_test" / name;
   fs::create_directories(p.parent_path());
   return p.string();
+}
+
+// The registry of family files (model/families): every family once, found
+// by its identity, with unique names and classes, tensors, and a tiny dummy
+// shape to be tested with; every dummy shape belongs to the family it names.
+TEST(Families, RegistryIsConsistent) {
+  std::set<std::string> gguf_names, classes, shapes;
+  for (const ArchInfo& a : all_archs()) {
+    EXPECT_TRUE(gguf_names.insert(a.gguf_name).second) << a.gguf_name;
+    EXPECT_EQ(&arch_info(a.arch), &a) << a.gguf_name;
+    EXPECT_FALSE(a.globals.empty() || a.layer.empty()) << a.gguf_name;
+    for (const HfClass& h : a.hf_classes) EXPECT_TRUE(classes.insert(h.name).second) << h.name;
+    bool tiny = false;
+    for (const DummyShape& d : a.dummy_shapes) {
+      EXPECT_TRUE(shapes.insert(d.name).second) << d.name;
+      tiny = tiny || std::string_view(d.name).starts_with("tiny-");
+      EXPECT_EQ(dummy_config(d.name, 512).arch, a.arch) << d.name;
+    }
+    EXPECT_TRUE(tiny) << a.gguf_name << " has no tiny dummy shape";
+  }
+  EXPECT_EQ(shapes.size(), dummy_shape_names().size());
 }
 
 ModelConfig config_of(const json& j, const std::string& name = "cfg") {

@@ -13,7 +13,7 @@
 #include "core/thread_pool.h"
 #include "hostile_input.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/hf_writer.h"
 #include "model/model.h"
 #include "model/model_config.h"

@@ -15,7 +15,7 @@
 #include "core/thread_pool.h"
 #include "hostile_input.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "model/model_test_util.h"
 #include "test_paths.h"

@@ -10,7 +10,7 @@
 #include "backend/registry.h"
 #include "core/thread_pool.h"
 #include "model/dummy.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model_test_util.h"
 #include "test_paths.h"
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"

@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/util.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"

@@ -1,0 +1,100 @@
+#include "model/blocks.h"
+
+namespace pagellm {
+
+void attention_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const AttnWeights& A = p.layers[il].attn;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  const int hd = c.head_dim;
+  const bool swa = c.is_swa[il];
+  const int n_head = p.geo.n_head, n_head_kv = p.geo.n_head_kv;  // this rank's heads
+  const int kv_layer = il - p.geo.layer_begin;                   // this stage's cache holds its layers only
+
+  be.rms_norm(*buf.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
+  be.matmul(*A.wq, *buf.h, n, *buf.q);
+  be.matmul(*A.wk, *buf.h, n, *buf.k);
+  be.matmul(*A.wv, *buf.h, n, *buf.v);
+  if (A.bq) {
+    be.add_bias(*buf.q, *A.bq, n);
+    be.add_bias(*buf.k, *A.bk, n);
+    be.add_bias(*buf.v, *A.bv, n);
+  }
+  if (A.q_norm) {
+    be.rms_norm(*buf.q, A.q_norm.get(), n * n_head, hd, c.norm_eps, *buf.q);
+    be.rms_norm(*buf.k, A.k_norm.get(), n * n_head_kv, hd, c.norm_eps, *buf.k);
+  }
+  const RopeConfig& rope = swa ? c.rope_swa : c.rope;
+  be.rope(*buf.q, n_head, hd, rope);
+  be.store_kv(kv_layer, *buf.k, *buf.v, &rope);  // k rotated as it is written
+  AttentionConfig ac;
+  ac.n_head = n_head;
+  ac.n_head_kv = n_head_kv;
+  ac.head_dim = hd;
+  ac.scale = c.attn_scale;
+  ac.sliding_window = swa ? c.sliding_window : 0;
+  ac.softcap = c.attn_softcap;
+  ac.sinks = A.sinks.get();
+  be.attention(kv_layer, *buf.q, *buf.attn, ac);
+  be.matmul(*A.wo, *buf.attn, n, *buf.o);
+  p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
+  if (A.bo) be.add_bias(*buf.o, *A.bo, n);
+  if (A.post_norm) be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
+  be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff,
+             Buffer& out) {
+  Backend& be = p.be;
+  be.matmul(gate, *p.buf.h, n, *p.buf.gate);
+  be.matmul(up, *p.buf.h, n, *p.buf.up);
+  be.glu(*p.buf.gate, *p.buf.up, n * n_ff, p.cfg.act, *p.buf.gate);
+  be.matmul(down, *p.buf.gate, n, out);
+}
+
+void dense_ffn_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const FfnWeights& F = p.layers[il].ffn;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  be.rms_norm(*buf.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.n_ff, *buf.o);
+  p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel down
+  if (F.post_norm) be.rms_norm(*buf.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
+  be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+void moe_ffn_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const FfnWeights& F = p.layers[il].ffn;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  const int k = c.n_expert_used;
+  be.rms_norm(*buf.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
+  be.matmul(*F.router, *buf.h, n, *buf.router);
+  if (F.router_bias) be.add_bias(*buf.router, *F.router_bias, n);
+  be.moe_route(*buf.router, n, c.routing(), *buf.ids, *buf.route_w);
+  be.matmul_experts(F.gate_view, *buf.h, n, k, false, *buf.ids, *buf.eg, F.gate_b_view);
+  be.matmul_experts(F.up_view, *buf.h, n, k, false, *buf.ids, *buf.eu, F.up_b_view);
+  be.glu(*buf.eg, *buf.eu, n * k * p.geo.n_ff_exp, c.act, *buf.eg);
+  be.matmul_experts(F.down_view, *buf.eg, n, k, true, *buf.ids, *buf.ed, F.down_b_view);
+  be.moe_combine(*buf.ed, *buf.route_w, n, k, c.n_embd, *buf.o);
+  if (F.gate_shexp) {
+    glu_ffn(p, *F.gate_shexp, *F.up_shexp, *F.down_shexp, n, p.geo.n_ff_shexp, *buf.sh);
+    be.matmul(*F.shexp_gate, *buf.h, n, *buf.sg);
+    be.scale_rows_sigmoid(*buf.sh, *buf.sg, n, c.n_embd);
+    be.add(*buf.o, *buf.sh, n * c.n_embd);
+  }
+  p.all_reduce(*buf.o, n * c.n_embd);  // every expert's down product is row-parallel
+  if (F.post_norm) be.rms_norm(*buf.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
+  be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+void decoder_layer(const LayerPass& p, int il, int64_t n) {
+  attention_block(p, il, n);
+  if (p.cfg.moe()) moe_ffn_block(p, il, n);
+  else dense_ffn_block(p, il, n);
+}
+
+}  // namespace pagellm

@@ -1,0 +1,104 @@
+// The shared blocks of a decoder layer's forward pass: attention, the dense
+// (gated) FFN and the Mixture-of-Experts FFN, each x += block(x) over the n
+// tokens of a step, and the decoder layer that chains them. A family whose
+// layer is something else (a different order, MLA, linear attention) gives
+// ArchInfo::layer_forward its own function built from these and new blocks.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+#include "model/shard.h"
+
+namespace pagellm {
+
+// One layer's weights: an attention block and a feed-forward block. Which
+// tensors a family has is its table (model/families/<family>.cpp).
+struct AttnWeights {
+  std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> wq, wk, wv, wo;       // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
+  std::unique_ptr<Weight> bq, bk, bv, bo;       // optional biases
+  std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
+  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
+  std::unique_ptr<Weight> sinks;                // [n_head] sink logits (gpt-oss), optional
+};
+
+struct FfnWeights {
+  std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff] (dense)
+  std::unique_ptr<Weight> post_norm;            // [n_embd], optional
+  // Mixture of experts (moe_ffn_block).
+  std::unique_ptr<Weight> router;                          // [n_expert, n_embd]
+  std::unique_ptr<Weight> router_bias;                     // [n_expert], optional (gpt-oss)
+  std::vector<std::unique_ptr<Weight>> gate_exps, up_exps, down_exps;  // [n_expert] of [n_ff_exp, n_embd] ...
+  std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
+  std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
+  std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
+  // Views for matmul_experts (pointers into the vectors above).
+  std::vector<const Weight*> gate_view, up_view, down_view;
+  std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases
+};
+
+struct LayerWeights {
+  AttnWeights attn;
+  FfnWeights ffn;
+};
+
+// Activation buffers in backend memory (the model grows them on demand).
+struct ActivationBuffers {
+  int64_t cap_tokens = 0, cap_logits = 0;
+  BufferPtr x;       // [n, n_embd] residual stream
+  BufferPtr h;       // [n, n_embd] normed input
+  BufferPtr q;       // [n, n_head * hd]
+  BufferPtr k;       // [n, n_head_kv * hd]
+  BufferPtr v;       // [n, n_head_kv * hd]
+  BufferPtr attn;    // [n, n_head * hd]
+  BufferPtr o;       // [n, n_embd]
+  BufferPtr gate;    // [n, n_ff]
+  BufferPtr up;      // [n, n_ff]
+  BufferPtr sel;     // [m, n_embd] rows that produce logits
+  BufferPtr logits;  // [m, n_vocab]
+  BufferPtr sampled; // [m] token ids drawn on the device (I32)
+  // Mixture of experts (k = n_expert_used; empty for dense models).
+  BufferPtr router;  // [n, n_expert] router logits
+  BufferPtr ids;     // [n, k] chosen experts (I32)
+  BufferPtr route_w; // [n, k] their weights
+  BufferPtr eg, eu;  // [n * k, n_ff_exp] expert gate / up
+  BufferPtr ed;      // [n * k, n_embd] expert outputs
+  BufferPtr sh;      // [n, n_embd] shared expert output
+  BufferPtr sg;      // [n] shared expert gate logits
+};
+
+// What a block reads and writes during one pass: the config, this rank's
+// share of the model (heads, FFN units, layers), the backend, the
+// activations, the weights, and the tensor-parallel sum of a buffer's first
+// `values` floats (nothing on one rank).
+struct LayerPass {
+  const ModelConfig& cfg;
+  const ShardGeometry& geo;
+  Backend& be;
+  ActivationBuffers& buf;
+  const std::vector<LayerWeights>& layers;
+  std::function<void(Buffer& buf, int64_t values)> all_reduce;
+};
+
+// x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend -> o
+// -> (bias, post norm) -> x += o.
+void attention_block(const LayerPass& p, int il, int64_t n);
+// x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
+void dense_ffn_block(const LayerPass& p, int il, int64_t n);
+// x -> norm -> router -> top-k experts, each act(gate) * up -> down, summed
+// with the router's weights (+ the shared expert, scaled by its sigmoid
+// gate) -> (post norm) -> x += out.
+void moe_ffn_block(const LayerPass& p, int il, int64_t n);
+// out = down(act(gate(h)) * up(h)) of the normed input buf.h, n_ff hidden units.
+void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff,
+             Buffer& out);
+// The shared decoder layer: attention, then the MoE FFN when the config has
+// experts, else the dense one.
+void decoder_layer(const LayerPass& p, int il, int64_t n);
+
+}  // namespace pagellm

@@ -1,0 +1,20 @@
+// Every family's table entry, one function per file in this folder. The
+// registry (model/arch.cpp, all_archs) calls them in this order, which is
+// the order of error messages listing the supported families.
+#pragma once
+
+#include "model/arch.h"
+
+namespace pagellm::family {
+
+ArchInfo llama();     // llama.cpp, Mistral, Mixtral (llama with experts)
+ArchInfo qwen2();
+ArchInfo qwen3();
+ArchInfo qwen2moe();
+ArchInfo qwen3moe();
+ArchInfo gemma2();
+ArchInfo gemma3();
+ArchInfo phi3();
+ArchInfo gptoss();
+
+}  // namespace pagellm::family
