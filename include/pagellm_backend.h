@@ -80,6 +80,9 @@ enum {
   PGLB_FEATURE_DETERMINISTIC = 1u << 4,     /* set_deterministic(1) */
   PGLB_FEATURE_KV_EVICTION = 1u << 5,       /* pglb_seq.kv_sinks / kv_evicted_to */
   PGLB_FEATURE_KV_GROUPS = 1u << 6,         /* pglb_kv_spec.layer_group / layer_slot, group tables and slots */
+  /* Gated DeltaNet layers: pglb_kv_spec's state fields, pglb_seq.state_slot,
+   * the causal_conv1d and gated_delta_rule ops, stream copy_states. */
+  PGLB_FEATURE_LINEAR_ATTENTION = 1u << 7,
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -142,6 +145,13 @@ typedef struct pglb_kv_spec {
   int32_t n_model_layers;
   const int32_t* layer_group;
   const int32_t* layer_slot;
+  /* PGLB_FEATURE_LINEAR_ATTENTION (null: none). Layer l (< n_model_layers)
+   * keeps a fixed-size state instead of K/V when layer_state[l] >= 0, its
+   * index among the n_state_layers; each of state_slots slots holds, per
+   * state layer, a conv state [conv_kernel - 1][conv_dim] then a recurrent
+   * state [n_v_heads][head_k_dim][head_v_dim], F32. */
+  const int32_t* layer_state;
+  int32_t n_state_layers, state_slots, conv_dim, conv_kernel, n_v_heads, head_k_dim, head_v_dim;
 } pglb_kv_spec;
 
 /* ---- a step's batch (stream_set_batch) */
@@ -154,6 +164,9 @@ typedef struct pglb_seq {
   /* PGLB_FEATURE_KV_GROUPS: groups 1..n_groups-1's tables, n_blocks each;
    * block 0 where a sliding window no longer sees a block. */
   const int32_t* const* group_tables;
+  /* PGLB_FEATURE_LINEAR_ATTENTION: the sequence's state slot; it starts from
+   * zeros when its first position this step is 0. */
+  int32_t state_slot;
 } pglb_seq;
 
 typedef struct pglb_batch {
@@ -195,6 +208,9 @@ typedef enum pglb_op {
   PGLB_OP_SCALE_ROWS_SIGMOID = 13,
   PGLB_OP_SOFTCAP = 14,       /* x = cap * tanh(x / cap) */
   PGLB_OP_SAMPLE = 15,        /* token ids from logits rows: greedy, top-k, top-p, min-p */
+  /* Linear attention (Gated DeltaNet), with PGLB_FEATURE_LINEAR_ATTENTION */
+  PGLB_OP_CAUSAL_CONV1D = 16,     /* depthwise causal conv + SiLU, continuing each sequence's conv state */
+  PGLB_OP_GATED_DELTA_RULE = 17,  /* the gated delta rule recurrence over each sequence's tokens */
   PGLB_OP_COUNT
 } pglb_op;
 
@@ -348,6 +364,37 @@ typedef struct pglb_softcap_params {
   float cap;
 } pglb_softcap_params;
 
+/* Per channel c of x [n_tokens, conv_dim]: out = silu(bias[c] + sum_j
+ * w[c * K + j] x[t - K + 1 + j][c]), inputs before a sequence's first token
+ * this step from its conv state, which then keeps the last K - 1 inputs.
+ * w: a vector weight of conv_dim * K values; bias may be null. */
+typedef struct pglb_causal_conv1d_params {
+  size_t struct_size;
+  int32_t layer;
+  const pglb_buffer* x;
+  const pglb_weight* w;
+  const pglb_weight* bias;
+  pglb_buffer* out;
+} pglb_causal_conv1d_params;
+
+/* Per token and value head h (key head h / (n_v_heads / n_k_heads)), with S
+ * the head's state, q and k L2-normalised (eps 1e-6), q scaled:
+ * g = -exp(a_log[h]) softplus(a + dt_bias[h]), beta = sigmoid(b);
+ * S = exp(g) S; S += k (beta (v - k^T S))^T; out = q^T S. qkv rows:
+ * [q (n_k_heads * head_k_dim), k (same), v (n_v_heads * head_v_dim)]. */
+typedef struct pglb_gated_delta_rule_params {
+  size_t struct_size;
+  int32_t layer;
+  const pglb_buffer* qkv;
+  const pglb_buffer* a;              /* [n_tokens, n_v_heads] */
+  const pglb_buffer* b;              /* [n_tokens, n_v_heads] */
+  const pglb_weight* a_log;          /* [n_v_heads] */
+  const pglb_weight* dt_bias;        /* [n_v_heads] */
+  int32_t n_k_heads, n_v_heads, head_k_dim, head_v_dim;
+  float scale;
+  pglb_buffer* out;                  /* [n_tokens, n_v_heads * head_v_dim] */
+} pglb_gated_delta_rule_params;
+
 /* One draw. The host draws the random number u (uniform in [0, 1)) from the
  * sequence's own generator, so a seeded request gets the same tokens
  * whichever device samples. Greedy when temperature < 1e-5: the largest
@@ -429,6 +476,8 @@ typedef struct pglb_stream_iface {
    * the device) before the work enqueued after it. */
   pglb_status (*event_record)(pglb_stream* s, pglb_event* e);
   pglb_status (*event_wait)(pglb_stream* s, pglb_event* e);
+  /* PGLB_FEATURE_LINEAR_ATTENTION: whole state slots (a forked sequence's). */
+  pglb_status (*copy_states)(pglb_stream* s, const pglb_block_pair* pairs, size_t n);
 } pglb_stream_iface;
 
 typedef struct pglb_device_iface {

@@ -78,6 +78,19 @@ void Backend::matmul_experts(const std::vector<const Weight*>&, const Buffer&, i
 void Backend::moe_combine(const Buffer&, const Buffer&, int64_t, int, int64_t, Buffer&) { no_moe(*this); }
 void Backend::scale_rows_sigmoid(Buffer&, const Buffer&, int64_t, int64_t) { no_moe(*this); }
 
+namespace {
+[[noreturn]] void no_linear_attention(const Backend& b) {
+  fail("the {} backend does not run linear-attention (Gated DeltaNet) layers (use --device cpu)", b.name());
+}
+}  // namespace
+
+void Backend::causal_conv1d(int, const Buffer&, const Weight&, const Weight*, Buffer&) { no_linear_attention(*this); }
+void Backend::gated_delta_rule(int, const Buffer&, const Buffer&, const Buffer&, const Weight&, const Weight&,
+                               const GatedDeltaConfig&, Buffer&) {
+  no_linear_attention(*this);
+}
+void Backend::copy_states(const BlockPairs&) { no_linear_attention(*this); }
+
 OpQuery op_query(pglb_op op, std::initializer_list<std::pair<DType, std::vector<int64_t>>> operands) {
   OpQuery q{};
   q.struct_size = sizeof q;
@@ -95,7 +108,8 @@ const char* op_name(pglb_op op) {
   static const char* const names[] = {"embed",          "matmul",      "add_bias",    "rms_norm",
                                       "rope",           "store_kv",    "attention",   "glu",
                                       "add",            "gather_rows", "moe_route",   "matmul_experts",
-                                      "moe_combine",    "scale_rows_sigmoid", "softcap", "sample"};
+                                      "moe_combine",    "scale_rows_sigmoid", "softcap", "sample",
+                                      "causal_conv1d",  "gated_delta_rule"};
   static_assert(sizeof names / sizeof names[0] == PGLB_OP_COUNT, "a name for every op");
   return op >= 0 && op < PGLB_OP_COUNT ? names[op] : "unknown op";
 }
@@ -107,6 +121,9 @@ bool Backend::supports_op(const OpQuery& q) const {
     case PGLB_OP_MOE_COMBINE:
     case PGLB_OP_SCALE_ROWS_SIGMOID:
       return supports(Feature::MixtureOfExperts);
+    case PGLB_OP_CAUSAL_CONV1D:
+    case PGLB_OP_GATED_DELTA_RULE:
+      return supports(Feature::LinearAttention);
     case PGLB_OP_MATMUL:  // a weight's type: operand 0
       return q.n_operands == 0 || supports_weight(static_cast<DType>(q.types[0]));
     case PGLB_OP_SOFTCAP:

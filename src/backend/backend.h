@@ -142,6 +142,40 @@ struct AttentionConfig {
   const Weight* sinks = nullptr;
 };
 
+// Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) keep no
+// per-token K/V: each sequence has a fixed-size state per such layer, in a
+// state slot the KV manager assigns (SeqInfo::state_slot):
+//   conv state       [conv_kernel - 1, conv_dim]: the last inputs of the causal conv
+//   recurrent state  [n_v_heads, head_k_dim, head_v_dim]: the delta rule's matrix
+// both F32. A sequence whose first position in a step is 0 starts from zeros.
+struct LinearStateSpec {
+  int n_layers = 0;   // linear-attention layers (of this stage)
+  int num_slots = 0;  // sequences that can hold a state at once
+  int conv_dim = 0, conv_kernel = 0;
+  int n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
+  int64_t conv_floats() const { return static_cast<int64_t>(conv_kernel - 1) * conv_dim; }
+  int64_t recurrent_floats() const { return static_cast<int64_t>(n_v_heads) * head_k_dim * head_v_dim; }
+  // One slot: every linear layer's conv and recurrent state.
+  size_t bytes_per_slot() const {
+    return static_cast<size_t>(n_layers) * static_cast<size_t>(conv_floats() + recurrent_floats()) * sizeof(float);
+  }
+};
+
+// Gated DeltaNet's recurrence (Backend::gated_delta_rule). Per token and
+// value head h (key head h / (n_v_heads / n_k_heads)), with S the head's
+// [head_k_dim, head_v_dim] state, q and k L2-normalised (eps 1e-6) and q
+// scaled by `scale`:
+//   g = -exp(a_log[h]) * softplus(a + dt_bias[h]),  beta = sigmoid(b)
+//   S = exp(g) S;  S += k (beta (v - k^T S))^T;  out = q^T S
+struct GatedDeltaConfig {
+  int n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_k_dim)
+  // Row layout of qkv: [q (n_k_heads * head_k_dim), k (same), v (n_v_heads * head_v_dim)].
+  int64_t qkv_dim() const {
+    return 2 * static_cast<int64_t>(n_k_heads) * head_k_dim + static_cast<int64_t>(n_v_heads) * head_v_dim;
+  }
+};
+
 struct KVCacheSpec {
   // n_layers: layer slots per block. Without groups, one per layer; with
   // KV-cache groups (Feature::KvGroups), the slots of one group's block, and
@@ -155,6 +189,10 @@ struct KVCacheSpec {
   // F32, F16, or I8: symmetric int8 with one float scale per (token, KV
   // head) vector, max |x| / 127, set as the vector is written.
   DType dtype = DType::F16;
+  // Feature::LinearAttention: layer l keeps a state (no K/V) when
+  // layer_state[l] >= 0, its index among the state layers. Empty: none.
+  LinearStateSpec state;
+  std::vector<int32_t> layer_state;
   KVCacheLayout layout() const {
     return {n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
             dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0};
@@ -176,6 +214,8 @@ struct SeqInfo {
   // KV-cache groups 1.. (Feature::KvGroups): their tables; a sliding group's
   // holds kNullBlock (0) for blocks its window no longer sees.
   std::vector<std::vector<int32_t>> group_tables;
+  // Linear-attention layers: the sequence's state slot (-1: none).
+  int32_t state_slot = -1;
   const std::vector<int32_t>& table(int group) const {
     return group == 0 ? block_table : group_tables[static_cast<size_t>(group - 1)];
   }
@@ -212,6 +252,9 @@ enum class Feature {
   Deterministic,
   KvEviction,  // SeqInfo::kv_sinks / kv_evicted_to
   KvGroups,    // KVCacheSpec::layer_group / layer_slot, SeqInfo::group_tables, BatchInfo::group_slots
+  // Gated DeltaNet layers: KVCacheSpec::state / layer_state, SeqInfo::state_slot,
+  // causal_conv1d, gated_delta_rule, copy_states.
+  LinearAttention,
 };
 
 // (source, destination) block pairs.
@@ -328,6 +371,22 @@ class Backend {
   virtual void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out);
   // y[t] *= sigmoid(s[t]) for rows of dim values (Qwen2-MoE's shared-expert gate).
   virtual void scale_rows_sigmoid(Buffer& y, const Buffer& s, int64_t n, int64_t dim);
+
+  // ---- linear attention (Feature::LinearAttention); the defaults throw.
+  // out[t] = silu(bias + sum_j w[c, j] x[t - K + 1 + j]) per channel c of
+  // x[n_tokens, conv_dim] (w: [conv_dim, K] taps, oldest first; bias may be
+  // null), where inputs before a sequence's first token this step come from
+  // its conv state (zeros for a sequence starting at position 0); the state
+  // then holds its last K - 1 inputs. `layer` is the model layer.
+  virtual void causal_conv1d(int layer, const Buffer& x, const Weight& w, const Weight* bias, Buffer& out);
+  // The gated delta rule over each sequence's tokens in order, from and into
+  // its recurrent state: qkv[n_tokens, cfg.qkv_dim()], a and b
+  // [n_tokens, n_v_heads], a_log and dt_bias [n_v_heads] -> out[n_tokens,
+  // n_v_heads * head_v_dim].
+  virtual void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& a_log,
+                                const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out);
+  // State slot pairs (source, destination): a forked sequence's state.
+  virtual void copy_states(const BlockPairs& src_dst);
 
   // ---- what the backend can run. The default: every op above, the
   // Mixture-of-experts ops with Feature::MixtureOfExperts, none of the

@@ -170,6 +170,7 @@ class CBackend final : public Backend {
       case Feature::Deterministic: bit = PGLB_FEATURE_DETERMINISTIC; break;
       case Feature::KvEviction: bit = PGLB_FEATURE_KV_EVICTION; break;
       case Feature::KvGroups: bit = PGLB_FEATURE_KV_GROUPS; break;
+      case Feature::LinearAttention: bit = PGLB_FEATURE_LINEAR_ATTENTION; break;
     }
     return (features_ & bit) != 0;
   }
@@ -243,6 +244,23 @@ class CBackend final : public Backend {
     c.n_model_layers = static_cast<int32_t>(spec.layer_group.size());
     c.layer_group = spec.layer_group.empty() ? nullptr : spec.layer_group.data();
     c.layer_slot = spec.layer_slot.empty() ? nullptr : spec.layer_slot.data();
+    if (!spec.layer_state.empty()) {
+      if (!supports(Feature::LinearAttention))
+        fail("the {} backend does not keep linear-attention states (Gated DeltaNet layers)", d_->kind);
+      PAGELLM_CHECK(spec.layer_group.empty() || spec.layer_group.size() == spec.layer_state.size(),
+                    "KV cache spec: {} layer groups but {} layer states", spec.layer_group.size(),
+                    spec.layer_state.size());
+      c.n_model_layers = static_cast<int32_t>(spec.layer_state.size());
+      c.layer_state = spec.layer_state.data();
+      const LinearStateSpec& st = spec.state;
+      c.n_state_layers = st.n_layers;
+      c.state_slots = st.num_slots;
+      c.conv_dim = st.conv_dim;
+      c.conv_kernel = st.conv_kernel;
+      c.n_v_heads = st.n_v_heads;
+      c.head_k_dim = st.head_k_dim;
+      c.head_v_dim = st.head_v_dim;
+    }
     d_->check(d_->di.kv_allocate(d_->dev, &c), "kv_allocate");
     kv_ = spec;
   }
@@ -252,6 +270,12 @@ class CBackend final : public Backend {
     if (!d_->si.copy_blocks) d_->missing("copy_blocks");
     const auto p = pairs(src_dst);
     d_->check(d_->si.copy_blocks(d_->stream, p.data(), p.size()), "copy_blocks");
+  }
+  void copy_states(const BlockPairs& src_dst) override {
+    if (src_dst.empty()) return;
+    if (!supports(Feature::LinearAttention) || !d_->si.copy_states) return Backend::copy_states(src_dst);
+    const auto p = pairs(src_dst);
+    d_->check(d_->si.copy_states(d_->stream, p.data(), p.size()), "copy_states");
   }
   void allocate_swap_space(int num_blocks) override {
     if (!supports(Feature::SwapToHost) || !d_->di.swap_allocate) return Backend::allocate_swap_space(num_blocks);
@@ -287,6 +311,7 @@ class CBackend final : public Backend {
       c.kv_sinks = s.kv_sinks;
       c.kv_evicted_to = s.kv_evicted_to;
       c.group_tables = group_tables_[i].empty() ? nullptr : group_tables_[i].data();
+      c.state_slot = s.state_slot;
     }
     group_slots_.clear();
     for (const auto& slots : b.group_slots) group_slots_.push_back(slots.data());
@@ -381,8 +406,26 @@ class CBackend final : public Backend {
   // default says (the core ops; MoE by its feature bit; no optional op).
   bool supports_op(const OpQuery& q) const override {
     if (!d_->si.enqueue) return false;
+    // A plugin older than these ops may not know to refuse them.
+    if ((q.op == PGLB_OP_CAUSAL_CONV1D || q.op == PGLB_OP_GATED_DELTA_RULE) && !supports(Feature::LinearAttention))
+      return false;
     if (!d_->di.supports_op) return Backend::supports_op(q);
     return d_->di.supports_op(d_->dev, &q) != 0;
+  }
+  void causal_conv1d(int layer, const Buffer& x, const Weight& w, const Weight* bias, Buffer& out) override {
+    if (!supports(Feature::LinearAttention)) return Backend::causal_conv1d(layer, x, w, bias, out);
+    pglb_causal_conv1d_params p{sizeof p, layer, h(x), h(w), bias ? h(*bias) : nullptr, h(out)};
+    enqueue(PGLB_OP_CAUSAL_CONV1D, &p, "causal_conv1d");
+  }
+  void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& a_log,
+                        const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out) override {
+    if (!supports(Feature::LinearAttention))
+      return Backend::gated_delta_rule(layer, qkv, a, b, a_log, dt_bias, cfg, out);
+    pglb_gated_delta_rule_params p{sizeof p,       layer,          h(qkv),        h(a),
+                                   h(b),           h(a_log),       h(dt_bias),    cfg.n_k_heads,
+                                   cfg.n_v_heads,  cfg.head_k_dim, cfg.head_v_dim, cfg.scale,
+                                   h(out)};
+    enqueue(PGLB_OP_GATED_DELTA_RULE, &p, "gated_delta_rule");
   }
   void softcap(Buffer& x, int64_t n, float cap) override {
     pglb_softcap_params p{sizeof p, h(x), n, cap};

@@ -190,6 +190,18 @@ void run_op(Backend& be, pglb_op op, const void* params) {
       const auto p = read_struct<pglb_scale_rows_sigmoid_params>(params, "scale_rows_sigmoid");
       return be.scale_rows_sigmoid(buf(p.y, "scale_rows_sigmoid"), buf(p.s, "scale_rows_sigmoid"), p.n, p.dim);
     }
+    case PGLB_OP_CAUSAL_CONV1D: {
+      const auto p = read_struct<pglb_causal_conv1d_params>(params, "causal_conv1d");
+      return be.causal_conv1d(p.layer, buf(p.x, "causal_conv1d"), weight(p.w, "causal_conv1d"),
+                              weight_or_null(p.bias), buf(p.out, "causal_conv1d"));
+    }
+    case PGLB_OP_GATED_DELTA_RULE: {
+      const auto p = read_struct<pglb_gated_delta_rule_params>(params, "gated_delta_rule");
+      const GatedDeltaConfig cfg{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.scale};
+      return be.gated_delta_rule(p.layer, buf(p.qkv, "gated_delta_rule"), buf(p.a, "gated_delta_rule"),
+                                 buf(p.b, "gated_delta_rule"), weight(p.a_log, "gated_delta_rule"),
+                                 weight(p.dt_bias, "gated_delta_rule"), cfg, buf(p.out, "gated_delta_rule"));
+    }
     case PGLB_OP_SOFTCAP: {
       const auto p = read_struct<pglb_softcap_params>(params, "softcap");
       return be.softcap(buf(p.x, "softcap"), p.n, p.cap);
@@ -237,6 +249,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::Deterministic)) bits |= PGLB_FEATURE_DETERMINISTIC;
     if (be.supports(Feature::KvEviction)) bits |= PGLB_FEATURE_KV_EVICTION;
     if (be.supports(Feature::KvGroups)) bits |= PGLB_FEATURE_KV_GROUPS;
+    if (be.supports(Feature::LinearAttention)) bits |= PGLB_FEATURE_LINEAR_ATTENTION;
   });
   return bits;
 }
@@ -307,9 +320,13 @@ pglb_status x_kv_allocate(pglb_device* d, const pglb_kv_spec* spec) {
     s.block_size = c.block_size;
     s.num_blocks = c.num_blocks;
     s.dtype = static_cast<DType>(c.dtype);
-    if (c.n_model_layers < 0 || (c.n_model_layers > 0 && (!c.layer_group || !c.layer_slot)))
+    if (c.n_model_layers < 0 || (c.n_model_layers > 0 && !c.layer_state && (!c.layer_group || !c.layer_slot)))
       fail("kv_allocate: {} model layers without their groups and slots", c.n_model_layers);
-    if (c.n_model_layers > 0) {
+    if (c.n_model_layers > 0 && c.layer_state) {
+      s.layer_state.assign(c.layer_state, c.layer_state + c.n_model_layers);
+      s.state = {c.n_state_layers, c.state_slots, c.conv_dim, c.conv_kernel, c.n_v_heads, c.head_k_dim, c.head_v_dim};
+    }
+    if (c.n_model_layers > 0 && c.layer_group && c.layer_slot) {
       s.layer_group.assign(c.layer_group, c.layer_group + c.n_model_layers);
       s.layer_slot.assign(c.layer_slot, c.layer_slot + c.n_model_layers);
     }
@@ -387,6 +404,7 @@ pglb_status s_set_batch(pglb_stream* s, const pglb_batch* batch) {
       o.block_table.assign(q.block_table, q.block_table + q.n_blocks);
       o.kv_sinks = q.kv_sinks;
       o.kv_evicted_to = q.kv_evicted_to;
+      o.state_slot = q.state_slot;
       o.group_tables.resize(static_cast<size_t>(n_groups - 1));
       if (n_groups > 1 && !q.group_tables) fail("set_batch: sequence {} has no KV-cache group tables", i);
       for (int32_t g = 1; g < n_groups; ++g) {
@@ -409,6 +427,9 @@ pglb_status s_swap_out(pglb_stream* s, const pglb_block_pair* p, size_t n) {
 }
 pglb_status s_swap_in(pglb_stream* s, const pglb_block_pair* p, size_t n) {
   return guarded(dev(s), [&] { dev(s)->be->swap_in(pairs_of(p, n)); });
+}
+pglb_status s_copy_states(pglb_stream* s, const pglb_block_pair* p, size_t n) {
+  return guarded(dev(s), [&] { dev(s)->be->copy_states(pairs_of(p, n)); });
 }
 pglb_status s_event_record(pglb_stream*, pglb_event*) { return PGLB_OK; }
 pglb_status s_event_wait(pglb_stream*, pglb_event*) { return PGLB_OK; }  // one queue: already in order
@@ -501,7 +522,7 @@ constexpr pglb_device_iface kDeviceTable = {
     x_event_create, x_event_synchronize, x_event_destroy, x_set_profiling, x_profile_report};
 constexpr pglb_stream_iface kStreamTable = {
     sizeof(pglb_stream_iface), s_copy_from_host, s_copy_to_host, s_synchronize, s_set_batch, s_enqueue,
-    s_copy_blocks, s_swap_out, s_swap_in, s_event_record, s_event_wait};
+    s_copy_blocks, s_swap_out, s_swap_in, s_event_record, s_event_wait, s_copy_states};
 constexpr pglb_comm_iface kCommTable = {sizeof(pglb_comm_iface), c_unique_id, c_init, c_destroy, c_all_reduce_sum,
                                         c_all_gather, c_broadcast, c_send, c_recv};
 

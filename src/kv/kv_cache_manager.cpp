@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/util.h"
@@ -15,7 +16,18 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config)
   PAGELLM_CHECK(groups_[0].kind == KvGroupKind::Full, "KV-cache group 0 must be full attention");
   for (const KvGroup& g : groups_)
     PAGELLM_CHECK(g.kind == KvGroupKind::Full || g.window > 0, "a sliding KV-cache group needs a window > 0");
+  PAGELLM_CHECK(config_.num_state_slots >= 0, "negative number of state slots");
+  PAGELLM_CHECK(config_.num_state_slots == 0 || !config_.enable_prefix_caching,
+                "prefix caching cannot restore linear-attention states: turn it off for models that have them");
+  for (int32_t i = config_.num_state_slots - 1; i >= 0; --i) free_state_slots_.push_back(i);
 }
+
+int32_t KVCacheManager::state_slot(SeqId seq) const {
+  const auto it = seqs_.find(seq);
+  return it == seqs_.end() ? -1 : it->second.state_slot;
+}
+
+std::vector<BlockCopy> KVCacheManager::take_state_copies() { return std::exchange(state_copies_, {}); }
 
 BlockHash KVCacheManager::group_hash(BlockHash h, int g) {
   return g == 0 ? h : mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(g));
@@ -159,9 +171,15 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
   if (num_new_blocks + num_cow > pool_.num_available_blocks() - prefix_from_cache) {
     return std::nullopt;
   }
+  const bool needs_state = has_state() && (!existing || existing->state_slot < 0);
+  if (needs_state && free_state_slots_.empty()) return std::nullopt;
 
   // Apply: nothing below can fail for lack of blocks.
   SeqBlocks& s = existing ? it->second : new_seq(seq);
+  if (needs_state) {
+    s.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+  }
   SlotAllocation result;
   if (num_prefix_blocks > 0) {
     for (BlockId b : prefix->blocks) pool_.acquire(b);
@@ -213,6 +231,7 @@ std::optional<SlotAllocation> KVCacheManager::allocate_slots(SeqId seq, int32_t 
 }
 
 std::optional<SlotAllocation> KVCacheManager::allocate_restored(SeqId seq, int32_t num_tokens) {
+  PAGELLM_CHECK(!has_state(), "sequence {}: linear-attention states are not swapped (preempt by recompute)", seq);
   PAGELLM_CHECK(!has_seq(seq), "allocate_restored: sequence {} already has KV blocks", seq);
   PAGELLM_CHECK(num_tokens >= 0, "allocate_restored(seq {}): {} tokens", seq, num_tokens);
   const int32_t n = blocks_held(num_tokens);
@@ -325,10 +344,16 @@ void KVCacheManager::fork(SeqId parent, SeqId child) {
   const auto it = seqs_.find(parent);
   PAGELLM_CHECK(it != seqs_.end(), "fork: parent sequence {} has no KV blocks", parent);
   PAGELLM_CHECK(!seqs_.count(child), "fork: child sequence {} already has KV blocks", child);
+  PAGELLM_CHECK(!has_state() || !free_state_slots_.empty(), "fork: no free state slot for sequence {}", child);
   SeqBlocks copy = it->second;
   for (const auto& table : copy.tables)
     for (BlockId b : table)
       if (b != kNullBlock) pool_.acquire(b);
+  if (has_state()) {
+    copy.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+    state_copies_.push_back({it->second.state_slot, copy.state_slot});
+  }
   seqs_.emplace(child, std::move(copy));
 }
 
@@ -338,6 +363,12 @@ void KVCacheManager::free(SeqId seq) {
   for (const auto& table : it->second.tables)
     for (auto b = table.rbegin(); b != table.rend(); ++b)
       if (*b != kNullBlock) pool_.release(*b);  // evicted or dropped ones are gone already
+  if (it->second.state_slot >= 0) {
+    const int32_t slot = it->second.state_slot;
+    free_state_slots_.push_back(slot);
+    // A fork's copy not yet done has nowhere to go.
+    std::erase_if(state_copies_, [&](const BlockCopy& c) { return c.dst == slot; });
+  }
   seqs_.erase(it);
 }
 
@@ -362,6 +393,8 @@ KVCacheStats KVCacheManager::stats() const {
   st.contiguous_allocations = pool_.num_contiguous_allocations();
   st.groups = groups_;
   st.group_used_blocks.assign(groups_.size(), 0);
+  st.state_slots = config_.num_state_slots;
+  st.used_state_slots = config_.num_state_slots - num_free_state_slots();
   if (st.used_blocks > 0) {
     // A shared block holds as many tokens as its fullest holder put there.
     const int32_t bs = st.block_size;
@@ -423,6 +456,19 @@ void KVCacheManager::check_invariants() const {
       }
     }
   }
+  std::vector<int32_t> slot_owners(static_cast<size_t>(config_.num_state_slots), 0);
+  for (int32_t slot : free_state_slots_) {
+    PAGELLM_CHECK(slot >= 0 && slot < config_.num_state_slots, "free state slot {} of {}", slot,
+                  config_.num_state_slots);
+    ++slot_owners[slot];
+  }
+  for (const auto& [id, s] : seqs_) {
+    PAGELLM_CHECK(has_state() == (s.state_slot >= 0) && s.state_slot < config_.num_state_slots,
+                  "sequence {} has state slot {} of {}", id, s.state_slot, config_.num_state_slots);
+    if (s.state_slot >= 0) ++slot_owners[s.state_slot];
+  }
+  for (size_t i = 0; i < slot_owners.size(); ++i)
+    PAGELLM_CHECK(slot_owners[i] == 1, "state slot {} is free or held {} times", i, slot_owners[i]);
   for (BlockId b = 1; b < pool_.num_blocks(); ++b) {
     PAGELLM_CHECK(pool_.ref_count(b) == refs[b],
                   "block {} has ref count {} but {} block tables hold it", b, pool_.ref_count(b),

@@ -9,6 +9,12 @@
 // group holds only the blocks its window can still see: blocks that fall out
 // of it go back to the pool (kNullBlock in the table), so a long sequence
 // holds window-sized tables there. Every group's blocks come from one pool.
+//
+// Models with linear-attention layers (Gated DeltaNet) also give each
+// sequence one state slot from a separate, fixed set (the backend holds a
+// fixed-size state per slot, not per token). A state is not per block, so
+// it cannot be found again from a token prefix: prefix caching is off for
+// such models, and a sequence that loses its slot recomputes from token 0.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,9 @@ struct KVCacheConfig {
   AllocationPolicy allocation_policy = AllocationPolicy::Any;
   // KV-cache groups (core/kv_layout.h); empty: one full-attention group.
   std::vector<KvGroup> groups;
+  // Linear-attention layers: sequences that can hold a state at once (0: the
+  // model has none). Needs enable_prefix_caching off.
+  int32_t num_state_slots = 0;
 };
 
 // Leading full blocks of a token sequence already present in the cache.
@@ -67,6 +76,7 @@ struct KVCacheStats {
   // sequences counts once).
   std::vector<KvGroup> groups;
   std::vector<int32_t> group_used_blocks;
+  int32_t state_slots = 0, used_state_slots = 0;  // linear-attention states
 
   double usage() const { return total_blocks ? double(used_blocks) / total_blocks : 0.0; }
   double prefix_hit_rate() const {
@@ -132,7 +142,10 @@ class KVCacheManager {
   // changed, when too few blocks are available. The caller fills them.
   [[nodiscard]] std::optional<SlotAllocation> allocate_restored(SeqId seq, int32_t num_tokens);
 
-  // `child` shares all of `parent`'s blocks (parallel sampling, n > 1).
+  // `child` shares all of `parent`'s blocks (parallel sampling, n > 1). With
+  // state slots, the child takes a free one, and the parent's state must be
+  // copied there (take_state_copies) before the child's next step; throws
+  // Error when no slot is free (callers check num_free_state_slots).
   void fork(SeqId parent, SeqId child);
 
   // Drop the sequence's blocks, tail first, so its full blocks are cached with
@@ -140,6 +153,14 @@ class KVCacheManager {
   void free(SeqId seq);
 
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
+
+  // ---- linear-attention state slots
+  bool has_state() const { return config_.num_state_slots > 0; }
+  // The sequence's slot, -1 without one.
+  int32_t state_slot(SeqId seq) const;
+  int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
+  // (parent's slot, child's slot) of the forks since the last call.
+  std::vector<BlockCopy> take_state_copies();
   // Block ids of the sequence in a group (empty when it has none). The span
   // stays valid until the sequence's next allocate_slots / free.
   std::span<const BlockId> block_table(SeqId seq, int group = 0) const;
@@ -185,6 +206,7 @@ class KVCacheManager {
     int32_t evicted_begin = 0, evicted_end = 0;
     // Sliding groups: tables[g][0, dropped[g]) are kNullBlock (out of the window).
     std::vector<int32_t> dropped;  // [group]
+    int32_t state_slot = -1;       // linear-attention state (has_state())
   };
 
   SeqBlocks& new_seq(SeqId seq);
@@ -198,6 +220,8 @@ class KVCacheManager {
   std::vector<KvGroup> groups_;
   BlockPool pool_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
+  std::vector<int32_t> free_state_slots_;  // a stack: the lowest slot on top
+  std::vector<BlockCopy> state_copies_;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
 };

@@ -89,6 +89,7 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
   pairs(plan.swap_out, m.swap_out);
   pairs(plan.swap_in, m.swap_in);
   pairs(plan.block_copies, m.block_copies);
+  pairs(plan.state_copies, m.state_copies);
   if (block_shift != 0) {
     for (auto& [src, dst] : m.swap_out) src = shift(src);  // (dst: a host block)
     for (auto& [src, dst] : m.swap_in) dst = shift(dst);
@@ -121,6 +122,7 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
     }
     info.kv_sinks = s.kv_sinks;
     info.kv_evicted_to = s.kv_evicted_to;
+    info.state_slot = s.state_slot;
     row += s.num_new_tokens;
     if (s.sample) {
       step.entries.push_back(static_cast<int32_t>(i));
@@ -151,6 +153,7 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
   if (!m.swap_out.empty()) be.swap_out(m.swap_out);
   if (!m.swap_in.empty()) be.swap_in(m.swap_in);
   if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
+  if (!m.state_copies.empty()) be.copy_states(m.state_copies);
   if (m.batch.seqs.empty()) be.synchronize();  // the moves are done before the next plan reuses their blocks
   if (model_.shard().pp_size > 1) {
     pipeline_forward(m.batch, m.logits_rows, step);  // (block moves only: just the last stage's message)

@@ -7,7 +7,7 @@
 namespace pagellm {
 namespace {
 
-constexpr uint32_t kMagic = 0x50535451;  // "QTSP": with KV-cache group tables
+constexpr uint32_t kMagic = 0x50535452;  // "RTSP": with linear-attention state slots
 
 struct Writer {
   std::vector<uint8_t>& out;
@@ -57,6 +57,7 @@ std::vector<uint8_t> encode_step(const StepMessage& m) {
   w.array(m.swap_out);
   w.array(m.swap_in);
   w.array(m.block_copies);
+  w.array(m.state_copies);
   w.array(m.batch.token_ids);
   w.array(m.batch.positions);
   w.array(m.batch.slot_mapping);
@@ -69,6 +70,7 @@ std::vector<uint8_t> encode_step(const StepMessage& m) {
     w.pod(s.ctx_len);
     w.pod(s.kv_sinks);
     w.pod(s.kv_evicted_to);
+    w.pod(s.state_slot);
     w.array(s.block_table);
     w.pod(static_cast<uint64_t>(s.group_tables.size()));
     for (const auto& table : s.group_tables) w.array(table);
@@ -87,6 +89,7 @@ StepMessage decode_step(const std::vector<uint8_t>& bytes) {
   r.array(m.swap_out);
   r.array(m.swap_in);
   r.array(m.block_copies);
+  r.array(m.state_copies);
   r.array(m.batch.token_ids);
   r.array(m.batch.positions);
   r.array(m.batch.slot_mapping);
@@ -103,6 +106,7 @@ StepMessage decode_step(const std::vector<uint8_t>& bytes) {
     s.ctx_len = r.pod<int32_t>();
     s.kv_sinks = r.pod<int32_t>();
     s.kv_evicted_to = r.pod<int32_t>();
+    s.state_slot = r.pod<int32_t>();
     r.array(s.block_table);
     const auto n_tables = r.pod<uint64_t>();
     PAGELLM_CHECK(n_tables == n_groups, "step message: a sequence with {} group tables of {}", n_tables, n_groups);

@@ -14,7 +14,7 @@ namespace pagellm {
 struct StepMessage {
   enum Kind : int32_t { Step = 1, Shutdown = 2 };
   Kind kind = Step;
-  BlockPairs swap_out, swap_in, block_copies;
+  BlockPairs swap_out, swap_in, block_copies, state_copies;
   BatchInfo batch;                  // empty: block moves only
   std::vector<int32_t> logits_rows;
 };

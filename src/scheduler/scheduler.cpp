@@ -49,6 +49,15 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
                 "sliding KV eviction: max_model_len {} leaves fewer than 2 blocks of {} tokens besides {} attention "
                 "sinks",
                 config_.max_model_len, kv_.block_size(), config_.attention_sinks);
+  if (kv_.has_state()) {
+    // A state is one slot per running sequence, rebuilt from token 0 when lost.
+    PAGELLM_CHECK(config_.preemption_mode == PreemptionMode::Recompute && config_.kv_eviction == KvEviction::None,
+                  "linear-attention layers keep a state that is neither swapped nor slid: they need "
+                  "--preemption-mode recompute and no --kv-eviction");
+    PAGELLM_CHECK(kv_.stats().state_slots >= config_.max_num_seqs,
+                  "{} linear-attention state slots for max_num_seqs {}", kv_.stats().state_slots,
+                  config_.max_num_seqs);
+  }
   if (config_.preemption_mode == PreemptionMode::Swap) {
     // Popped from the back: lowest ids first.
     for (int32_t b = config_.num_swap_blocks - 1; b >= 0; --b) free_host_blocks_.push_back(b);
@@ -166,7 +175,7 @@ void Scheduler::fork(SeqId parent_id, Sequence* child) {
   child->arrival = next_arrival_++;
   child->arrival_step = step_;
   make_live(child);
-  if (num_running() >= config_.max_num_seqs) {
+  if (num_running() >= config_.max_num_seqs || (kv_.has_state() && kv_.num_free_state_slots() == 0)) {
     // No seat: it waits like a new prompt (recomputing what the cache lacks).
     child->num_computed_tokens = 0;
     child->status = SeqStatus::Waiting;

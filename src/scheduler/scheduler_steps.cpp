@@ -19,6 +19,7 @@ StepPlan Scheduler::schedule() {
   // Waiting sequences join only when no swapped one is left to come back first.
   if (step.preempted.empty() && swapped_.empty()) admit_waiting(step);
   StepPlan plan = build_plan(step, kv_, config_.attention_sinks);
+  plan.state_copies = kv_.take_state_copies();
 #ifndef NDEBUG
   check_invariants();
 #endif

@@ -43,6 +43,7 @@ StepPlan build_plan(const StepDecisions& decisions, const KVCacheManager& kv, in
     s.start_pos = seq.num_computed_tokens;
     s.num_new_tokens = g.num_tokens();
     s.block_table = kv.block_table(seq.id);
+    s.state_slot = kv.state_slot(seq.id);
     for (int gi = 1; gi < kv.num_groups(); ++gi) s.group_tables.push_back(kv.block_table(seq.id, gi));
     s.sample = seq.num_computed_tokens + g.num_new_tokens == seq.num_tokens();
     s.draft_tokens.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + g.num_draft_tokens);

@@ -33,6 +33,7 @@ struct ScheduledSeq {
   std::vector<TokenId> draft_tokens;
   // Sliding KV eviction: keys [kv_sinks, kv_evicted_to) are gone (SeqInfo).
   int32_t kv_sinks = 0, kv_evicted_to = 0;
+  int32_t state_slot = -1;  // linear-attention state (KVCacheManager::state_slot)
 
   int32_t end_pos() const { return start_pos + num_new_tokens; }
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_tokens.size()); }
@@ -52,6 +53,8 @@ struct StepPlan {
   std::vector<BlockCopy> swap_out;
   std::vector<BlockCopy> swap_in;
   std::vector<BlockCopy> block_copies;
+  // Then linear-attention states (src, dst slots): forks made since the last step.
+  std::vector<BlockCopy> state_copies;
   std::vector<SeqId> preempted;           // running sequences sent back to waiting this step
   std::vector<SeqId> swapped_out;         // those of them whose blocks went to the host pool
   std::vector<SeqId> length_capped;       // finished by the scheduler at max_model_len
@@ -62,7 +65,9 @@ struct StepPlan {
   // only running sequence, a swap-in without room for its next token): the
   // runner must do those whatever else the plan holds.
   bool empty() const { return seqs.empty(); }
-  bool has_block_moves() const { return !swap_out.empty() || !swap_in.empty() || !block_copies.empty(); }
+  bool has_block_moves() const {
+    return !swap_out.empty() || !swap_in.empty() || !block_copies.empty() || !state_copies.empty();
+  }
 
   // The slot (flat token index into the paged cache) of position `pos`:
   // block_table[pos / block_size] * block_size + pos % block_size.

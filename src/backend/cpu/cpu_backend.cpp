@@ -15,6 +15,7 @@
 #include "backend/c_export.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/linear_attention.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quants.h"
@@ -119,7 +120,7 @@ class CpuBackend : public Backend {
 
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
-           f == Feature::KvEviction || f == Feature::KvGroups;
+           f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -170,10 +171,20 @@ class CpuBackend : public Backend {
       k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
       v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
     }
+    state_.clear();
+    check_linear_state(cfg);
+    for (int l = 0; l < cfg.state.n_layers; ++l)
+      state_.push_back(allocate_aligned(slot_floats() * sizeof(float) * cfg.state.num_slots));
   }
   float* k_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(k_scale_[layer].get()) : nullptr; }
   float* v_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr; }
   const KVCacheSpec& kv_cache_spec() const override { return kv_cfg_; }
+
+  void copy_states(const BlockPairs& src_dst) override {
+    for (const auto& [src, dst] : src_dst)
+      for (int l = 0; l < kv_cfg_.state.n_layers; ++l)
+        std::memcpy(state_at(l, dst), state_at(l, src), slot_floats() * sizeof(float));
+  }
 
   void copy_blocks(const BlockPairs& src_dst) override {
     for (const auto& [src, dst] : src_dst) {
@@ -416,6 +427,65 @@ class CpuBackend : public Backend {
     }
   }
 
+  void causal_conv1d(int layer, const Buffer& xb, const Weight& w, const Weight* bias, Buffer& out_b) override {
+    Timer t(this, kOther, "causal_conv1d");
+    const LinearStateSpec& st = kv_cfg_.state;
+    const int sl = state_layer(layer);
+    const int64_t dim = st.conv_dim, n = batch_->n_tokens();
+    const int K = st.conv_kernel;
+    PAGELLM_CHECK(w.cols == dim * K, "conv weight '{}' has {} values, not {} channels x {} taps", w.name, w.cols, dim, K);
+    if (bias) PAGELLM_CHECK(bias->cols == dim, "conv bias '{}' has {} values, not {}", bias->name, bias->cols, dim);
+    const float* x = f32(xb, n * dim);
+    float* out = f32(out_b, n * dim);
+    const float* wv = as_cpu(w).vec.data();
+    const float* bv = bias ? as_cpu(*bias).vec.data() : nullptr;
+    const auto& seqs = batch_->seqs;
+    for (const SeqInfo& q : seqs)
+      if (q.ctx_len == q.q_len) std::fill_n(state_at(sl, q.state_slot), st.conv_floats(), 0.0f);
+    constexpr int64_t kChannels = 256;  // channels per work unit
+    const int64_t chunks = (dim + kChannels - 1) / kChannels;
+    pool_.parallel_for(static_cast<int64_t>(seqs.size()) * chunks, [&](int64_t b, int64_t e) {
+      for (int64_t u = b; u < e; ++u) {
+        const SeqInfo& q = seqs[u / chunks];
+        const int64_t c0 = (u % chunks) * kChannels, c1 = std::min(dim, c0 + kChannels);
+        cpu::causal_conv1d_seq(x + q.q_start * dim, q.q_len, dim, wv, K, bv, c0, c1, state_at(sl, q.state_slot),
+                               out + q.q_start * dim);
+      }
+    });
+  }
+
+  void gated_delta_rule(int layer, const Buffer& qkv_b, const Buffer& a_b, const Buffer& b_b, const Weight& a_log,
+                        const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out_b) override {
+    Timer t(this, kOther, "gated_delta_rule");
+    const LinearStateSpec& st = kv_cfg_.state;
+    const int sl = state_layer(layer);
+    const int H = cfg.n_v_heads;
+    PAGELLM_CHECK(H == st.n_v_heads && cfg.head_k_dim == st.head_k_dim && cfg.head_v_dim == st.head_v_dim &&
+                      cfg.n_k_heads > 0 && H % cfg.n_k_heads == 0,
+                  "gated delta rule: heads {}/{} of {}x{} do not match the state ({} heads of {}x{})", cfg.n_k_heads,
+                  H, cfg.head_k_dim, cfg.head_v_dim, st.n_v_heads, st.head_k_dim, st.head_v_dim);
+    PAGELLM_CHECK(a_log.cols == H && dt_bias.cols == H, "gated delta rule: '{}' / '{}' need {} values", a_log.name,
+                  dt_bias.name, H);
+    const int64_t n = batch_->n_tokens(), dk = cfg.head_k_dim, dv = cfg.head_v_dim;
+    const float* qkv = f32(qkv_b, n * cfg.qkv_dim());
+    const float* a = f32(a_b, n * H);
+    const float* b = f32(b_b, n * H);
+    float* out = f32(out_b, n * H * dv);
+    const float* al = as_cpu(a_log).vec.data();
+    const float* dt = as_cpu(dt_bias).vec.data();
+    const auto& seqs = batch_->seqs;
+    pool_.parallel_for(static_cast<int64_t>(seqs.size()) * H, [&](int64_t lo, int64_t hi) {
+      for (int64_t u = lo; u < hi; ++u) {
+        const SeqInfo& q = seqs[u / H];
+        const int h = static_cast<int>(u % H);
+        float* S = state_at(sl, q.state_slot) + st.conv_floats() + h * dk * dv;
+        if (q.ctx_len == q.q_len) std::fill_n(S, dk * dv, 0.0f);
+        cpu::gated_delta_rule_head(qkv + q.q_start * cfg.qkv_dim(), a + q.q_start * H, b + q.q_start * H, q.q_len,
+                                   cfg, h, al[h], dt[h], S, out + q.q_start * H * dv);
+      }
+    });
+  }
+
   bool supports_op(const OpQuery& q) const override {
     return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || Backend::supports_op(q);
   }
@@ -520,6 +590,35 @@ class CpuBackend : public Backend {
     return {kv_cfg_.layer_group[layer], kv_cfg_.layer_slot[layer]};
   }
 
+  // ---- linear-attention state: per state layer, num_slots slots of
+  // [conv state, recurrent state] floats.
+  static void check_linear_state(const KVCacheSpec& cfg) {
+    const LinearStateSpec& st = cfg.state;
+    if (st.n_layers == 0) {
+      PAGELLM_CHECK(std::all_of(cfg.layer_state.begin(), cfg.layer_state.end(), [](int32_t s) { return s < 0; }),
+                    "KV cache spec: a layer keeps a linear-attention state but the spec has no state layers");
+      return;
+    }
+    PAGELLM_CHECK(st.num_slots > 0 && st.conv_dim > 0 && st.conv_kernel > 1 && st.n_v_heads > 0 &&
+                      st.head_k_dim > 0 && st.head_v_dim > 0,
+                  "KV cache spec: linear-attention state of {} slots, conv {}x{}, {} heads of {}x{}", st.num_slots,
+                  st.conv_kernel, st.conv_dim, st.n_v_heads, st.head_k_dim, st.head_v_dim);
+    for (int32_t s : cfg.layer_state)
+      PAGELLM_CHECK(s < st.n_layers, "KV cache spec: state layer {} of {}", s, st.n_layers);
+  }
+  int64_t slot_floats() const { return kv_cfg_.state.conv_floats() + kv_cfg_.state.recurrent_floats(); }
+  int state_layer(int layer) const {
+    const auto& ls = kv_cfg_.layer_state;
+    PAGELLM_CHECK(layer >= 0 && static_cast<size_t>(layer) < ls.size() && ls[layer] >= 0,
+                  "layer {} keeps no linear-attention state", layer);
+    return ls[layer];
+  }
+  float* state_at(int state_layer, int32_t slot) const {
+    PAGELLM_CHECK(slot >= 0 && slot < kv_cfg_.state.num_slots, "linear-attention state slot {} of {}", slot,
+                  kv_cfg_.state.num_slots);
+    return reinterpret_cast<float*>(state_[state_layer].get()) + slot * slot_floats();
+  }
+
   void check_block(int32_t b) const {
     PAGELLM_CHECK(b >= 0 && b < kv_cfg_.num_blocks, "KV block {} out of range [0, {})", b, kv_cfg_.num_blocks);
   }
@@ -557,6 +656,7 @@ class CpuBackend : public Backend {
   size_t scale_bytes_ = 0;  // of one block's scales (int8 caches)
   cpu::KVElem kv_elem_ = cpu::KVElem::F16;
   std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
+  std::vector<AlignedBuffer> state_;              // [state layer] linear-attention states
   std::vector<AlignedBuffer> k_scale_, v_scale_;  // [layer], int8 caches
   const BatchInfo* batch_ = nullptr;
   std::vector<std::pair<RopeConfig, std::vector<float>>> rope_tables_;

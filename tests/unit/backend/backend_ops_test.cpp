@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -904,6 +906,157 @@ TEST_P(BackendOps, MoeCombineAndSigmoidRowScale) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < dim; ++c) ref[t * dim + c] *= 1 / (1 + std::exp(-double(s[t])));
   EXPECT_LT(rel_l2(get(*out, ref.size()), ref), 1e-6);
+}
+
+// ---------------------------------------------------------------- linear attention
+
+// Gated DeltaNet's plain definition in double: every sequence's whole history.
+struct GdnRef {
+  GatedDeltaConfig cfg;
+  int K = 4;
+  std::vector<float> conv_w, conv_b, a_log, dt_bias;
+
+  // silu(bias + causal conv) of rows x[t][dim], zeros before the first row.
+  std::vector<double> conv(const std::vector<float>& x, int64_t dim) const {
+    const int64_t n = static_cast<int64_t>(x.size()) / dim;
+    std::vector<double> out(x.size());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < dim; ++c) {
+        double acc = conv_b[c];
+        for (int j = 0; j < K; ++j) {
+          const int64_t i = t - K + 1 + j;
+          if (i >= 0) acc += double(conv_w[c * K + j]) * x[i * dim + c];
+        }
+        out[t * dim + c] = acc / (1 + std::exp(-acc));
+      }
+    return out;
+  }
+
+  std::vector<double> delta_rule(const std::vector<float>& qkv, const std::vector<float>& a,
+                                 const std::vector<float>& b) const {
+    const int H = cfg.n_v_heads, dk = cfg.head_k_dim, dv = cfg.head_v_dim, r = H / cfg.n_k_heads;
+    const int64_t stride = cfg.qkv_dim(), n = static_cast<int64_t>(qkv.size()) / stride;
+    std::vector<double> out(static_cast<size_t>(n * H * dv));
+    for (int h = 0; h < H; ++h) {
+      std::vector<double> S(static_cast<size_t>(dk * dv), 0.0);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = qkv.data() + t * stride;
+        auto normed = [&](const float* x, double scale) {
+          double ss = 0;
+          for (int i = 0; i < dk; ++i) ss += double(x[i]) * x[i];
+          std::vector<double> y(dk);
+          for (int i = 0; i < dk; ++i) y[i] = x[i] / std::sqrt(ss + 1e-6) * scale;
+          return y;
+        };
+        const auto q = normed(row + (h / r) * dk, cfg.scale);
+        const auto k = normed(row + (cfg.n_k_heads + h / r) * dk, 1.0);
+        const float* v = row + 2 * cfg.n_k_heads * dk + h * dv;
+        const double x = double(a[t * H + h]) + dt_bias[h];
+        const double g = -std::exp(double(a_log[h])) * (x > 20 ? x : std::log1p(std::exp(x)));
+        const double beta = 1 / (1 + std::exp(-double(b[t * H + h])));
+        for (double& s : S) s *= std::exp(g);
+        for (int j = 0; j < dv; ++j) {
+          double mem = 0;
+          for (int i = 0; i < dk; ++i) mem += k[i] * S[i * dv + j];
+          const double d = (v[j] - mem) * beta;
+          for (int i = 0; i < dk; ++i) S[i * dv + j] += k[i] * d;
+        }
+        for (int j = 0; j < dv; ++j) {
+          double o = 0;
+          for (int i = 0; i < dk; ++i) o += q[i] * S[i * dv + j];
+          out[(t * H + h) * dv + j] = o;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+// Three steps of a mixed batch: fresh prompts, a decode, a prompt continued in
+// chunks, and a sequence forked (copy_states) from another: each step's
+// output equals the definition run over the sequence's whole history.
+TEST_P(BackendOps, GatedDeltaNetContinuesEachSequencesState) {
+  if (!be_->supports(Feature::LinearAttention)) {
+    EXPECT_FALSE(be_->supports_op(op_query(PGLB_OP_GATED_DELTA_RULE)));
+    return;
+  }
+  for (const auto [nk, nv, dk, dv] : {std::array{2, 4, 16, 8}, std::array{1, 2, 128, 128}}) {
+    GdnRef ref;
+    ref.cfg = {nk, nv, dk, dv, 1.0f / std::sqrt(float(dk))};
+    const int64_t dim = ref.cfg.qkv_dim();
+    ref.conv_w = randn(static_cast<size_t>(dim * ref.K), 61, 0.5f);
+    ref.conv_b = randn(static_cast<size_t>(dim), 62, 0.2f);
+    ref.a_log = randn(static_cast<size_t>(nv), 63, 0.5f);
+    ref.dt_bias = randn(static_cast<size_t>(nv), 64, 0.5f);
+    KVCacheSpec spec = cache_spec(1, 1, 8, 4);
+    spec.layer_state = {-1, 0};  // layer 1 is the linear one
+    spec.state = {1, 5, static_cast<int>(dim), ref.K, nv, dk, dv};
+    be_->allocate_kv_cache(spec);
+    auto wv = upload_weight("conv", DType::F32, {dim * ref.K}, ref.conv_w.data());
+    auto bv = upload_weight("conv_b", DType::F32, {dim}, ref.conv_b.data());
+    auto al = upload_weight("a_log", DType::F32, {nv}, ref.a_log.data());
+    auto dt = upload_weight("dt_bias", DType::F32, {nv}, ref.dt_bias.data());
+
+    // Per sequence (by state slot): its whole history of inputs.
+    std::map<int, std::vector<float>> hx, hqkv, ha, hb;
+    // Steps: (slot, q_len) per sequence; slot 3 forks from slot 1 before step 3.
+    const std::vector<std::vector<std::pair<int, int>>> steps = {
+        {{0, 5}, {1, 3}}, {{0, 1}, {1, 4}, {2, 2}}, {{3, 2}, {1, 1}, {0, 1}, {4, 1}}};
+    uint32_t seed = 700;
+    for (size_t si = 0; si < steps.size(); ++si) {
+      if (si == 2) {
+        be_->copy_states({{1, 3}});
+        for (auto* h : {&hx, &hqkv, &ha, &hb}) (*h)[3] = (*h)[1];
+      }
+      BatchInfo batch;
+      int32_t start = 0;
+      for (const auto& [slot, len] : steps[si]) {
+        SeqInfo q;
+        q.q_start = start;
+        q.q_len = len;
+        q.ctx_len = static_cast<int32_t>(hx[slot].size() / dim) + len;
+        q.state_slot = slot;
+        q.block_table.assign(static_cast<size_t>((q.ctx_len + 15) / 16), 1);  // (no K/V is read)
+        batch.seqs.push_back(q);
+        start += len;
+      }
+      batch.token_ids.assign(static_cast<size_t>(start), 1);
+      batch.positions.assign(static_cast<size_t>(start), 0);
+      batch.slot_mapping.assign(static_cast<size_t>(start), 0);
+      be_->set_batch(batch);
+      const auto x = randn(static_cast<size_t>(start * dim), seed++);
+      const auto qkv = randn(static_cast<size_t>(start * dim), seed++);
+      const auto a = randn(static_cast<size_t>(start * nv), seed++);
+      const auto b = randn(static_cast<size_t>(start * nv), seed++, 2.0f);
+      auto xb = put(x), qb = put(qkv), ab = put(a), bb = put(b);
+      auto conv_out = zeros_like(x.size()), out = zeros_like(static_cast<size_t>(start * nv * dv));
+      be_->causal_conv1d(1, *xb, *wv, bv.get(), *conv_out);
+      be_->gated_delta_rule(1, *qb, *ab, *bb, *al, *dt, ref.cfg, *out);
+      const auto got_conv = get(*conv_out, x.size());
+      const auto got = get(*out, static_cast<size_t>(start * nv * dv));
+      for (const SeqInfo& q : batch.seqs) {
+        const int slot = q.state_slot;
+        auto append = [&](std::vector<float>& h, const std::vector<float>& v, int64_t w) {
+          h.insert(h.end(), v.begin() + q.q_start * w, v.begin() + (q.q_start + q.q_len) * w);
+        };
+        append(hx[slot], x, dim);
+        append(hqkv[slot], qkv, dim);
+        append(ha[slot], a, nv);
+        append(hb[slot], b, nv);
+        const auto rc = ref.conv(hx[slot], dim);
+        const auto rd = ref.delta_rule(hqkv[slot], ha[slot], hb[slot]);
+        const int64_t first = q.ctx_len - q.q_len;
+        const std::vector<double> want_c(rc.begin() + first * dim, rc.end());
+        const std::vector<double> want_d(rd.begin() + first * nv * dv, rd.end());
+        const std::vector<float> got_c(got_conv.begin() + q.q_start * dim,
+                                       got_conv.begin() + (q.q_start + q.q_len) * dim);
+        const std::vector<float> got_d(got.begin() + q.q_start * nv * dv,
+                                       got.begin() + (q.q_start + q.q_len) * nv * dv);
+        EXPECT_LT(rel_l2(got_c, want_c), 1e-6) << "conv, step " << si << " slot " << slot << " dk " << dk;
+        EXPECT_LT(rel_l2(got_d, want_d), 1e-5) << "delta rule, step " << si << " slot " << slot << " dk " << dk;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- optional ops

@@ -11,6 +11,7 @@ StepMessage sample_message() {
   StepMessage m;
   m.swap_out = {{3, 1}};
   m.block_copies = {{5, 6}, {7, 8}};
+  m.state_copies = {{0, 2}};
   m.batch.token_ids = {11, 12, 13, 14};
   m.batch.positions = {0, 1, 2, 9};
   m.batch.slot_mapping = {32, 33, 34, 105};
@@ -26,6 +27,7 @@ StepMessage sample_message() {
   b.block_table = {4, 6};
   b.kv_sinks = 4;
   b.kv_evicted_to = 6;
+  b.state_slot = 2;
   m.batch.seqs = {a, b};
   m.logits_rows = {2, 3};
   return m;
@@ -46,6 +48,9 @@ TEST(StepMessage, RoundTrips) {
   EXPECT_EQ(d.batch.seqs[1].ctx_len, 10);
   EXPECT_EQ(d.batch.seqs[1].kv_sinks, 4);
   EXPECT_EQ(d.batch.seqs[1].kv_evicted_to, 6);
+  EXPECT_EQ(d.state_copies, m.state_copies);
+  EXPECT_EQ(d.batch.seqs[0].state_slot, -1);
+  EXPECT_EQ(d.batch.seqs[1].state_slot, 2);
   EXPECT_EQ(d.logits_rows, m.logits_rows);
   StepMessage stop;
   stop.kind = StepMessage::Shutdown;
