@@ -164,13 +164,13 @@ void pack_float_panel(DType type, const void* w, int64_t rows, int64_t cols, int
   auto* out = reinterpret_cast<uint16_t*>(dst);
   const int64_t r0 = panel * kRows;
   const int nrows = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
-  for (int r = 0; r < nrows; ++r) {
-    const uint16_t* row = src + (r0 + r) * cols;
-    if (type == DType::BF16) {
-      for (int64_t k = 0; k < cols; ++k) out[(k / 2) * 2 * kRows + 2 * r + (k & 1)] = row[k];
-    } else {
-      for (int64_t k = 0; k < cols; ++k) out[k * kRows + r] = row[k];
-    }
+  // Columns outer: the writes run in order and the 32 rows' current lines stay in L1
+  // (rows outer measured ~3 s more at load for a 1.1B F16 model).
+  const uint16_t* rows0 = src + r0 * cols;
+  for (int64_t k = 0; k < cols; ++k) {
+    uint16_t* o = type == DType::BF16 ? out + (k / 2) * 2 * kRows + (k & 1) : out + k * kRows;
+    const int step = type == DType::BF16 ? 2 : 1;
+    for (int r = 0; r < nrows; ++r) o[r * step] = rows0[r * cols + k];
   }
 }
 
