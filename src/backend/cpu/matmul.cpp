@@ -166,12 +166,17 @@ void matmul_panels(ThreadPool& pool, const PreparedWeight& w, const float* x, in
   auto pack = [&](int64_t j0, int64_t j1) { avx512::pack_float_acts(w.type(), x, cols, n, j0, j1, acts); };
   if (tiles > 1 && n * cols >= kParallelQuantizeMin) pool.parallel_for(tiles, pack);
   else pack(0, tiles);
+  // Chunks of at most ~2 x kChunkBytes (Zen 4's L2 is 1 MiB), of equal size:
+  // each chunk streams every panel once, so a short last chunk would cost a
+  // whole extra pass over the weights.
   const int64_t tile_bytes = kT * units * static_cast<int64_t>(sizeof(uint32_t));
-  const int64_t chunk = kT * std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes) / tile_bytes);
-  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int64_t max_tiles = std::max<int64_t>(1, static_cast<int64_t>(2 * kChunkBytes) / tile_bytes);
+  const int64_t chunks = (tiles + max_tiles - 1) / max_tiles;
+  const int64_t chunk = kT * ((tiles + chunks - 1) / chunks);
   pool.parallel_for(chunks * panels, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t0 = (i / panels) * chunk, nt = std::min(chunk, n - t0), p = i % panels;
+      if (nt <= 0) continue;
       const int64_t r0 = p * avx512::kFloatPanelRows;
       const int nrows = static_cast<int>(std::min<int64_t>(avx512::kFloatPanelRows, rows - r0));
       avx512::gemm_float_panel(w.type(), w.packed() + p * w.panel_bytes(), cols, acts + t0 * units, nt,
