@@ -227,6 +227,16 @@ class OpsBench {
                   v[1], v[2]);
       j[std::to_string(bits)] = v;
     }
+    // The ceilings of the F16 (FMA) and BF16 (vdpbf16ps) panel kernels.
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !cpu_features().avx512bf16) continue;
+      std::vector<double> v;
+      for (int r = 0; r < 3; ++r) v.push_back(cpu::avx512::float_peak_gflops(threads, bf16, 0.2));
+      std::sort(v.begin(), v.end());
+      std::printf("# %s peak, %s 512-bit, %d threads: %.0f GFLOP/s (median of 3, best %.0f)\n", bf16 ? "bf16" : "f32",
+                  bf16 ? "vdpbf16ps" : "fma", threads, v[1], v[2]);
+      j[bf16 ? "bf16_dp" : "f32_fma"] = v;
+    }
     return j;
   }
 #endif

@@ -31,6 +31,20 @@ bool packed_kernels(Isa isa) {
 #endif
 }
 
+// F16 and BF16 weights run the AVX-512 panel kernels at this level (F16:
+// AVX-512F + F16C; BF16: vdpbf16ps, where the CPU has AVX512-BF16).
+bool float_panels(Isa isa, DType type) {
+#if defined(PAGELLM_CPU_X86)
+  if (isa < Isa::Avx512 || isa > Isa::Avx512Vnni) return false;
+  if (type == DType::F16) return true;
+  return type == DType::BF16 && cpu_features().avx512bf16;
+#else
+  (void)isa;
+  (void)type;
+  return false;
+#endif
+}
+
 class PreparedWeight final : public MatmulWeight {
  public:
   PreparedWeight(DType type, int64_t rows, int64_t cols, const void* data) {
@@ -46,16 +60,35 @@ class PreparedWeight final : public MatmulWeight {
       packed_ = allocate_aligned(group_bytes_ * static_cast<size_t>(groups()));
       for (int64_t g = 0; g < groups(); ++g) repack_group_x8(type, data, rows, cols, g, packed_.get() + g * group_bytes_);
     }
+#if defined(PAGELLM_CPU_X86)
+    if (float_panels(kernel_isa(), type)) {
+      panel_bytes_ = avx512::float_panel_bytes(type, cols);
+      packed_ = allocate_aligned(panel_bytes_ * static_cast<size_t>(panels()));
+      for (int64_t p = 0; p < panels(); ++p)
+        avx512::pack_float_panel(type, data, rows, cols, p, packed_.get() + p * panel_bytes_);
+    }
+#endif
   }
 
   const uint8_t* packed() const { return packed_.get(); }
   size_t group_bytes() const { return group_bytes_; }
   int64_t groups() const { return (rows_ + kGroupRows - 1) / kGroupRows; }
+  // F16 / BF16 weights packed for the AVX-512 panel kernels (packed() then
+  // holds [panels][panel_bytes]), or 0.
+  size_t panel_bytes() const { return panel_bytes_; }
+  int64_t panels() const;
 
  private:
-  AlignedBuffer packed_;  // [groups][nb] interleaved blocks, or null
+  AlignedBuffer packed_;  // [groups][nb] interleaved blocks, [panels] float panels, or null
   size_t group_bytes_ = 0;
+  size_t panel_bytes_ = 0;
 };
+
+#if defined(PAGELLM_CPU_X86)
+int64_t PreparedWeight::panels() const { return (rows_ + avx512::kFloatPanelRows - 1) / avx512::kFloatPanelRows; }
+#else
+int64_t PreparedWeight::panels() const { return 0; }
+#endif
 
 // Per-thread buffer for the quantized activations; grows, never shrinks.
 class Scratch {
@@ -121,9 +154,43 @@ const PreparedWeight& prepared(const MatmulWeight& w) {
   return *p;
 }
 
+#if defined(PAGELLM_CPU_X86)
+// F16 / BF16 panels: activations packed in token tiles (rounded to bf16 for
+// BF16), in chunks of tiles that stay in L2 while the panels pass; work
+// items are (chunk, panel).
+void matmul_panels(ThreadPool& pool, const PreparedWeight& w, const float* x, int64_t n, float* y) {
+  const int64_t rows = w.rows(), cols = w.cols(), panels = w.panels();
+  constexpr int64_t kT = avx512::kFloatTileTokens;
+  const int64_t units = avx512::float_act_units(w.type(), cols), tiles = (n + kT - 1) / kT;
+  auto* acts = reinterpret_cast<uint32_t*>(t_scratch.get(static_cast<size_t>(n * units) * sizeof(uint32_t)));
+  auto pack = [&](int64_t j0, int64_t j1) { avx512::pack_float_acts(w.type(), x, cols, n, j0, j1, acts); };
+  if (tiles > 1 && n * cols >= kParallelQuantizeMin) pool.parallel_for(tiles, pack);
+  else pack(0, tiles);
+  // Chunks of at most ~2 x kChunkBytes (Zen 4's L2 is 1 MiB), of equal size:
+  // each chunk streams every panel once, so a short last chunk would cost a
+  // whole extra pass over the weights.
+  const int64_t tile_bytes = kT * units * static_cast<int64_t>(sizeof(uint32_t));
+  const int64_t max_tiles = std::max<int64_t>(1, static_cast<int64_t>(2 * kChunkBytes) / tile_bytes);
+  const int64_t chunks = (tiles + max_tiles - 1) / max_tiles;
+  const int64_t chunk = kT * ((tiles + chunks - 1) / chunks);
+  pool.parallel_for(chunks * panels, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t0 = (i / panels) * chunk, nt = std::min(chunk, n - t0), p = i % panels;
+      if (nt <= 0) continue;
+      const int64_t r0 = p * avx512::kFloatPanelRows;
+      const int nrows = static_cast<int>(std::min<int64_t>(avx512::kFloatPanelRows, rows - r0));
+      avx512::gemm_float_panel(w.type(), w.packed() + p * w.panel_bytes(), cols, acts + t0 * units, nt,
+                               y + t0 * rows + r0, rows, nrows);
+    }
+  });
+}
+#endif
+
 void matmul_float(ThreadPool& pool, const PreparedWeight& w, const float* x, int64_t n, float* y) {
   const int64_t rows = w.rows(), cols = w.cols();
 #if defined(PAGELLM_CPU_X86)
+  // Weights prepared at another level keep their rows: the AVX2 tiles below.
+  if (w.panel_bytes() > 0 && float_panels(kernel_isa(), w.type())) return matmul_panels(pool, w, x, n, y);
   if (kernel_isa() >= Isa::Avx2) {
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) { avx2::gemm_float(w.type(), w.data(), r0, r1, cols, x, n, y, rows); });
     return;

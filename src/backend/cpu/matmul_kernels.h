@@ -58,5 +58,30 @@ bool has_gemv_x8(DType type);
 // side's c as for gemm_x16.
 void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t, float* y, int nrows);
 
+// ---- F16 / BF16 weights in 32-row panels (matmul_float_avx512.cpp) ----
+// F16 needs AVX-512F + F16C, BF16 AVX512-BF16 (matmul.cpp checks).
+constexpr int kFloatPanelRows = 32;
+// Tokens per register tile: 2 x 12 accumulators, 2 weight vectors and a broadcast.
+constexpr int kFloatTileTokens = 12;
+
+// Bytes of one panel of a [rows][cols] F16 or BF16 matrix.
+size_t float_panel_bytes(DType type, int64_t cols);
+// Rows [32 * panel, 32 * panel + 32) of the row-major matrix w into dst
+// (float_panel_bytes): BF16 as [ceil(cols / 2)][32][2], F16 as [cols][32];
+// rows past the end are 0.
+void pack_float_panel(DType type, const void* w, int64_t rows, int64_t cols, int64_t panel, uint8_t* dst);
+// Activations for the panels: in tiles of kFloatTileTokens tokens (the last
+// may be shorter), tile j at j * kFloatTileTokens * units 4-byte units, each
+// tile [units][its tokens] so that a tile's broadcasts read one stream: f32
+// values (F16; units = cols) or bf16 pairs rounded to nearest even (BF16;
+// units = ceil(cols / 2), an odd last column paired with 0).
+int64_t float_act_units(DType type, int64_t cols);
+// Tiles [tile0, tile1) of x[n][cols] into dst (the whole call's buffer).
+void pack_float_acts(DType type, const float* x, int64_t cols, int64_t n, int64_t tile0, int64_t tile1, void* dst);
+// One panel times the nt tokens whose packed tiles start at acts (at a tile
+// boundary): y[t * ldy + r] for r < nrows (<= 32).
+void gemm_float_panel(DType type, const uint8_t* panel, int64_t cols, const void* acts, int64_t nt, float* y,
+                      int64_t ldy, int nrows);
+
 }  // namespace avx512
 }  // namespace pagellm::cpu

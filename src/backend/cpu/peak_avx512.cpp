@@ -1,5 +1,6 @@
 // The int8 peak of AVX-512 VNNI: back-to-back independent vpdpbusd, the
-// ceiling the quantized GEMM kernels are measured against (bench ops).
+// ceiling the quantized GEMM kernels are measured against (bench ops); and
+// the float peaks of 512-bit FMA and vdpbf16ps for the F16 / BF16 panels.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
@@ -41,8 +42,49 @@ double thread_cpu_seconds() {
 
 __m512i dp512(__m512i a, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(a, u, s); }
 __m256i dp256(__m256i a, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(a, u, s); }
+__m512 fma512(__m512 a, __m512 u, __m512 s) { return _mm512_fmadd_ps(u, s, a); }
+__m512 bf16dp512(__m512 a, __m512 u, __m512 s) { return _mm512_dpbf16_ps(a, (__m512bh)u, (__m512bh)s); }
+
+// Each thread runs `loop` (returning instructions issued) until it has used
+// `seconds` of its CPU time; the sum of the threads' instructions per second.
+template <typename Loop>
+double per_second(int threads, double seconds, Loop loop) {
+  std::atomic<int> ready{0};
+  std::vector<double> rates(static_cast<size_t>(threads), 0);
+  std::vector<int32_t> sinks(static_cast<size_t>(threads) * 16, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      const double t0 = thread_cpu_seconds();
+      int64_t instructions = 0;
+      double elapsed = 0;
+      do {
+        instructions += loop(sinks[static_cast<size_t>(t) * 16]);
+        elapsed = thread_cpu_seconds() - t0;
+      } while (elapsed < seconds);
+      rates[static_cast<size_t>(t)] = static_cast<double>(instructions) / elapsed;
+    });
+  }
+  for (auto& th : pool) th.join();
+  double total = 0;
+  for (double r : rates) total += r;
+  return total;
+}
 
 }  // namespace
+
+double float_peak_gflops(int threads, bool bf16, double seconds) {
+  // Small values: 12 x 2^16 chained FMAs per call stay finite.
+  const __m512 u = _mm512_set1_ps(bf16 ? 1e-3f : 1e-6f), s = _mm512_set1_ps(1e-3f);
+  const double per_second_instr = per_second(threads, seconds, [&](int32_t& sink) {
+    return bf16 ? dpbusd_loop<__m512, bf16dp512>(1 << 16, u, s, sink) : dpbusd_loop<__m512, fma512>(1 << 16, u, s, sink);
+  });
+  // FMA: 16 lanes; vdpbf16ps: 32 products into 16 lanes. A multiply and an add each.
+  return per_second_instr * (bf16 ? 32 : 16) * 2 / 1e9;
+}
 
 double int8_peak_gops(int threads, int bits, double seconds) {
   std::atomic<int> ready{0};

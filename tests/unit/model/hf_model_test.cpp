@@ -167,11 +167,12 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
     ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
     ASSERT_TRUE(fs::exists(fs::path(dir) / fmt::format("model-{:05d}-of-{:05d}.safetensors", c.shards, c.shards)));
   }
-  // MXFP4 experts: float activations, as transformers multiplies the
-  // dequantized weights (the fast path rounds activations to 8 bits).
+  // MXFP4 experts and BF16 weights: float activations, as transformers
+  // multiplies the dequantized weights (the fast path rounds activations to
+  // 8 bits, and to bf16 on AVX512-BF16 machines).
   CpuBackendOptions opts;
   opts.threads = 2;
-  opts.exact_matmul = c.type == "mxfp4";
+  opts.exact_matmul = c.type == "mxfp4" || c.type == "bf16";
   auto backend = make_cpu_backend(opts);
   auto model = Model::load(dir, *backend);
   ModelConfig want = dummy_config(c.shape, n_vocab);
@@ -179,8 +180,8 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
   EXPECT_TRUE(model->config().rope.neox) << "HF checkpoints rotate halves";
 
   // Both sides compute in float32 from identical weight values (F16/BF16
-  // weights are exact in float32; our F16/BF16 matmul widens them and uses
-  // float FMAs, no activation rounding), so the differences are float
+  // weights are exact in float32; F16 matmul widens them and uses float
+  // FMAs, BF16 runs exact here), so the differences are float
   // summation order only: measured <1e-6 of the largest logit. The bar is
   // 1e-4, a hundred times that.
   // Slips in what the HF path configures move these logits far more: a
