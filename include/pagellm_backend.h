@@ -214,7 +214,12 @@ typedef enum pglb_op {
   PGLB_OP_COUNT
 } pglb_op;
 
-typedef enum pglb_activation { PGLB_ACT_SILU = 0, PGLB_ACT_GELU_TANH = 1, PGLB_ACT_SWIGLU_OAI = 2 } pglb_activation;
+typedef enum pglb_activation {
+  PGLB_ACT_SILU = 0,
+  PGLB_ACT_GELU_TANH = 1,
+  PGLB_ACT_SWIGLU_OAI = 2,
+  PGLB_ACT_SIGMOID = 3 /* out = sigmoid(gate) * up */
+} pglb_activation;
 
 typedef struct pglb_embed_params {
   size_t struct_size;

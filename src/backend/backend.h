@@ -86,8 +86,9 @@ class Buffer {
 using BufferPtr = std::unique_ptr<Buffer>;
 
 // SwigluOai is gpt-oss's clamped form: gate clamped above at 7, up to [-7, 7],
-// act(g) * (up + 1) with act(g) = g * sigmoid(1.702 g).
-enum class Activation { Silu, GeluTanh, SwigluOai };
+// act(g) * (up + 1) with act(g) = g * sigmoid(1.702 g). Sigmoid is a plain
+// gate, sigmoid(g) * up (Qwen3.5's gated attention output).
+enum class Activation { Silu, GeluTanh, SwigluOai, Sigmoid };
 
 // Mixture-of-experts routing: how router logits become each token's experts
 // and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).

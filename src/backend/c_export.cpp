@@ -148,7 +148,7 @@ void run_op(Backend& be, pglb_op op, const void* params) {
     }
     case PGLB_OP_GLU: {
       const auto p = read_struct<pglb_glu_params>(params, "glu");
-      if (p.act < PGLB_ACT_SILU || p.act > PGLB_ACT_SWIGLU_OAI) fail("glu: unknown activation {}", int(p.act));
+      if (p.act < PGLB_ACT_SILU || p.act > PGLB_ACT_SIGMOID) fail("glu: unknown activation {}", int(p.act));
       return be.glu(buf(p.gate, "glu"), buf(p.up, "glu"), p.n, static_cast<Activation>(p.act), buf(p.out, "glu"));
     }
     case PGLB_OP_ADD: {

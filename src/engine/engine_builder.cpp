@@ -83,6 +83,23 @@ bool kv_groups_allowed(const EngineConfig& c, const SchedulerConfig& s) {
   return c.kv_cache_groups && s.kv_eviction == KvEviction::None;
 }
 
+// What models with linear-attention (Gated DeltaNet) layers cannot use yet:
+// their per-sequence states are not paged, so nothing that moves, drops or
+// rolls back KV blocks alone keeps them right.
+void check_linear_attention_options(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
+                                    const dist::Communicator* comm) {
+  if (!model.has_linear_layers()) return;
+  const char* a = arch_name(model.config().arch);
+  PAGELLM_CHECK(!c.speculative.enabled(), "speculative decoding is not supported for {} (its linear-attention "
+                "states cannot be rolled back yet)", a);
+  PAGELLM_CHECK(s.preemption_mode != PreemptionMode::Swap, "--preemption-mode swap is not supported for {} (its "
+                "linear-attention states are not swapped); use --preemption-mode recompute", a);
+  PAGELLM_CHECK(s.kv_eviction != KvEviction::Sliding, "--kv-eviction sliding is not supported for {} (its "
+                "linear-attention states cannot drop tokens)", a);
+  PAGELLM_CHECK(!comm, "{} does not run under tensor or pipeline parallelism yet (its linear-attention states are "
+                "not shared with the workers)", a);
+}
+
 KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
                                 const KvGroupPlan& groups, const Backend& backend) {
   KvBudgetInputs in;
@@ -95,6 +112,11 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   for (const int n : stages) {
     int32_t slots = n;
     if (groups.grouped()) (void)stage_kv_slots(groups, begin, begin + n, slots);
+    if (model.has_linear_layers()) {  // linear-attention layers take no slot
+      slots = 0;
+      for (int32_t l = begin; l < begin + n; ++l) slots += model.config().layer_is_linear(l) ? 0 : 1;
+      slots = std::max(slots, 1);
+    }
     in.layout.n_layers = std::max(in.layout.n_layers, slots);
     begin += n;
   }
@@ -108,18 +130,28 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   in.activation_bytes = static_cast<int64_t>(model.activation_bytes(s.max_num_batched_tokens, logits_rows_per_step(c, s)));
   in.device = backend.name();
   in.virtual_engines = num_virtual_engines(c);
+  in.state_bytes = static_cast<int64_t>(model.state_bytes_per_seq()) * s.max_num_seqs;
   return in;
 }
 
 KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const Model& model,
-                                const KvGroupPlan& groups, Backend& backend) {
+                                const KvGroupPlan& groups, int32_t max_num_seqs, Backend& backend) {
   KVCacheConfig k;
   k.num_blocks = kv.num_blocks;
   k.block_size = c.block_size;
   k.enable_prefix_caching = c.enable_prefix_caching;
   k.allocation_policy = c.block_allocation;
   if (groups.grouped()) k.groups = groups.groups;
-  backend.allocate_kv_cache(model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups));
+  if (model.has_linear_layers()) {
+    // One state slot per running sequence; prefix caching cannot restore a state.
+    k.num_state_slots = max_num_seqs;
+    if (k.enable_prefix_caching)
+      spdlog::info("prefix caching is off: {}'s linear-attention states are not cached by prefix",
+                   arch_name(model.config().arch));
+    k.enable_prefix_caching = false;
+  }
+  backend.allocate_kv_cache(
+      model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups, k.num_state_slots));
   return k;
 }
 
@@ -226,6 +258,13 @@ KvBudget plan_kv_budget(const KvBudgetInputs& in) {
   PAGELLM_CHECK(in.gpu_memory_utilization >= 0 && in.gpu_memory_utilization <= 1,
                 "--gpu-memory-utilization must be in (0, 1], got {}", in.gpu_memory_utilization);
   int64_t budget = in.kv_cache_memory;
+  if (budget > 0 && in.state_bytes > 0) {
+    // The states come out of the memory asked for the cache.
+    PAGELLM_CHECK(budget - in.state_bytes >= 2 * per_block, "--kv-cache-memory {} leaves no room for KV blocks after "
+                  "the linear-attention states of {} sequences ({})", format_bytes(budget), in.max_num_seqs,
+                  format_bytes(in.state_bytes));
+    budget -= in.state_bytes;
+  }
   if (budget <= 0) {
     const MemoryInfo& mem = in.memory;
     const double util = in.gpu_memory_utilization > 0 ? in.gpu_memory_utilization : 0.9;
@@ -233,8 +272,9 @@ KvBudget plan_kv_budget(const KvBudgetInputs& in) {
       // This instance's share of the device (vLLM's rule): the fraction, less
       // its weights and a full step's activations, and never more than is free.
       const int64_t activations = in.activation_bytes;
-      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - in.weight_bytes - activations;
-      budget = std::min(budget, static_cast<int64_t>(mem.free_bytes) - activations);
+      budget = static_cast<int64_t>(static_cast<double>(mem.total_bytes) * util) - in.weight_bytes - activations -
+               in.state_bytes;
+      budget = std::min(budget, static_cast<int64_t>(mem.free_bytes) - activations - in.state_bytes);
       PAGELLM_CHECK(budget >= 2 * per_block,
                     "--gpu-memory-utilization {} of the {} device's {} leaves no room for the KV cache after "
                     "weights of {} and {} of activations ({} free now); raise it or pass --kv-cache-memory",
@@ -243,7 +283,7 @@ KvBudget plan_kv_budget(const KvBudgetInputs& in) {
                     format_bytes(static_cast<int64_t>(mem.free_bytes)));
     } else {
       const int64_t all_seqs = per_block * blocks_per_seq * std::max(1, in.max_num_seqs);
-      budget = std::min(static_cast<int64_t>(mem.free_bytes) / 4, all_seqs);
+      budget = std::min(static_cast<int64_t>(mem.free_bytes) / 4 - in.state_bytes, all_seqs);
       budget = std::max(budget, per_block * (blocks_per_seq + 1));
     }
   }
@@ -297,11 +337,12 @@ EngineParts build_engine_parts(const EngineConfig& c, const LoadProgress& progre
   PAGELLM_CHECK(p.tokenizer->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
                 p.tokenizer->vocab_size(), mc.n_vocab);
   p.sched_config = resolve_scheduler_config(c, *p.model);
+  check_linear_attention_options(c, p.sched_config, *p.model, p.comm);
 
   const KvGroupPlan groups = kv_group_plan(kv_groups_allowed(c, p.sched_config), p.sched_config.max_model_len,
                                            *p.model, *p.backend);
   const KvBudget kv = plan_kv_budget(kv_budget_inputs(c, p.sched_config, *p.model, groups, *p.backend));
-  p.kv_config = allocate_kv_cache(c, kv, *p.model, groups, *p.backend);
+  p.kv_config = allocate_kv_cache(c, kv, *p.model, groups, p.sched_config.max_num_seqs, *p.backend);
   enable_backend_modes(c, p.sched_config, *p.backend);
   if (p.sched_config.preemption_mode == PreemptionMode::Swap)
     p.sched_config.num_swap_blocks = allocate_swap_space(c, kv.bytes_per_block, *p.backend);

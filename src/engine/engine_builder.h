@@ -27,6 +27,7 @@ struct KvBudgetInputs {
   MemoryInfo memory;                  // the device's, before the cache is allocated
   int64_t weight_bytes = 0;           // the weights this rank holds
   int64_t activation_bytes = 0;       // one full step's
+  int64_t state_bytes = 0;            // linear-attention states of every sequence slot (fixed, not paged)
   std::string device;                 // the backend's name, for messages
   int32_t virtual_engines = 1;        // schedulers that split the blocks
 };

@@ -37,7 +37,8 @@ const std::vector<SizeParam>& size_params() {
 const std::vector<ArchInfo>& all_archs() {
   static const std::vector<ArchInfo> archs = {family::llama(),    family::qwen2(),  family::qwen3(),
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
-                                              family::gemma3(),   family::phi3(),   family::gptoss()};
+                                              family::gemma3(),   family::phi3(),   family::gptoss(),
+                                              family::qwen35()};
   return archs;
 }
 
@@ -87,8 +88,17 @@ const std::vector<float>* config_rope_factors(const ModelConfig& c, Slot s) {
   }
 }
 
-bool tensor_required(const TensorSpec& t, const ModelConfig& c) {
+bool tensor_in_layer(const TensorSpec& t, const ModelConfig& c, int il) {
+  if (t.need == Need::IfLinearLayer) return il >= 0 && c.layer_is_linear(il);
+  if (t.need == Need::IfAttnLayer) return il < 0 || !c.layer_is_linear(il);
+  return true;
+}
+
+bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
+  if (!tensor_in_layer(t, c, il)) return false;
   switch (t.need) {
+    case Need::IfLinearLayer:
+    case Need::IfAttnLayer: return true;
     case Need::Required: return true;
     case Need::Optional: return false;
     case Need::IfQkvBias: return c.qkv_bias;

@@ -34,6 +34,9 @@ enum class Slot {
   Router, GateExps, UpExps, DownExps, GateShexp, UpShexp, DownShexp, ShexpGate,
   // gpt-oss: biases of the router and of every expert's three products.
   RouterBias, GateExpsBias, UpExpsBias, DownExpsBias,
+  // Qwen3.5: the gated attention's output gate (the second half of each head
+  // of q_proj), and a Gated DeltaNet layer's tensors.
+  QGate, LinQkv, LinZ, LinBeta, LinAlpha, LinConv, LinALog, LinDtBias, LinNorm, LinOut,
 };
 
 // When a tensor must be in the file.
@@ -46,6 +49,8 @@ enum class Need {
   IfDense,     // required when the config has no experts (the dense FFN)
   IfMoe,       // required when cfg.n_expert > 0
   IfSharedExpert,  // required when cfg.n_ff_shexp > 0
+  IfLinearLayer,   // required in linear-attention layers (cfg.is_linear), absent in the others
+  IfAttnLayer,     // required in full-attention layers of a model with linear ones, absent in those
 };
 
 // How a tensor differs between the GGUF layout (what the forward pass
@@ -66,6 +71,13 @@ enum class Transform {
   // gate the even columns, up the odd ones (the same for its bias [n_expert, 2 * out]).
   GateUpEven,
   GateUpOdd,
+  // Qwen3.5's q_proj holds [q | gate] per head (2 * head_dim rows each): the
+  // query is each head's first half, the output gate its second.
+  HeadFirstHalf,
+  HeadSecondHalf,
+  // Qwen3.5's depthwise conv1d weight [conv_dim, 1, K] is read as one vector
+  // of conv_dim * K taps (F32).
+  ConvTaps,
 };
 
 using Dims = std::vector<int64_t>;  // ne order: Dims[0] is the row length
@@ -164,6 +176,7 @@ struct ArchInfo {
   float swa_rope_base = 0;         // > 0: RoPE base of sliding-window layers (no scaling there)
   int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
   bool attn_sinks = false;         // a learned sink logit per head (gpt-oss)
+  bool attn_out_gate = false;      // q_proj also gives a sigmoid output gate per head (Qwen3.5)
   bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)
   bool moe_only = false;       // ... and must be (Qwen-MoE files always have experts)
   bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say
@@ -228,8 +241,12 @@ std::string supported_hf_classes();
 // gives for such a slot (empty: none), or null for any other slot.
 const std::vector<float>* config_rope_factors(const ModelConfig& c, Slot s);
 
-// Whether the tensor must be present for this config.
-bool tensor_required(const TensorSpec& t, const ModelConfig& c);
+// Whether the tensor must be present for this config (il: its layer, -1 for
+// a global).
+bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il = -1);
+// Whether a layer tensor belongs in layer il at all (a linear-attention layer
+// has no q_proj, a full-attention one no conv1d); loaded only where it does.
+bool tensor_in_layer(const TensorSpec& t, const ModelConfig& c, int il);
 // The GGUF tensor name of a per-layer spec ("blk.3.attn_q.weight").
 std::string layer_tensor_name(const TensorSpec& t, int il);
 

@@ -1,5 +1,7 @@
 #include "model/blocks.h"
 
+#include <cmath>
+
 namespace pagellm {
 
 void attention_block(const LayerPass& p, int il, int64_t n) {
@@ -37,10 +39,41 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
   ac.softcap = c.attn_softcap;
   ac.sinks = A.sinks.get();
   be.attention(kv_layer, *buf.q, *buf.attn, ac);
+  if (A.wq_gate) {
+    be.matmul(*A.wq_gate, *buf.h, n, *buf.qgate);
+    be.glu(*buf.qgate, *buf.attn, n * n_head * hd, Activation::Sigmoid, *buf.attn);
+  }
   be.matmul(*A.wo, *buf.attn, n, *buf.o);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
   if (A.bo) be.add_bias(*buf.o, *A.bo, n);
   if (A.post_norm) be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
+  be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+void linear_attention_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const AttnWeights& A = p.layers[il].attn;
+  const LinearAttnWeights& L = p.layers[il].lin;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  const ModelConfig::LinearAttn& la = c.linear;
+  const int state_layer = il - p.geo.layer_begin;  // this stage's layer, as the cache spec numbers them
+  be.rms_norm(*buf.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
+  be.matmul(*L.qkv, *buf.h, n, *buf.lin_qkv);
+  be.matmul(*L.z, *buf.h, n, *buf.lin_z);
+  be.matmul(*L.beta, *buf.h, n, *buf.lin_b);
+  be.matmul(*L.alpha, *buf.h, n, *buf.lin_a);
+  be.causal_conv1d(state_layer, *buf.lin_qkv, *L.conv, nullptr, *buf.lin_conv);
+  GatedDeltaConfig g;
+  g.n_k_heads = la.n_k_heads;
+  g.n_v_heads = la.n_v_heads;
+  g.head_k_dim = la.head_k_dim;
+  g.head_v_dim = la.head_v_dim;
+  g.scale = 1.0f / std::sqrt(static_cast<float>(la.head_k_dim));
+  be.gated_delta_rule(state_layer, *buf.lin_conv, *buf.lin_a, *buf.lin_b, *L.a_log, *L.dt_bias, g, *buf.lin_out);
+  be.rms_norm(*buf.lin_out, L.norm.get(), n * la.n_v_heads, la.head_v_dim, c.norm_eps, *buf.lin_out);
+  be.glu(*buf.lin_z, *buf.lin_out, n * la.value_dim(), Activation::Silu, *buf.lin_out);
+  be.matmul(*L.out, *buf.lin_out, n, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);
 }
 
@@ -89,6 +122,13 @@ void moe_ffn_block(const LayerPass& p, int il, int64_t n) {
   p.all_reduce(*buf.o, n * c.n_embd);  // every expert's down product is row-parallel
   if (F.post_norm) be.rms_norm(*buf.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+void hybrid_decoder_layer(const LayerPass& p, int il, int64_t n) {
+  if (p.cfg.layer_is_linear(il)) linear_attention_block(p, il, n);
+  else attention_block(p, il, n);
+  if (p.cfg.moe()) moe_ffn_block(p, il, n);
+  else dense_ffn_block(p, il, n);
 }
 
 void decoder_layer(const LayerPass& p, int il, int64_t n) {

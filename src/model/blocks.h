@@ -24,6 +24,21 @@ struct AttnWeights {
   std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
   std::unique_ptr<Weight> sinks;                // [n_head] sink logits (gpt-oss), optional
+  std::unique_ptr<Weight> wq_gate;              // [n_head*hd, n_embd] output gate (Qwen3.5), optional
+};
+
+// A Gated DeltaNet layer's mixer (Qwen3.5), in place of attention; its input
+// norm is AttnWeights::norm.
+struct LinearAttnWeights {
+  std::unique_ptr<Weight> qkv;       // [conv_dim, n_embd]: q, k, v before the conv
+  std::unique_ptr<Weight> z;         // [n_v * dv, n_embd]: the output gate
+  std::unique_ptr<Weight> beta;      // [n_v, n_embd]: b (beta = sigmoid(b))
+  std::unique_ptr<Weight> alpha;     // [n_v, n_embd]: a (the decay's input)
+  std::unique_ptr<Weight> conv;      // [conv_dim * K] taps, channel-major
+  std::unique_ptr<Weight> a_log;     // [n_v]
+  std::unique_ptr<Weight> dt_bias;   // [n_v]
+  std::unique_ptr<Weight> norm;      // [dv]: RMSNorm of each head's output (plain weight)
+  std::unique_ptr<Weight> out;       // [n_embd, n_v * dv]
 };
 
 struct FfnWeights {
@@ -44,6 +59,7 @@ struct FfnWeights {
 
 struct LayerWeights {
   AttnWeights attn;
+  LinearAttnWeights lin;  // linear-attention layers only
   FfnWeights ffn;
 };
 
@@ -70,6 +86,13 @@ struct ActivationBuffers {
   BufferPtr ed;      // [n * k, n_embd] expert outputs
   BufferPtr sh;      // [n, n_embd] shared expert output
   BufferPtr sg;      // [n] shared expert gate logits
+  // Gated attention's output gate and Gated DeltaNet layers (empty otherwise).
+  BufferPtr qgate;    // [n, n_head * hd]
+  BufferPtr lin_qkv;  // [n, conv_dim] projected q, k, v
+  BufferPtr lin_conv; // [n, conv_dim] after the causal conv
+  BufferPtr lin_z;    // [n, n_v * dv]
+  BufferPtr lin_a, lin_b;  // [n, n_v]
+  BufferPtr lin_out;  // [n, n_v * dv]
 };
 
 // What a block reads and writes during one pass: the config, this rank's
@@ -85,9 +108,13 @@ struct LayerPass {
   std::function<void(Buffer& buf, int64_t values)> all_reduce;
 };
 
-// x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend -> o
-// -> (bias, post norm) -> x += o.
+// x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend ->
+// (* sigmoid(output gate)) -> o -> (bias, post norm) -> x += o.
 void attention_block(const LayerPass& p, int il, int64_t n);
+// Gated DeltaNet (Qwen3.5's linear attention): x -> norm -> q, k, v (one
+// projection), z, a, b -> causal conv + SiLU of q, k, v -> gated delta rule
+// from the sequence's state -> per-head RMSNorm * silu(z) -> out -> x += out.
+void linear_attention_block(const LayerPass& p, int il, int64_t n);
 // x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
 void dense_ffn_block(const LayerPass& p, int il, int64_t n);
 // x -> norm -> router -> top-k experts, each act(gate) * up -> down, summed
@@ -100,5 +127,8 @@ void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Wei
 // The shared decoder layer: attention, then the MoE FFN when the config has
 // experts, else the dense one.
 void decoder_layer(const LayerPass& p, int il, int64_t n);
+// A hybrid layer: linear attention where cfg.is_linear says, else attention,
+// then the FFN (Qwen3.5).
+void hybrid_decoder_layer(const LayerPass& p, int il, int64_t n);
 
 }  // namespace pagellm

@@ -79,10 +79,10 @@ class DummySource : public TensorSource {
   DummySource(const ModelConfig& cfg, const DummySpec& spec, ThreadPool& pool) {
     const ArchInfo& arch = arch_info(cfg.arch);
     const bool tied = find_shape(spec.shape).tied;
-    auto make = [&](const TensorSpec& t, const std::string& name) {
+    auto make = [&](const TensorSpec& t, const std::string& name, int il) {
       const Slot s = t.slots[0];
       const std::vector<float>* rope = config_rope_factors(cfg, s);
-      const bool wanted = s == Slot::Output ? !tied : rope || tensor_required(t, cfg);
+      const bool wanted = s == Slot::Output ? !tied : rope || tensor_required(t, cfg, il);
       if (!wanted) return;
       const Dims shape = t.shape(cfg);
       const int64_t cols = shape[0];
@@ -97,13 +97,15 @@ class DummySource : public TensorSource {
         add(name, t.keep_f32 ? DType::F32 : dummy_tensor_type(spec.wtype, cols), shape, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
             spec.seed, pool);
       } else {
-        const bool bias = std::string_view(t.gguf).ends_with(".bias");  // norms center on 1
-        add(name, DType::F32, shape, 0.1f, bias ? 0.0f : 1.0f, spec.seed, pool);
+        // Norms center on 1; biases and conv taps on 0.
+        const bool bias = std::string_view(t.gguf).ends_with(".bias") || t.transform == Transform::ConvTaps;
+        add(name, DType::F32, shape, t.transform == Transform::ConvTaps ? 0.5f : 0.1f, bias ? 0.0f : 1.0f, spec.seed,
+            pool);
       }
     };
-    for (const TensorSpec& t : arch.globals) make(t, t.gguf);
+    for (const TensorSpec& t : arch.globals) make(t, t.gguf, -1);
     for (int il = 0; il < cfg.n_layer; ++il)
-      for (const TensorSpec& t : arch.layer) make(t, layer_tensor_name(t, il));
+      for (const TensorSpec& t : arch.layer) make(t, layer_tensor_name(t, il), il);
   }
 
   const TensorData* find(const std::string& name) const override {

@@ -113,6 +113,34 @@ Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const Tensor
   return {d, hf};
 }
 
+// Qwen3.5's q_proj: each head's query rows (`q`) then its output-gate rows
+// (the HeadSecondHalf tensor of the same HF name), as an F32 copy.
+Entry query_and_gate(const ArchInfo& arch, const TensorSpec& spec, const TensorData& q, const TensorSource& src,
+                     const std::string& gguf, const std::string& hf, int head_dim,
+                     std::vector<std::vector<float>>& owned) {
+  const TensorData* gate = nullptr;
+  for (const TensorSpec& s : arch.layer)
+    if (s.transform == Transform::HeadSecondHalf && std::string_view(s.hf) == spec.hf)
+      gate = src.find(gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf);
+  PAGELLM_CHECK(gate && gate->shape == q.shape && q.rows() % head_dim == 0,
+                "cannot write a Hugging Face folder: '{}' has no output gate of its shape", gguf);
+  const int64_t cols = q.cols(), rows = q.rows();
+  auto& v = owned.emplace_back(static_cast<size_t>(2 * rows * cols));
+  for (int p = 0; p < 2; ++p) {
+    const TensorData& from = p == 0 ? q : *gate;
+    const size_t row_bytes = dtype_row_bytes(from.type, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t to = (r / head_dim * 2 + p) * head_dim + r % head_dim;
+      dequantize_row_ref(from.type, static_cast<const uint8_t*>(from.data) + r * row_bytes, v.data() + to * cols, cols);
+    }
+  }
+  TensorData d;
+  d.type = DType::F32;
+  d.shape = {cols, 2 * rows};
+  d.data = v.data();
+  return {d, hf};
+}
+
 // A stacked MXFP4 expert tensor as gpt-oss checkpoints hold it: "<hf>_blocks"
 // [n_expert, rows, cols / 32, 16] (element 2i in the low nibble of byte i)
 // and "<hf>_scales" [n_expert, rows, cols / 32], rows out x in, a fused
@@ -155,7 +183,8 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
                                 bool mxfp4) {
   const ArchInfo& arch = arch_info(c.arch);
   std::vector<Entry> out;
-  auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf) {
+  auto add = [&](const TensorSpec& spec, const std::string& gguf, const std::string& hf, int il) {
+    if (!tensor_in_layer(spec, c, il)) return;
     const TensorData* t = src.find(gguf);
     if (!*spec.hf) {
       // Only RoPE divisors the config states or implies (Llama 3 scaling,
@@ -165,7 +194,7 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
                     "cannot write a Hugging Face folder: tensor '{}' has no config.json equivalent here", gguf);
       return;
     }
-    const bool required = tensor_required(spec, c);
+    const bool required = tensor_required(spec, c, il);
     if (!t) {
       PAGELLM_CHECK(!required, "cannot write a Hugging Face folder: the model has no tensor '{}'", gguf);
       return;
@@ -187,6 +216,17 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
         out.push_back({expert_slice(*t, e), pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 2)});
       return;
     }
+    if (spec.transform == Transform::HeadSecondHalf) return;  // written with its query half
+    if (spec.transform == Transform::HeadFirstHalf) {
+      out.push_back(query_and_gate(arch, spec, *t, src, gguf, hf, c.head_dim, owned));
+      return;
+    }
+    if (spec.transform == Transform::ConvTaps) {  // HF: [conv_dim, 1, K]
+      TensorData view = *t;
+      view.shape = {c.linear.conv_kernel, 1, t->cols() / c.linear.conv_kernel};
+      out.push_back({view, hf});
+      return;
+    }
     // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
     const bool unpermute = spec.transform == Transform::RopePermute && !c.rope.neox;
     TensorData view = *t;
@@ -195,11 +235,12 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
                    unpermute ? static_cast<int>(t->rows() / c.head_dim) : 0});
   };
   const TensorSpec& embd = arch.globals.front();
-  add(embd, embd.gguf, embd.hf);
+  add(embd, embd.gguf, embd.hf, -1);
   for (int il = 0; il < c.n_layer; ++il)
     for (const TensorSpec& spec : arch.layer)
-      add(spec, layer_tensor_name(spec, il), fmt::format("model.layers.{}.{}", il, spec.hf));
-  for (size_t k = 1; k < arch.globals.size(); ++k) add(arch.globals[k], arch.globals[k].gguf, arch.globals[k].hf);
+      add(spec, layer_tensor_name(spec, il), fmt::format("model.layers.{}.{}", il, spec.hf), il);
+  for (size_t k = 1; k < arch.globals.size(); ++k)
+    add(arch.globals[k], arch.globals[k].gguf, arch.globals[k].hf, -1);
   return out;
 }
 

@@ -111,6 +111,16 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::QNorm: return A.q_norm;
     case Slot::KNorm: return A.k_norm;
     case Slot::PostAttnNorm: return A.post_norm;
+    case Slot::QGate: return A.wq_gate;
+    case Slot::LinQkv: return layers_.at(il).lin.qkv;
+    case Slot::LinZ: return layers_.at(il).lin.z;
+    case Slot::LinBeta: return layers_.at(il).lin.beta;
+    case Slot::LinAlpha: return layers_.at(il).lin.alpha;
+    case Slot::LinConv: return layers_.at(il).lin.conv;
+    case Slot::LinALog: return layers_.at(il).lin.a_log;
+    case Slot::LinDtBias: return layers_.at(il).lin.dt_bias;
+    case Slot::LinNorm: return layers_.at(il).lin.norm;
+    case Slot::LinOut: return layers_.at(il).lin.out;
     case Slot::FfnNorm: return F.norm;
     case Slot::Gate: return F.gate;
     case Slot::Up: return F.up;
@@ -176,6 +186,17 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       fail("the {} backend cannot run the {} op, which every {} forward pass needs", backend_.name(), op_name(op),
            arch.gguf_name);
   }
+  if (c.n_linear_layers() > 0) {
+    PAGELLM_CHECK(!geo_.tp, "{}'s linear-attention (Gated DeltaNet) layers do not run under tensor parallelism yet",
+                  arch.gguf_name);
+    if (!backend_.supports(Feature::LinearAttention) || !backend_.supports(Feature::KvGroups))
+      fail("the {} backend does not run linear-attention (Gated DeltaNet) layers, which {} has; use --device cpu",
+           backend_.name(), arch.gguf_name);
+    for (pglb_op op : {PGLB_OP_CAUSAL_CONV1D, PGLB_OP_GATED_DELTA_RULE})
+      if (!backend_.supports_op(op_query(op)))
+        fail("the {} backend cannot run the {} op, which {}'s linear-attention layers need", backend_.name(),
+             op_name(op), arch.gguf_name);
+  }
   if (c.moe())
     for (pglb_op op : {PGLB_OP_MOE_ROUTE, PGLB_OP_MATMUL_EXPERTS, PGLB_OP_MOE_COMBINE})
       if (!backend_.supports_op(op_query(op)))
@@ -234,10 +255,11 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
     };
     auto get = [&](const TensorSpec& spec, const std::string& name, int il) {
+      if (!tensor_in_layer(spec, c, il)) return;  // another kind of layer's tensor (Qwen3.5)
       if (spec.experts) return get_experts(spec, name, il);
       const TensorData* t = src.find(name);
       if (!t) {
-        if (tensor_required(spec, c)) fail("model is missing tensor '{}'", name);
+        if (tensor_required(spec, c, il)) fail("model is missing tensor '{}'", name);
         return;
       }
       const Dims shape = spec.shape(c);
@@ -324,10 +346,32 @@ std::vector<int32_t> Model::kv_layer_windows() const {
   return w;
 }
 
-KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups) const {
+KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups,
+                                  int state_slots) const {
   KVCacheSpec kv;
   kv.n_layers = geo_.layer_end - geo_.layer_begin;
-  if (groups && groups->grouped()) {
+  if (cfg_.n_linear_layers() > 0) {
+    // Linear-attention layers keep a state slot per sequence and no K/V: the
+    // full-attention layers fill a block's slots in order (one group).
+    PAGELLM_CHECK(!groups || !groups->grouped(), "KV-cache groups with linear-attention layers are not supported");
+    const ModelConfig::LinearAttn& la = cfg_.linear;
+    kv.state = {0, state_slots, static_cast<int>(la.conv_dim()), la.conv_kernel, la.n_v_heads, la.head_k_dim,
+                la.head_v_dim};
+    int32_t full = 0;
+    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
+      const bool linear = cfg_.layer_is_linear(il);
+      kv.layer_group.push_back(0);
+      kv.layer_slot.push_back(linear ? 0 : full);
+      kv.layer_state.push_back(linear ? kv.state.n_layers : -1);
+      if (linear) ++kv.state.n_layers;
+      else ++full;
+    }
+    kv.n_layers = std::max(full, 1);  // a stage of linear layers only still has a (small) pool
+    if (kv.state.n_layers == 0) {
+      kv.state = {};
+      kv.layer_state.clear();
+    }
+  } else if (groups && groups->grouped()) {
     kv.layer_group.assign(groups->layer_group.begin() + geo_.layer_begin, groups->layer_group.begin() + geo_.layer_end);
     kv.layer_slot = stage_kv_slots(*groups, geo_.layer_begin, geo_.layer_end, kv.n_layers);
   }
@@ -347,6 +391,8 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
   const int64_t ff = c.moe() ? g.n_ff_shexp : g.n_ff;  // the dense (or shared expert) FFN
   const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
+  const bool lin = c.n_linear_layers() > 0;
+  const ModelConfig::LinearAttn& la = c.linear;
   return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, qd, true},
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
           {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},
@@ -354,7 +400,11 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
           {&Buffers::sampled, 1, false, DType::I32},
           {&Buffers::router, c.n_expert, true}, {&Buffers::ids, k, true, DType::I32},
           {&Buffers::route_w, k, true},    {&Buffers::eg, k * g.n_ff_exp, true}, {&Buffers::eu, k * g.n_ff_exp, true},
-          {&Buffers::ed, k * c.n_embd, true}, {&Buffers::sh, shared * c.n_embd, true}, {&Buffers::sg, shared, true}};
+          {&Buffers::ed, k * c.n_embd, true}, {&Buffers::sh, shared * c.n_embd, true}, {&Buffers::sg, shared, true},
+          {&Buffers::qgate, c.attn_out_gate ? qd : 0, true},
+          {&Buffers::lin_qkv, lin ? la.conv_dim() : 0, true}, {&Buffers::lin_conv, lin ? la.conv_dim() : 0, true},
+          {&Buffers::lin_z, lin ? la.value_dim() : 0, true},  {&Buffers::lin_a, lin ? la.n_v_heads : 0, true},
+          {&Buffers::lin_b, lin ? la.n_v_heads : 0, true},    {&Buffers::lin_out, lin ? la.value_dim() : 0, true}};
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {

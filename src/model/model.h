@@ -72,7 +72,14 @@ class Model {
   // Shape of the paged KV cache this model (shard) needs: its layers, its KV
   // heads; with a grouped plan (KV-cache groups of the whole model), the
   // slots and the layer -> (group, slot) map of this stage's layers.
-  KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups = nullptr) const;
+  // Linear-attention layers (Qwen3.5) keep no K/V: they take no slot, and
+  // each gets state_slots per-sequence states (KVCacheSpec::state).
+  KVCacheSpec kv_cache_spec(int block_size, int num_blocks, DType dtype, const KvGroupPlan* groups = nullptr,
+                            int state_slots = 0) const;
+  // Whether the model has linear-attention layers, and the bytes of one
+  // sequence's state over this stage's.
+  bool has_linear_layers() const { return cfg_.n_linear_layers() > 0; }
+  size_t state_bytes_per_seq() const { return kv_cache_spec(16, 2, DType::F32, nullptr, 1).state.bytes_per_slot(); }
   // Per layer of the whole model: 0 for full attention, else its sliding window.
   std::vector<int32_t> kv_layer_windows() const;
   // The GGUF file the model came from (its tokenizer metadata), or null.

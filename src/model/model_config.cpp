@@ -31,6 +31,7 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
   }
   if (a.qkv_bias) c.qkv_bias = true;
   if (a.qk_norm) c.qk_norm = true;
+  if (a.attn_out_gate) c.attn_out_gate = true;
   if (a.post_norms) c.post_norms = true;
   c.act = a.act;
   if (a.embd_scale_sqrt) c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -113,8 +114,15 @@ std::optional<int64_t> derived_size(Derived d, const ModelConfig& c) {
 
 }  // namespace
 
+int ModelConfig::n_linear_layers() const {
+  return static_cast<int>(std::count(is_linear.begin(), is_linear.end(), true));
+}
+
 std::string ModelConfig::describe() const {
   std::string ffn = fmt::format("ffn {}", n_ff);
+  if (n_linear_layers() > 0)
+    ffn += fmt::format(", {} of {} layers Gated DeltaNet ({}/{} heads x {}/{}, conv {})", n_linear_layers(), n_layer,
+                       linear.n_k_heads, linear.n_v_heads, linear.head_k_dim, linear.head_v_dim, linear.conv_kernel);
   if (moe())
     ffn = fmt::format("{} of {} experts x ffn {}{}", n_expert_used, n_expert, n_ff_exp,
                       n_ff_shexp ? fmt::format(" + shared {}", n_ff_shexp) : "");
@@ -177,6 +185,20 @@ void ModelConfig::validate() const {
                 rope.attn_factor, rope.beta_fast, rope.beta_slow);
   PAGELLM_CHECK(attn_softcap >= 0 && std::isfinite(attn_softcap) && final_softcap >= 0 && std::isfinite(final_softcap),
                 "invalid logit softcapping ({}, {})", attn_softcap, final_softcap);
+  PAGELLM_CHECK(is_linear.empty() || static_cast<int>(is_linear.size()) == n_layer,
+                "linear-attention layer flags ({}) do not match the layer count {}", is_linear.size(), n_layer);
+  if (n_linear_layers() > 0) {
+    using L = ModelSizeLimits;
+    const LinearAttn& la = linear;
+    PAGELLM_CHECK(la.n_k_heads >= 1 && la.n_k_heads <= L::kHeads && la.n_v_heads >= 1 && la.n_v_heads <= L::kHeads &&
+                      la.n_v_heads % la.n_k_heads == 0 && la.head_k_dim >= 1 && la.head_k_dim <= L::kHeadDim &&
+                      la.head_v_dim >= 1 && la.head_v_dim <= L::kHeadDim && la.conv_kernel >= 2 &&
+                      la.conv_kernel <= 64,
+                  "invalid linear-attention sizes: {} key heads, {} value heads (a multiple of them), head dims {}/{}, "
+                  "conv kernel {}", la.n_k_heads, la.n_v_heads, la.head_k_dim, la.head_v_dim, la.conv_kernel);
+    PAGELLM_CHECK(n_linear_layers() < n_layer, "every layer is linear attention; at least one full-attention layer "
+                  "is needed");
+  }
 }
 
 ModelConfig config_from_gguf(const GGUFFile& f) {

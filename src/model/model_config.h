@@ -14,7 +14,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35 };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -74,6 +74,9 @@ struct ModelConfig {
   // Family features.
   bool qkv_bias = false;        // q/k/v projections have biases (Qwen 2)
   bool qk_norm = false;         // per-head RMSNorm of q and k (Qwen 3, Gemma 3)
+  // Gated attention (Qwen3.5): q_proj also gives a per-head output gate, and
+  // the attention output is multiplied by its sigmoid before o_proj.
+  bool attn_out_gate = false;
   bool post_norms = false;      // norms after attention and FFN outputs (Gemma 3)
   float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
   Activation act = Activation::Silu;
@@ -93,6 +96,18 @@ struct ModelConfig {
   MoeRouting routing() const {
     return MoeRouting{n_expert, n_expert_used, RouterScoring::Softmax, expert_norm_topk, 1.0f};
   }
+
+  // Linear-attention (Gated DeltaNet) layers (Qwen3.5): is_linear[il] layers
+  // keep a fixed-size state instead of K/V; the others are full attention.
+  std::vector<bool> is_linear;  // [n_layer], or empty: none
+  struct LinearAttn {
+    int n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0, conv_kernel = 0;
+    int64_t key_dim() const { return static_cast<int64_t>(n_k_heads) * head_k_dim; }
+    int64_t value_dim() const { return static_cast<int64_t>(n_v_heads) * head_v_dim; }
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  } linear;
+  bool layer_is_linear(int il) const { return !is_linear.empty() && is_linear[static_cast<size_t>(il)]; }
+  int n_linear_layers() const;
 
   std::string describe() const;
   // Sizes within ModelSizeLimits (checked before anything is sized from them).

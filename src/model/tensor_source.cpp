@@ -123,7 +123,7 @@ class SafetensorsSource : public TensorSource {
         for (const HfTensor& k : known) {
           PAGELLM_CHECK(!tensors_.contains(k.gguf), "'{}': tensor {} appears twice in the model's files", path,
                         hf_name);
-          TensorData part = transformed(t, *k.spec, hf_name, path);
+          TensorData part = transformed(t, *k.spec, hf_name, path, cfg);
           part.name = k.gguf;
           tensors_[k.gguf] = std::move(part);
         }
@@ -139,10 +139,31 @@ class SafetensorsSource : public TensorSource {
   // place; Gemma norms get 1 added and gpt-oss's stacked experts are
   // transposed (and their fused gate_up split) into F32 copies.
   TensorData transformed(const TensorData& t, const TensorSpec& spec, const std::string& hf_name,
-                         const std::string& path) {
+                         const std::string& path, const ModelConfig& cfg) {
     const Transform tr = spec.transform;
     if (tr == Transform::None || tr == Transform::RopePermute) return t;
     const int64_t n = static_cast<int64_t>(t.rows()) * t.cols();
+    if (tr == Transform::HeadFirstHalf || tr == Transform::HeadSecondHalf) {
+      // [q | gate] rows per head: every other run of head_dim rows, kept in its type.
+      const int64_t hd = cfg.head_dim, rows = t.rows();
+      PAGELLM_CHECK(t.shape.size() == 2 && rows % (2 * hd) == 0, "'{}': tensor {} has {} rows, not 2 * head_dim ({}) "
+                    "per head", path, hf_name, rows, hd);
+      const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+      auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(rows / 2) * row_bytes);
+      const int64_t first = tr == Transform::HeadSecondHalf ? hd : 0;
+      for (int64_t h = 0; h < rows / (2 * hd); ++h)
+        std::memcpy(owned.data() + static_cast<size_t>(h * hd) * row_bytes,
+                    static_cast<const uint8_t*>(t.data) + static_cast<size_t>(h * 2 * hd + first) * row_bytes,
+                    static_cast<size_t>(hd) * row_bytes);
+      return TensorData{"", t.type, {t.cols(), rows / 2}, owned.data()};
+    }
+    if (tr == Transform::ConvTaps) {  // [conv_dim, 1, K] -> conv_dim * K taps, F32
+      PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] == 1, "'{}': tensor {} is not a depthwise conv weight "
+                    "[channels, 1, kernel]", path, hf_name);
+      auto& owned = owned_.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i);
+      return TensorData{"", DType::F32, {n}, owned.data()};
+    }
     if (tr == Transform::NormPlusOne) {  // GGUF conversion stores w + 1
       auto& owned = owned_.emplace_back(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i) + 1.0f;

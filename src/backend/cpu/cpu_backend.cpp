@@ -321,7 +321,7 @@ class CpuBackend : public Backend {
     const float* gate = f32(gate_b, n);
     const float* up = f32(up_b, n);
     float* out = f32(out_b, n);
-    const int a = act == Activation::Silu ? 0 : act == Activation::GeluTanh ? 1 : 2;
+    const int a = static_cast<int>(act);  // the kernels' numbering is the enum's
     pool_.parallel_for(n, [&](int64_t b, int64_t e) { ops_->glu(gate + b, up + b, e - b, a, out + b); }, 64,
                        kMinParallelElements);
   }

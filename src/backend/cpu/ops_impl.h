@@ -444,7 +444,7 @@ static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) 
 #if defined(OPS_AVX2)
 static inline void glu8(const float* gate, const float* up, int act, float* out) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;  // gpt-oss's clamped SwiGLU (act 2)
+  constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.0f;  // gpt-oss's clamped SwiGLU (act 2); act 3: sigmoid(gate) * up
   const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), half = _mm256_set1_ps(0.5f);
   __m256 g = _mm256_loadu_ps(gate);
   __m256 a;
@@ -458,6 +458,8 @@ static inline void glu8(const float* gate, const float* up, int act, float* out)
   }
   if (act == 0) {
     a = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+  } else if (act == 3) {  // the sigmoid gate
+    a = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
   } else {
     const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
     const __m256 u = _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
@@ -491,8 +493,9 @@ static void glu(const float* gate, const float* up, int64_t n, int act, float* o
       continue;
     }
     const float g = gate[i];
-    const float a = act == 0 ? g / (1.0f + std::exp(-g))
-                             : 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    const float a = act == 0   ? g / (1.0f + std::exp(-g))
+                    : act == 3 ? 1.0f / (1.0f + std::exp(-g))
+                               : 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
     out[i] = a * up[i];
   }
 }

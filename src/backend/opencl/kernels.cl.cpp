@@ -332,7 +332,7 @@ kernel void add_bias(global float* y, global const float* b, int dim, int n_rows
   if (c < dim && r < n_rows) y[(size_t)r * dim + c] += b[c];
 }
 
-// act 0: silu; 1: gelu, tanh form; 2: gpt-oss's clamped swiglu. out may be gate (same index).
+// act 0: silu; 1: gelu, tanh form; 2: gpt-oss's clamped swiglu; 3: sigmoid gate. out may be gate (same index).
 kernel void glu(global const float* gate, global const float* up, int n, int act, global float* out) {
   const int i = get_global_id(0);
   if (i >= n) return;
@@ -342,6 +342,10 @@ kernel void glu(global const float* gate, global const float* up, int n, int act
     return;
   }
   const float g = gate[i];
+  if (act == 3) {
+    out[i] = up[i] / (1.0f + exp(-g));
+    return;
+  }
   const float a = act == 0 ? g / (1.0f + exp(-g))
                            : 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
   out[i] = a * up[i];

@@ -768,7 +768,7 @@ void OpenClBackend::glu(const Buffer& gate, const Buffer& up, int64_t n, Activat
   if (n == 0) return;
   const size_t global = round_up(static_cast<size_t>(n), 256);
   launch(kOther, kernel("glu"), 1, &global, nullptr, mem_of(gate), mem_of(up), static_cast<cl_int>(n),
-         static_cast<cl_int>(act == Activation::Silu ? 0 : act == Activation::GeluTanh ? 1 : 2), mem_of(out));
+         static_cast<cl_int>(act), mem_of(out));
 }
 
 void OpenClBackend::add(Buffer& y, const Buffer& x, int64_t n) {

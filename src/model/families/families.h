@@ -16,5 +16,6 @@ ArchInfo gemma2();
 ArchInfo gemma3();
 ArchInfo phi3();
 ArchInfo gptoss();
+ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers
 
 }  // namespace pagellm::family

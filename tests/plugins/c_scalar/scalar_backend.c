@@ -665,7 +665,7 @@ static pglb_status op_glu(pglb_device* d, const pglb_glu_params* p) {
   if (!check_buffer(d, p->gate, p->n, "glu gate") || !check_buffer(d, p->up, p->n, "glu up") ||
       !check_buffer(d, p->out, p->n, "glu out"))
     return PGLB_INVALID_ARGUMENT;
-  if (p->act < PGLB_ACT_SILU || p->act > PGLB_ACT_SWIGLU_OAI)
+  if (p->act < PGLB_ACT_SILU || p->act > PGLB_ACT_SIGMOID)
     return failf(d, PGLB_INVALID_ARGUMENT, "glu: activation %d", (int)p->act);
   for (i = 0; i < p->n; ++i) {
     const double g = f32(p->gate)[i], u = f32(p->up)[i];
@@ -674,6 +674,8 @@ static pglb_status op_glu(pglb_device* d, const pglb_glu_params* p) {
       r = g / (1 + exp(-g)) * u;
     } else if (p->act == PGLB_ACT_GELU_TANH) {
       r = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    } else if (p->act == PGLB_ACT_SIGMOID) {
+      r = u / (1 + exp(-g));
     } else {  /* gpt-oss: gate clamped above at 7, up to [-7, 7] */
       const double c = g < 7.0 ? g : 7.0;
       r = c / (1 + exp(-1.702 * c)) * (clampd(u, -7.0, 7.0) + 1);

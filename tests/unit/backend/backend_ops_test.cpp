@@ -640,7 +640,7 @@ TEST_P(BackendOps, StoreKvWithFusedRopeEqualsRopeThenStore) {
 TEST_P(BackendOps, GluAddBiasAndGather) {
   const int n = 10000;
   const auto g = randn(n, 4, 3.0f), u = randn(n, 5);
-  for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::SwigluOai})
+  for (Activation act : {Activation::Silu, Activation::GeluTanh, Activation::SwigluOai, Activation::Sigmoid})
     for (bool in_place : {false, true}) {
       std::vector<float> up = u;
       if (act == Activation::SwigluOai)
@@ -658,9 +658,9 @@ TEST_P(BackendOps, GluAddBiasAndGather) {
           r[i] = c / (1 + std::exp(-1.702 * c)) * (up + 1);
           continue;
         }
-        const double f = act == Activation::Silu
-                             ? a / (1 + std::exp(-a))
-                             : 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+        const double f = act == Activation::Silu      ? a / (1 + std::exp(-a))
+                         : act == Activation::Sigmoid ? 1 / (1 + std::exp(-a))
+                                                      : 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
         r[i] = f * u[i];
       }
       EXPECT_LT(rel_l2(got, r), 1e-6) << "act " << static_cast<int>(act) << " in place " << in_place;

@@ -100,8 +100,10 @@ TEST_P(Deterministic, AloneBatchedPreemptedAndOneThreadGiveTheSameLogits) {
     EngineConfig ungrouped = c;
     ungrouped.kv_cache_groups = false;
     Engine probe(ungrouped);
-    const int64_t block = static_cast<int64_t>(probe.backend().kv_cache_spec().bytes_per_block());
-    batched.kv_cache_memory = block * 80;  // 1280 tokens for ~10k of requests
+    const KVCacheSpec& spec = probe.backend().kv_cache_spec();
+    const int64_t block = static_cast<int64_t>(spec.bytes_per_block());
+    // 1280 tokens for ~10k of requests, besides linear-attention states (Qwen3.5).
+    batched.kv_cache_memory = block * 80 + static_cast<int64_t>(spec.state.bytes_per_slot()) * spec.state.num_slots;
   }
   const RunResult in_batch = run(batched, reqs, false);
   EXPECT_GT(in_batch.preemptions, 0);
@@ -116,7 +118,8 @@ TEST_P(Deterministic, AloneBatchedPreemptedAndOneThreadGiveTheSameLogits) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Deterministic,
                          ::testing::Values(std::make_tuple("tiny-llama", DType::Q4_K, DType::F16),
                                            std::make_tuple("tiny-gemma3", DType::F16, DType::I8),
-                                           std::make_tuple("tiny-qwen3moe", DType::Q8_0, DType::F16)));
+                                           std::make_tuple("tiny-qwen3moe", DType::Q8_0, DType::F16),
+                                           std::make_tuple("tiny-qwen35", DType::F16, DType::F16)));
 
 TEST(Deterministic, SameSeedlessSampledOutputAcrossEngines) {
   EngineConfig c = test::tiny_engine_config(256);

@@ -85,12 +85,14 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
         want += "[37]";
       }
       for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
-        // A fused gate_up maps to both halves, in table order.
+        // A fused gate_up (or Qwen3.5's [q | gate] q_proj) maps to both halves, in table order.
         const auto all = hf_tensors(a, std::string(prefix) + "11." + hf);
         const auto got = std::find_if(all.begin(), all.end(), [&](const HfTensor& h) { return h.spec == &t; });
         ASSERT_NE(got, all.end()) << a.gguf_name << " " << prefix << hf;
         EXPECT_EQ(got->gguf, want);
-        EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd);
+        EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd ||
+                                       t.transform == Transform::HeadFirstHalf ||
+                                       t.transform == Transform::HeadSecondHalf);
       }
       if (per_expert) {
         std::string bad = t.hf;
@@ -312,6 +314,51 @@ TEST(GptOssConfig, DefaultsAndQuantizedCheckpointsRefused) {
   json s = j;
   s["swiglu_limit"] = 10.0;
   expect_error_with([&] { config_of(s); }, "swiglu_limit 10 are not supported");
+}
+
+// Qwen3.5: layer kinds from full_attention_interval (default 4) or
+// layer_types, Qwen3_5TextConfig's linear sizes and partial rotary factor,
+// the multimodal class's text_config; GGUF files are refused by name.
+TEST(Qwen35Config, LayerKindsDefaultsAndTextConfig) {
+  json j = {{"architectures", {"Qwen3_5ForCausalLM"}}, {"vocab_size", 512}, {"hidden_size", 256},
+            {"num_hidden_layers", 8}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"intermediate_size", 512}, {"head_dim", 64}};
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Qwen35);
+  EXPECT_EQ(c.is_linear, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_EQ(c.linear.n_k_heads, 16);
+  EXPECT_EQ(c.linear.n_v_heads, 32);
+  EXPECT_EQ(c.linear.head_k_dim, 128);
+  EXPECT_EQ(c.linear.conv_kernel, 4);
+  EXPECT_EQ(c.rope.n_rot, 16);  // partial_rotary_factor 0.25
+  EXPECT_TRUE(c.rope.neox);
+  EXPECT_TRUE(c.attn_out_gate);
+  json t = j;
+  t["full_attention_interval"] = 2;
+  t["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.5},
+                          {"mrope_section", {2, 3, 3}}, {"mrope_interleaved", true}};
+  const ModelConfig c2 = config_of(t);
+  EXPECT_EQ(c2.is_linear, (std::vector<bool>{true, false, true, false, true, false, true, false}));
+  EXPECT_EQ(c2.rope.n_rot, 32);
+  EXPECT_EQ(c2.rope.freq_base, 1e7f);
+  json mm = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"}, {"text_config", j}};
+  mm["text_config"].erase("architectures");
+  mm["text_config"]["layer_types"] = {"linear_attention", "full_attention", "full_attention", "linear_attention",
+                                      "linear_attention", "linear_attention", "linear_attention", "full_attention"};
+  const ModelConfig c3 = config_of(mm);
+  EXPECT_EQ(c3.arch, Arch::Qwen35);
+  EXPECT_EQ(c3.is_linear, (std::vector<bool>{true, false, false, true, true, true, true, false}));
+  json bad = j;
+  bad["layer_types"] = {"linear_attention"};
+  expect_error_with([&] { config_of(bad); }, "layer_types must list one type per layer");
+  bad["layer_types"] = std::vector<std::string>(8, "linear_attention");
+  expect_error_with([&] { config_of(bad); }, "at least one full-attention layer");
+
+  ThreadPool pool(2);
+  const std::string gguf = scratch("tiny-qwen35.gguf");
+  write_dummy_gguf(gguf, DummySpec{"tiny-qwen35", DType::F32, 1}, nullptr, pool);
+  auto backend = make_cpu_backend(1);
+  expect_error_with([&] { Model::load(gguf, *backend); }, "GGUF qwen35 files are not supported yet");
 }
 
 // A LongRoPE model takes the long factors when it serves more than the

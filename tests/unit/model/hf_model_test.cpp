@@ -120,6 +120,13 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
   EXPECT_EQ(a.n_ff_exp, b.n_ff_exp);
   EXPECT_EQ(a.n_ff_shexp, b.n_ff_shexp);
   EXPECT_EQ(a.expert_norm_topk, b.expert_norm_topk);
+  EXPECT_EQ(a.attn_out_gate, b.attn_out_gate);
+  EXPECT_EQ(a.is_linear, b.is_linear);
+  EXPECT_EQ(a.linear.n_k_heads, b.linear.n_k_heads);
+  EXPECT_EQ(a.linear.n_v_heads, b.linear.n_v_heads);
+  EXPECT_EQ(a.linear.head_k_dim, b.linear.head_k_dim);
+  EXPECT_EQ(a.linear.head_v_dim, b.linear.head_v_dim);
+  EXPECT_EQ(a.linear.conv_kernel, b.linear.conv_kernel);
 }
 
 // The shapes tools/gen_hf_fixtures.py writes fixtures for, and whether each ties its embeddings.
@@ -128,6 +135,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-llama3", false},  {"tiny-gemma2", true},    {"tiny-phi3", false},
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
+    {"tiny-qwen35", false},
 };
 
 struct HFCase {

@@ -22,7 +22,8 @@ class PagedRunner {
  public:
   PagedRunner(Model& model, int num_blocks, int block_size, DType kv_dtype, uint32_t seed = 3)
       : model_(model), block_size_(block_size) {
-    model.backend().allocate_kv_cache(model.kv_cache_spec(block_size, num_blocks, kv_dtype));
+    // One sequence: one linear-attention state slot when the model has such layers.
+    model.backend().allocate_kv_cache(model.kv_cache_spec(block_size, num_blocks, kv_dtype, nullptr, 1));
     free_.resize(num_blocks - 1);
     std::iota(free_.begin(), free_.end(), 1);  // block 0 is the padding block
     std::mt19937 rng(seed);
@@ -46,6 +47,7 @@ class PagedRunner {
         free_.pop_back();
       }
       s.block_table = table_;
+      s.state_slot = model_.has_linear_layers() ? 0 : -1;
       for (int i = 0; i < n; ++i) {
         const int pos = ctx_ + i;
         b.token_ids.push_back(tokens[at + i]);
