@@ -46,7 +46,8 @@ __m512 fma512(__m512 a, __m512 u, __m512 s) { return _mm512_fmadd_ps(u, s, a); }
 __m512 bf16dp512(__m512 a, __m512 u, __m512 s) { return _mm512_dpbf16_ps(a, (__m512bh)u, (__m512bh)s); }
 
 // Each thread runs `loop` (returning instructions issued) until it has used
-// `seconds` of its CPU time; the sum of the threads' instructions per second.
+// `seconds` of its CPU time (its own rate while it runs, even when other
+// processes share the cores); the sum of the threads' instructions per second.
 template <typename Loop>
 double per_second(int threads, double seconds, Loop loop) {
   std::atomic<int> ready{0};
@@ -87,34 +88,12 @@ double float_peak_gflops(int threads, bool bf16, double seconds) {
 }
 
 double int8_peak_gops(int threads, int bits, double seconds) {
-  std::atomic<int> ready{0};
-  std::vector<double> gops(static_cast<size_t>(threads), 0);
-  std::vector<int32_t> sinks(static_cast<size_t>(threads) * 16, 0);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      ready.fetch_add(1);
-      while (ready.load() < threads) {
-      }
-      // The thread's CPU time: its own rate while it runs, even when other
-      // processes share the cores.
-      const double t0 = thread_cpu_seconds();
-      int64_t instructions = 0;
-      double elapsed = 0;
-      int32_t& sink = sinks[static_cast<size_t>(t) * 16];
-      do {
-        instructions += bits == 512 ? dpbusd_loop<__m512i, dp512>(1 << 16, _mm512_set1_epi8(3), _mm512_set1_epi8(-5), sink)
-                                    : dpbusd_loop<__m256i, dp256>(1 << 16, _mm256_set1_epi8(3), _mm256_set1_epi8(-5), sink);
-        elapsed = thread_cpu_seconds() - t0;
-      } while (elapsed < seconds);
-      // bits / 8 products per instruction, a multiply and an add each.
-      gops[static_cast<size_t>(t)] = static_cast<double>(instructions) * (bits / 8) * 2 / elapsed / 1e9;
-    });
-  }
-  for (auto& th : pool) th.join();
-  double total = 0;
-  for (double g : gops) total += g;
-  return total;
+  const double per_second_instr = per_second(threads, seconds, [&](int32_t& sink) {
+    return bits == 512 ? dpbusd_loop<__m512i, dp512>(1 << 16, _mm512_set1_epi8(3), _mm512_set1_epi8(-5), sink)
+                       : dpbusd_loop<__m256i, dp256>(1 << 16, _mm256_set1_epi8(3), _mm256_set1_epi8(-5), sink);
+  });
+  // bits / 8 products per instruction, a multiply and an add each.
+  return per_second_instr * (bits / 8) * 2 / 1e9;
 }
 
 }  // namespace pagellm::cpu::avx512
