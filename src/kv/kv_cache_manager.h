@@ -158,6 +158,7 @@ class KVCacheManager {
   bool has_state() const { return config_.num_state_slots > 0; }
   // The sequence's slot, -1 without one.
   int32_t state_slot(SeqId seq) const;
+  int32_t num_state_slots() const { return config_.num_state_slots; }
   int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
   // (parent's slot, child's slot) of the forks since the last call.
   std::vector<BlockCopy> take_state_copies();

@@ -54,8 +54,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
     PAGELLM_CHECK(config_.preemption_mode == PreemptionMode::Recompute && config_.kv_eviction == KvEviction::None,
                   "linear-attention layers keep a state that is neither swapped nor slid: they need "
                   "--preemption-mode recompute and no --kv-eviction");
-    PAGELLM_CHECK(kv_.stats().state_slots >= config_.max_num_seqs,
-                  "{} linear-attention state slots for max_num_seqs {}", kv_.stats().state_slots,
+    PAGELLM_CHECK(kv_.num_state_slots() >= config_.max_num_seqs,
+                  "{} linear-attention state slots for max_num_seqs {}", kv_.num_state_slots(),
                   config_.max_num_seqs);
   }
   if (config_.preemption_mode == PreemptionMode::Swap) {
