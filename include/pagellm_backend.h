@@ -382,9 +382,10 @@ typedef struct pglb_causal_conv1d_params {
   pglb_buffer* out;
 } pglb_causal_conv1d_params;
 
-/* Per token and value head h (key head h / (n_v_heads / n_k_heads)), with S
- * the head's state, q and k L2-normalised (eps 1e-6), q scaled:
- * g = -exp(a_log[h]) softplus(a + dt_bias[h]), beta = sigmoid(b);
+/* Per token and value head h (key head h / (n_v_heads / n_k_heads), or
+ * h % n_k_heads when v_heads_tiled), with S the head's state, q and k
+ * L2-normalised (eps 1e-6), q scaled:
+ * g = ssm_a[h] softplus(a + dt_bias[h]) (ssm_a = -exp(A_log)), beta = sigmoid(b);
  * S = exp(g) S; S += k (beta (v - k^T S))^T; out = q^T S. qkv rows:
  * [q (n_k_heads * head_k_dim), k (same), v (n_v_heads * head_v_dim)]. */
 typedef struct pglb_gated_delta_rule_params {
@@ -393,11 +394,12 @@ typedef struct pglb_gated_delta_rule_params {
   const pglb_buffer* qkv;
   const pglb_buffer* a;              /* [n_tokens, n_v_heads] */
   const pglb_buffer* b;              /* [n_tokens, n_v_heads] */
-  const pglb_weight* a_log;          /* [n_v_heads] */
+  const pglb_weight* ssm_a;          /* [n_v_heads] */
   const pglb_weight* dt_bias;        /* [n_v_heads] */
   int32_t n_k_heads, n_v_heads, head_k_dim, head_v_dim;
   float scale;
   pglb_buffer* out;                  /* [n_tokens, n_v_heads * head_v_dim] */
+  int32_t v_heads_tiled;             /* appended; absent (older struct): 0 */
 } pglb_gated_delta_rule_params;
 
 /* One draw. The host draws the random number u (uniform in [0, 1)) from the

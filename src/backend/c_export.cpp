@@ -197,9 +197,9 @@ void run_op(Backend& be, pglb_op op, const void* params) {
     }
     case PGLB_OP_GATED_DELTA_RULE: {
       const auto p = read_struct<pglb_gated_delta_rule_params>(params, "gated_delta_rule");
-      const GatedDeltaConfig cfg{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.scale};
+      const GatedDeltaConfig cfg{p.n_k_heads, p.n_v_heads, p.head_k_dim, p.head_v_dim, p.scale, p.v_heads_tiled != 0};
       return be.gated_delta_rule(p.layer, buf(p.qkv, "gated_delta_rule"), buf(p.a, "gated_delta_rule"),
-                                 buf(p.b, "gated_delta_rule"), weight(p.a_log, "gated_delta_rule"),
+                                 buf(p.b, "gated_delta_rule"), weight(p.ssm_a, "gated_delta_rule"),
                                  weight(p.dt_bias, "gated_delta_rule"), cfg, buf(p.out, "gated_delta_rule"));
     }
     case PGLB_OP_SOFTCAP: {

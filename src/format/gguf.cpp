@@ -476,6 +476,14 @@ void GGUFWriter::set_i32_array(const std::string& key, const std::vector<int32_t
   for (int32_t v : values) put_raw<int32_t>(b, v);
   kv_.emplace_back(key, std::move(b));
 }
+void GGUFWriter::set_bool_array(const std::string& key, const std::vector<bool>& values) {
+  std::vector<uint8_t> b;
+  put_u32(b, static_cast<uint32_t>(GGUFType::ARRAY));
+  put_u32(b, static_cast<uint32_t>(GGUFType::BOOL));
+  put_u64(b, values.size());
+  for (bool v : values) put_raw<uint8_t>(b, v ? 1 : 0);
+  kv_.emplace_back(key, std::move(b));
+}
 void GGUFWriter::set_value(const std::string& key, const GGUFValue& value) {
   std::vector<uint8_t> b;
   put_u32(b, static_cast<uint32_t>(value.type));

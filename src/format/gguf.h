@@ -112,6 +112,7 @@ class GGUFWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& values);
   void set_f32_array(const std::string& key, const std::vector<float>& values);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& values);
+  void set_bool_array(const std::string& key, const std::vector<bool>& values);
   // Copies a GGUF value from a reader (used to carry a vocabulary over).
   void set_value(const std::string& key, const GGUFValue& value);
   // shape is ne[0] first; data must hold dtype_row_bytes(type, shape[0]) * rows bytes.

@@ -36,7 +36,7 @@ enum class Slot {
   RouterBias, GateExpsBias, UpExpsBias, DownExpsBias,
   // Qwen3.5: the gated attention's output gate (the second half of each head
   // of q_proj), and a Gated DeltaNet layer's tensors.
-  QGate, LinQkv, LinZ, LinBeta, LinAlpha, LinConv, LinALog, LinDtBias, LinNorm, LinOut,
+  QGate, LinQkv, LinZ, LinBeta, LinAlpha, LinConv, LinA, LinDtBias, LinNorm, LinOut,
 };
 
 // When a tensor must be in the file.
@@ -71,14 +71,24 @@ enum class Transform {
   // gate the even columns, up the odd ones (the same for its bias [n_expert, 2 * out]).
   GateUpEven,
   GateUpOdd,
-  // Qwen3.5's q_proj holds [q | gate] per head (2 * head_dim rows each): the
-  // query is each head's first half, the output gate its second.
-  HeadFirstHalf,
-  HeadSecondHalf,
-  // Qwen3.5's depthwise conv1d weight [conv_dim, 1, K] is read as one vector
-  // of conv_dim * K taps (F32).
+  // Stacked experts in nn.Linear's orientation ([n_expert, out, in], GGUF's
+  // own layout) with gate and up fused as halves of the rows: [n_expert,
+  // 2 * ff, in], gate first (Qwen3.5-MoE, transformers 5's fused experts).
+  GateUpFirstHalf,
+  GateUpSecondHalf,
+  // Gated DeltaNet's A_log: GGUF files (and the kernels) hold -exp(A_log).
+  NegExp,
+  // Qwen3.5's depthwise conv1d weight [conv_dim, 1, K] is GGUF's [K, conv_dim]
+  // (F32): conv_dim rows of K taps.
   ConvTaps,
 };
+
+// Linear-attention tensors with a value-head axis, which llama.cpp's
+// converter stores in tiled order (ModelConfig::LinearAttn::v_heads_tiled):
+// the HF writer regroups them. Rows: the last n_v_heads units of rows (a
+// head_v_dim run each, or one row when there are n_v_heads rows; a vector's
+// elements count as rows); Cols: the columns, head_v_dim each.
+enum class VHeads { None, Rows, Cols };
 
 using Dims = std::vector<int64_t>;  // ne order: Dims[0] is the row length
 
@@ -102,6 +112,11 @@ struct TensorSpec {
   bool experts = false;
   // llama.cpp's quantizer keeps it F32 (MoE routers): so do quantized dummies.
   bool keep_f32 = false;
+  // The parts alternate every head rather than follow each other (Qwen3.5's
+  // q_proj, [q | gate] per head): part k is each head's k-th run of
+  // split_rows(c)[k] / n_head rows.
+  bool split_per_head = false;
+  VHeads vheads = VHeads::None;
 };
 
 // How config.json marks sliding-window layers.

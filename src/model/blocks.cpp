@@ -70,7 +70,8 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n) {
   g.head_k_dim = la.head_k_dim;
   g.head_v_dim = la.head_v_dim;
   g.scale = 1.0f / std::sqrt(static_cast<float>(la.head_k_dim));
-  be.gated_delta_rule(state_layer, *buf.lin_conv, *buf.lin_a, *buf.lin_b, *L.a_log, *L.dt_bias, g, *buf.lin_out);
+  g.v_heads_tiled = la.v_heads_tiled;
+  be.gated_delta_rule(state_layer, *buf.lin_conv, *buf.lin_a, *buf.lin_b, *L.ssm_a, *L.dt_bias, g, *buf.lin_out);
   be.rms_norm(*buf.lin_out, L.norm.get(), n * la.n_v_heads, la.head_v_dim, c.norm_eps, *buf.lin_out);
   be.glu(*buf.lin_z, *buf.lin_out, n * la.value_dim(), Activation::Silu, *buf.lin_out);
   be.matmul(*L.out, *buf.lin_out, n, *buf.o);

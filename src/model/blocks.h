@@ -35,7 +35,7 @@ struct LinearAttnWeights {
   std::unique_ptr<Weight> beta;      // [n_v, n_embd]: b (beta = sigmoid(b))
   std::unique_ptr<Weight> alpha;     // [n_v, n_embd]: a (the decay's input)
   std::unique_ptr<Weight> conv;      // [conv_dim * K] taps, channel-major
-  std::unique_ptr<Weight> a_log;     // [n_v]
+  std::unique_ptr<Weight> ssm_a;     // [n_v]: -exp(A_log)
   std::unique_ptr<Weight> dt_bias;   // [n_v]
   std::unique_ptr<Weight> norm;      // [dv]: RMSNorm of each head's output (plain weight)
   std::unique_ptr<Weight> out;       // [n_embd, n_v * dv]

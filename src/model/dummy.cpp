@@ -97,10 +97,10 @@ class DummySource : public TensorSource {
         add(name, t.keep_f32 ? DType::F32 : dummy_tensor_type(spec.wtype, cols), shape, 1.0f / std::sqrt(static_cast<float>(cols)), 0.0f,
             spec.seed, pool);
       } else {
-        // Norms center on 1; biases and conv taps on 0.
+        // Norms center on 1; biases and conv taps on 0; decay rates (-exp(A_log)) on -1.
         const bool bias = std::string_view(t.gguf).ends_with(".bias") || t.transform == Transform::ConvTaps;
-        add(name, DType::F32, shape, t.transform == Transform::ConvTaps ? 0.5f : 0.1f, bias ? 0.0f : 1.0f, spec.seed,
-            pool);
+        const float mean = t.transform == Transform::NegExp ? -1.0f : bias ? 0.0f : 1.0f;
+        add(name, DType::F32, shape, t.transform == Transform::ConvTaps ? 0.5f : 0.1f, mean, spec.seed, pool);
       }
     };
     for (const TensorSpec& t : arch.globals) make(t, t.gguf, -1);
@@ -284,6 +284,18 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     w.set_string(a + ".rope.scaling.type", "longrope");
     w.set_f32(a + ".rope.scaling.attn_factor", cfg.rope.attn_factor);
     w.set_u32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(cfg.rope.n_ctx_orig));
+  }
+  if (cfg.n_linear_layers() > 0) {
+    // Gated DeltaNet sizes under llama.cpp's SSM keys, as its converter writes them.
+    const ModelConfig::LinearAttn& la = cfg.linear;
+    w.set_u32(a + ".ssm.conv_kernel", static_cast<uint32_t>(la.conv_kernel));
+    w.set_u32(a + ".ssm.state_size", static_cast<uint32_t>(la.head_k_dim));
+    w.set_u32(a + ".ssm.group_count", static_cast<uint32_t>(la.n_k_heads));
+    w.set_u32(a + ".ssm.time_step_rank", static_cast<uint32_t>(la.n_v_heads));
+    w.set_u32(a + ".ssm.inner_size", static_cast<uint32_t>(la.value_dim()));
+    std::vector<bool> recurrent;
+    for (int il = 0; il < cfg.n_layer; ++il) recurrent.push_back(cfg.layer_is_linear(il));
+    w.set_bool_array(a + ".attention.recurrent_layers", recurrent);
   }
   if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
   if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);

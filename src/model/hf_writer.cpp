@@ -84,6 +84,33 @@ const TensorData* gate_up_partner(const ArchInfo& arch, const TensorSpec& spec, 
   fail("cannot write a Hugging Face folder: '{}' has no odd half", gguf);
 }
 
+// Fused experts in nn.Linear's orientation: [n_expert, 2 * ff, in], each
+// expert's gate rows (`gate`, the GateUpFirstHalf tensor) then its up rows.
+Entry gate_up_halves(const ArchInfo& arch, const TensorSpec& spec, const TensorData& gate, const TensorSource& src,
+                     const std::string& gguf, const std::string& hf, std::vector<std::vector<float>>& owned) {
+  const TensorData* up = nullptr;
+  for (const TensorSpec& s : arch.layer)
+    if (s.transform == Transform::GateUpSecondHalf && std::string_view(s.hf) == spec.hf)
+      up = src.find(gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf);
+  PAGELLM_CHECK(up && up->shape == gate.shape && gate.shape.size() == 3,
+                "cannot write a Hugging Face folder: '{}' has no up half of its shape", gguf);
+  const int64_t cols = gate.cols(), ff = gate.shape[1], experts = gate.shape[2];
+  auto& v = owned.emplace_back(static_cast<size_t>(experts * 2 * ff * cols));
+  for (int p = 0; p < 2; ++p) {
+    const TensorData& from = p == 0 ? gate : *up;
+    const size_t row_bytes = dtype_row_bytes(from.type, cols);
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t r = 0; r < ff; ++r)
+        dequantize_row_ref(from.type, static_cast<const uint8_t*>(from.data) + (e * ff + r) * row_bytes,
+                           v.data() + ((e * 2 + p) * ff + r) * cols, cols);
+  }
+  TensorData d;
+  d.type = DType::F32;
+  d.shape = {cols, 2 * ff, experts};
+  d.data = v.data();
+  return {d, hf};
+}
+
 Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const TensorData& t, const TensorSource& src,
                       const std::string& gguf, const std::string& hf, std::vector<std::vector<float>>& owned) {
   const TensorData* odd = gate_up_partner(arch, spec, t, src, gguf);
@@ -113,31 +140,45 @@ Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const Tensor
   return {d, hf};
 }
 
-// Qwen3.5's q_proj: each head's query rows (`q`) then its output-gate rows
-// (the HeadSecondHalf tensor of the same HF name), as an F32 copy.
-Entry query_and_gate(const ArchInfo& arch, const TensorSpec& spec, const TensorData& q, const TensorSource& src,
-                     const std::string& gguf, const std::string& hf, int head_dim,
-                     std::vector<std::vector<float>>& owned) {
-  const TensorData* gate = nullptr;
-  for (const TensorSpec& s : arch.layer)
-    if (s.transform == Transform::HeadSecondHalf && std::string_view(s.hf) == spec.hf)
-      gate = src.find(gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf);
-  PAGELLM_CHECK(gate && gate->shape == q.shape && q.rows() % head_dim == 0,
-                "cannot write a Hugging Face folder: '{}' has no output gate of its shape", gguf);
-  const int64_t cols = q.cols(), rows = q.rows();
-  auto& v = owned.emplace_back(static_cast<size_t>(2 * rows * cols));
-  for (int p = 0; p < 2; ++p) {
-    const TensorData& from = p == 0 ? q : *gate;
-    const size_t row_bytes = dtype_row_bytes(from.type, cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t to = (r / head_dim * 2 + p) * head_dim + r % head_dim;
-      dequantize_row_ref(from.type, static_cast<const uint8_t*>(from.data) + r * row_bytes, v.data() + to * cols, cols);
+// A Gated DeltaNet tensor as HF holds it, as an F32 copy: A_log back from
+// -exp(A_log), value heads regrouped by key head when the model has them
+// tiled (TensorSpec::vheads), the conv taps as [conv_dim, 1, K].
+Entry linear_attention_tensor(const TensorSpec& spec, const TensorData& t, const ModelConfig& c, const std::string& hf,
+                              std::vector<std::vector<float>>& owned) {
+  const ModelConfig::LinearAttn& la = c.linear;
+  // A vector's elements are rows of one value.
+  const int64_t cols = t.shape.size() == 1 ? 1 : t.cols(), rows = t.shape.size() == 1 ? t.cols() : t.rows();
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  for (int64_t r = 0; r < t.rows(); ++r)
+    dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + r * row_bytes, v.data() + r * t.cols(), t.cols());
+  if (spec.transform == Transform::NegExp)
+    for (float& x : v) {
+      PAGELLM_CHECK(x < 0, "cannot write a Hugging Face folder: '{}' holds {}, not a decay rate -exp(A_log)", t.name, x);
+      x = std::log(-x);
+    }
+  auto& out = owned.emplace_back(v);
+  if (spec.vheads != VHeads::None && la.v_heads_tiled && la.n_k_heads != la.n_v_heads) {
+    const int64_t nk = la.n_k_heads, per_k = la.n_v_heads / la.n_k_heads;
+    // Grouped head h (key head h / per_k) is tiled head (h % per_k) * nk + h / per_k.
+    auto tiled = [&](int64_t h) { return (h % per_k) * nk + h / per_k; };
+    if (spec.vheads == VHeads::Rows) {
+      const int64_t unit = rows == la.n_v_heads ? 1 : la.head_v_dim, first = rows - la.n_v_heads * unit;
+      for (int64_t h = 0; h < la.n_v_heads; ++h)
+        std::copy_n(v.data() + (first + tiled(h) * unit) * cols, unit * cols, out.data() + (first + h * unit) * cols);
+    } else {
+      const int64_t unit = la.head_v_dim;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < la.n_v_heads; ++h)
+          std::copy_n(v.data() + r * cols + tiled(h) * unit, unit, out.data() + r * cols + h * unit);
     }
   }
   TensorData d;
   d.type = DType::F32;
-  d.shape = {cols, 2 * rows};
-  d.data = v.data();
+  d.shape = t.shape;
+  if (spec.transform == Transform::ConvTaps) d.shape = {t.cols(), 1, t.rows()};  // [conv_dim, 1, K]
+  if (spec.matrix && d.shape.size() == 1) d.shape = {d.cols(), 1};                 // HF: [1, cols]
+  d.data = out.data();
   return {d, hf};
 }
 
@@ -201,7 +242,16 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
     }
     if (!required && spec.need != Need::Optional) return;  // a flag the config does not set
     if (spec.experts && hf.find("{}") == std::string::npos) {
-      if (spec.transform == Transform::GateUpOdd) return;  // written with its gate half (GateUpEven)
+      if (spec.transform == Transform::GateUpOdd || spec.transform == Transform::GateUpSecondHalf)
+        return;  // written with its gate half
+      if (spec.transform == Transform::None) {  // nn.Linear orientation: GGUF's layout as it is
+        out.push_back({*t, hf});
+        return;
+      }
+      if (spec.transform == Transform::GateUpFirstHalf) {
+        out.push_back(gate_up_halves(arch, spec, *t, src, gguf, hf, owned));
+        return;
+      }
       if (spec.matrix && mxfp4)
         for (Entry& e : mxfp4_experts(arch, spec, *t, src, gguf, hf)) out.push_back(std::move(e));
       else
@@ -216,15 +266,8 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
         out.push_back({expert_slice(*t, e), pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 2)});
       return;
     }
-    if (spec.transform == Transform::HeadSecondHalf) return;  // written with its query half
-    if (spec.transform == Transform::HeadFirstHalf) {
-      out.push_back(query_and_gate(arch, spec, *t, src, gguf, hf, c.head_dim, owned));
-      return;
-    }
-    if (spec.transform == Transform::ConvTaps) {  // HF: [conv_dim, 1, K]
-      TensorData view = *t;
-      view.shape = {c.linear.conv_kernel, 1, t->cols() / c.linear.conv_kernel};
-      out.push_back({view, hf});
+    if (spec.vheads != VHeads::None || spec.transform == Transform::NegExp || spec.transform == Transform::ConvTaps) {
+      out.push_back(linear_attention_tensor(spec, *t, c, hf, owned));
       return;
     }
     // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.

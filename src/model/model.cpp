@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -117,7 +118,7 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::LinBeta: return layers_.at(il).lin.beta;
     case Slot::LinAlpha: return layers_.at(il).lin.alpha;
     case Slot::LinConv: return layers_.at(il).lin.conv;
-    case Slot::LinALog: return layers_.at(il).lin.a_log;
+    case Slot::LinA: return layers_.at(il).lin.ssm_a;
     case Slot::LinDtBias: return layers_.at(il).lin.dt_bias;
     case Slot::LinNorm: return layers_.at(il).lin.norm;
     case Slot::LinOut: return layers_.at(il).lin.out;
@@ -158,6 +159,28 @@ bool same_shape(std::vector<int64_t> a, std::vector<int64_t> b) {
   while (a.size() > 1 && a.back() == 1) a.pop_back();
   while (b.size() > 1 && b.back() == 1) b.pop_back();
   return a == b;
+}
+
+// Part k of a tensor whose parts alternate every head (TensorSpec::
+// split_per_head): each head's k-th run of rows, gathered in their type.
+TensorData per_head_part(const TensorData& t, const std::vector<int64_t>& parts, size_t k, int n_head,
+                         std::vector<AlignedBuffer>& storage) {
+  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  int64_t per_head = 0, before = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    per_head += parts[i] / n_head;
+    if (i < k) before += parts[i] / n_head;
+  }
+  const int64_t run = parts[k] / n_head;
+  AlignedBuffer& buf = storage.emplace_back(allocate_aligned(static_cast<size_t>(parts[k]) * row_bytes));
+  const auto* src = static_cast<const uint8_t*>(t.data);
+  for (int h = 0; h < n_head; ++h)
+    std::memcpy(buf.get() + static_cast<size_t>(h * run) * row_bytes,
+                src + static_cast<size_t>(h * per_head + before) * row_bytes, static_cast<size_t>(run) * row_bytes);
+  TensorData out = t;
+  out.shape = {t.cols(), parts[k]};
+  out.data = buf.get();
+  return out;
 }
 
 std::string dims_text(const std::vector<int64_t>& d) {
@@ -276,7 +299,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
                backend_.name());
         int64_t rows = 0;
         for (int64_t r : parts) rows += r;
-        PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size(),
+        PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size() &&
+                          (!spec.split_per_head || rows % c.n_head == 0),
                       "tensor '{}': {} rows do not split into the parts the architecture expects", name, t->rows());
         total += parts.size();
         return;
@@ -286,10 +310,13 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       int64_t row0 = 0;
       for (size_t k = 0; k < spec.slots.size(); ++k) {
         TensorData part = *t;
-        if (spec.slots.size() > 1) {
+        if (spec.split_per_head) {
+          part = per_head_part(*t, parts, k, c.n_head, shard_storage_);
+        } else if (spec.slots.size() > 1) {
           part.shape = {t->cols(), parts[k]};
           part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;
         }
+        if (!spec.matrix && part.shape.size() == 2) part.shape = {part.cols() * part.rows()};  // conv taps: one vector
         row0 += parts[k];
         const TensorCut cut = tensor_cut(spec.slots[k], geo_, shard_.tp_rank, c.head_dim);
         if (cut.kind == TensorCut::None) continue;

@@ -229,6 +229,9 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
     }
     std::optional<int64_t> fallback = derived_size(p.derived, c);
     if (p.gguf_default) fallback = *p.gguf_default;
+    // Families without dense FFN layers (Qwen3.5-MoE) may state only the expert size.
+    if (p.field == &ModelConfig::n_ff && info.moe_only && f.has(key("expert_feed_forward_length")))
+      fallback = f.get_int(key("expert_feed_forward_length"));
     c.*p.field = gguf_size(f, key(p.gguf), fallback, 1, p.max);
     if (p.field == &ModelConfig::n_layer) {
       // A file without any layer tensors is left to the loader, which names

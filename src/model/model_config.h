@@ -14,7 +14,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -102,6 +102,9 @@ struct ModelConfig {
   std::vector<bool> is_linear;  // [n_layer], or empty: none
   struct LinearAttn {
     int n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0, conv_kernel = 0;
+    // Value heads in llama.cpp's tiled order (GGUF files, dummies) rather
+    // than grouped by key head (HF checkpoints): GatedDeltaConfig::key_head.
+    bool v_heads_tiled = false;
     int64_t key_dim() const { return static_cast<int64_t>(n_k_heads) * head_k_dim; }
     int64_t value_dim() const { return static_cast<int64_t>(n_v_heads) * head_v_dim; }
     int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }

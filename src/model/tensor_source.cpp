@@ -1,5 +1,6 @@
 #include "model/tensor_source.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -143,31 +144,33 @@ class SafetensorsSource : public TensorSource {
     const Transform tr = spec.transform;
     if (tr == Transform::None || tr == Transform::RopePermute) return t;
     const int64_t n = static_cast<int64_t>(t.rows()) * t.cols();
-    if (tr == Transform::HeadFirstHalf || tr == Transform::HeadSecondHalf) {
-      // [q | gate] rows per head: every other run of head_dim rows, kept in its type.
-      const int64_t hd = cfg.head_dim, rows = t.rows();
-      PAGELLM_CHECK(t.shape.size() == 2 && rows % (2 * hd) == 0, "'{}': tensor {} has {} rows, not 2 * head_dim ({}) "
-                    "per head", path, hf_name, rows, hd);
-      const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
-      auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(rows / 2) * row_bytes);
-      const int64_t first = tr == Transform::HeadSecondHalf ? hd : 0;
-      for (int64_t h = 0; h < rows / (2 * hd); ++h)
-        std::memcpy(owned.data() + static_cast<size_t>(h * hd) * row_bytes,
-                    static_cast<const uint8_t*>(t.data) + static_cast<size_t>(h * 2 * hd + first) * row_bytes,
-                    static_cast<size_t>(hd) * row_bytes);
-      return TensorData{"", t.type, {t.cols(), rows / 2}, owned.data()};
-    }
-    if (tr == Transform::ConvTaps) {  // [conv_dim, 1, K] -> conv_dim * K taps, F32
+    if (tr == Transform::ConvTaps) {  // [conv_dim, 1, K] -> GGUF's [K, conv_dim], F32
       PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] == 1, "'{}': tensor {} is not a depthwise conv weight "
                     "[channels, 1, kernel]", path, hf_name);
       auto& owned = owned_.emplace_back(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i);
-      return TensorData{"", DType::F32, {n}, owned.data()};
+      return TensorData{"", DType::F32, {t.shape[0], t.shape[2]}, owned.data()};
+    }
+    if (tr == Transform::NegExp) {  // A_log -> -exp(A_log), as llama.cpp's converter stores it
+      auto& owned = owned_.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) owned[i] = -std::exp(element_as_float(t, i));
+      return TensorData{"", DType::F32, t.shape, owned.data()};
     }
     if (tr == Transform::NormPlusOne) {  // GGUF conversion stores w + 1
       auto& owned = owned_.emplace_back(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i) + 1.0f;
       return TensorData{"", DType::F32, t.shape, owned.data()};
+    }
+    if (tr == Transform::GateUpFirstHalf || tr == Transform::GateUpSecondHalf) {
+      // ne [in, 2 * ff, n_expert] -> [in, ff, n_expert]: each expert's first or second half of rows, in its type.
+      PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] % 2 == 0, "'{}': tensor {} is not fused experts [n_expert, "
+                    "2 * ff, in]", path, hf_name);
+      const int64_t ff = t.shape[1] / 2, experts = t.shape[2];
+      const size_t row_bytes = dtype_row_bytes(t.type, t.cols()), half = static_cast<size_t>(ff) * row_bytes;
+      auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(experts) * half);
+      const auto* from = static_cast<const uint8_t*>(t.data) + (tr == Transform::GateUpSecondHalf ? half : 0);
+      for (int64_t e = 0; e < experts; ++e) std::memcpy(owned.data() + e * half, from + 2 * e * half, half);
+      return TensorData{"", t.type, {t.cols(), ff, experts}, owned.data()};
     }
     // Stacked experts: weights ne [out (x2 when fused), in, n_expert], biases
     // ne [out (x2), n_expert]; the result is GGUF's [in, out, n_expert] / [out, n_expert].

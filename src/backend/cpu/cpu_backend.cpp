@@ -454,7 +454,7 @@ class CpuBackend : public Backend {
     });
   }
 
-  void gated_delta_rule(int layer, const Buffer& qkv_b, const Buffer& a_b, const Buffer& b_b, const Weight& a_log,
+  void gated_delta_rule(int layer, const Buffer& qkv_b, const Buffer& a_b, const Buffer& b_b, const Weight& ssm_a,
                         const Weight& dt_bias, const GatedDeltaConfig& cfg, Buffer& out_b) override {
     Timer t(this, kOther, "gated_delta_rule");
     const LinearStateSpec& st = kv_cfg_.state;
@@ -464,14 +464,14 @@ class CpuBackend : public Backend {
                       cfg.n_k_heads > 0 && H % cfg.n_k_heads == 0,
                   "gated delta rule: heads {}/{} of {}x{} do not match the state ({} heads of {}x{})", cfg.n_k_heads,
                   H, cfg.head_k_dim, cfg.head_v_dim, st.n_v_heads, st.head_k_dim, st.head_v_dim);
-    PAGELLM_CHECK(a_log.cols == H && dt_bias.cols == H, "gated delta rule: '{}' / '{}' need {} values", a_log.name,
+    PAGELLM_CHECK(ssm_a.cols == H && dt_bias.cols == H, "gated delta rule: '{}' / '{}' need {} values", ssm_a.name,
                   dt_bias.name, H);
     const int64_t n = batch_->n_tokens(), dk = cfg.head_k_dim, dv = cfg.head_v_dim;
     const float* qkv = f32(qkv_b, n * cfg.qkv_dim());
     const float* a = f32(a_b, n * H);
     const float* b = f32(b_b, n * H);
     float* out = f32(out_b, n * H * dv);
-    const float* al = as_cpu(a_log).vec.data();
+    const float* sa = as_cpu(ssm_a).vec.data();
     const float* dt = as_cpu(dt_bias).vec.data();
     const auto& seqs = batch_->seqs;
     pool_.parallel_for(static_cast<int64_t>(seqs.size()) * H, [&](int64_t lo, int64_t hi) {
@@ -481,7 +481,7 @@ class CpuBackend : public Backend {
         float* S = state_at(sl, q.state_slot) + st.conv_floats() + h * dk * dv;
         if (q.ctx_len == q.q_len) std::fill_n(S, dk * dv, 0.0f);
         cpu::gated_delta_rule_head(qkv + q.q_start * cfg.qkv_dim(), a + q.q_start * H, b + q.q_start * H, q.q_len,
-                                   cfg, h, al[h], dt[h], S, out + q.q_start * H * dv);
+                                   cfg, h, sa[h], dt[h], S, out + q.q_start * H * dv);
       }
     });
   }

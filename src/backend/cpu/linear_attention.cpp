@@ -50,22 +50,21 @@ void causal_conv1d_seq(const float* x, int64_t n_tokens, int64_t dim, const floa
 }
 
 void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int64_t n_tokens,
-                           const GatedDeltaConfig& cfg, int h, float a_log, float dt_bias, float* S, float* out) {
+                           const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out) {
   const int dk = cfg.head_k_dim, dv = cfg.head_v_dim;
   PAGELLM_CHECK(dk <= kMaxHeadDim && dv <= kMaxHeadDim, "gated delta rule: head dims {}/{} over {}", dk, dv,
                 kMaxHeadDim);
-  const int kh = h / (cfg.n_v_heads / cfg.n_k_heads);
+  const int kh = cfg.key_head(h);
   const int64_t stride = cfg.qkv_dim();
   const int64_t k_off = static_cast<int64_t>(cfg.n_k_heads) * dk + static_cast<int64_t>(kh) * dk;
   const int64_t v_off = 2 * static_cast<int64_t>(cfg.n_k_heads) * dk + static_cast<int64_t>(h) * dv;
-  const float decay_rate = -std::exp(a_log);
   float q[kMaxHeadDim], k[kMaxHeadDim], delta[kMaxHeadDim];
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* row = qkv + t * stride;
     l2_normalize(row + static_cast<int64_t>(kh) * dk, dk, cfg.scale, q);
     l2_normalize(row + k_off, dk, 1.0f, k);
     const float* v = row + v_off;
-    const float decay = std::exp(decay_rate * softplus(a[t * cfg.n_v_heads + h] + dt_bias));
+    const float decay = std::exp(ssm_a * softplus(a[t * cfg.n_v_heads + h] + dt_bias));
     const float beta = 1.0f / (1.0f + std::exp(-b[t * cfg.n_v_heads + h]));
     // k^T S of the decayed state, then the correction it needs to recall v.
     std::fill(delta, delta + dv, 0.0f);

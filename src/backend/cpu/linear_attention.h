@@ -23,6 +23,6 @@ void causal_conv1d_seq(const float* x, int64_t n_tokens, int64_t dim, const floa
 // [head_k_dim, head_v_dim] state (updated), out rows of n_v_heads * head_v_dim
 // (only head h's part is written). See GatedDeltaConfig for the recurrence.
 void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int64_t n_tokens,
-                           const GatedDeltaConfig& cfg, int h, float a_log, float dt_bias, float* S, float* out);
+                           const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out);
 
 }  // namespace pagellm::cpu

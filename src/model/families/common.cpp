@@ -17,6 +17,24 @@ Dims ff_shexp(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
 Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
 Dims shexp_gate_mat(const ModelConfig& c) { return {c.n_embd, 1}; }
 
+}  // namespace
+
+void add_shared_expert(std::vector<TensorSpec>& l) {
+  // The gate is one row, [n_embd, 1] as llama.cpp's converter writes it (a
+  // vector [n_embd] is read the same).
+  l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", shexp_gate_mat, Slot::ShexpGate,
+                  Need::IfSharedExpert));
+  l.back().keep_f32 = true;
+  l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ff_shexp, Slot::GateShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ff_shexp, Slot::UpShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", down_shexp, Slot::DownShexp,
+                  Need::IfSharedExpert));
+}
+
+namespace {
+
 // The FFN of a Llama-style layer: dense, or (with experts in the config) a
 // router and experts, HF names as Mixtral's (moe_hf: "block_sparse_moe") or
 // Qwen-MoE's ("mlp", with a shared expert behind a sigmoid gate).
@@ -35,18 +53,7 @@ void add_ffn(std::vector<TensorSpec>& l, const char* moe_hf) {
                       ff_exps, Slot::UpExps));
   l.push_back(experts("ffn_down_exps.weight", mixtral ? "block_sparse_moe.experts.{}.w2.weight" : "mlp.experts.{}.down_proj.weight",
                       down_exps, Slot::DownExps));
-  if (mixtral) return;
-  // The gate is one row, [n_embd, 1] as llama.cpp's converter writes it (a
-  // vector [n_embd] is read the same).
-  l.push_back(mat("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", shexp_gate_mat, Slot::ShexpGate,
-                  Need::IfSharedExpert));
-  l.back().keep_f32 = true;
-  l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", ff_shexp, Slot::GateShexp,
-                  Need::IfSharedExpert));
-  l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ff_shexp, Slot::UpShexp,
-                  Need::IfSharedExpert));
-  l.push_back(mat("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", down_shexp, Slot::DownShexp,
-                  Need::IfSharedExpert));
+  if (!mixtral) add_shared_expert(l);
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ Dims router_mat(const ModelConfig& c);
 Dims ff_exps(const ModelConfig& c);
 Dims down_exps(const ModelConfig& c);
 
+// Qwen-MoE's shared expert (gate_proj / up_proj / down_proj) and its sigmoid
+// gate, present when the config has one.
+void add_shared_expert(std::vector<TensorSpec>& l);
+
 // A vector (norm weight, bias) and a weight matrix, loaded into one slot.
 TensorSpec vec(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s, Need need = Need::Required,
                Transform tr = Transform::None);

@@ -17,5 +17,6 @@ ArchInfo gemma3();
 ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers
+ArchInfo qwen35moe(); // Qwen3.5-MoE: the same layers with routed and shared experts
 
 }  // namespace pagellm::family

@@ -6,6 +6,7 @@
 // part of each head (partial_rotary_factor, halves). The multimodal class's
 // text_config is read as the text model; image inputs are not served.
 #include "core/error.h"
+#include "format/gguf.h"
 #include "model/blocks.h"
 #include "model/families/common.h"
 #include "model/families/families.h"
@@ -18,41 +19,83 @@ Dims lin_qkv_mat(const ModelConfig& c) { return {c.n_embd, c.linear.conv_dim()};
 Dims lin_value_mat(const ModelConfig& c) { return {c.n_embd, c.linear.value_dim()}; }
 Dims lin_head_mat(const ModelConfig& c) { return {c.n_embd, c.linear.n_v_heads}; }
 Dims lin_head_vec(const ModelConfig& c) { return {c.linear.n_v_heads}; }
-Dims lin_conv_vec(const ModelConfig& c) { return {c.linear.conv_dim() * c.linear.conv_kernel}; }
+Dims lin_conv_taps(const ModelConfig& c) { return {c.linear.conv_kernel, c.linear.conv_dim()}; }
 Dims lin_norm_vec(const ModelConfig& c) { return {c.linear.head_v_dim}; }
 Dims lin_out_mat(const ModelConfig& c) { return {c.linear.value_dim(), c.n_embd}; }
+Dims q_gate_mat(const ModelConfig& c) { return {c.n_embd, 2 * static_cast<int64_t>(c.n_head) * c.head_dim}; }
+std::vector<int64_t> q_gate_parts(const ModelConfig& c) {
+  const int64_t rows = static_cast<int64_t>(c.n_head) * c.head_dim;
+  return {rows, rows};
+}
 
-std::vector<TensorSpec> layer() {
+// q_proj as GGUF keeps it: [q | gate] per head, loaded as two weights.
+TensorSpec query_and_gate() {
+  TensorSpec t = mat("attn_q.weight", "self_attn.q_proj.weight", q_gate_mat, Slot::Q, Need::IfAttnLayer);
+  t.slots = {Slot::Q, Slot::QGate};
+  t.split_rows = q_gate_parts;
+  t.split_per_head = true;
+  return t;
+}
+
+TensorSpec value_heads(TensorSpec t, VHeads v) {
+  t.vheads = v;
+  return t;
+}
+
+// Attention or Gated DeltaNet, and the FFN norm; the FFN follows.
+std::vector<TensorSpec> mixer() {
   constexpr Need A = Need::IfAttnLayer, L = Need::IfLinearLayer;
   constexpr Transform P1 = Transform::NormPlusOne;
+  constexpr VHeads R = VHeads::Rows;
   return {
       vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm, Need::Required, P1),
       // Full attention: q_proj's halves per head are the query and the output gate.
-      mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q, A, Transform::HeadFirstHalf),
-      mat("attn_q_gate.weight", "self_attn.q_proj.weight", q_mat, Slot::QGate, A, Transform::HeadSecondHalf),
+      query_and_gate(),
       mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K, A),
       mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V, A),
       mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O, A),
       vec("attn_q_norm.weight", "self_attn.q_norm.weight", head_vec, Slot::QNorm, A, P1),
       vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, A, P1),
-      // Gated DeltaNet.
-      mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L),
-      mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L),
-      mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L),
-      mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L),
-      vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_vec, Slot::LinConv, L, Transform::ConvTaps),
-      // A_log itself (llama.cpp's converter stores -exp(A_log) as ssm_a).
-      vec("ssm_a_log", "linear_attn.A_log", lin_head_vec, Slot::LinALog, L),
-      vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L),
+      // Gated DeltaNet, as llama.cpp's converter lays it out (value heads tiled
+      // in GGUF files when there are more value than key heads).
+      value_heads(mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L), R),
+      value_heads(mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L), R),
+      value_heads(mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L), R),
+      value_heads(mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L), R),
+      value_heads(vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_taps, Slot::LinConv, L,
+                      Transform::ConvTaps), R),
+      value_heads(vec("ssm_a", "linear_attn.A_log", lin_head_vec, Slot::LinA, L, Transform::NegExp), R),
+      value_heads(vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L), R),
       vec("ssm_norm.weight", "linear_attn.norm.weight", lin_norm_vec, Slot::LinNorm, L),
-      mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L),
-      // The FFN (llama.cpp names its norm post_attention_norm here).
+      value_heads(mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L), VHeads::Cols),
+      // The FFN's norm (llama.cpp names it post_attention_norm here).
       vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm, Need::Required,
           P1),
-      mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate),
-      mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up),
-      mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down),
   };
+}
+
+std::vector<TensorSpec> dense_layer() {
+  std::vector<TensorSpec> l = mixer();
+  l.push_back(mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate));
+  l.push_back(mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up));
+  l.push_back(mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down));
+  return l;
+}
+
+// Qwen3.5-MoE: a softmax router over experts stored fused (transformers 5's
+// [n_expert, 2 * ff, in] gate_up_proj and [n_expert, out, in] down_proj),
+// plus a shared expert behind a sigmoid gate.
+std::vector<TensorSpec> moe_layer() {
+  std::vector<TensorSpec> l = mixer();
+  l.push_back(mat("ffn_gate_inp.weight", "mlp.gate.weight", router_mat, Slot::Router, Need::IfMoe));
+  l.back().keep_f32 = true;
+  l.push_back(experts("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", ff_exps, Slot::GateExps,
+                      Transform::GateUpFirstHalf));
+  l.push_back(experts("ffn_up_exps.weight", "mlp.experts.gate_up_proj", ff_exps, Slot::UpExps,
+                      Transform::GateUpSecondHalf));
+  l.push_back(experts("ffn_down_exps.weight", "mlp.experts.down_proj", down_exps, Slot::DownExps));
+  add_shared_expert(l);
+  return l;
 }
 
 // Layer kinds from layer_types, else every full_attention_interval-th layer
@@ -85,6 +128,8 @@ int linear_size(const nlohmann::json& j, const char* key, int def, int max, cons
 
 void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   using L = ModelSizeLimits;
+  // Qwen3.5-MoE has no dense FFN, and its config no intermediate_size.
+  if (c.moe() && !j.contains("intermediate_size")) c.n_ff = c.n_ff_exp;
   c.is_linear = linear_layers(j, c.n_layer, path);
   c.linear.n_k_heads = linear_size(j, "linear_num_key_heads", 16, L::kHeads, path);
   c.linear.n_v_heads = linear_size(j, "linear_num_value_heads", 32, L::kHeads, path);
@@ -103,16 +148,47 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
                 "'{}': attn_output_gate false is not supported (Qwen3.5's attention is gated)", path);
 }
 
-// llama.cpp's converter reorders the value heads (tiled for ggml's
-// broadcast) and stores -exp(A_log); pagellm reads Qwen3.5 as transformers
-// lays it out.
-void read_gguf(const GGUFFile&, ModelConfig&) {
-  fail("GGUF qwen35 files are not supported yet (llama.cpp's converter reorders their value heads); load the "
-       "Hugging Face folder of the model instead");
+// llama.cpp's keys: the SSM sizes (state_size is the key head size,
+// inner_size all value heads), the recurrent layers or the full-attention
+// interval. Its converter tiles the value heads.
+void read_gguf(const GGUFFile& f, ModelConfig& c) {
+  using L = ModelSizeLimits;
+  const std::string a = f.get_string("general.architecture") + ".";
+  auto size = [&](const char* key, int max) {
+    const int64_t v = f.get_int(a + key);
+    PAGELLM_CHECK(v >= 1 && v <= max, "'{}': invalid {}{} {}", f.path(), a, key, v);
+    return static_cast<int>(v);
+  };
+  c.linear.conv_kernel = size("ssm.conv_kernel", 64);
+  c.linear.head_k_dim = size("ssm.state_size", L::kHeadDim);
+  c.linear.n_k_heads = size("ssm.group_count", L::kHeads);
+  c.linear.n_v_heads = size("ssm.time_step_rank", L::kHeads);
+  const int inner = size("ssm.inner_size", L::kHeads * L::kHeadDim);
+  PAGELLM_CHECK(inner % c.linear.n_v_heads == 0 && inner / c.linear.n_v_heads <= L::kHeadDim,
+                "'{}': {}ssm.inner_size {} is not {} value heads of a valid size", f.path(), a, inner,
+                c.linear.n_v_heads);
+  c.linear.head_v_dim = inner / c.linear.n_v_heads;
+  c.linear.v_heads_tiled = true;
+  c.is_linear.assign(static_cast<size_t>(c.n_layer), false);
+  if (f.has(a + "attention.recurrent_layers")) {
+    const std::vector<int64_t> r = f.get_int_array(a + "attention.recurrent_layers");
+    PAGELLM_CHECK(static_cast<int>(r.size()) >= c.n_layer, "'{}': {}attention.recurrent_layers has {} entries for {} "
+                  "layers", f.path(), a, r.size(), c.n_layer);
+    for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = r[il] != 0;
+  } else {
+    const int every = static_cast<int>(f.get_int(a + "full_attention_interval", 4));
+    PAGELLM_CHECK(every >= 1 && every <= c.n_layer, "'{}': invalid {}full_attention_interval {}", f.path(), a, every);
+    for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = (il + 1) % every != 0;
+  }
 }
 
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["hidden_act"] = "silu";
+  if (c.moe()) {
+    // Qwen3_5MoeTextConfig has no dense FFN size and always renormalises.
+    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Qwen3.5-MoE always renormalises its experts' weights");
+    for (const char* key : {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"}) j.erase(key);
+  }
   j["attention_bias"] = false;
   std::vector<std::string> types;
   for (int il = 0; il < c.n_layer; ++il) types.push_back(c.layer_is_linear(il) ? "linear_attention" : "full_attention");
@@ -131,40 +207,69 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
 }
 
 // tiny-qwen35: linear and full layers alternating, 2 key / 4 value heads
-// (each key head serves two value heads), a quarter of each head rotating.
+// (each key head serves two value heads; tiled, as in a converted GGUF), a
+// quarter of each head rotating.
 void tiny_hybrid(ModelConfig& c) {
   c.is_linear.assign(static_cast<size_t>(c.n_layer), false);
   for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = il % 2 == 0;
-  c.linear = {2, 4, 32, 64, 4};
+  c.linear = {2, 4, 64, 64, 4, true};  // llama.cpp needs equal key and value head sizes
   c.rope.n_rot = c.head_dim / 4;
+}
+
+// tiny-qwen35moe: the same, with 8 experts of which 2 per token and a shared expert.
+void tiny_hybrid_moe(ModelConfig& c) {
+  tiny_hybrid(c);
+  c.expert_norm_topk = true;
+}
+
+ArchInfo common_entry(ArchInfo a) {
+  a.qk_norm = true;
+  a.attn_out_gate = true;
+  a.partial_rotary = true;
+  a.hf.vocab_size = 248320;
+  a.hf.num_attention_heads = 16;
+  a.hf.head_dim = 256;
+  a.hf.max_position_embeddings = 32768;
+  a.hf.rms_norm_eps = 1e-6f;
+  a.globals = globals(Transform::NormPlusOne);
+  a.read_hf = read_hf;
+  a.read_gguf = read_gguf;
+  a.write_hf = write_hf;
+  a.layer_forward = hybrid_decoder_layer;
+  return a;
 }
 
 }  // namespace
 
 ArchInfo qwen35() {
-  ArchInfo a = entry(Arch::Qwen35, "qwen35", "qwen3_5_text",
-                     {{"Qwen3_5ForCausalLM"}, {"Qwen3_5ForConditionalGeneration"}});
-  a.qk_norm = true;
-  a.attn_out_gate = true;
-  a.partial_rotary = true;
+  ArchInfo a = common_entry(entry(Arch::Qwen35, "qwen35", "qwen3_5_text",
+                                  {{"Qwen3_5ForCausalLM"}, {"Qwen3_5ForConditionalGeneration"}}));
   // Qwen3_5TextConfig's defaults.
-  a.hf.vocab_size = 248320;
   a.hf.hidden_size = 4096;
   a.hf.intermediate_size = 12288;
   a.hf.num_hidden_layers = 32;
-  a.hf.num_attention_heads = 16;
   a.hf.num_key_value_heads = 4;
-  a.hf.head_dim = 256;
-  a.hf.max_position_embeddings = 32768;
-  a.hf.rms_norm_eps = 1e-6f;
-  a.globals = globals(Transform::NormPlusOne);
-  a.layer = layer();
-  a.read_hf = read_hf;
-  a.read_gguf = read_gguf;
-  a.write_hf = write_hf;
-  a.layer_forward = hybrid_decoder_layer;
+  a.layer = dense_layer();
   a.dummy_shapes = {
       {"tiny-qwen35", 512, 256, 4, 4, 2, 64, 512, 512, 10000000.f, 1e-6f, false, 0, 0, 0, 0, 0, tiny_hybrid},
+  };
+  return a;
+}
+
+ArchInfo qwen35moe() {
+  ArchInfo a = common_entry(entry(Arch::Qwen35Moe, "qwen35moe", "qwen3_5_moe_text",
+                                  {{"Qwen3_5MoeForCausalLM"}, {"Qwen3_5MoeForConditionalGeneration"}}));
+  a.moe = a.moe_only = true;
+  a.moe_norm_topk = true;  // Qwen3_5MoeTopKRouter always renormalises the chosen weights
+  // Qwen3_5MoeTextConfig's defaults (no dense FFN: n_ff is the expert size).
+  a.hf.hidden_size = 2048;
+  a.hf.intermediate_size = 512;
+  a.hf.num_hidden_layers = 40;
+  a.hf.num_key_value_heads = 2;
+  a.layer = moe_layer();
+  a.dummy_shapes = {
+      {"tiny-qwen35moe", 512, 256, 4, 4, 2, 64, 256, 512, 10000000.f, 1e-6f, false, 0, 8, 2, 256, 256,
+       tiny_hybrid_moe},
   };
   return a;
 }

@@ -916,7 +916,7 @@ TEST_P(BackendOps, MoeCombineAndSigmoidRowScale) {
 struct GdnRef {
   GatedDeltaConfig cfg;
   int K = 4;
-  std::vector<float> conv_w, conv_b, a_log, dt_bias;
+  std::vector<float> conv_w, conv_b, ssm_a, dt_bias;
 
   // silu(bias + causal conv) of rows x[t][dim], zeros before the first row.
   std::vector<double> conv(const std::vector<float>& x, int64_t dim) const {
@@ -937,6 +937,7 @@ struct GdnRef {
   std::vector<double> delta_rule(const std::vector<float>& qkv, const std::vector<float>& a,
                                  const std::vector<float>& b) const {
     const int H = cfg.n_v_heads, dk = cfg.head_k_dim, dv = cfg.head_v_dim, r = H / cfg.n_k_heads;
+    auto key_head = [&](int h) { return cfg.v_heads_tiled ? h % cfg.n_k_heads : h / r; };
     const int64_t stride = cfg.qkv_dim(), n = static_cast<int64_t>(qkv.size()) / stride;
     std::vector<double> out(static_cast<size_t>(n * H * dv));
     for (int h = 0; h < H; ++h) {
@@ -950,11 +951,11 @@ struct GdnRef {
           for (int i = 0; i < dk; ++i) y[i] = x[i] / std::sqrt(ss + 1e-6) * scale;
           return y;
         };
-        const auto q = normed(row + (h / r) * dk, cfg.scale);
-        const auto k = normed(row + (cfg.n_k_heads + h / r) * dk, 1.0);
+        const auto q = normed(row + key_head(h) * dk, cfg.scale);
+        const auto k = normed(row + (cfg.n_k_heads + key_head(h)) * dk, 1.0);
         const float* v = row + 2 * cfg.n_k_heads * dk + h * dv;
         const double x = double(a[t * H + h]) + dt_bias[h];
-        const double g = -std::exp(double(a_log[h])) * (x > 20 ? x : std::log1p(std::exp(x)));
+        const double g = double(ssm_a[h]) * (x > 20 ? x : std::log1p(std::exp(x)));
         const double beta = 1 / (1 + std::exp(-double(b[t * H + h])));
         for (double& s : S) s *= std::exp(g);
         for (int j = 0; j < dv; ++j) {
@@ -976,19 +977,23 @@ struct GdnRef {
 
 // Three steps of a mixed batch: fresh prompts, a decode, a prompt continued in
 // chunks, and a sequence forked (copy_states) from another: each step's
-// output equals the definition run over the sequence's whole history.
+// output equals the definition run over the sequence's whole history. Value
+// heads read their key head in transformers' grouped order and in the tiled
+// order of llama.cpp's files.
 TEST_P(BackendOps, GatedDeltaNetContinuesEachSequencesState) {
   if (!be_->supports(Feature::LinearAttention)) {
     EXPECT_FALSE(be_->supports_op(op_query(PGLB_OP_GATED_DELTA_RULE)));
     return;
   }
-  for (const auto [nk, nv, dk, dv] : {std::array{2, 4, 16, 8}, std::array{1, 2, 128, 128}}) {
+  for (const auto [nk, nv, dk, dv, tiled] :
+       {std::array{2, 4, 16, 8, 0}, std::array{2, 4, 16, 8, 1}, std::array{1, 2, 128, 128, 0}}) {
     GdnRef ref;
-    ref.cfg = {nk, nv, dk, dv, 1.0f / std::sqrt(float(dk))};
+    ref.cfg = {nk, nv, dk, dv, 1.0f / std::sqrt(float(dk)), tiled != 0};
     const int64_t dim = ref.cfg.qkv_dim();
     ref.conv_w = randn(static_cast<size_t>(dim * ref.K), 61, 0.5f);
     ref.conv_b = randn(static_cast<size_t>(dim), 62, 0.2f);
-    ref.a_log = randn(static_cast<size_t>(nv), 63, 0.5f);
+    ref.ssm_a = randn(static_cast<size_t>(nv), 63, 0.5f);
+    for (float& v : ref.ssm_a) v = -std::exp(v);  // -exp(A_log)
     ref.dt_bias = randn(static_cast<size_t>(nv), 64, 0.5f);
     KVCacheSpec spec = cache_spec(1, 1, 8, 4);
     spec.layer_state = {-1, 0};  // layer 1 is the linear one
@@ -996,7 +1001,7 @@ TEST_P(BackendOps, GatedDeltaNetContinuesEachSequencesState) {
     be_->allocate_kv_cache(spec);
     auto wv = upload_weight("conv", DType::F32, {dim * ref.K}, ref.conv_w.data());
     auto bv = upload_weight("conv_b", DType::F32, {dim}, ref.conv_b.data());
-    auto al = upload_weight("a_log", DType::F32, {nv}, ref.a_log.data());
+    auto al = upload_weight("ssm_a", DType::F32, {nv}, ref.ssm_a.data());
     auto dt = upload_weight("dt_bias", DType::F32, {nv}, ref.dt_bias.data());
 
     // Per sequence (by state slot): its whole history of inputs.
@@ -1055,7 +1060,8 @@ TEST_P(BackendOps, GatedDeltaNetContinuesEachSequencesState) {
         const std::vector<float> got_d(got.begin() + q.q_start * nv * dv,
                                        got.begin() + (q.q_start + q.q_len) * nv * dv);
         EXPECT_LT(rel_l2(got_c, want_c), 1e-6) << "conv, step " << si << " slot " << slot << " dk " << dk;
-        EXPECT_LT(rel_l2(got_d, want_d), 1e-5) << "delta rule, step " << si << " slot " << slot << " dk " << dk;
+        EXPECT_LT(rel_l2(got_d, want_d), 1e-5) << "delta rule, step " << si << " slot " << slot << " dk " << dk
+                                               << " tiled " << tiled;
       }
     }
   }

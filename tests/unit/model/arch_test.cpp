@@ -85,14 +85,14 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
         want += "[37]";
       }
       for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
-        // A fused gate_up (or Qwen3.5's [q | gate] q_proj) maps to both halves, in table order.
+        // A fused gate_up maps to both halves, in table order.
         const auto all = hf_tensors(a, std::string(prefix) + "11." + hf);
         const auto got = std::find_if(all.begin(), all.end(), [&](const HfTensor& h) { return h.spec == &t; });
         ASSERT_NE(got, all.end()) << a.gguf_name << " " << prefix << hf;
         EXPECT_EQ(got->gguf, want);
         EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd ||
-                                       t.transform == Transform::HeadFirstHalf ||
-                                       t.transform == Transform::HeadSecondHalf);
+                                       t.transform == Transform::GateUpFirstHalf ||
+                                       t.transform == Transform::GateUpSecondHalf);
       }
       if (per_expert) {
         std::string bad = t.hf;
@@ -354,11 +354,39 @@ TEST(Qwen35Config, LayerKindsDefaultsAndTextConfig) {
   bad["layer_types"] = std::vector<std::string>(8, "linear_attention");
   expect_error_with([&] { config_of(bad); }, "at least one full-attention layer");
 
+  EXPECT_FALSE(c3.linear.v_heads_tiled);  // HF checkpoints group value heads by key head
+}
+
+// GGUF qwen35 as llama.cpp's converter writes it: SSM keys, recurrent_layers,
+// value heads tiled; a file without one of the sizes is refused by name.
+TEST(Qwen35Config, GgufKeysAsLlamaCppWritesThem) {
   ThreadPool pool(2);
   const std::string gguf = scratch("tiny-qwen35.gguf");
   write_dummy_gguf(gguf, DummySpec{"tiny-qwen35", DType::F32, 1}, nullptr, pool);
+  const ModelConfig c = config_from_gguf(*GGUFFile::open(gguf));
+  EXPECT_EQ(c.is_linear, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.linear.n_k_heads, 2);
+  EXPECT_EQ(c.linear.n_v_heads, 4);
+  EXPECT_EQ(c.linear.head_k_dim, 64);
+  EXPECT_EQ(c.linear.head_v_dim, 64);
+  EXPECT_EQ(c.linear.conv_kernel, 4);
+  EXPECT_TRUE(c.linear.v_heads_tiled);
+  EXPECT_EQ(c.rope.n_rot, 16);
   auto backend = make_cpu_backend(1);
-  expect_error_with([&] { Model::load(gguf, *backend); }, "GGUF qwen35 files are not supported yet");
+  EXPECT_TRUE(Model::load(gguf, *backend)->has_linear_layers());
+
+  // The same file without qwen35.ssm.state_size.
+  const auto f = GGUFFile::open(gguf);
+  GGUFWriter w;
+  for (const auto& [k, v] : f->metadata())
+    if (k != "qwen35.ssm.state_size") w.set_value(k, v);
+  for (const auto& t : f->tensors()) {
+    const auto* b = static_cast<const uint8_t*>(t.data);
+    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(b, b + t.nbytes));
+  }
+  const std::string bad = scratch("tiny-qwen35-no-state-size.gguf");
+  w.write(bad);
+  expect_error_with([&] { Model::load(bad, *backend); }, "qwen35.ssm.state_size");
 }
 
 // A LongRoPE model takes the long factors when it serves more than the

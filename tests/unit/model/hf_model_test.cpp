@@ -135,7 +135,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-llama3", false},  {"tiny-gemma2", true},    {"tiny-phi3", false},
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
-    {"tiny-qwen35", false},
+    {"tiny-qwen35", false},  {"tiny-qwen35moe", false},
 };
 
 struct HFCase {

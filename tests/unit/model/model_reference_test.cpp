@@ -170,6 +170,8 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
     else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
     else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
     else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
+    else if (type == "array:BOOL") w.set_bool_array(key, kv["value"].get<std::vector<bool>>());
+    else if (type == "array:INT32") w.set_i32_array(key, kv["value"].get<std::vector<int32_t>>());
     else FAIL() << key << ": metadata type " << type << " not handled here";
   }
   add_synthetic_vocab(w, n_vocab);
@@ -191,7 +193,8 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
 INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertedByLlamaCpp,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3",
                                            "tiny-gemma2", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe",
-                                           "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"),
+                                           "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
+                                           "tiny-qwen35moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)
