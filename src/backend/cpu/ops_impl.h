@@ -218,6 +218,25 @@ static inline __m256 hsum8x8(const __m256 (&a)[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+// v[i][j] -> v[j][i] (8x8 floats).
+static inline void transpose8x8(__m256 (&v)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);      // v[i][0] v[i+1][0] v[i][1] v[i+1][1] | 4 5
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);  // v[i][2] v[i+1][2] v[i][3] v[i+1][3] | 6 7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);      // column 0 of rows i..i+3 | column 4
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);  // column 1 | 5
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);  // column 2 | 6
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);  // column 3 | 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    v[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
 // One cache block of keys at a time: K is transposed into kt[d][key] so that
 // 4 rows x 8 keys of scores build up in registers; V is converted to float
 // once and reused by every row; each row's output accumulates in registers
@@ -279,16 +298,16 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
           _mm256_store_ps(sc + r * kMaxBlock + k0, hsum8x8(acc));
         }
     } else {
-      for (int k = 0; k < cnt8; ++k) {
-        if (k < cnt) {
-          const T* kr = kc + (base + k) * D;
-          for (int d = 0; d < D; d += 8) {
-            alignas(32) float tmp[8];
-            _mm256_store_ps(tmp, load8(kr + d));
-            for (int i = 0; i < 8; ++i) kt[(d + i) * cnt8 + k] = tmp[i];
-          }
-        } else {
-          for (int d = 0; d < D; ++d) kt[d * cnt8 + k] = 0.0f;
+      // 8 keys x 8 dimensions at a time, transposed in registers (keys past
+      // cnt are zeros): scalar stores of every element cost more than the
+      // scores themselves at decode.
+      for (int k0 = 0; k0 < cnt8; k0 += 8) {
+        const int kn = static_cast<int>(min64(8, cnt - k0));
+        for (int d = 0; d < D; d += 8) {
+          __m256 v[8];
+          for (int i = 0; i < 8; ++i) v[i] = i < kn ? load8(kc + (base + k0 + i) * D + d) : _mm256_setzero_ps();
+          transpose8x8(v);
+          for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (d + i) * cnt8 + k0, v[i]);
         }
       }
     }
