@@ -44,6 +44,7 @@ struct OpsFlags {
   std::string ns = "1,8,32,512";
   int64_t rows = 5632, cols = 2048;  // TinyLlama's FFN up / gate
   int ctx = 512;                      // decode attention: keys per sequence
+  std::string attn_heads = "32/4x64";  // attention: query heads / KV heads x head dim (TinyLlama)
   std::string kv_dtype = "f16";
   int rounds = 5;
   double min_ms = 20;                 // each timed sample runs the op at least this long
@@ -383,11 +384,17 @@ class OpsBench {
     measure(cases, j);
   }
 
-  // TinyLlama's attention (32 query heads, 4 KV heads of 64). n <= 64: n
-  // sequences decode one token each over ctx keys; larger n: one sequence's
-  // prefill of n tokens (causal).
+  // Attention of --attn-heads (default TinyLlama's: 32 query heads, 4 KV
+  // heads of 64; Gemma 3 270M is 4/1x256). n <= 64: n sequences decode one
+  // token each over ctx keys; larger n: one sequence's prefill of n tokens
+  // (causal).
   void run_attention(nlohmann::json& j) {
-    constexpr int kHeads = 32, kKvHeads = 4, kDim = 64, kBlock = 16;
+    int kHeads = 0, kKvHeads = 0, kDim = 0;
+    char end = 0;
+    PAGELLM_CHECK(std::sscanf(f_.attn_heads.c_str(), "%d/%dx%d%c", &kHeads, &kKvHeads, &kDim, &end) == 3 &&
+                      kHeads > 0 && kKvHeads > 0 && kDim > 0 && kHeads % kKvHeads == 0,
+                  "--attn-heads '{}': expected QUERY_HEADS/KV_HEADS x HEAD_DIM, e.g. 32/4x64", f_.attn_heads);
+    constexpr int kBlock = 16;
     const DType kv = dtype_from_name(f_.kv_dtype);
     struct PerLevel {
       BatchInfo batch;
@@ -458,6 +465,7 @@ class OpsBench {
       c.op = "attention";
       c.type = f_.kv_dtype;
       c.shape = decode ? fmt::format("{} seqs x ctx {}", seqs, ctx) : fmt::format("prefill {}", n);
+      if (f_.attn_heads != OpsFlags{}.attn_heads) c.shape += " " + f_.attn_heads;
       c.n = n;
       c.ops = 4.0 * kHeads * kDim * pairs;  // QK and PV, a multiply and an add each
       c.bytes = static_cast<double>(seqs * ctx) * kKvHeads * kDim * 2 * static_cast<double>(dtype_size(kv)) +
@@ -528,6 +536,8 @@ CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--rows", f->rows, "Matmul output features")->capture_default_str();
   sub->add_option("--cols", f->cols, "Matmul input features")->capture_default_str();
   sub->add_option("--ctx", f->ctx, "Decode attention: keys per sequence")->capture_default_str();
+  sub->add_option("--attn-heads", f->attn_heads, "Attention shape: query heads / KV heads x head dim")
+      ->capture_default_str();
   sub->add_option("--kv-dtype", f->kv_dtype, "Attention cache type: f16, f32 or i8")->capture_default_str();
   sub->add_option("--rounds", f->rounds, "Rounds (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_option("--min-ms", f->min_ms, "Each sample runs the op back to back at least this long")->capture_default_str();
