@@ -218,6 +218,48 @@ static inline __m256 hsum8x8(const __m256 (&a)[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+// acc[0, 8N) = acc * corr + sum over keys k < cnt of w[k] (* vs[k], int8
+// caches) x v[k * stride + i], key by key in order. A masked key (weight 0)
+// is skipped, not weighted by 0: its value may hold any bits (0 x NaN is
+// NaN); for finite values the sum is the same. The accumulators live in
+// registers for the whole block (a fixed N per call).
+template <int N, typename VT>
+static inline void pv_chunk_n(float* acc, __m256 corr, const float* w, int cnt, const VT* v, int64_t stride,
+                              const float* vs) {
+  __m256 a8[N];
+  for (int i = 0; i < N; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), corr);
+  for (int k = 0; k < cnt; ++k) {
+    if (w[k] == 0.0f) continue;
+    const __m256 wk = _mm256_set1_ps(vs ? w[k] * vs[k] : w[k]);
+    const VT* vk = v + k * stride;
+    for (int i = 0; i < N; ++i) a8[i] = _mm256_fmadd_ps(wk, load8(vk + 8 * i), a8[i]);
+  }
+  for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
+}
+
+template <typename VT>
+static inline void pv_chunk(float* acc, int n8, __m256 corr, const float* w, int cnt, const VT* v, int64_t stride,
+                            const float* vs) {
+  switch (n8) {
+    case 8: return pv_chunk_n<8>(acc, corr, w, cnt, v, stride, vs);
+    case 7: return pv_chunk_n<7>(acc, corr, w, cnt, v, stride, vs);
+    case 6: return pv_chunk_n<6>(acc, corr, w, cnt, v, stride, vs);
+    case 5: return pv_chunk_n<5>(acc, corr, w, cnt, v, stride, vs);
+    case 4: return pv_chunk_n<4>(acc, corr, w, cnt, v, stride, vs);
+    case 3: return pv_chunk_n<3>(acc, corr, w, cnt, v, stride, vs);
+    case 2: return pv_chunk_n<2>(acc, corr, w, cnt, v, stride, vs);
+    default: return pv_chunk_n<1>(acc, corr, w, cnt, v, stride, vs);
+  }
+}
+
+// Prefetches bytes [0, n) at p into L1. Always inlined: GCC's pure-const
+// pass takes a prefetch-only function for one without effects and drops its
+// calls (it did so for a lambda here).
+__attribute__((always_inline)) static inline void prefetch_lines(const void* p, int64_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < n; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
 // The largest of 8 floats.
 static inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -300,12 +342,25 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   // int8 caches: scores and value weights take each key's scales once
   // (s * kscale, w * vscale), not every element.
   constexpr bool kScaled = std::is_same_v<T, int8_t>;
+  // At decode the cache comes from memory (a whole step of weights passed
+  // since it was written), one block's head slice (B x D) at a time, and the
+  // slices are not adjacent: fetch the next block's keys and values while
+  // this one is worked on, as the hardware prefetcher does not.
+  const auto prefetch_block = [&](int64_t j_at) __attribute__((always_inline)) {
+    if (j_at >= a.j1) return;
+    const int64_t slot0 = (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
+    const int64_t bytes = min64(a.j1 - j_at, B - j_at % B) * D * static_cast<int64_t>(sizeof(T));
+    prefetch_lines(kc + slot0 * D, bytes);
+    prefetch_lines(vc + slot0 * D, bytes);
+  };
+  prefetch_block(a.j0);
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
     const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
+    prefetch_block(j + cnt);
     const bool direct = R < kDirectScoreRows;
     // Many rows share each value: convert the block once. Few rows read the cache directly.
     for (int k = 0; k < cnt && !direct; ++k) {
@@ -403,37 +458,14 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       out.l[r] = out.l[r] * corr + hsum8(lsum);
       out.m[r] = mx;
       const __m256 vcorr = _mm256_set1_ps(corr);
+      // acc += w_k * v_k over the block's keys, 64 dimensions at a time, from
+      // the converted block or straight from the cache.
+      const float* vs = kScaled ? kv.v_scale + base : nullptr;
       for (int d0 = 0; d0 < D; d0 += 64) {
         const int dn = static_cast<int>(min64(64, D - d0));
         float* acc = out.acc + r * D + d0;
-        __m256 a8[8];
-        for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), vcorr);
-        // acc += w_k * v_k over the block's keys, from the converted block or
-        // straight from the cache. A masked key (weight 0) is skipped, not
-        // weighted by 0: its value may hold any bits (0 x NaN is NaN). For
-        // finite values the sum is the same.
-        auto accumulate = [&](auto value_at, auto n8) {
-          for (int k = 0; k < cnt; ++k) {
-            if (s[k] == 0.0f) continue;
-            const __m256 w = _mm256_set1_ps(kScaled ? s[k] * kv.v_scale[base + k] : s[k]);
-            const auto* v = value_at(k);
-#pragma GCC unroll 8
-            for (int i = 0; i < n8(); ++i) a8[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a8[i]);
-          }
-        };
-        const auto from_cache = [&](int k) { return vc + (base + k) * D + d0; };
-        const auto from_block = [&](int k) { return static_cast<const float*>(vb + k * D + d0); };
-        // Heads of 64, 128, 256: whole chunks of 64, a fixed trip count keeps a8 in registers.
-        const auto full = [] { return 8; };
-        const auto part = [dn] { return dn / 8; };
-        if (dn == 64) {
-          if (direct) accumulate(from_cache, full);
-          else accumulate(from_block, full);
-        } else {
-          if (direct) accumulate(from_cache, part);
-          else accumulate(from_block, part);
-        }
-        for (int i = 0; i < dn / 8; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
+        if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
+        else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
       }
     }
     j += cnt;
