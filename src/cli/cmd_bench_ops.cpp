@@ -48,7 +48,7 @@ struct OpsFlags {
   std::string kv_dtype = "f16";
   int rounds = 5;
   double min_ms = 20;                 // each timed sample runs the op at least this long
-  std::string cold = "128MiB";        // matmul weights rotate over copies of at least this many bytes
+  std::string cold = "128MiB";        // matmul weights (decode attention: KV layers) rotate over this many bytes
   std::string read_size = "256MiB";   // streaming read benchmark; 0: skip it
   std::string output_json;
   // Time samples by the calling thread's CPU time (one thread only): the
@@ -399,13 +399,22 @@ class OpsBench {
     struct PerLevel {
       BatchInfo batch;
       BufferPtr q, out;
+      int next_layer = 0;
     };
     for (int64_t n : ns()) {
       const bool decode = n <= 64;
       const int64_t seqs = decode ? n : 1, ctx = decode ? f_.ctx : n, q_len = decode ? 1 : n;
       const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+      // Decode reads the cache from memory, as in a model (the weights of a
+      // whole step pass between two reads of a layer's cache): the calls
+      // rotate over enough layers (--cold bytes) that each reads its keys
+      // and values from memory. Prefill's keys are reused enough not to care.
+      const int64_t layer_bytes = seqs * ctx * kKvHeads * kDim * 2 * static_cast<int64_t>(dtype_size(kv));
+      const int layers =
+          decode ? static_cast<int>(std::clamp<int64_t>((parse_byte_size(f_.cold) + layer_bytes - 1) / layer_bytes, 1, 1024))
+                 : 1;
       KVCacheSpec spec;
-      spec.n_layers = 1;
+      spec.n_layers = layers;
       spec.n_kv_heads = kKvHeads;
       spec.head_dim = kDim;
       spec.block_size = kBlock;
@@ -447,7 +456,7 @@ class OpsBench {
         be.allocate_kv_cache(spec);
         be.set_batch(fill);
         BufferPtr kb = put(be, k), vb = put(be, v);
-        be.store_kv(0, *kb, *vb);
+        for (int layer = 0; layer < layers; ++layer) be.store_kv(layer, *kb, *vb);
         be.synchronize();
         st[l].batch = query;
         be.set_batch(st[l].batch);
@@ -470,9 +479,10 @@ class OpsBench {
       c.ops = 4.0 * kHeads * kDim * pairs;  // QK and PV, a multiply and an add each
       c.bytes = static_cast<double>(seqs * ctx) * kKvHeads * kDim * 2 * static_cast<double>(dtype_size(kv)) +
                 8.0 * static_cast<double>(nq) * kHeads * kDim;
-      c.call = [this, &st, cfg](size_t l) {
+      c.call = [this, &st, cfg, layers](size_t l) {
         Backend& be = *levels_[l].be;
-        be.attention(0, *st[l].q, *st[l].out, cfg);
+        be.attention(st[l].next_layer, *st[l].q, *st[l].out, cfg);
+        st[l].next_layer = (st[l].next_layer + 1) % layers;
         be.synchronize();
       };
       std::vector<Case> cases{std::move(c)};
@@ -541,7 +551,7 @@ CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--kv-dtype", f->kv_dtype, "Attention cache type: f16, f32 or i8")->capture_default_str();
   sub->add_option("--rounds", f->rounds, "Rounds (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_option("--min-ms", f->min_ms, "Each sample runs the op back to back at least this long")->capture_default_str();
-  sub->add_option("--cold", f->cold, "Matmul weights rotate over copies of at least this many bytes (beyond the caches)")
+  sub->add_option("--cold", f->cold, "Matmul weights and decode attention's KV cache rotate over copies of at least this many bytes (beyond the caches)")
       ->capture_default_str();
   sub->add_option("--read-size", f->read_size, "Streaming read benchmark buffer (0: skip)")->capture_default_str();
   sub->add_option("--output-json", f->output_json, "Also write the results as JSON here");
