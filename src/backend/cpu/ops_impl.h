@@ -346,28 +346,40 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   // At decode the cache comes from memory (a whole step of weights passed
   // since it was written), one block's head slice (B x D) at a time, and the
   // slices are not adjacent: fetch the next block's keys and values while
-  // this one is worked on, as the hardware prefetcher does not.
-  const auto prefetch_block = [&](int64_t j_at) __attribute__((always_inline)) {
-    if (j_at >= a.j1) return;
-    const int64_t slot0 = (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
-    const int64_t bytes = min64(a.j1 - j_at, B - j_at % B) * D * static_cast<int64_t>(sizeof(T));
-    prefetch_lines(kc + slot0 * D, bytes);
-    prefetch_lines(vc + slot0 * D, bytes);
+  // this one is worked on, as the hardware prefetcher does not. The first
+  // block whole; each next one a key at a time while this block's values are
+  // converted (a 256-dim block's 256 lines at once overflow the miss queues).
+  const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T));
+  const auto block_slot = [&](int64_t j_at) {
+    return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
   };
-  prefetch_block(a.j0);
+  {
+    const int64_t slot0 = block_slot(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
+    prefetch_lines(kc + slot0 * D, keys * key_bytes);
+    prefetch_lines(vc + slot0 * D, keys * key_bytes);
+  }
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
     const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
-    prefetch_block(j + cnt);
+    const int64_t j_next = j + cnt;
+    const int next_cnt = j_next < a.j1 ? static_cast<int>(min64(a.j1 - j_next, B - j_next % B)) : 0;
+    const int64_t next_slot = next_cnt > 0 ? block_slot(j_next) : 0;
+    const auto prefetch_next = [&](int k) __attribute__((always_inline)) {
+      if (k >= next_cnt) return;
+      prefetch_lines(kc + (next_slot + k) * D, key_bytes);
+      prefetch_lines(vc + (next_slot + k) * D, key_bytes);
+    };
     const bool direct = R < kDirectScoreRows;
     // Many rows share each value: convert the block once. Few rows read the cache directly.
     for (int k = 0; k < cnt && !direct; ++k) {
+      prefetch_next(k);
       const T* vr = vc + (base + k) * D;
       for (int d = 0; d < D; d += 8) _mm256_store_ps(vb + k * D + d, load8(vr + d));
     }
+    for (int k = direct ? 0 : cnt; k < next_cnt; ++k) prefetch_next(k);
     if (direct) {
       // Few rows (decode without much GQA sharing): each key's dot product
       // straight from the cache, 8 keys' sums reduced together; transposing
