@@ -253,9 +253,10 @@ static inline void pv_chunk(float* acc, int n8, __m256 corr, const float* w, int
 }
 
 // Prefetches bytes [0, n) at p into L2 (a 256-dim block slice is 8 KiB of
-// keys and 8 of values: into L1 it would evict the working tiles). Always inlined: GCC's pure-const
-// pass takes a prefetch-only function for one without effects and drops its
-// calls (it did so for a lambda here).
+// keys and 8 of values: into L1 they would evict the working tiles). Always
+// inlined, as are its callers: GCC's pure-const pass takes a function that
+// only prefetches for one without effects and drops its calls (it did so for
+// a lambda here).
 __attribute__((always_inline)) static inline void prefetch_lines(const void* p, int64_t n) {
   const char* c = static_cast<const char*>(p);
   for (int64_t off = 0; off < n; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
@@ -353,7 +354,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   const auto block_slot = [&](int64_t j_at) {
     return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
   };
-  {
+  if (a.j0 < a.j1) {  // (a unit without keys must not read the block table past its end)
     const int64_t slot0 = block_slot(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
     prefetch_lines(kc + slot0 * D, keys * key_bytes);
     prefetch_lines(vc + slot0 * D, keys * key_bytes);
