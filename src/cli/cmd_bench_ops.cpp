@@ -44,10 +44,11 @@ struct OpsFlags {
   std::string ns = "1,8,32,512";
   int64_t rows = 5632, cols = 2048;  // TinyLlama's FFN up / gate
   int ctx = 512;                      // decode attention: keys per sequence
+  std::string attn_heads = "32/4x64";  // attention: query heads / KV heads x head dim (TinyLlama)
   std::string kv_dtype = "f16";
   int rounds = 5;
   double min_ms = 20;                 // each timed sample runs the op at least this long
-  std::string cold = "128MiB";        // matmul weights rotate over copies of at least this many bytes
+  std::string cold = "128MiB";        // matmul weights (decode attention: KV layers) rotate over this many bytes
   std::string read_size = "256MiB";   // streaming read benchmark; 0: skip it
   std::string output_json;
   // Time samples by the calling thread's CPU time (one thread only): the
@@ -383,22 +384,37 @@ class OpsBench {
     measure(cases, j);
   }
 
-  // TinyLlama's attention (32 query heads, 4 KV heads of 64). n <= 64: n
-  // sequences decode one token each over ctx keys; larger n: one sequence's
-  // prefill of n tokens (causal).
+  // Attention of --attn-heads (default TinyLlama's: 32 query heads, 4 KV
+  // heads of 64; Gemma 3 270M is 4/1x256). n <= 64: n sequences decode one
+  // token each over ctx keys; larger n: one sequence's prefill of n tokens
+  // (causal).
   void run_attention(nlohmann::json& j) {
-    constexpr int kHeads = 32, kKvHeads = 4, kDim = 64, kBlock = 16;
+    int kHeads = 0, kKvHeads = 0, kDim = 0;
+    char end = 0;
+    PAGELLM_CHECK(std::sscanf(f_.attn_heads.c_str(), "%d/%dx%d%c", &kHeads, &kKvHeads, &kDim, &end) == 3 &&
+                      kHeads > 0 && kKvHeads > 0 && kDim > 0 && kHeads % kKvHeads == 0,
+                  "--attn-heads '{}': expected QUERY_HEADS/KV_HEADS x HEAD_DIM, e.g. 32/4x64", f_.attn_heads);
+    constexpr int kBlock = 16;
     const DType kv = dtype_from_name(f_.kv_dtype);
     struct PerLevel {
       BatchInfo batch;
       BufferPtr q, out;
+      int next_layer = 0;
     };
     for (int64_t n : ns()) {
       const bool decode = n <= 64;
       const int64_t seqs = decode ? n : 1, ctx = decode ? f_.ctx : n, q_len = decode ? 1 : n;
       const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+      // Decode reads the cache from memory, as in a model (the weights of a
+      // whole step pass between two reads of a layer's cache): the calls
+      // rotate over enough layers (--cold bytes) that each reads its keys
+      // and values from memory. Prefill's keys are reused enough not to care.
+      const int64_t layer_bytes = seqs * ctx * kKvHeads * kDim * 2 * static_cast<int64_t>(dtype_size(kv));
+      const int layers =
+          decode ? static_cast<int>(std::clamp<int64_t>((parse_byte_size(f_.cold) + layer_bytes - 1) / layer_bytes, 1, 1024))
+                 : 1;
       KVCacheSpec spec;
-      spec.n_layers = 1;
+      spec.n_layers = layers;
       spec.n_kv_heads = kKvHeads;
       spec.head_dim = kDim;
       spec.block_size = kBlock;
@@ -440,7 +456,7 @@ class OpsBench {
         be.allocate_kv_cache(spec);
         be.set_batch(fill);
         BufferPtr kb = put(be, k), vb = put(be, v);
-        be.store_kv(0, *kb, *vb);
+        for (int layer = 0; layer < layers; ++layer) be.store_kv(layer, *kb, *vb);
         be.synchronize();
         st[l].batch = query;
         be.set_batch(st[l].batch);
@@ -458,13 +474,15 @@ class OpsBench {
       c.op = "attention";
       c.type = f_.kv_dtype;
       c.shape = decode ? fmt::format("{} seqs x ctx {}", seqs, ctx) : fmt::format("prefill {}", n);
+      if (f_.attn_heads != OpsFlags{}.attn_heads) c.shape += " " + f_.attn_heads;
       c.n = n;
       c.ops = 4.0 * kHeads * kDim * pairs;  // QK and PV, a multiply and an add each
       c.bytes = static_cast<double>(seqs * ctx) * kKvHeads * kDim * 2 * static_cast<double>(dtype_size(kv)) +
                 8.0 * static_cast<double>(nq) * kHeads * kDim;
-      c.call = [this, &st, cfg](size_t l) {
+      c.call = [this, &st, cfg, layers](size_t l) {
         Backend& be = *levels_[l].be;
-        be.attention(0, *st[l].q, *st[l].out, cfg);
+        be.attention(st[l].next_layer, *st[l].q, *st[l].out, cfg);
+        st[l].next_layer = (st[l].next_layer + 1) % layers;
         be.synchronize();
       };
       std::vector<Case> cases{std::move(c)};
@@ -528,10 +546,12 @@ CLI::App* add_bench_ops(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--rows", f->rows, "Matmul output features")->capture_default_str();
   sub->add_option("--cols", f->cols, "Matmul input features")->capture_default_str();
   sub->add_option("--ctx", f->ctx, "Decode attention: keys per sequence")->capture_default_str();
+  sub->add_option("--attn-heads", f->attn_heads, "Attention shape: query heads / KV heads x head dim")
+      ->capture_default_str();
   sub->add_option("--kv-dtype", f->kv_dtype, "Attention cache type: f16, f32 or i8")->capture_default_str();
   sub->add_option("--rounds", f->rounds, "Rounds (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_option("--min-ms", f->min_ms, "Each sample runs the op back to back at least this long")->capture_default_str();
-  sub->add_option("--cold", f->cold, "Matmul weights rotate over copies of at least this many bytes (beyond the caches)")
+  sub->add_option("--cold", f->cold, "Matmul weights and decode attention's KV cache rotate over copies of at least this many bytes (beyond the caches)")
       ->capture_default_str();
   sub->add_option("--read-size", f->read_size, "Streaming read benchmark buffer (0: skip)")->capture_default_str();
   sub->add_option("--output-json", f->output_json, "Also write the results as JSON here");

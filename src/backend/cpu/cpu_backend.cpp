@@ -164,9 +164,15 @@ class CpuBackend : public Backend {
     v_cache_.clear();
     k_scale_.clear();
     v_scale_.clear();
+    // One allocation for every layer's keys and values, so that it gets
+    // 2 MiB pages (a small model's layer alone is below the 4 MiB the hint
+    // needs): decode reads each layer's cache as block slices a few KiB
+    // apart, one TLB entry per 4 KiB page otherwise.
+    const size_t layer_bytes = (block_bytes_ * cfg.num_blocks + 63) / 64 * 64;
+    kv_arena_ = allocate_aligned(2 * layer_bytes * static_cast<size_t>(cfg.n_layers));
     for (int l = 0; l < cfg.n_layers; ++l) {
-      k_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
-      v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
+      k_cache_.push_back(kv_arena_.get() + 2 * l * layer_bytes);
+      v_cache_.push_back(kv_arena_.get() + (2 * l + 1) * layer_bytes);
       if (scale_bytes_ == 0) continue;
       k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
       v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
@@ -191,8 +197,8 @@ class CpuBackend : public Backend {
       check_block(src);
       check_block(dst);
       for (int l = 0; l < kv_cfg_.n_layers; ++l) {
-        std::memcpy(k_cache_[l].get() + dst * block_bytes_, k_cache_[l].get() + src * block_bytes_, block_bytes_);
-        std::memcpy(v_cache_[l].get() + dst * block_bytes_, v_cache_[l].get() + src * block_bytes_, block_bytes_);
+        std::memcpy(k_cache_[l] + dst * block_bytes_, k_cache_[l] + src * block_bytes_, block_bytes_);
+        std::memcpy(v_cache_[l] + dst * block_bytes_, v_cache_[l] + src * block_bytes_, block_bytes_);
         if (scale_bytes_ == 0) continue;
         std::memcpy(k_scale_[l].get() + dst * scale_bytes_, k_scale_[l].get() + src * scale_bytes_, scale_bytes_);
         std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
@@ -296,7 +302,7 @@ class CpuBackend : public Backend {
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     float* k = f32(kb, batch_->n_tokens() * row);
     const float* v = f32(vb, batch_->n_tokens() * row);
-    const cpu::KVStore cache{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
+    const cpu::KVStore cache{k_cache_[slot], v_cache_[slot], kv_elem_, k_scale(slot), v_scale(slot),
                              kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
     const auto& slots = batch_->slots(group);
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
@@ -655,7 +661,8 @@ class CpuBackend : public Backend {
   size_t block_bytes_ = 0;
   size_t scale_bytes_ = 0;  // of one block's scales (int8 caches)
   cpu::KVElem kv_elem_ = cpu::KVElem::F16;
-  std::vector<AlignedBuffer> k_cache_, v_cache_;  // [layer]
+  AlignedBuffer kv_arena_;                     // [layer][k, v][num_blocks * block_bytes_]
+  std::vector<uint8_t*> k_cache_, v_cache_;    // [layer], into kv_arena_
   std::vector<AlignedBuffer> state_;              // [state layer] linear-attention states
   std::vector<AlignedBuffer> k_scale_, v_scale_;  // [layer], int8 caches
   const BatchInfo* batch_ = nullptr;
@@ -774,7 +781,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
+      cpu::AttnKV kv{k_cache_[slot], v_cache_[slot], kv_elem_, k_scale(slot), v_scale(slot),
                      kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].table(group).data()};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};

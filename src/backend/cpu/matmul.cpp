@@ -241,6 +241,13 @@ struct Plan {
   bool x16 = false;  // row groups in pairs through avx512::gemm_x16
 };
 
+// A thread's own run of work items (matmul_many, one token chunk); others
+// take from it once theirs is done.
+struct alignas(64) Segment {
+  std::atomic<int64_t> next{0};
+  int64_t end = 0;
+};
+
 void quantize_plan(const Plan& p, int64_t t0, int64_t t1) {
   const int64_t cols = p.w->cols();
   const int offset = zero_point(p.w->type(), p.x16);
@@ -441,13 +448,44 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.first_item = items;
     items += p.items;
   }
-  std::atomic<int64_t> next{0};
-  pool.run_dynamic([&](int, int) {
-    size_t pi = 0;
-    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
-         item = next.fetch_add(1, std::memory_order_relaxed)) {
-      while (item >= plans[pi].first_item + plans[pi].items) ++pi;  // items only grow
-      run_item(plans[pi], item - plans[pi].first_item);
+  bool one_chunk = true;
+  for (const Plan& p : plans) one_chunk = one_chunk && p.n <= p.chunk;
+  if (!one_chunk) {
+    std::atomic<int64_t> next{0};
+    pool.run_dynamic([&](int, int) {
+      size_t pi = 0;
+      for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
+           item = next.fetch_add(1, std::memory_order_relaxed)) {
+        while (item >= plans[pi].first_item + plans[pi].items) ++pi;  // items only grow
+        run_item(plans[pi], item - plans[pi].first_item);
+      }
+    });
+    return;
+  }
+  // One token chunk (decode, bound by memory): thread i owns the i-th
+  // contiguous segment of the items and takes them in order, so its weight
+  // reads form one long stream that the prefetches (running ahead past the
+  // item's end) and the hardware prefetcher follow. A thread that finishes
+  // its segment takes items from the others' (the shared machine may preempt
+  // one). Handing out items from one shared counter made each thread's
+  // stream jump every run, restarting the prefetch cold each time.
+  const int nth = pool.size();
+  thread_local std::vector<Segment> t_segments;
+  std::vector<Segment>& segs = t_segments;
+  if (static_cast<int>(segs.size()) < nth) segs = std::vector<Segment>(static_cast<size_t>(nth));
+  for (int i = 0; i < nth; ++i) {
+    segs[i].next.store(items * i / nth, std::memory_order_relaxed);
+    segs[i].end = items * (i + 1) / nth;
+  }
+  pool.run_dynamic([&](int ith, int) {
+    for (int k = 0; k < nth; ++k) {
+      Segment& sg = segs[(ith + k) % nth];
+      size_t pi = 0;
+      for (int64_t item = sg.next.fetch_add(1, std::memory_order_relaxed); item < sg.end;
+           item = sg.next.fetch_add(1, std::memory_order_relaxed)) {
+        while (item >= plans[pi].first_item + plans[pi].items) ++pi;
+        run_item(plans[pi], item - plans[pi].first_item);
+      }
     }
   });
 #endif  // PAGELLM_CPU_X86

@@ -218,6 +218,108 @@ static inline __m256 hsum8x8(const __m256 (&a)[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+// acc[0, 8N) = acc * corr + sum over keys k < cnt of w[k] (* vs[k], int8
+// caches) x v[k * stride + i], key by key in order. A masked key (weight 0)
+// is skipped, not weighted by 0: its value may hold any bits (0 x NaN is
+// NaN); for finite values the sum is the same. The accumulators live in
+// registers for the whole block (a fixed N per call).
+template <int N, typename VT>
+static inline void pv_chunk_n(float* acc, __m256 corr, const float* w, int cnt, const VT* v, int64_t stride,
+                              const float* vs) {
+  __m256 a8[N];
+  for (int i = 0; i < N; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), corr);
+  for (int k = 0; k < cnt; ++k) {
+    if (w[k] == 0.0f) continue;
+    const __m256 wk = _mm256_set1_ps(vs ? w[k] * vs[k] : w[k]);
+    const VT* vk = v + k * stride;
+    for (int i = 0; i < N; ++i) a8[i] = _mm256_fmadd_ps(wk, load8(vk + 8 * i), a8[i]);
+  }
+  for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
+}
+
+template <typename VT>
+static inline void pv_chunk(float* acc, int n8, __m256 corr, const float* w, int cnt, const VT* v, int64_t stride,
+                            const float* vs) {
+  switch (n8) {
+    case 8: return pv_chunk_n<8>(acc, corr, w, cnt, v, stride, vs);
+    case 7: return pv_chunk_n<7>(acc, corr, w, cnt, v, stride, vs);
+    case 6: return pv_chunk_n<6>(acc, corr, w, cnt, v, stride, vs);
+    case 5: return pv_chunk_n<5>(acc, corr, w, cnt, v, stride, vs);
+    case 4: return pv_chunk_n<4>(acc, corr, w, cnt, v, stride, vs);
+    case 3: return pv_chunk_n<3>(acc, corr, w, cnt, v, stride, vs);
+    case 2: return pv_chunk_n<2>(acc, corr, w, cnt, v, stride, vs);
+    default: return pv_chunk_n<1>(acc, corr, w, cnt, v, stride, vs);
+  }
+}
+
+// Prefetches bytes [0, n) at p into L2 (a 256-dim block slice is 8 KiB of
+// keys and 8 of values: into L1 they would evict the working tiles). Always
+// inlined, as are its callers: GCC's pure-const pass takes a function that
+// only prefetches for one without effects and drops its calls (it did so for
+// a lambda here).
+__attribute__((always_inline)) static inline void prefetch_lines(const void* p, int64_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < n; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
+// The largest of 8 floats.
+static inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// v[i][j] -> v[j][i] (8x8 floats).
+static inline void transpose8x8(__m256 (&v)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);      // v[i][0] v[i+1][0] v[i][1] v[i+1][1] | 4 5
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);  // v[i][2] v[i+1][2] v[i][3] v[i+1][3] | 6 7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);      // column 0 of rows i..i+3 | column 4
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);  // column 1 | 5
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);  // column 2 | 6
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);  // column 3 | 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    v[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// Scores of rn (<= 4) query rows q0[r * D + d] against NK x 8 transposed keys
+// kt[d * ld + key] into out[r * kMaxBlock + key]: lane l sums dimensions
+// l, l + 8, ... in order, then the lanes are added as hsum8x8 does.
+template <int NK>
+static inline void score_rows(const float* q0, int D, const float* kt, int ld, int rn, float* out) {
+  __m256 lane[4][NK][8];
+  for (int l = 0; l < 8; ++l) {
+    __m256 s[4][NK];
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < NK; ++h) s[i][h] = _mm256_setzero_ps();
+    for (int d = l; d < D; d += 8) {
+      __m256 kk[NK];
+      for (int h = 0; h < NK; ++h) kk[h] = _mm256_load_ps(kt + d * ld + 8 * h);
+      for (int i = 0; i < 4; ++i) {
+        if (i >= rn) break;
+        const __m256 qv = _mm256_broadcast_ss(q0 + i * D + d);
+        for (int h = 0; h < NK; ++h) s[i][h] = _mm256_fmadd_ps(qv, kk[h], s[i][h]);
+      }
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < NK; ++h) lane[i][h][l] = s[i][h];
+  }
+  for (int i = 0; i < rn; ++i)
+    for (int h = 0; h < NK; ++h) {
+      const __m256(&p)[8] = lane[i][h];
+      const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+      const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7]));
+      _mm256_store_ps(out + i * kMaxBlock + 8 * h, _mm256_add_ps(lo, hi));
+    }
+}
+
 // One cache block of keys at a time: K is transposed into kt[d][key] so that
 // 4 rows x 8 keys of scores build up in registers; V is converted to float
 // once and reused by every row; each row's output accumulates in registers
@@ -242,18 +344,43 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   // int8 caches: scores and value weights take each key's scales once
   // (s * kscale, w * vscale), not every element.
   constexpr bool kScaled = std::is_same_v<T, int8_t>;
+  // At decode the cache comes from memory (a whole step of weights passed
+  // since it was written), one block's head slice (B x D) at a time, and the
+  // slices are not adjacent: fetch the next block's keys and values while
+  // this one is worked on, as the hardware prefetcher does not. The first
+  // block whole; each next one a key at a time while this block's values are
+  // converted (a 256-dim block's 256 lines at once overflow the miss queues).
+  const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T));
+  const auto block_slot = [&](int64_t j_at) {
+    return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
+  };
+  if (a.j0 < a.j1) {  // (a unit without keys must not read the block table past its end)
+    const int64_t slot0 = block_slot(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
+    prefetch_lines(kc + slot0 * D, keys * key_bytes);
+    prefetch_lines(vc + slot0 * D, keys * key_bytes);
+  }
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
     const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
+    const int64_t j_next = j + cnt;
+    const int next_cnt = j_next < a.j1 ? static_cast<int>(min64(a.j1 - j_next, B - j_next % B)) : 0;
+    const int64_t next_slot = next_cnt > 0 ? block_slot(j_next) : 0;
+    const auto prefetch_next = [&](int k) __attribute__((always_inline)) {
+      if (k >= next_cnt) return;
+      prefetch_lines(kc + (next_slot + k) * D, key_bytes);
+      prefetch_lines(vc + (next_slot + k) * D, key_bytes);
+    };
     const bool direct = R < kDirectScoreRows;
     // Many rows share each value: convert the block once. Few rows read the cache directly.
     for (int k = 0; k < cnt && !direct; ++k) {
+      prefetch_next(k);
       const T* vr = vc + (base + k) * D;
       for (int d = 0; d < D; d += 8) _mm256_store_ps(vb + k * D + d, load8(vr + d));
     }
+    for (int k = direct ? 0 : cnt; k < next_cnt; ++k) prefetch_next(k);
     if (direct) {
       // Few rows (decode without much GQA sharing): each key's dot product
       // straight from the cache, 8 keys' sums reduced together; transposing
@@ -279,16 +406,16 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
           _mm256_store_ps(sc + r * kMaxBlock + k0, hsum8x8(acc));
         }
     } else {
-      for (int k = 0; k < cnt8; ++k) {
-        if (k < cnt) {
-          const T* kr = kc + (base + k) * D;
-          for (int d = 0; d < D; d += 8) {
-            alignas(32) float tmp[8];
-            _mm256_store_ps(tmp, load8(kr + d));
-            for (int i = 0; i < 8; ++i) kt[(d + i) * cnt8 + k] = tmp[i];
-          }
-        } else {
-          for (int d = 0; d < D; ++d) kt[d * cnt8 + k] = 0.0f;
+      // 8 keys x 8 dimensions at a time, transposed in registers (keys past
+      // cnt are zeros): scalar stores of every element cost more than the
+      // scores themselves at decode.
+      for (int k0 = 0; k0 < cnt8; k0 += 8) {
+        const int kn = static_cast<int>(min64(8, cnt - k0));
+        for (int d = 0; d < D; d += 8) {
+          __m256 v[8];
+          for (int i = 0; i < 8; ++i) v[i] = i < kn ? load8(kc + (base + k0 + i) * D + d) : _mm256_setzero_ps();
+          transpose8x8(v);
+          for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (d + i) * cnt8 + k0, v[i]);
         }
       }
     }
@@ -297,32 +424,13 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     // then the same tree as hsum8x8. A row's scores are then the same bits
     // whether it shares its tile (prefill, verifying speculative tokens) or
     // not (decode).
+    // Two vectors of 8 keys per pass where the block has them: each query
+    // broadcast then feeds two FMAs (one load per FMA instead of 1.25).
     for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 4) {
       const int rn = static_cast<int>(min64(4, R - r0));
-      for (int k0 = 0; k0 < cnt8; k0 += 8) {
-        __m256 lane[4][8];
-        const float* q0 = qs + r0 * D;
-        for (int l = 0; l < 8; ++l) {
-          __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-          for (int d = l; d < D; d += 8) {
-            const __m256 kk = _mm256_load_ps(kt + d * cnt8 + k0);
-            s0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), kk, s0);
-            if (rn > 1) s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + D + d), kk, s1);
-            if (rn > 2) s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 2 * D + d), kk, s2);
-            if (rn > 3) s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + 3 * D + d), kk, s3);
-          }
-          lane[0][l] = s0;
-          lane[1][l] = s1;
-          lane[2][l] = s2;
-          lane[3][l] = s3;
-        }
-        for (int i = 0; i < rn; ++i) {
-          const __m256(&p)[8] = lane[i];
-          const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
-          const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[4], p[5]), _mm256_add_ps(p[6], p[7]));
-          _mm256_store_ps(sc + (r0 + i) * kMaxBlock + k0, _mm256_add_ps(lo, hi));
-        }
-      }
+      int k0 = 0;
+      for (; k0 + 16 <= cnt8; k0 += 16) score_rows<2>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
+      if (k0 < cnt8) score_rows<1>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
     }
     if constexpr (kScaled) {
       const float* ks = kv.k_scale + base;
@@ -334,13 +442,23 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       float* s = sc + r * kMaxBlock;
       const int64_t p = a.pos0 + r / G;
       float mx = out.m[r];
-      for (int k = 0; k < cnt8; ++k) {
-        if (k >= cnt || !key_visible(j + k, p, a.window)) {
-          s[k] = -INFINITY;
-          continue;
+      // Visibility is an interval of positions, so the block's two ends tell
+      // whether every key is visible (decode, most of prefill); then the max
+      // is a vector max (the same value: max is exact in any order).
+      if (a.softcap <= 0.0f && key_visible(j, p, a.window) && key_visible(j + cnt - 1, p, a.window)) {
+        for (int k = cnt; k < cnt8; ++k) s[k] = -INFINITY;
+        __m256 m8 = _mm256_set1_ps(mx);
+        for (int k = 0; k < cnt8; k += 8) m8 = _mm256_max_ps(m8, _mm256_load_ps(s + k));
+        mx = hmax8(m8);
+      } else {
+        for (int k = 0; k < cnt8; ++k) {
+          if (k >= cnt || !key_visible(j + k, p, a.window)) {
+            s[k] = -INFINITY;
+            continue;
+          }
+          s[k] = cap_score(s[k], a.softcap);
+          mx = s[k] > mx ? s[k] : mx;
         }
-        s[k] = cap_score(s[k], a.softcap);
-        mx = s[k] > mx ? s[k] : mx;
       }
       if (mx == -INFINITY) continue;  // nothing visible yet for this row
       const float corr = std::exp(out.m[r] - mx);
@@ -354,37 +472,14 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       out.l[r] = out.l[r] * corr + hsum8(lsum);
       out.m[r] = mx;
       const __m256 vcorr = _mm256_set1_ps(corr);
+      // acc += w_k * v_k over the block's keys, 64 dimensions at a time, from
+      // the converted block or straight from the cache.
+      const float* vs = kScaled ? kv.v_scale + base : nullptr;
       for (int d0 = 0; d0 < D; d0 += 64) {
         const int dn = static_cast<int>(min64(64, D - d0));
         float* acc = out.acc + r * D + d0;
-        __m256 a8[8];
-        for (int i = 0; i < dn / 8; ++i) a8[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), vcorr);
-        // acc += w_k * v_k over the block's keys, from the converted block or
-        // straight from the cache. A masked key (weight 0) is skipped, not
-        // weighted by 0: its value may hold any bits (0 x NaN is NaN). For
-        // finite values the sum is the same.
-        auto accumulate = [&](auto value_at, auto n8) {
-          for (int k = 0; k < cnt; ++k) {
-            if (s[k] == 0.0f) continue;
-            const __m256 w = _mm256_set1_ps(kScaled ? s[k] * kv.v_scale[base + k] : s[k]);
-            const auto* v = value_at(k);
-#pragma GCC unroll 8
-            for (int i = 0; i < n8(); ++i) a8[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a8[i]);
-          }
-        };
-        const auto from_cache = [&](int k) { return vc + (base + k) * D + d0; };
-        const auto from_block = [&](int k) { return static_cast<const float*>(vb + k * D + d0); };
-        // Heads of 64, 128, 256: whole chunks of 64, a fixed trip count keeps a8 in registers.
-        const auto full = [] { return 8; };
-        const auto part = [dn] { return dn / 8; };
-        if (dn == 64) {
-          if (direct) accumulate(from_cache, full);
-          else accumulate(from_block, full);
-        } else {
-          if (direct) accumulate(from_cache, part);
-          else accumulate(from_block, part);
-        }
-        for (int i = 0; i < dn / 8; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
+        if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
+        else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
       }
     }
     j += cnt;
