@@ -330,6 +330,10 @@ typedef struct pglb_moe_route_params {
   float scale;                       /* applied to the chosen weights last */
   pglb_buffer* ids;                  /* I32 [n, k]; ties go to the lower expert id */
   pglb_buffer* weights;              /* [n, k] */
+  /* Appended (older callers leave them zero: no bias, no groups). */
+  const pglb_weight* choice_bias;    /* [n_expert] added to the scores for the choice only; may be null */
+  int32_t n_group, topk_group;       /* only the topk_group best of n_group expert groups compete (0, 0: none) */
+  int32_t group_score_max;           /* a group's rank: 0 the sum of its two best choice scores, 1 its best */
 } pglb_moe_route_params;
 
 typedef struct pglb_matmul_experts_params {

@@ -93,12 +93,24 @@ enum class Activation { Silu, GeluTanh, SwigluOai, Sigmoid };
 // Mixture-of-experts routing: how router logits become each token's experts
 // and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).
 enum class RouterScoring { Softmax, Sigmoid };
+// Group-limited routing (DeepSeek): how a group of experts is ranked, from
+// its experts' choice scores. V3: the sum of its two best; V2's
+// group_limited_greedy: its best.
+enum class GroupScore { Top2Sum, Max };
 struct MoeRouting {
   int n_expert = 0;           // experts in the layer
   int k = 0;                  // experts each token uses
   RouterScoring scoring = RouterScoring::Softmax;
   bool normalize = false;     // the k chosen weights are rescaled to sum to 1
   float scale = 1.0f;         // applied to the chosen weights last
+  // [n_expert] added to the scores for the choice only; the weights stay the
+  // unbiased scores (DeepSeek V3's e_score_correction_bias). Null: none.
+  const Weight* choice_bias = nullptr;
+  // The experts form n_group equal groups (in id order); only the experts of
+  // the topk_group best groups compete. 1, 1: no groups.
+  int n_group = 1, topk_group = 1;
+  GroupScore group_score = GroupScore::Top2Sum;
+  bool grouped() const { return n_group > 1 && topk_group < n_group; }
 };
 
 struct RopeConfig {

@@ -377,7 +377,8 @@ class CBackend final : public Backend {
   void moe_route(const Buffer& logits, int64_t n, const MoeRouting& r, Buffer& ids, Buffer& weights) override {
     if (!supports(Feature::MixtureOfExperts)) return Backend::moe_route(logits, n, r, ids, weights);
     pglb_moe_route_params p{sizeof p, h(logits), n, r.n_expert, r.k, r.scoring == RouterScoring::Sigmoid,
-                            r.normalize, r.scale, h(ids), h(weights)};
+                            r.normalize, r.scale, h(ids), h(weights), h(r.choice_bias), r.n_group, r.topk_group,
+                            r.group_score == GroupScore::Max};
     enqueue(PGLB_OP_MOE_ROUTE, &p, "moe_route");
   }
   void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& x, int64_t n, int k, bool x_per_slot,

@@ -169,6 +169,10 @@ void run_op(Backend& be, pglb_op op, const void* params) {
       r.scoring = p.sigmoid ? RouterScoring::Sigmoid : RouterScoring::Softmax;
       r.normalize = p.normalize != 0;
       r.scale = p.scale;
+      r.choice_bias = weight_or_null(p.choice_bias);
+      if (p.n_group > 0) r.n_group = p.n_group;
+      if (p.topk_group > 0) r.topk_group = p.topk_group;
+      r.group_score = p.group_score_max ? GroupScore::Max : GroupScore::Top2Sum;
       return be.moe_route(buf(p.logits, "moe_route"), p.n, r, buf(p.ids, "moe_route"), buf(p.weights, "moe_route"));
     }
     case PGLB_OP_MATMUL_EXPERTS: {

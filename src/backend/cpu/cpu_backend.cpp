@@ -346,11 +346,19 @@ class CpuBackend : public Backend {
     Timer t(this, kOther, "moe_route");
     PAGELLM_CHECK(r.n_expert > 0 && r.n_expert <= cpu::kMaxExperts && r.k > 0 && r.k <= r.n_expert,
                   "moe_route: {} of {} experts", r.k, r.n_expert);
+    PAGELLM_CHECK(!r.grouped() || (r.n_group > 0 && r.n_expert % r.n_group == 0 && r.topk_group > 0 &&
+                                   r.k <= r.topk_group * (r.n_expert / r.n_group)),
+                  "moe_route: {} experts do not split into {} groups with {} of them holding {} experts", r.n_expert,
+                  r.n_group, r.topk_group, r.k);
+    const float* bias = r.choice_bias ? as_cpu(*r.choice_bias).vec.data() : nullptr;
+    if (bias)
+      PAGELLM_CHECK(r.choice_bias->cols == r.n_expert, "moe_route: choice bias '{}' has {} values for {} experts",
+                    r.choice_bias->name, r.choice_bias->cols, r.n_expert);
     const float* logits = f32(logits_b, n * r.n_expert);
     int32_t* ids = i32(ids_b, n * r.k);
     float* w = f32(w_b, n * r.k);
     pool_.parallel_for(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) cpu::route_token(logits + i * r.n_expert, r, ids + i * r.k, w + i * r.k);
+      for (int64_t i = b; i < e; ++i) cpu::route_token(logits + i * r.n_expert, r, bias, ids + i * r.k, w + i * r.k);
     });
   }
 
