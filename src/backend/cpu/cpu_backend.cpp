@@ -702,9 +702,9 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
                 "attention shape does not match the KV cache");
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
-  PAGELLM_CHECK(D % 8 == 0 && D <= 256 && kv_cfg_.block_size <= 64 && G <= 64,
-                "attention kernel limits: head_dim {} (multiple of 8, <= 256), block size {} (<= 64)", D,
-                kv_cfg_.block_size);
+  PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
+                "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
+                "per KV head (<= 128)", D, kv_cfg_.block_size, G);
   const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
   if (sinks)
     PAGELLM_CHECK(cfg.sinks->cols == cfg.n_head, "attention sinks '{}' have {} values for {} heads", cfg.sinks->name,

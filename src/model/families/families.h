@@ -17,5 +17,6 @@ ArchInfo gemma3();
 ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers
+ArchInfo deepseek2(); // DeepSeek V2 / V3 (Kimi K2): MLA, shared and routed experts
 
 }  // namespace pagellm::family
