@@ -28,9 +28,12 @@ int64_t kv_bytes_per_block(const KVCacheLayout& layout);
 // and every group's blocks come from one shared pool, so a block holds the
 // same number of layers (slots) whatever its group.
 enum class KvGroupKind : uint8_t {
-  Full,     // every token's K/V for the whole sequence
-  Sliding,  // only the keys a window of `window` tokens can still see
+  Full,       // every token's K/V for the whole sequence
+  Sliding,    // only the keys a window of `window` tokens can still see
+  MlaLatent,  // every token's one latent vector, shared by all heads (DeepSeek's MLA): kept as Full is
 };
+// Whether a group holds every token of a sequence (all kinds but Sliding).
+inline bool keeps_every_token(KvGroupKind k) { return k != KvGroupKind::Sliding; }
 
 struct KvGroup {
   KvGroupKind kind = KvGroupKind::Full;
