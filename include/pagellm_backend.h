@@ -83,6 +83,7 @@ enum {
   /* Gated DeltaNet layers: pglb_kv_spec's state fields, pglb_seq.state_slot,
    * the causal_conv1d and gated_delta_rule ops, stream copy_states. */
   PGLB_FEATURE_LINEAR_ATTENTION = 1u << 7,
+  PGLB_FEATURE_KV_V_IS_K = 1u << 8,         /* pglb_kv_spec.v_is_k */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -152,6 +153,9 @@ typedef struct pglb_kv_spec {
    * state [n_v_heads][head_k_dim][head_v_dim], F32. */
   const int32_t* layer_state;
   int32_t n_state_layers, state_slots, conv_dim, conv_kernel, n_v_heads, head_k_dim, head_v_dim;
+  /* PGLB_FEATURE_KV_V_IS_K: 1: no V is stored; attention's values are the
+   * keys (an MLA latent); store_kv's v is ignored. */
+  int32_t v_is_k;
 } pglb_kv_spec;
 
 /* ---- a step's batch (stream_set_batch) */

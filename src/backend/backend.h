@@ -206,9 +206,13 @@ struct KVCacheSpec {
   // layer_state[l] >= 0, its index among the state layers. Empty: none.
   LinearStateSpec state;
   std::vector<int32_t> layer_state;
+  // Feature::KvVIsK: no V is stored; attention reads its values from the keys
+  // (MLA: the latent [rope(k_pe), c_kv] is both; the rope part meets zero
+  // columns of the output's absorbed matrix). store_kv's v is then ignored.
+  bool v_is_k = false;
   KVCacheLayout layout() const {
     return {n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
-            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0};
+            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0, v_is_k ? 1 : 0};
   }
   // Bytes of one block across all layers, K and V (core/kv_layout.h).
   size_t bytes_per_block() const { return static_cast<size_t>(kv_bytes_per_block(layout())); }
@@ -268,6 +272,7 @@ enum class Feature {
   // Gated DeltaNet layers: KVCacheSpec::state / layer_state, SeqInfo::state_slot,
   // causal_conv1d, gated_delta_rule, copy_states.
   LinearAttention,
+  KvVIsK,  // KVCacheSpec::v_is_k
 };
 
 // (source, destination) block pairs.

@@ -171,6 +171,7 @@ class CBackend final : public Backend {
       case Feature::KvEviction: bit = PGLB_FEATURE_KV_EVICTION; break;
       case Feature::KvGroups: bit = PGLB_FEATURE_KV_GROUPS; break;
       case Feature::LinearAttention: bit = PGLB_FEATURE_LINEAR_ATTENTION; break;
+      case Feature::KvVIsK: bit = PGLB_FEATURE_KV_V_IS_K; break;
     }
     return (features_ & bit) != 0;
   }
@@ -244,6 +245,9 @@ class CBackend final : public Backend {
     c.n_model_layers = static_cast<int32_t>(spec.layer_group.size());
     c.layer_group = spec.layer_group.empty() ? nullptr : spec.layer_group.data();
     c.layer_slot = spec.layer_slot.empty() ? nullptr : spec.layer_slot.data();
+    if (spec.v_is_k && !supports(Feature::KvVIsK))
+      fail("the {} backend cannot read attention values from the keys (a KV cache without V)", d_->kind);
+    c.v_is_k = spec.v_is_k ? 1 : 0;
     if (!spec.layer_state.empty()) {
       if (!supports(Feature::LinearAttention))
         fail("the {} backend does not keep linear-attention states (Gated DeltaNet layers)", d_->kind);

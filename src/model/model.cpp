@@ -399,6 +399,8 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
   }
   kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
+  // An MLA latent is its own value: stored once where the backend can read values from the keys.
+  kv.v_is_k = cfg_.is_mla() && backend_.supports(Feature::KvVIsK);
   kv.block_size = block_size;
   kv.num_blocks = num_blocks;
   kv.dtype = dtype;

@@ -120,7 +120,8 @@ class CpuBackend : public Backend {
 
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
-           f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention;
+           f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
+           f == Feature::KvVIsK;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -166,10 +167,10 @@ class CpuBackend : public Backend {
     v_scale_.clear();
     for (int l = 0; l < cfg.n_layers; ++l) {
       k_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
-      v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
+      if (!cfg.v_is_k) v_cache_.push_back(allocate_aligned(block_bytes_ * cfg.num_blocks));
       if (scale_bytes_ == 0) continue;
       k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
-      v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
+      if (!cfg.v_is_k) v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
     }
     state_.clear();
     check_linear_state(cfg);
@@ -177,7 +178,12 @@ class CpuBackend : public Backend {
       state_.push_back(allocate_aligned(slot_floats() * sizeof(float) * cfg.state.num_slots));
   }
   float* k_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(k_scale_[layer].get()) : nullptr; }
-  float* v_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr; }
+  float* v_scale(int layer) const {
+    if (kv_cfg_.v_is_k) return k_scale(layer);
+    return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr;
+  }
+  // A layer's value cache: its key cache when the spec says v_is_k.
+  uint8_t* v_cache(int layer) const { return kv_cfg_.v_is_k ? k_cache_[layer].get() : v_cache_[layer].get(); }
   const KVCacheSpec& kv_cache_spec() const override { return kv_cfg_; }
 
   void copy_states(const BlockPairs& src_dst) override {
@@ -192,10 +198,12 @@ class CpuBackend : public Backend {
       check_block(dst);
       for (int l = 0; l < kv_cfg_.n_layers; ++l) {
         std::memcpy(k_cache_[l].get() + dst * block_bytes_, k_cache_[l].get() + src * block_bytes_, block_bytes_);
-        std::memcpy(v_cache_[l].get() + dst * block_bytes_, v_cache_[l].get() + src * block_bytes_, block_bytes_);
+        if (!kv_cfg_.v_is_k)
+          std::memcpy(v_cache_[l].get() + dst * block_bytes_, v_cache_[l].get() + src * block_bytes_, block_bytes_);
         if (scale_bytes_ == 0) continue;
         std::memcpy(k_scale_[l].get() + dst * scale_bytes_, k_scale_[l].get() + src * scale_bytes_, scale_bytes_);
-        std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
+        if (!kv_cfg_.v_is_k)
+          std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
       }
     }
   }
@@ -295,8 +303,9 @@ class CpuBackend : public Backend {
     const auto [group, slot] = kv_place(layer);
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     float* k = f32(kb, batch_->n_tokens() * row);
-    const float* v = f32(vb, batch_->n_tokens() * row);
-    const cpu::KVStore cache{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
+    // v_is_k: the (rotated) key row is written again as its own value, in place: the same bytes.
+    const float* v = kv_cfg_.v_is_k ? k : f32(vb, batch_->n_tokens() * row);
+    const cpu::KVStore cache{k_cache_[slot].get(), v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
                              kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
     const auto& slots = batch_->slots(group);
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
@@ -782,7 +791,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[slot].get(), v_cache_[slot].get(), kv_elem_, k_scale(slot), v_scale(slot),
+      cpu::AttnKV kv{k_cache_[slot].get(), v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
                      kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].table(group).data()};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};

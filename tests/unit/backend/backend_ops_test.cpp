@@ -170,6 +170,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   spec.block_size = B;
   spec.num_blocks = total_blocks + 3;
   spec.dtype = c.int8 ? DType::I8 : c.f16 ? DType::F16 : DType::F32;
+  spec.v_is_k = c.v_is_k;
   be.allocate_kv_cache(spec);
   std::vector<int32_t> free_blocks(spec.num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);
@@ -203,9 +204,10 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   be.set_batch(fill);
   {
     auto kb = t.put(k), vb = t.put(v);
-    be.store_kv(0, *kb, *vb);
+    be.store_kv(0, *kb, *vb);  // with v_is_k, v is ignored
     be.synchronize();
   }
+  if (c.v_is_k) v = k;
   if (c.int8) {
     // What the cache holds: each (token, head) vector as q * max|x| / 127.
     for (auto* x : {&k, &v})
@@ -326,6 +328,32 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
   };
   uint32_t seed = 100;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+// A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an
+// MLA latent is both; one KV head of DeepSeek's 576 dims and up to 128
+// query heads on it.
+TEST_P(BackendOps, PagedAttentionReadsValuesFromKeys) {
+  if (!be_->supports(Feature::KvVIsK)) return;
+  std::vector<AttnCase> cases = {
+      {16, 1, 576, 16, 0, 0, false, {{20, 20}, {1, 100}, {3, 40}}},
+      {128, 1, 576, 16, 0, 0, true, {{2, 2}, {1, 70}}},
+      {8, 1, 288, 16, 0, 0, true, {{33, 90}, {1, 300}}},
+  };
+  for (auto& c : cases) c.v_is_k = true;
+  AttnCase int8 = cases[2];
+  int8.int8 = true;
+  cases.push_back(int8);
+  uint32_t seed = 900;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+  // Half the bytes of a cache with V.
+  KVCacheSpec spec;
+  spec.n_layers = 2;
+  spec.n_kv_heads = 1;
+  spec.head_dim = 576;
+  const size_t with_v = spec.bytes_per_block();
+  spec.v_is_k = true;
+  EXPECT_EQ(spec.bytes_per_block() * 2, with_v);
 }
 
 TEST_P(BackendOps, PagedAttentionSkipsEvictedKeys) {

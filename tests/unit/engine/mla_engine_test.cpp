@@ -47,6 +47,8 @@ TEST(MlaEngine, CacheHoldsOneLatentVectorPerTokenOfTheMlaKind) {
   const KVCacheSpec& spec = engine.backend().kv_cache_spec();
   EXPECT_EQ(spec.n_kv_heads, 1);
   EXPECT_EQ(spec.head_dim, 32 + 256);  // qk_rope_head_dim + kv_lora_rank, not n_head * head dims
+  EXPECT_TRUE(spec.v_is_k);            // stored once: the latent is its own value
+  EXPECT_EQ(spec.bytes_per_block(), static_cast<size_t>(3 * 16 * 288 * 2));  // 3 layers, 16 tokens, F16
   engine.add_request(test::make_request("a", {5, 6, 7, 8, 9, 10, 11, 12}, 4));
   engine.step();
   EXPECT_GT(engine.metrics().kv_blocks_used_mla_latent, 0);
