@@ -83,6 +83,7 @@ enum {
   /* Gated DeltaNet layers: pglb_kv_spec's state fields, pglb_seq.state_slot,
    * the causal_conv1d and gated_delta_rule ops, stream copy_states. */
   PGLB_FEATURE_LINEAR_ATTENTION = 1u << 7,
+  PGLB_FEATURE_KV_V_IS_K = 1u << 8,         /* pglb_kv_spec.v_is_k */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -152,6 +153,9 @@ typedef struct pglb_kv_spec {
    * state [n_v_heads][head_k_dim][head_v_dim], F32. */
   const int32_t* layer_state;
   int32_t n_state_layers, state_slots, conv_dim, conv_kernel, n_v_heads, head_k_dim, head_v_dim;
+  /* PGLB_FEATURE_KV_V_IS_K: 1: no V is stored; attention's values are the
+   * keys (an MLA latent); store_kv's v is ignored. */
+  int32_t v_is_k;
 } pglb_kv_spec;
 
 /* ---- a step's batch (stream_set_batch) */
@@ -330,6 +334,10 @@ typedef struct pglb_moe_route_params {
   float scale;                       /* applied to the chosen weights last */
   pglb_buffer* ids;                  /* I32 [n, k]; ties go to the lower expert id */
   pglb_buffer* weights;              /* [n, k] */
+  /* Appended (older callers leave them zero: no bias, no groups). */
+  const pglb_weight* choice_bias;    /* [n_expert] added to the scores for the choice only; may be null */
+  int32_t n_group, topk_group;       /* only the topk_group best of n_group expert groups compete (0, 0: none) */
+  int32_t group_score_max;           /* a group's rank: 0 the sum of its two best choice scores, 1 its best */
 } pglb_moe_route_params;
 
 typedef struct pglb_matmul_experts_params {

@@ -93,12 +93,24 @@ enum class Activation { Silu, GeluTanh, SwigluOai, Sigmoid };
 // Mixture-of-experts routing: how router logits become each token's experts
 // and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).
 enum class RouterScoring { Softmax, Sigmoid };
+// Group-limited routing (DeepSeek): how a group of experts is ranked, from
+// its experts' choice scores. V3: the sum of its two best; V2's
+// group_limited_greedy: its best.
+enum class GroupScore { Top2Sum, Max };
 struct MoeRouting {
   int n_expert = 0;           // experts in the layer
   int k = 0;                  // experts each token uses
   RouterScoring scoring = RouterScoring::Softmax;
   bool normalize = false;     // the k chosen weights are rescaled to sum to 1
   float scale = 1.0f;         // applied to the chosen weights last
+  // [n_expert] added to the scores for the choice only; the weights stay the
+  // unbiased scores (DeepSeek V3's e_score_correction_bias). Null: none.
+  const Weight* choice_bias = nullptr;
+  // The experts form n_group equal groups (in id order); only the experts of
+  // the topk_group best groups compete. 1, 1: no groups.
+  int n_group = 1, topk_group = 1;
+  GroupScore group_score = GroupScore::Top2Sum;
+  bool grouped() const { return n_group > 1 && topk_group < n_group; }
 };
 
 struct RopeConfig {
@@ -199,9 +211,13 @@ struct KVCacheSpec {
   // layer_state[l] >= 0, its index among the state layers. Empty: none.
   LinearStateSpec state;
   std::vector<int32_t> layer_state;
+  // Feature::KvVIsK: no V is stored; attention reads its values from the keys
+  // (MLA: the latent [rope(k_pe), c_kv] is both; the rope part meets zero
+  // columns of the output's absorbed matrix). store_kv's v is then ignored.
+  bool v_is_k = false;
   KVCacheLayout layout() const {
     return {n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
-            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0};
+            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0, v_is_k ? 1 : 0};
   }
   // Bytes of one block across all layers, K and V (core/kv_layout.h).
   size_t bytes_per_block() const { return static_cast<size_t>(kv_bytes_per_block(layout())); }
@@ -261,6 +277,7 @@ enum class Feature {
   // Gated DeltaNet layers: KVCacheSpec::state / layer_state, SeqInfo::state_slot,
   // causal_conv1d, gated_delta_rule, copy_states.
   LinearAttention,
+  KvVIsK,  // KVCacheSpec::v_is_k
 };
 
 // (source, destination) block pairs.

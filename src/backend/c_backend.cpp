@@ -171,6 +171,7 @@ class CBackend final : public Backend {
       case Feature::KvEviction: bit = PGLB_FEATURE_KV_EVICTION; break;
       case Feature::KvGroups: bit = PGLB_FEATURE_KV_GROUPS; break;
       case Feature::LinearAttention: bit = PGLB_FEATURE_LINEAR_ATTENTION; break;
+      case Feature::KvVIsK: bit = PGLB_FEATURE_KV_V_IS_K; break;
     }
     return (features_ & bit) != 0;
   }
@@ -244,6 +245,9 @@ class CBackend final : public Backend {
     c.n_model_layers = static_cast<int32_t>(spec.layer_group.size());
     c.layer_group = spec.layer_group.empty() ? nullptr : spec.layer_group.data();
     c.layer_slot = spec.layer_slot.empty() ? nullptr : spec.layer_slot.data();
+    if (spec.v_is_k && !supports(Feature::KvVIsK))
+      fail("the {} backend cannot read attention values from the keys (a KV cache without V)", d_->kind);
+    c.v_is_k = spec.v_is_k ? 1 : 0;
     if (!spec.layer_state.empty()) {
       if (!supports(Feature::LinearAttention))
         fail("the {} backend does not keep linear-attention states (Gated DeltaNet layers)", d_->kind);
@@ -377,7 +381,8 @@ class CBackend final : public Backend {
   void moe_route(const Buffer& logits, int64_t n, const MoeRouting& r, Buffer& ids, Buffer& weights) override {
     if (!supports(Feature::MixtureOfExperts)) return Backend::moe_route(logits, n, r, ids, weights);
     pglb_moe_route_params p{sizeof p, h(logits), n, r.n_expert, r.k, r.scoring == RouterScoring::Sigmoid,
-                            r.normalize, r.scale, h(ids), h(weights)};
+                            r.normalize, r.scale, h(ids), h(weights), h(r.choice_bias), r.n_group, r.topk_group,
+                            r.group_score == GroupScore::Max};
     enqueue(PGLB_OP_MOE_ROUTE, &p, "moe_route");
   }
   void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& x, int64_t n, int k, bool x_per_slot,

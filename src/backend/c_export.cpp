@@ -169,6 +169,10 @@ void run_op(Backend& be, pglb_op op, const void* params) {
       r.scoring = p.sigmoid ? RouterScoring::Sigmoid : RouterScoring::Softmax;
       r.normalize = p.normalize != 0;
       r.scale = p.scale;
+      r.choice_bias = weight_or_null(p.choice_bias);
+      if (p.n_group > 0) r.n_group = p.n_group;
+      if (p.topk_group > 0) r.topk_group = p.topk_group;
+      r.group_score = p.group_score_max ? GroupScore::Max : GroupScore::Top2Sum;
       return be.moe_route(buf(p.logits, "moe_route"), p.n, r, buf(p.ids, "moe_route"), buf(p.weights, "moe_route"));
     }
     case PGLB_OP_MATMUL_EXPERTS: {
@@ -250,6 +254,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::KvEviction)) bits |= PGLB_FEATURE_KV_EVICTION;
     if (be.supports(Feature::KvGroups)) bits |= PGLB_FEATURE_KV_GROUPS;
     if (be.supports(Feature::LinearAttention)) bits |= PGLB_FEATURE_LINEAR_ATTENTION;
+    if (be.supports(Feature::KvVIsK)) bits |= PGLB_FEATURE_KV_V_IS_K;
   });
   return bits;
 }
@@ -320,6 +325,7 @@ pglb_status x_kv_allocate(pglb_device* d, const pglb_kv_spec* spec) {
     s.block_size = c.block_size;
     s.num_blocks = c.num_blocks;
     s.dtype = static_cast<DType>(c.dtype);
+    s.v_is_k = c.v_is_k != 0;
     if (c.n_model_layers < 0 || (c.n_model_layers > 0 && !c.layer_state && (!c.layer_group || !c.layer_slot)))
       fail("kv_allocate: {} model layers without their groups and slots", c.n_model_layers);
     if (c.n_model_layers > 0 && c.layer_state) {

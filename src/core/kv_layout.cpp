@@ -13,7 +13,7 @@ int64_t kv_bytes_per_block(const KVCacheLayout& l) {
                 "KV layout needs positive sizes (layers {}, kv heads {}, head dim {}, block size "
                 "{}, bytes per element {})",
                 l.n_layers, l.n_kv_heads, l.head_dim, l.block_size, l.bytes_per_element);
-  return int64_t{2} * l.n_layers * l.n_kv_heads * l.block_size *
+  return int64_t{l.v_is_k ? 1 : 2} * l.n_layers * l.n_kv_heads * l.block_size *
          (int64_t{l.head_dim} * l.bytes_per_element + l.scale_bytes);
 }
 

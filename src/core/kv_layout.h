@@ -17,9 +17,10 @@ struct KVCacheLayout {
   int32_t block_size = 16;        // tokens per block
   int32_t bytes_per_element = 2;  // 2 for f16/bf16, 4 for f32, 1 for 8-bit caches
   int32_t scale_bytes = 0;        // per (token, KV head) vector: 4 in an int8 cache (its float scale)
+  int32_t v_is_k = 0;             // 1: no V is stored, attention's values are the keys (an MLA latent)
 };
 
-// 2 (K and V) * n_layers * n_kv_heads * block_size * (head_dim * bytes_per_element + scale_bytes).
+// 2 (K and V; 1 with v_is_k) * n_layers * n_kv_heads * block_size * (head_dim * bytes_per_element + scale_bytes).
 // Throws Error for non-positive fields.
 int64_t kv_bytes_per_block(const KVCacheLayout& layout);
 
@@ -28,9 +29,12 @@ int64_t kv_bytes_per_block(const KVCacheLayout& layout);
 // and every group's blocks come from one shared pool, so a block holds the
 // same number of layers (slots) whatever its group.
 enum class KvGroupKind : uint8_t {
-  Full,     // every token's K/V for the whole sequence
-  Sliding,  // only the keys a window of `window` tokens can still see
+  Full,       // every token's K/V for the whole sequence
+  Sliding,    // only the keys a window of `window` tokens can still see
+  MlaLatent,  // every token's one latent vector, shared by all heads (DeepSeek's MLA): kept as Full is
 };
+// Whether a group holds every token of a sequence (all kinds but Sliding).
+inline bool keeps_every_token(KvGroupKind k) { return k != KvGroupKind::Sliding; }
 
 struct KvGroup {
   KvGroupKind kind = KvGroupKind::Full;

@@ -141,7 +141,8 @@ KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const
   k.block_size = c.block_size;
   k.enable_prefix_caching = c.enable_prefix_caching;
   k.allocation_policy = c.block_allocation;
-  if (groups.grouped()) k.groups = groups.groups;
+  // One group of another kind than full (MLA latent) is passed too, for the per-kind metrics.
+  if (groups.grouped() || groups.groups[0].kind != KvGroupKind::Full) k.groups = groups.groups;
   if (model.has_linear_layers()) {
     // One state slot per running sequence; prefix caching cannot restore a state.
     k.num_state_slots = max_num_seqs;
@@ -246,6 +247,12 @@ std::vector<KvShare> kv_shares(int32_t num_blocks, int32_t count) {
 }
 
 KvGroupPlan kv_group_plan(bool allowed, int32_t max_model_len, const Model& model, const Backend& backend) {
+  if (model.config().is_mla()) {
+    // Every layer keeps one latent vector per token: one group, named for the metrics.
+    KvGroupPlan plan = single_kv_group(model.config().n_layer);
+    plan.groups[0].kind = KvGroupKind::MlaLatent;
+    return plan;
+  }
   if (!allowed || !backend.supports(Feature::KvGroups)) return single_kv_group(model.config().n_layer);
   return plan_kv_groups(model.kv_layer_windows(), max_model_len);
 }

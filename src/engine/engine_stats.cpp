@@ -99,10 +99,13 @@ void Engine::update_gauges() {
   metrics_.kv_fragmentation = kv.fragmentation;
   metrics_.kv_following_allocations = kv.following_allocations;
   metrics_.kv_contiguous_allocations = kv.contiguous_allocations;
-  metrics_.kv_blocks_used_full = metrics_.kv_blocks_used_sliding = 0;
-  for (size_t g = 0; g < kv.groups.size(); ++g)
-    (kv.groups[g].kind == KvGroupKind::Full ? metrics_.kv_blocks_used_full : metrics_.kv_blocks_used_sliding) +=
-        kv.group_used_blocks[g];
+  metrics_.kv_blocks_used_full = metrics_.kv_blocks_used_sliding = metrics_.kv_blocks_used_mla_latent = 0;
+  for (size_t g = 0; g < kv.groups.size(); ++g) {
+    const KvGroupKind kind = kv.groups[g].kind;
+    (kind == KvGroupKind::Full      ? metrics_.kv_blocks_used_full
+     : kind == KvGroupKind::Sliding ? metrics_.kv_blocks_used_sliding
+                                    : metrics_.kv_blocks_used_mla_latent) += kv.group_used_blocks[g];
+  }
   const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   metrics_.num_requests_running = metrics_.num_requests_waiting = metrics_.num_requests_swapped = 0;
   metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;

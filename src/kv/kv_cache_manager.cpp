@@ -13,9 +13,9 @@ namespace pagellm {
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
     : config_(config), groups_(config.groups), pool_(config.num_blocks, config.block_size) {
   if (groups_.empty()) groups_.push_back(KvGroup{});
-  PAGELLM_CHECK(groups_[0].kind == KvGroupKind::Full, "KV-cache group 0 must be full attention");
+  PAGELLM_CHECK(keeps_every_token(groups_[0].kind), "KV-cache group 0 must keep every token (full attention)");
   for (const KvGroup& g : groups_)
-    PAGELLM_CHECK(g.kind == KvGroupKind::Full || g.window > 0, "a sliding KV-cache group needs a window > 0");
+    PAGELLM_CHECK(keeps_every_token(g.kind) || g.window > 0, "a sliding KV-cache group needs a window > 0");
   PAGELLM_CHECK(config_.num_state_slots >= 0, "negative number of state slots");
   PAGELLM_CHECK(config_.num_state_slots == 0 || !config_.enable_prefix_caching,
                 "prefix caching cannot restore linear-attention states: turn it off for models that have them");
@@ -35,7 +35,7 @@ BlockHash KVCacheManager::group_hash(BlockHash h, int g) {
 
 int32_t KVCacheManager::first_visible_block(int g, int32_t num_computed_tokens) const {
   const KvGroup& group = groups_[static_cast<size_t>(g)];
-  if (group.kind == KvGroupKind::Full) return 0;
+  if (keeps_every_token(group.kind)) return 0;
   // A query at position p sees keys p - window < j <= p.
   return std::max(0, num_computed_tokens - group.window + 1) / pool_.block_size();
 }

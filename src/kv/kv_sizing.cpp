@@ -29,19 +29,22 @@ int32_t kv_blocks_per_seq(std::span<const KvGroup> groups, int32_t block_size, i
     // A sliding table is longest at a step's end, counted from where the
     // step's first query looks back to.
     const int64_t span = int64_t{std::min(step_tokens, max_len)} + g.window;
-    total += g.kind == KvGroupKind::Full ? all : std::min(all, blocks_for_tokens(span, block_size) + 1);
+    total += keeps_every_token(g.kind) ? all : std::min(all, blocks_for_tokens(span, block_size) + 1);
   }
   return total;
 }
 
 std::string describe_kv_groups(std::span<const KvGroup> groups) {
   if (groups.empty()) return "full x1";
-  std::map<int32_t, int> count;  // window (0: full) -> groups
-  for (const KvGroup& g : groups) ++count[g.kind == KvGroupKind::Full ? 0 : g.window];
+  std::map<int32_t, int> count;  // window (0: full, -1: MLA latent) -> groups
+  for (const KvGroup& g : groups)
+    ++count[g.kind == KvGroupKind::Full ? 0 : g.kind == KvGroupKind::MlaLatent ? -1 : g.window];
   std::string out;
   for (const auto& [window, n] : count) {
     if (!out.empty()) out += ", ";
-    out += window == 0 ? fmt::format("full x{}", n) : fmt::format("sliding {} x{}", window, n);
+    out += window == 0    ? fmt::format("full x{}", n)
+           : window < 0 ? fmt::format("mla latent x{}", n)
+                        : fmt::format("sliding {} x{}", window, n);
   }
   return out;
 }

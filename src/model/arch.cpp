@@ -38,7 +38,7 @@ const std::vector<ArchInfo>& all_archs() {
   static const std::vector<ArchInfo> archs = {family::llama(),    family::qwen2(),  family::qwen3(),
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
-                                              family::qwen35(), family::qwen35moe()};
+                                              family::qwen35(), family::qwen35moe(), family::deepseek2()};
   return archs;
 }
 
@@ -91,6 +91,14 @@ const std::vector<float>* config_rope_factors(const ModelConfig& c, Slot s) {
 bool tensor_in_layer(const TensorSpec& t, const ModelConfig& c, int il) {
   if (t.need == Need::IfLinearLayer) return il >= 0 && c.layer_is_linear(il);
   if (t.need == Need::IfAttnLayer) return il < 0 || !c.layer_is_linear(il);
+  if (t.need == Need::IfQLora) return c.mla.q_lora_rank > 0;
+  if (t.need == Need::IfNoQLora) return c.mla.q_lora_rank == 0;
+  // Leading dense layers (DeepSeek's first_k_dense_replace) hold no experts, the others no dense FFN.
+  if (c.n_dense_lead > 0 && il >= 0) {
+    if (t.need == Need::IfDense) return !c.layer_is_moe(il);
+    if (t.need == Need::IfMoe || t.need == Need::IfSharedExpert || t.need == Need::IfChoiceBias)
+      return c.layer_is_moe(il);
+  }
   return true;
 }
 
@@ -104,9 +112,13 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
     case Need::IfQkvBias: return c.qkv_bias;
     case Need::IfQkNorm: return c.qk_norm;
     case Need::IfPostNorms: return c.post_norms;
-    case Need::IfDense: return !c.moe();
-    case Need::IfMoe: return c.moe();
+    case Need::IfDense: return il >= 0 ? !c.layer_is_moe(il) : !c.moe();
+    case Need::IfMoe: return il >= 0 ? c.layer_is_moe(il) : c.moe();
     case Need::IfSharedExpert: return c.n_ff_shexp > 0;
+    case Need::IfQLora:
+    case Need::IfNoQLora: return true;
+    case Need::IfChoiceBias: return c.moe() && c.expert_choice_bias;
+    case Need::Derived: return false;  // served by ArchInfo::derive_tensors, never by a file
   }
   return true;
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 namespace pagellm {
 
 class GGUFFile;
+class TensorSource;
 struct LayerPass;
 
 // Where a loaded tensor goes (Model's weight slots). Global tensors, then
@@ -37,6 +39,12 @@ enum class Slot {
   // Qwen3.5: the gated attention's output gate (the second half of each head
   // of q_proj), and a Gated DeltaNet layer's tensors.
   QGate, LinQkv, LinZ, LinBeta, LinAlpha, LinConv, LinA, LinDtBias, LinNorm, LinOut,
+  // DeepSeek: the router's choice bias, and MLA: q-LoRA's down projection
+  // and norm, then the weights derived at load (Need::Derived) for the
+  // absorbed form (model/families/deepseek2.cpp).
+  RouterChoiceBias, MlaQA, MlaQANorm, MlaKvRope, MlaKvLatent, MlaKvNorm, MlaQAbsorb, MlaOAbsorb,
+  // Read (and checked) but not uploaded: what derived weights are made from.
+  Unused,
 };
 
 // When a tensor must be in the file.
@@ -51,6 +59,12 @@ enum class Need {
   IfSharedExpert,  // required when cfg.n_ff_shexp > 0
   IfLinearLayer,   // required in linear-attention layers (cfg.is_linear), absent in the others
   IfAttnLayer,     // required in full-attention layers of a model with linear ones, absent in those
+  IfQLora,         // MLA with q-LoRA (q_lora_rank > 0): required, absent otherwise
+  IfNoQLora,       // MLA without q-LoRA: required, absent otherwise
+  IfChoiceBias,    // required when cfg.expert_choice_bias (in MoE layers)
+  // Not in files: computed at load from the layer's other tensors
+  // (ArchInfo::derive_tensors); no HF name, no dummy values.
+  Derived,
 };
 
 // How a tensor differs between the GGUF layout (what the forward pass
@@ -222,6 +236,10 @@ struct ArchInfo {
   // One layer of the forward pass; null: the shared decoder layer
   // (model/blocks.h: attention, then the dense or MoE FFN).
   void (*layer_forward)(const LayerPass& p, int il, int64_t n) = nullptr;
+  // The tensors of the table's Need::Derived specs, made at load from the
+  // file's (the returned source serves them and everything `src` has; it
+  // lives as long as the model).
+  std::unique_ptr<TensorSource> (*derive_tensors)(const ModelConfig& c, const TensorSource& src) = nullptr;
 
   std::vector<DummyShape> dummy_shapes;
 };

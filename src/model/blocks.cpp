@@ -78,6 +78,63 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n) {
   be.add(*buf.x, *buf.o, n * c.n_embd);
 }
 
+// mean(x^2) over the padded row [0 (R), c_kv (D)] is D / (R + D) of c_kv's:
+// with eps scaled by that ratio and the weight by its square root, the
+// padded norm is c_kv's own.
+float mla_kv_norm_eps(const ModelConfig::Mla& m, float eps) {
+  return eps * static_cast<float>(m.kv_lora_rank) / static_cast<float>(m.latent_dim());
+}
+
+float mla_kv_norm_weight_scale(const ModelConfig::Mla& m) {
+  return std::sqrt(static_cast<float>(m.kv_lora_rank) / static_cast<float>(m.latent_dim()));
+}
+
+void mla_attention_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const ModelConfig::Mla& m = c.mla;
+  const AttnWeights& A = p.layers[il].attn;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  const int n_head = c.n_head;
+  const int64_t latent = m.latent_dim();
+  const int kv_layer = il - p.geo.layer_begin;
+  // q-LoRA's and the latent's norms are transformers' RMSNorm default (1e-6), not rms_norm_eps.
+  constexpr float kLoraNormEps = 1e-6f;
+
+  be.rms_norm(*buf.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
+  if (A.q_a) {
+    be.matmul(*A.q_a, *buf.h, n, *buf.mla_qa);
+    be.rms_norm(*buf.mla_qa, A.q_a_norm.get(), n, m.q_lora_rank, kLoraNormEps, *buf.mla_qa);
+    be.matmul(*A.wq, *buf.mla_qa, n, *buf.q);
+  } else {
+    be.matmul(*A.wq, *buf.h, n, *buf.q);
+  }
+  // Each head is [rope | nope]: the rope op turns its leading dims.
+  be.rope(*buf.q, n_head, static_cast<int>(m.q_head_dim()), c.rope);
+  be.matmul_experts(A.q_absorb_view, *buf.q, n, n_head, true, *buf.mla_heads, *buf.mla_q);
+
+  // The cache vector [k_pe, norm(c_kv)] as the sum of two zero-padded
+  // products: the norm over the padded row is the norm over c_kv, as the
+  // loader rescales its weight and epsilon (mla_kv_norm_eps).
+  be.matmul(*A.kv_rope, *buf.h, n, *buf.mla_kv);
+  be.matmul(*A.kv_latent, *buf.h, n, *buf.mla_kv2);
+  be.rms_norm(*buf.mla_kv2, A.kv_norm.get(), n, latent, mla_kv_norm_eps(m, kLoraNormEps), *buf.mla_kv2);
+  be.add(*buf.mla_kv, *buf.mla_kv2, n * latent);
+  // One KV head; V is the same vector (its rope part meets zero columns of o_absorb).
+  be.store_kv(kv_layer, *buf.mla_kv, *buf.mla_kv, &c.rope);
+
+  AttentionConfig ac;
+  ac.n_head = n_head;
+  ac.n_head_kv = 1;
+  ac.head_dim = static_cast<int>(latent);
+  ac.scale = c.attn_scale;
+  be.attention(kv_layer, *buf.mla_q, *buf.attn, ac);
+  be.matmul_experts(A.o_absorb_view, *buf.attn, n, n_head, true, *buf.mla_heads, *buf.mla_o);
+  be.matmul(*A.wo, *buf.mla_o, n, *buf.o);
+  be.add(*buf.x, *buf.o, n * c.n_embd);
+}
+
+
 void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff,
              Buffer& out) {
   Backend& be = p.be;
@@ -108,7 +165,9 @@ void moe_ffn_block(const LayerPass& p, int il, int64_t n) {
   be.rms_norm(*buf.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
   be.matmul(*F.router, *buf.h, n, *buf.router);
   if (F.router_bias) be.add_bias(*buf.router, *F.router_bias, n);
-  be.moe_route(*buf.router, n, c.routing(), *buf.ids, *buf.route_w);
+  MoeRouting routing = c.routing();
+  routing.choice_bias = F.router_choice_bias.get();
+  be.moe_route(*buf.router, n, routing, *buf.ids, *buf.route_w);
   be.matmul_experts(F.gate_view, *buf.h, n, k, false, *buf.ids, *buf.eg, F.gate_b_view);
   be.matmul_experts(F.up_view, *buf.h, n, k, false, *buf.ids, *buf.eu, F.up_b_view);
   be.glu(*buf.eg, *buf.eu, n * k * p.geo.n_ff_exp, c.act, *buf.eg);
@@ -116,8 +175,10 @@ void moe_ffn_block(const LayerPass& p, int il, int64_t n) {
   be.moe_combine(*buf.ed, *buf.route_w, n, k, c.n_embd, *buf.o);
   if (F.gate_shexp) {
     glu_ffn(p, *F.gate_shexp, *F.up_shexp, *F.down_shexp, n, p.geo.n_ff_shexp, *buf.sh);
-    be.matmul(*F.shexp_gate, *buf.h, n, *buf.sg);
-    be.scale_rows_sigmoid(*buf.sh, *buf.sg, n, c.n_embd);
+    if (F.shexp_gate) {  // Qwen2-MoE gates its shared expert; DeepSeek's are plain
+      be.matmul(*F.shexp_gate, *buf.h, n, *buf.sg);
+      be.scale_rows_sigmoid(*buf.sh, *buf.sg, n, c.n_embd);
+    }
     be.add(*buf.o, *buf.sh, n * c.n_embd);
   }
   p.all_reduce(*buf.o, n * c.n_embd);  // every expert's down product is row-parallel
@@ -128,13 +189,13 @@ void moe_ffn_block(const LayerPass& p, int il, int64_t n) {
 void hybrid_decoder_layer(const LayerPass& p, int il, int64_t n) {
   if (p.cfg.layer_is_linear(il)) linear_attention_block(p, il, n);
   else attention_block(p, il, n);
-  if (p.cfg.moe()) moe_ffn_block(p, il, n);
+  if (p.cfg.layer_is_moe(il)) moe_ffn_block(p, il, n);
   else dense_ffn_block(p, il, n);
 }
 
 void decoder_layer(const LayerPass& p, int il, int64_t n) {
   attention_block(p, il, n);
-  if (p.cfg.moe()) moe_ffn_block(p, il, n);
+  if (p.cfg.layer_is_moe(il)) moe_ffn_block(p, il, n);
   else dense_ffn_block(p, il, n);
 }
 

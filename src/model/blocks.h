@@ -25,6 +25,16 @@ struct AttnWeights {
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
   std::unique_ptr<Weight> sinks;                // [n_head] sink logits (gpt-oss), optional
   std::unique_ptr<Weight> wq_gate;              // [n_head*hd, n_embd] output gate (Qwen3.5), optional
+  // MLA (DeepSeek; ModelConfig::Mla, R rope dims, D = kv_lora_rank). wq is
+  // q_b (or q_proj) with each head's rows reordered [rope | nope].
+  std::unique_ptr<Weight> q_a, q_a_norm;        // [q_lora, n_embd], [q_lora]; null without q-LoRA
+  std::unique_ptr<Weight> kv_rope;              // [R + D, n_embd]: k_pe rows, then zero rows
+  std::unique_ptr<Weight> kv_latent;            // [R + D, n_embd]: zero rows, then c_kv rows
+  std::unique_ptr<Weight> kv_norm;              // [R + D]: 0, then kv_a_layernorm's weight rescaled
+  // Per head: [rope | nope] query -> [rope | W_UK^T nope] ([R + D, R + nope]),
+  // and the latent output's c_kv part -> W_UV ([v, R + D], zero rope columns).
+  std::vector<std::unique_ptr<Weight>> q_absorb, o_absorb;
+  std::vector<const Weight*> q_absorb_view, o_absorb_view;
 };
 
 // A Gated DeltaNet layer's mixer (Qwen3.5), in place of attention; its input
@@ -48,6 +58,7 @@ struct FfnWeights {
   // Mixture of experts (moe_ffn_block).
   std::unique_ptr<Weight> router;                          // [n_expert, n_embd]
   std::unique_ptr<Weight> router_bias;                     // [n_expert], optional (gpt-oss)
+  std::unique_ptr<Weight> router_choice_bias;              // [n_expert], optional (DeepSeek V3)
   std::vector<std::unique_ptr<Weight>> gate_exps, up_exps, down_exps;  // [n_expert] of [n_ff_exp, n_embd] ...
   std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
   std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
@@ -93,6 +104,13 @@ struct ActivationBuffers {
   BufferPtr lin_z;    // [n, n_v * dv]
   BufferPtr lin_a, lin_b;  // [n, n_v]
   BufferPtr lin_out;  // [n, n_v * dv]
+  // MLA (empty otherwise).
+  BufferPtr mla_qa;     // [n, q_lora]
+  BufferPtr mla_kv;     // [n, R + D] the cache vector
+  BufferPtr mla_kv2;    // [n, R + D] its latent half, before the sum
+  BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries
+  BufferPtr mla_o;      // [n, n_head * v]
+  BufferPtr mla_heads;  // I32 [n, n_head]: 0 .. n_head - 1 per row (the per-head products' "routes")
 };
 
 // What a block reads and writes during one pass: the config, this rank's
@@ -115,6 +133,16 @@ void attention_block(const LayerPass& p, int il, int64_t n);
 // projection), z, a, b -> causal conv + SiLU of q, k, v -> gated delta rule
 // from the sequence's state -> per-head RMSNorm * silu(z) -> out -> x += out.
 void linear_attention_block(const LayerPass& p, int il, int64_t n);
+// Multi-head latent attention, absorbed form (DeepSeek V2 / V3): x -> norm
+// -> q (q-LoRA: q_a, norm, q_b) -> rope of each head's rope part -> per head
+// [rope | W_UK^T nope]; the token's cache vector [rope(k_pe), norm(c_kv)]
+// (one KV head) -> attention in the latent space -> per head W_UV of the
+// c_kv part -> o -> x += o.
+void mla_attention_block(const LayerPass& p, int il, int64_t n);
+// The latent's norm runs over the zero-padded row [0 (R), c_kv (D)]: its
+// epsilon and the factor its weight is multiplied by at load.
+float mla_kv_norm_eps(const ModelConfig::Mla& m, float eps);
+float mla_kv_norm_weight_scale(const ModelConfig::Mla& m);
 // x -> norm -> act(gate) * up -> down -> (post norm) -> x += out.
 void dense_ffn_block(const LayerPass& p, int il, int64_t n);
 // x -> norm -> router -> top-k experts, each act(gate) * up -> down, summed

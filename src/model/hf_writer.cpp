@@ -418,7 +418,8 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dty
   PAGELLM_CHECK(c.rope.freq_scale == 1.0f || c.rope_llama3.factor == 0,
                 "cannot write config.json: linear and llama3 RoPE scaling together");
   if (c.rope.ext_factor > 0) {
-    PAGELLM_CHECK(c.rope.ext_factor == 1.0f && c.rope.attn_factor == 1.0f,
+    // DeepSeek's mscale sets attn_factor; its family writes its own rope_scaling.
+    PAGELLM_CHECK(c.rope.ext_factor == 1.0f && (c.rope.attn_factor == 1.0f || c.is_mla()),
                   "cannot write config.json: YaRN with ext_factor {} / attn_factor {}", c.rope.ext_factor,
                   c.rope.attn_factor);
     j["rope_scaling"] = {{"rope_type", "yarn"},

@@ -82,7 +82,8 @@ std::unique_ptr<Model> Model::from_source(const ModelConfig& cfg, const TensorSo
     shard.layer_partition = balance_pipeline_stages(layer_cost, out ? static_cast<int64_t>(out->bytes()) : 0, shard.pp_size);
   }
   std::unique_ptr<Model> m(new Model(cfg, backend, shard));
-  m->load_weights(src, progress);
+  if (const auto derive = arch_info(cfg.arch).derive_tensors) m->derived_ = derive(cfg, src);
+  m->load_weights(m->derived_ ? *m->derived_ : src, progress);
   return m;
 }
 
@@ -113,6 +114,12 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::KNorm: return A.k_norm;
     case Slot::PostAttnNorm: return A.post_norm;
     case Slot::QGate: return A.wq_gate;
+    case Slot::MlaQA: return A.q_a;
+    case Slot::MlaQANorm: return A.q_a_norm;
+    case Slot::MlaKvRope: return A.kv_rope;
+    case Slot::MlaKvLatent: return A.kv_latent;
+    case Slot::MlaKvNorm: return A.kv_norm;
+    case Slot::RouterChoiceBias: return F.router_choice_bias;
     case Slot::LinQkv: return layers_.at(il).lin.qkv;
     case Slot::LinZ: return layers_.at(il).lin.z;
     case Slot::LinBeta: return layers_.at(il).lin.beta;
@@ -147,6 +154,8 @@ std::vector<std::unique_ptr<Weight>>& Model::expert_slot(Slot s, int il) {
     case Slot::GateExpsBias: return F.gate_exps_b;
     case Slot::UpExpsBias: return F.up_exps_b;
     case Slot::DownExpsBias: return F.down_exps_b;
+    case Slot::MlaQAbsorb: return layers_.at(il).attn.q_absorb;
+    case Slot::MlaOAbsorb: return layers_.at(il).attn.o_absorb;
     default: break;
   }
   fail("weight slot {} does not hold experts", static_cast<int>(s));
@@ -220,6 +229,14 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         fail("the {} backend cannot run the {} op, which {}'s linear-attention layers need", backend_.name(),
              op_name(op), arch.gguf_name);
   }
+  if (c.is_mla()) {
+    PAGELLM_CHECK(!geo_.tp, "{}'s multi-head latent attention does not run under tensor parallelism yet",
+                  arch.gguf_name);
+    // The per-head absorbed products are expert-grouped products.
+    if (!backend_.supports(Feature::MixtureOfExperts) || !backend_.supports_op(op_query(PGLB_OP_MATMUL_EXPERTS)))
+      fail("the {} backend cannot run multi-head latent attention (it needs matmul_experts), which {} uses; use "
+           "--device cpu", backend_.name(), arch.gguf_name);
+  }
   if (c.moe())
     for (pglb_op op : {PGLB_OP_MOE_ROUTE, PGLB_OP_MATMUL_EXPERTS, PGLB_OP_MOE_COMBINE})
       if (!backend_.supports_op(op_query(op)))
@@ -237,7 +254,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       const int64_t n_expert = shape.back();
       std::vector<TensorData> parts;
       const bool any = src.find(name) || src.find(name + "[0]");
-      if (!any && !tensor_required(spec, c)) return;
+      if (!any && !tensor_required(spec, c, il)) return;
       if (const TensorData* t = src.find(name)) {
         if (t->shape != shape)
           fail("tensor '{}' has shape [{}], expected [{}]", name, dims_text(t->shape), dims_text(shape));
@@ -247,7 +264,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
           const std::string one = expert_part_name(name, e);
           const TensorData* p = src.find(one);
           if (!p) {
-            if (!tensor_required(spec, c)) return;
+            if (!tensor_required(spec, c, il)) return;
             fail("model is missing tensor '{}' (expert {} of {}; architecture {} with {} experts)",
                  e == 0 ? name : one, e, n_expert, arch.gguf_name, c.n_expert);
           }
@@ -302,9 +319,10 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size() &&
                           (!spec.split_per_head || rows % c.n_head == 0),
                       "tensor '{}': {} rows do not split into the parts the architecture expects", name, t->rows());
-        total += parts.size();
+        if (spec.slots[0] != Slot::Unused) total += parts.size();
         return;
       }
+      if (spec.slots[0] == Slot::Unused) return;  // read only to derive others (checked above)
       const size_t row_bytes = dtype_row_bytes(t->type, t->cols());
       // A fused tensor is uploaded as one Weight per row range.
       int64_t row0 = 0;
@@ -349,6 +367,10 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   PAGELLM_CHECK(!(rope_long_ && rope_freqs_), "the model has both rope_freqs.weight and LongRoPE factors");
   set_context_length(c.n_ctx_train);
   for (LayerWeights& L : layers_) {
+    for (auto [from, to] : {std::pair{&L.attn.q_absorb, &L.attn.q_absorb_view}, {&L.attn.o_absorb, &L.attn.o_absorb_view}}) {
+      to->clear();
+      for (const auto& w : *from) to->push_back(w.get());
+    }
     FfnWeights& F = L.ffn;
     for (auto [from, to] : {std::pair{&F.gate_exps, &F.gate_view}, {&F.up_exps, &F.up_view}, {&F.down_exps, &F.down_view},
                             {&F.gate_exps_b, &F.gate_b_view}, {&F.up_exps_b, &F.up_b_view},
@@ -404,6 +426,8 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
   }
   kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
+  // An MLA latent is its own value: stored once where the backend can read values from the keys.
+  kv.v_is_k = cfg_.is_mla() && backend_.supports(Feature::KvVIsK);
   kv.block_size = block_size;
   kv.num_blocks = num_blocks;
   kv.dtype = dtype;
@@ -416,11 +440,15 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const ShardGeometry& g = geo_;
   const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
-  const int64_t ff = c.moe() ? g.n_ff_shexp : g.n_ff;  // the dense (or shared expert) FFN
+  // The dense FFN (leading dense layers of a MoE model too) or the shared expert.
+  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 ? g.n_ff : 0) : g.n_ff;
+  const ModelConfig::Mla& mla = c.mla;
+  const bool is_mla = c.is_mla();
+  const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;
   const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
   const bool lin = c.n_linear_layers() > 0;
   const ModelConfig::LinearAttn& la = c.linear;
-  return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, qd, true},
+  return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, std::max(qd, mla_q), true},
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
           {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},
           {&Buffers::sel, c.n_embd, false}, {&Buffers::logits, g.n_vocab, false},
@@ -431,7 +459,11 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
           {&Buffers::qgate, c.attn_out_gate ? qd : 0, true},
           {&Buffers::lin_qkv, lin ? la.conv_dim() : 0, true}, {&Buffers::lin_conv, lin ? la.conv_dim() : 0, true},
           {&Buffers::lin_z, lin ? la.value_dim() : 0, true},  {&Buffers::lin_a, lin ? la.n_v_heads : 0, true},
-          {&Buffers::lin_b, lin ? la.n_v_heads : 0, true},    {&Buffers::lin_out, lin ? la.value_dim() : 0, true}};
+          {&Buffers::lin_b, lin ? la.n_v_heads : 0, true},    {&Buffers::lin_out, lin ? la.value_dim() : 0, true},
+          {&Buffers::mla_qa, is_mla ? mla.q_lora_rank : 0, true}, {&Buffers::mla_kv, is_mla ? mla.latent_dim() : 0, true},
+          {&Buffers::mla_kv2, is_mla ? mla.latent_dim() : 0, true}, {&Buffers::mla_q, mla_q, true},
+          {&Buffers::mla_o, is_mla ? static_cast<int64_t>(g.n_head) * mla.v_head_dim : 0, true},
+          {&Buffers::mla_heads, is_mla ? g.n_head : 0, true, DType::I32}};
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
@@ -455,6 +487,13 @@ void Model::ensure_buffers(int64_t n, int64_t m) {
     BufferPtr& p = buf_.*b.member;
     p.reset();  // the old one goes first: device memory is tight
     p = backend_.alloc(b.type, static_cast<size_t>(b.values * (b.per_token ? n : m)));
+  }
+  if (grow_tokens && buf_.mla_heads) {
+    // Row t of the per-head products' routes is 0 .. n_head - 1: head h's slot uses head h's matrices.
+    std::vector<int32_t> heads(static_cast<size_t>(n * geo_.n_head));
+    for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(geo_.n_head));
+    backend_.copy_from_host(heads.data(), *buf_.mla_heads, 0, heads.size() * sizeof(int32_t));
+    backend_.synchronize();
   }
   if (grow_tokens) buf_.cap_tokens = n;
   if (grow_rows) buf_.cap_logits = m;

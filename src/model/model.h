@@ -153,6 +153,7 @@ class Model {
   bool softcap_on_device_ = false;            // the final softcap runs as the backend's op (one rank)
   std::unique_ptr<GGUFFile> gguf_;  // keeps the mapping alive for borrowed weights
   std::unique_ptr<TensorSource> source_;
+  std::unique_ptr<TensorSource> derived_;  // the family's derived weights (the weights may borrow them)
   size_t weight_bytes_ = 0;
   size_t held_weight_bytes_ = 0;
   size_t tok_embd_bytes_ = 0;

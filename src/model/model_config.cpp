@@ -37,7 +37,7 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
   if (a.embd_scale_sqrt) c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   // GGUF llama files store Q/K permuted for adjacent-pair rotation; HF
   // checkpoints and the other families rotate halves.
-  c.rope.neox = !(gguf_layout && a.gguf_permuted_qk);
+  c.rope.neox = !(gguf_layout && a.gguf_permuted_qk) && !c.rope_pairs_adjacent;
   if (c.rope_llama3.factor > 0) c.rope_freq_factors = llama3_rope_factors(c.rope_llama3, c.rope.freq_base, c.rope.n_rot);
   c.rope_swa = c.rope;
   if (a.swa_rope_base > 0) {
@@ -124,8 +124,12 @@ std::string ModelConfig::describe() const {
     ffn += fmt::format(", {} of {} layers Gated DeltaNet ({}/{} heads x {}/{}, conv {})", n_linear_layers(), n_layer,
                        linear.n_k_heads, linear.n_v_heads, linear.head_k_dim, linear.head_v_dim, linear.conv_kernel);
   if (moe())
-    ffn = fmt::format("{} of {} experts x ffn {}{}", n_expert_used, n_expert, n_ff_exp,
-                      n_ff_shexp ? fmt::format(" + shared {}", n_ff_shexp) : "");
+    ffn = fmt::format("{} of {} experts x ffn {}{}{}", n_expert_used, n_expert, n_ff_exp,
+                      n_ff_shexp ? fmt::format(" + shared {}", n_ff_shexp) : "",
+                      n_dense_lead ? fmt::format(", {} dense layers first (ffn {})", n_dense_lead, n_ff) : "");
+  if (is_mla())
+    ffn = fmt::format("MLA (q_lora {}, kv_lora {}, nope {} + rope {}, v {}), {}", mla.q_lora_rank, mla.kv_lora_rank,
+                      mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, ffn);
   return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, {}, vocab {}, ctx {}", arch_name(arch), name,
                      n_layer, n_embd, n_head, n_head_kv, head_dim, ffn, n_vocab, n_ctx_train);
 }
@@ -185,6 +189,30 @@ void ModelConfig::validate() const {
                 rope.attn_factor, rope.beta_fast, rope.beta_slow);
   PAGELLM_CHECK(attn_softcap >= 0 && std::isfinite(attn_softcap) && final_softcap >= 0 && std::isfinite(final_softcap),
                 "invalid logit softcapping ({}, {})", attn_softcap, final_softcap);
+  if (is_mla()) {
+    using L = ModelSizeLimits;
+    const Mla& m = mla;
+    PAGELLM_CHECK(m.q_lora_rank >= 0 && m.q_lora_rank <= L::kEmbd && m.kv_lora_rank >= 1 &&
+                      m.kv_lora_rank <= L::kHeadDim && m.qk_nope_head_dim >= 1 && m.qk_nope_head_dim <= L::kHeadDim &&
+                      m.qk_rope_head_dim >= 2 && m.qk_rope_head_dim % 2 == 0 &&
+                      m.qk_rope_head_dim <= L::kHeadDim && m.v_head_dim >= 1 && m.v_head_dim <= L::kHeadDim,
+                  "invalid MLA sizes: q_lora_rank {}, kv_lora_rank {}, qk_nope_head_dim {}, qk_rope_head_dim {} (even), "
+                  "v_head_dim {}", m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+    PAGELLM_CHECK(n_head_kv == 1 && head_dim == m.latent_dim() && rope.n_rot == m.qk_rope_head_dim,
+                  "an MLA cache is one KV head of qk_rope_head_dim + kv_lora_rank ({}) values, {} rotating; got {} x {}, "
+                  "{} rotating", m.latent_dim(), m.qk_rope_head_dim, n_head_kv, head_dim, rope.n_rot);
+  }
+  if (moe()) {
+    PAGELLM_CHECK(n_dense_lead >= 0 && n_dense_lead <= n_layer, "invalid count of leading dense layers {}",
+                  n_dense_lead);
+    PAGELLM_CHECK(expert_groups >= 1 && n_expert % expert_groups == 0 && expert_groups_used >= 1 &&
+                      expert_groups_used <= expert_groups &&
+                      n_expert_used <= expert_groups_used * (n_expert / expert_groups),
+                  "invalid expert groups: {} experts in {} groups, {} of them holding the {} chosen", n_expert,
+                  expert_groups, expert_groups_used, n_expert_used);
+    PAGELLM_CHECK(expert_weights_scale > 0 && std::isfinite(expert_weights_scale), "invalid routed scaling factor {}",
+                  expert_weights_scale);
+  }
   PAGELLM_CHECK(is_linear.empty() || static_cast<int>(is_linear.size()) == n_layer,
                 "linear-attention layer flags ({}) do not match the layer count {}", is_linear.size(), n_layer);
   if (n_linear_layers() > 0) {

@@ -14,7 +14,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2 };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -92,10 +92,39 @@ struct ModelConfig {
   int n_ff_exp = 0;
   int n_ff_shexp = 0;
   bool expert_norm_topk = false;  // the chosen experts' weights are renormalised to sum to 1
+  // DeepSeek's router: sigmoid scores, a choice bias (exp_probs_b), groups,
+  // a scale on the routed weights; and first_k_dense_replace dense layers
+  // before the MoE ones.
+  RouterScoring expert_scoring = RouterScoring::Softmax;
+  bool expert_choice_bias = false;  // the router has e_score_correction_bias
+  float expert_weights_scale = 1.0f;
+  int expert_groups = 1, expert_groups_used = 1;
+  GroupScore expert_group_score = GroupScore::Top2Sum;
+  int n_dense_lead = 0;
   bool moe() const { return n_expert > 0; }
+  bool layer_is_moe(int il) const { return moe() && il >= n_dense_lead; }
   MoeRouting routing() const {
-    return MoeRouting{n_expert, n_expert_used, RouterScoring::Softmax, expert_norm_topk, 1.0f};
+    MoeRouting r{n_expert, n_expert_used, expert_scoring, expert_norm_topk, expert_weights_scale};
+    r.n_group = expert_groups;
+    r.topk_group = expert_groups_used;
+    r.group_score = expert_group_score;
+    return r;
   }
+
+  // Multi-head latent attention (DeepSeek V2 / V3, kv_lora_rank > 0). The
+  // cache keeps one vector per token, [rope(k_pe), norm(c_kv)]: one KV head
+  // of head_dim = qk_rope_head_dim + kv_lora_rank; each query head attends
+  // in that latent space (the absorbed form, model/families/deepseek2.cpp).
+  struct Mla {
+    int q_lora_rank = 0;  // 0: one q_proj (V2-Lite)
+    int kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    float yarn_mscale = 0, yarn_mscale_all_dim = 0;  // as config.json states them (the HF writer's)
+    int64_t q_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+    int64_t latent_dim() const { return qk_rope_head_dim + kv_lora_rank; }
+  } mla;
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // RoPE rotates adjacent pairs in an HF checkpoint (DeepSeek's interleaved RoPE).
+  bool rope_pairs_adjacent = false;
 
   // Linear-attention (Gated DeltaNet) layers (Qwen3.5): is_linear[il] layers
   // keep a fixed-size state instead of K/V; the others are full attention.

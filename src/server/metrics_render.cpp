@@ -116,10 +116,12 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
           "KV-cache blocks held by running or waiting requests.");
   w.by_label("kv_blocks_used_by_kind", "gauge",
              "Used KV-cache blocks by the kind of layers they serve (sliding: sliding-window layers' KV-cache "
-             "groups, which hold only the blocks their window sees).",
+             "groups, which hold only the blocks their window sees; mla_latent: multi-head latent attention "
+             "layers, one latent vector per token).",
              "kind",
              {{"full", static_cast<double>(m.kv_blocks_used_full)},
-              {"sliding", static_cast<double>(m.kv_blocks_used_sliding)}});
+              {"sliding", static_cast<double>(m.kv_blocks_used_sliding)},
+              {"mla_latent", static_cast<double>(m.kv_blocks_used_mla_latent)}});
   w.gauge("kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
           "Free KV-cache blocks that still hold a cached prefix.");
   w.gauge("kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");

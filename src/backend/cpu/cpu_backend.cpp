@@ -120,7 +120,8 @@ class CpuBackend : public Backend {
 
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
-           f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention;
+           f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
+           f == Feature::KvVIsK;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -168,14 +169,15 @@ class CpuBackend : public Backend {
     // 2 MiB pages (a small model's layer alone is below the 4 MiB the hint
     // needs): decode reads each layer's cache as block slices a few KiB
     // apart, one TLB entry per 4 KiB page otherwise.
-    const size_t layer_bytes = (block_bytes_ * cfg.num_blocks + 63) / 64 * 64;
-    kv_arena_ = allocate_aligned(2 * layer_bytes * static_cast<size_t>(cfg.n_layers));
+    // v_is_k (MLA's latent): no values of their own.
+    const size_t layer_bytes = (block_bytes_ * cfg.num_blocks + 63) / 64 * 64, parts = cfg.v_is_k ? 1 : 2;
+    kv_arena_ = allocate_aligned(parts * layer_bytes * static_cast<size_t>(cfg.n_layers));
     for (int l = 0; l < cfg.n_layers; ++l) {
-      k_cache_.push_back(kv_arena_.get() + 2 * l * layer_bytes);
-      v_cache_.push_back(kv_arena_.get() + (2 * l + 1) * layer_bytes);
+      k_cache_.push_back(kv_arena_.get() + parts * l * layer_bytes);
+      if (!cfg.v_is_k) v_cache_.push_back(kv_arena_.get() + (2 * l + 1) * layer_bytes);
       if (scale_bytes_ == 0) continue;
       k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
-      v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
+      if (!cfg.v_is_k) v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
     }
     state_.clear();
     check_linear_state(cfg);
@@ -183,7 +185,12 @@ class CpuBackend : public Backend {
       state_.push_back(allocate_aligned(slot_floats() * sizeof(float) * cfg.state.num_slots));
   }
   float* k_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(k_scale_[layer].get()) : nullptr; }
-  float* v_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr; }
+  float* v_scale(int layer) const {
+    if (kv_cfg_.v_is_k) return k_scale(layer);
+    return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr;
+  }
+  // A layer's value cache: its key cache when the spec says v_is_k.
+  uint8_t* v_cache(int layer) const { return kv_cfg_.v_is_k ? k_cache_[layer] : v_cache_[layer]; }
   const KVCacheSpec& kv_cache_spec() const override { return kv_cfg_; }
 
   void copy_states(const BlockPairs& src_dst) override {
@@ -198,10 +205,12 @@ class CpuBackend : public Backend {
       check_block(dst);
       for (int l = 0; l < kv_cfg_.n_layers; ++l) {
         std::memcpy(k_cache_[l] + dst * block_bytes_, k_cache_[l] + src * block_bytes_, block_bytes_);
-        std::memcpy(v_cache_[l] + dst * block_bytes_, v_cache_[l] + src * block_bytes_, block_bytes_);
+        if (!kv_cfg_.v_is_k)
+          std::memcpy(v_cache_[l] + dst * block_bytes_, v_cache_[l] + src * block_bytes_, block_bytes_);
         if (scale_bytes_ == 0) continue;
         std::memcpy(k_scale_[l].get() + dst * scale_bytes_, k_scale_[l].get() + src * scale_bytes_, scale_bytes_);
-        std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
+        if (!kv_cfg_.v_is_k)
+          std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
       }
     }
   }
@@ -301,8 +310,9 @@ class CpuBackend : public Backend {
     const auto [group, slot] = kv_place(layer);
     const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
     float* k = f32(kb, batch_->n_tokens() * row);
-    const float* v = f32(vb, batch_->n_tokens() * row);
-    const cpu::KVStore cache{k_cache_[slot], v_cache_[slot], kv_elem_, k_scale(slot), v_scale(slot),
+    // v_is_k: the (rotated) key row is written again as its own value, in place: the same bytes.
+    const float* v = kv_cfg_.v_is_k ? k : f32(vb, batch_->n_tokens() * row);
+    const cpu::KVStore cache{k_cache_[slot], v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
                              kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
     const auto& slots = batch_->slots(group);
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
@@ -352,11 +362,19 @@ class CpuBackend : public Backend {
     Timer t(this, kOther, "moe_route");
     PAGELLM_CHECK(r.n_expert > 0 && r.n_expert <= cpu::kMaxExperts && r.k > 0 && r.k <= r.n_expert,
                   "moe_route: {} of {} experts", r.k, r.n_expert);
+    PAGELLM_CHECK(!r.grouped() || (r.n_group > 0 && r.n_expert % r.n_group == 0 && r.topk_group > 0 &&
+                                   r.k <= r.topk_group * (r.n_expert / r.n_group)),
+                  "moe_route: {} experts do not split into {} groups with {} of them holding {} experts", r.n_expert,
+                  r.n_group, r.topk_group, r.k);
+    const float* bias = r.choice_bias ? as_cpu(*r.choice_bias).vec.data() : nullptr;
+    if (bias)
+      PAGELLM_CHECK(r.choice_bias->cols == r.n_expert, "moe_route: choice bias '{}' has {} values for {} experts",
+                    r.choice_bias->name, r.choice_bias->cols, r.n_expert);
     const float* logits = f32(logits_b, n * r.n_expert);
     int32_t* ids = i32(ids_b, n * r.k);
     float* w = f32(w_b, n * r.k);
     pool_.parallel_for(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) cpu::route_token(logits + i * r.n_expert, r, ids + i * r.k, w + i * r.k);
+      for (int64_t i = b; i < e; ++i) cpu::route_token(logits + i * r.n_expert, r, bias, ids + i * r.k, w + i * r.k);
     });
   }
 
@@ -701,9 +719,9 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
                 "attention shape does not match the KV cache");
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
-  PAGELLM_CHECK(D % 8 == 0 && D <= 256 && kv_cfg_.block_size <= 64 && G <= 64,
-                "attention kernel limits: head_dim {} (multiple of 8, <= 256), block size {} (<= 64)", D,
-                kv_cfg_.block_size);
+  PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
+                "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
+                "per KV head (<= 128)", D, kv_cfg_.block_size, G);
   const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
   if (sinks)
     PAGELLM_CHECK(cfg.sinks->cols == cfg.n_head, "attention sinks '{}' have {} values for {} heads", cfg.sinks->name,
@@ -781,7 +799,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[slot], v_cache_[slot], kv_elem_, k_scale(slot), v_scale(slot),
+      cpu::AttnKV kv{k_cache_[slot], v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
                      kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].table(group).data()};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};

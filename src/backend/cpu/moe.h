@@ -14,9 +14,11 @@ namespace pagellm::cpu {
 constexpr int kMaxExperts = 1024;
 
 // Routes one token: ids[k] and weights[k] from logits[n_expert]. Scores are
-// softmax or sigmoid of the logits; the k best are chosen (ties to the lower
-// id), optionally renormalised to sum to 1, then scaled.
-void route_token(const float* logits, const MoeRouting& r, int32_t* ids, float* weights);
+// softmax or sigmoid of the logits; the k best (by score + choice_bias, which
+// may be null; within the best groups when r.grouped()) are chosen, ties to
+// the lower id, their unbiased scores optionally renormalised to sum to 1,
+// then scaled.
+void route_token(const float* logits, const MoeRouting& r, const float* choice_bias, int32_t* ids, float* weights);
 
 // The slots (t * k + j) routed to each expert, in increasing slot order:
 // slots[offsets[e] .. offsets[e + 1]) belong to expert e.

@@ -207,7 +207,8 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(is_tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-constexpr int kMaxHeadDim = 256, kMaxBlock = 64, kMaxRows = 64;
+// 576: an MLA latent (DeepSeek's 512 + 64); 128 rows: its 128 query heads on one KV head.
+constexpr int kMaxHeadDim = 576, kMaxBlock = 64, kMaxRows = 128;
 // Below this many query rows per KV head, scores are direct dot products.
 constexpr int kDirectScoreRows = 4;
 

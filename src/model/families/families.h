@@ -18,5 +18,6 @@ ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers
 ArchInfo qwen35moe(); // Qwen3.5-MoE: the same layers with routed and shared experts
+ArchInfo deepseek2(); // DeepSeek V2 / V3 (Kimi K2): MLA, shared and routed experts
 
 }  // namespace pagellm::family

@@ -170,6 +170,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   spec.block_size = B;
   spec.num_blocks = total_blocks + 3;
   spec.dtype = c.int8 ? DType::I8 : c.f16 ? DType::F16 : DType::F32;
+  spec.v_is_k = c.v_is_k;
   be.allocate_kv_cache(spec);
   std::vector<int32_t> free_blocks(spec.num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);
@@ -203,9 +204,10 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   be.set_batch(fill);
   {
     auto kb = t.put(k), vb = t.put(v);
-    be.store_kv(0, *kb, *vb);
+    be.store_kv(0, *kb, *vb);  // with v_is_k, v is ignored
     be.synchronize();
   }
+  if (c.v_is_k) v = k;
   if (c.int8) {
     // What the cache holds: each (token, head) vector as q * max|x| / 127.
     for (auto* x : {&k, &v})
@@ -326,6 +328,32 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
   };
   uint32_t seed = 100;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+// A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an
+// MLA latent is both; one KV head of DeepSeek's 576 dims and up to 128
+// query heads on it.
+TEST_P(BackendOps, PagedAttentionReadsValuesFromKeys) {
+  if (!be_->supports(Feature::KvVIsK)) return;
+  std::vector<AttnCase> cases = {
+      {16, 1, 576, 16, 0, 0, false, {{20, 20}, {1, 100}, {3, 40}}},
+      {128, 1, 576, 16, 0, 0, true, {{2, 2}, {1, 70}}},
+      {8, 1, 288, 16, 0, 0, true, {{33, 90}, {1, 300}}},
+  };
+  for (auto& c : cases) c.v_is_k = true;
+  AttnCase int8 = cases[2];
+  int8.int8 = true;
+  cases.push_back(int8);
+  uint32_t seed = 900;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+  // Half the bytes of a cache with V.
+  KVCacheSpec spec;
+  spec.n_layers = 2;
+  spec.n_kv_heads = 1;
+  spec.head_dim = 576;
+  const size_t with_v = spec.bytes_per_block();
+  spec.v_is_k = true;
+  EXPECT_EQ(spec.bytes_per_block() * 2, with_v);
 }
 
 TEST_P(BackendOps, PagedAttentionSkipsEvictedKeys) {
@@ -830,6 +858,99 @@ TEST_P(BackendOps, MoeRouteTopKMatchesReference) {
     EXPECT_EQ(ids, ref_ids);
     EXPECT_LT(rel_l2(get(*wb, ref_w.size()), ref_w), 1e-6);
   }
+}
+
+// DeepSeek's group-limited routing, written out plainly: choice scores
+// (score + bias), groups ranked by their two best (V3) or best (V2) choice
+// scores, the k best choices among the topk_group best groups, weighted by
+// their unbiased scores.
+void reference_group_route(const std::vector<float>& logits, const std::vector<float>& bias, int64_t n,
+                           const MoeRouting& r, std::vector<int32_t>& ids, std::vector<double>& w) {
+  ids.assign(static_cast<size_t>(n * r.k), -1);
+  w.assign(static_cast<size_t>(n * r.k), 0);
+  const int per = r.n_expert / r.n_group;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> p(r.n_expert), choice(r.n_expert);
+    const float* l = logits.data() + t * r.n_expert;
+    double total = 0;
+    for (int e = 0; e < r.n_expert; ++e) {
+      p[e] = r.scoring == RouterScoring::Sigmoid ? 1 / (1 + std::exp(-double(l[e]))) : std::exp(double(l[e]));
+      total += p[e];
+    }
+    for (int e = 0; e < r.n_expert; ++e) {
+      if (r.scoring == RouterScoring::Softmax) p[e] /= total;
+      choice[e] = p[e] + (bias.empty() ? 0.0 : bias[e]);
+    }
+    std::vector<double> group(r.n_group);
+    for (int g = 0; g < r.n_group; ++g) {
+      std::vector<double> in(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::sort(in.rbegin(), in.rend());
+      group[g] = r.group_score == GroupScore::Max ? in[0] : in[0] + in[1];
+    }
+    std::vector<int> gorder(r.n_group);
+    for (int g = 0; g < r.n_group; ++g) gorder[g] = g;
+    std::stable_sort(gorder.begin(), gorder.end(), [&](int a, int b) { return group[a] > group[b]; });
+    std::vector<int> order;
+    for (int e = 0; e < r.n_expert; ++e)
+      if (std::find(gorder.begin(), gorder.begin() + r.topk_group, e / per) != gorder.begin() + r.topk_group)
+        order.push_back(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return choice[a] > choice[b]; });
+    double sum = 0;
+    for (int j = 0; j < r.k; ++j) sum += p[order[j]];
+    for (int j = 0; j < r.k; ++j) {
+      ids[t * r.k + j] = order[j];
+      w[t * r.k + j] = p[order[j]] / (r.normalize ? sum : 1.0) * r.scale;
+    }
+  }
+}
+
+TEST_P(BackendOps, MoeRouteGroupLimitedMatchesReference) {
+  if (!be_->supports(Feature::MixtureOfExperts)) return;  // refusal checked by the routing test
+  const int64_t n = 29;
+  const int n_expert = 32;
+  // A bias of the scores' size, so that it changes which experts win.
+  const std::vector<float> bias_values = randn(n_expert, 71, 0.3f);
+  auto bias = upload_weight("exp_probs_b", DType::F32, {n_expert}, bias_values.data());
+  struct Case {
+    MoeRouting r;
+    bool with_bias;
+  };
+  std::vector<Case> cases;
+  MoeRouting v3{n_expert, 6, RouterScoring::Sigmoid, true, 2.5f};  // DeepSeek V3: 8 groups, 3 compete
+  v3.n_group = 8, v3.topk_group = 3;
+  cases.push_back({v3, true});
+  MoeRouting v3_no_norm = v3;
+  v3_no_norm.normalize = false, v3_no_norm.n_group = 4, v3_no_norm.topk_group = 2;
+  cases.push_back({v3_no_norm, true});
+  MoeRouting biased_only{n_expert, 4, RouterScoring::Sigmoid, true, 1.0f};  // a bias, no groups
+  cases.push_back({biased_only, true});
+  MoeRouting v2{n_expert, 6, RouterScoring::Softmax, false, 16.0f};  // DeepSeek V2: group_limited_greedy
+  v2.n_group = 8, v2.topk_group = 3, v2.group_score = GroupScore::Max;
+  cases.push_back({v2, false});
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(c);
+    MoeRouting r = cases[c].r;
+    r.choice_bias = cases[c].with_bias ? bias.get() : nullptr;
+    const auto logits = randn(static_cast<size_t>(n * r.n_expert), 5 + c, 2.0f);
+    auto lb = put(logits);
+    auto ids_b = be_->alloc(DType::I32, static_cast<size_t>(n * r.k));
+    auto wb = zeros_like(static_cast<size_t>(n * r.k));
+    be_->moe_route(*lb, n, r, *ids_b, *wb);
+    std::vector<int32_t> ids(static_cast<size_t>(n * r.k));
+    be_->copy_to_host(*ids_b, 0, ids.size() * sizeof(int32_t), ids.data());
+    be_->synchronize();
+    std::vector<int32_t> ref_ids;
+    std::vector<double> ref_w;
+    reference_group_route(logits, cases[c].with_bias ? bias_values : std::vector<float>{}, n, r, ref_ids, ref_w);
+    EXPECT_EQ(ids, ref_ids);
+    EXPECT_LT(rel_l2(get(*wb, ref_w.size()), ref_w), 1e-6);
+  }
+  MoeRouting bad{n_expert, 4, RouterScoring::Sigmoid, true, 1.0f};
+  bad.n_group = 5, bad.topk_group = 2;  // 32 experts are no 5 equal groups
+  auto lb = put(randn(static_cast<size_t>(n_expert), 3, 1.0f));
+  auto ids_b = be_->alloc(DType::I32, 4);
+  auto wb = zeros_like(4);
+  EXPECT_THROW(be_->moe_route(*lb, 1, bad, *ids_b, *wb), Error);
 }
 
 TEST_P(BackendOps, MatmulExpertsMatchesPerSlotProducts) {

@@ -108,6 +108,7 @@ struct AttnCase {
   bool int8 = false;   // an int8 cache (f16 ignored), where the backend has one
   // Sliding KV eviction: keys [evict_sinks, evict_to) of every sequence are gone.
   int evict_sinks = 0, evict_to = 0;
+  bool v_is_k = false;  // no V stored: the values are the keys (an MLA latent), where the backend can
 };
 
 inline void PrintTo(const AttnCase& c, std::ostream* os) {

@@ -75,6 +75,10 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
     EXPECT_EQ(arch_by_gguf_name(a.gguf_name), &a);
     for (const HfClass& h : a.hf_classes) EXPECT_EQ(arch_by_hf_class(h.name), &a);
     for (const TensorSpec& t : a.layer) {
+      if (t.need == Need::Derived) {  // made at load (MLA's absorbed weights), in no file
+        EXPECT_FALSE(*t.hf) << a.gguf_name << " " << t.gguf;
+        continue;
+      }
       ASSERT_TRUE(*t.hf) << a.gguf_name << " " << t.gguf;
       // Experts: HF names each one ("{}" is its index), the loader asks for
       // "<gguf>[e]"; or HF stacks them (gpt-oss), one tensor for all.
@@ -124,13 +128,13 @@ TEST(ArchErrors, UnknownAndMixtureOfExpertsFamiliesAreNamed) {
   expect_error_with([&] { config_from_gguf(*f); }, "gemma3.expert_count");
 
   GGUFWriter q;
-  q.set_string("general.architecture", "deepseek2");
+  q.set_string("general.architecture", "dbrx");
   q.write(path);
   f = GGUFFile::open(path);
-  expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'deepseek2' (Mixture-of-Experts");
+  expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'dbrx' (Mixture-of-Experts");
 
-  json j = small_config("DeepseekV3ForCausalLM");
-  expect_error_with([&] { config_of(j); }, "unsupported architecture 'DeepseekV3ForCausalLM' (Mixture-of-Experts");
+  json j = small_config("Glm4MoeForCausalLM");
+  expect_error_with([&] { config_of(j); }, "unsupported architecture 'Glm4MoeForCausalLM' (Mixture-of-Experts");
   j = small_config("Gemma3ForCausalLM");
   j["num_experts"] = 8;
   expect_error_with([&] { config_of(j); },
@@ -387,6 +391,82 @@ TEST(Qwen35Config, GgufKeysAsLlamaCppWritesThem) {
   const std::string bad = scratch("tiny-qwen35-no-state-size.gguf");
   w.write(bad);
   expect_error_with([&] { Model::load(bad, *backend); }, "qwen35.ssm.state_size");
+}
+
+// DeepSeek V3 / V2 config.json: MLA sizes make the cache one latent head;
+// YaRN's mscale_all_dim scales the attention; the router's options.
+TEST(ArchConfig, DeepseekMlaAndRouter) {
+  json j = small_config("DeepseekV3ForCausalLM");
+  j["n_routed_experts"] = 16;
+  j["num_experts_per_tok"] = 4;
+  j["moe_intermediate_size"] = 128;
+  j["kv_lora_rank"] = 512;
+  j["q_lora_rank"] = 384;
+  j["qk_nope_head_dim"] = 128;
+  j["qk_rope_head_dim"] = 64;
+  j["v_head_dim"] = 128;
+  j["n_group"] = 4;
+  j["topk_group"] = 2;
+  j["first_k_dense_replace"] = 1;
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 40.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0},
+                       {"original_max_position_embeddings", 4096}, {"beta_fast", 32}, {"beta_slow", 1}};
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.head_dim, 576);
+  EXPECT_EQ(c.n_head_kv, 1);
+  EXPECT_EQ(c.rope.n_rot, 64);
+  EXPECT_FALSE(c.rope.neox);  // adjacent pairs (rope_interleave)
+  EXPECT_EQ(c.mla.q_lora_rank, 384);
+  const double m = 0.1 * std::log(40.0) + 1;
+  EXPECT_FLOAT_EQ(c.attn_scale, static_cast<float>(m * m / std::sqrt(192.0)));
+  EXPECT_FLOAT_EQ(c.rope.attn_factor * static_cast<float>(m), 1.0f);  // mscale / mscale_all_dim = 1
+  EXPECT_EQ(c.n_dense_lead, 1);
+  EXPECT_EQ(c.n_ff_shexp, 128);  // n_shared_experts defaults to 1
+  EXPECT_EQ(c.expert_scoring, RouterScoring::Sigmoid);
+  EXPECT_TRUE(c.expert_choice_bias);
+  EXPECT_TRUE(c.expert_norm_topk);
+  EXPECT_EQ(c.expert_weights_scale, 2.5f);
+  EXPECT_EQ(c.routing().n_group, 4);
+  EXPECT_EQ(c.routing().topk_group, 2);
+  EXPECT_TRUE(c.layer_is_moe(1));
+  EXPECT_FALSE(c.layer_is_moe(0));
+  json bad = j;
+  bad["topk_method"] = "greedy";
+  expect_error_with([&] { config_of(bad); }, "topk_method 'greedy' is not supported");
+  bad = j;
+  bad["topk_group"] = 1;  // 4 of 16 experts cannot all come from one group of 4... they can: 4 <= 1 * 4
+  EXPECT_NO_THROW(config_of(bad));
+  bad["num_experts_per_tok"] = 5;
+  expect_error_with([&] { config_of(bad); }, "invalid expert groups");
+  bad = j;
+  bad["kv_lora_rank"] = 1000;
+  expect_error_with([&] { config_of(bad); }, "kv_lora_rank");
+
+  // V2-Lite: no q-LoRA, softmax greedy routing, no choice bias.
+  json v2 = j;
+  v2["architectures"] = {"DeepseekV2ForCausalLM"};
+  v2["q_lora_rank"] = nullptr;
+  v2.erase("rope_scaling");
+  v2.erase("n_group");
+  v2.erase("topk_group");
+  const ModelConfig c2 = config_of(v2);
+  EXPECT_EQ(c2.mla.q_lora_rank, 0);
+  EXPECT_EQ(c2.expert_scoring, RouterScoring::Softmax);
+  EXPECT_FALSE(c2.expert_choice_bias);
+  EXPECT_FALSE(c2.expert_norm_topk);
+  EXPECT_EQ(c2.routing().n_group, 1);
+  EXPECT_FLOAT_EQ(c2.attn_scale, static_cast<float>(1 / std::sqrt(192.0)));
+  v2["topk_method"] = "group_limited_greedy";
+  v2["n_group"] = 4;
+  v2["topk_group"] = 2;
+  EXPECT_EQ(config_of(v2).routing().group_score, GroupScore::Max);
+  v2["norm_topk_prob"] = true;
+  expect_error_with([&] { config_of(v2); }, "norm_topk_prob true is not supported for DeepseekV2ForCausalLM");
+
+  ThreadPool pool(2);
+  const std::string gguf = scratch("tiny-deepseek3.gguf");
+  write_dummy_gguf(gguf, DummySpec{"tiny-deepseek3", DType::F32, 1}, nullptr, pool);
+  auto backend = make_cpu_backend(1);
+  expect_error_with([&] { Model::load(gguf, *backend); }, "GGUF deepseek2 files are not supported yet");
 }
 
 // A LongRoPE model takes the long factors when it serves more than the

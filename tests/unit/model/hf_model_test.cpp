@@ -127,6 +127,19 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
   EXPECT_EQ(a.linear.head_k_dim, b.linear.head_k_dim);
   EXPECT_EQ(a.linear.head_v_dim, b.linear.head_v_dim);
   EXPECT_EQ(a.linear.conv_kernel, b.linear.conv_kernel);
+  EXPECT_EQ(a.expert_scoring, b.expert_scoring);
+  EXPECT_EQ(a.expert_choice_bias, b.expert_choice_bias);
+  EXPECT_EQ(a.expert_weights_scale, b.expert_weights_scale);
+  EXPECT_EQ(a.expert_groups, b.expert_groups);
+  EXPECT_EQ(a.expert_groups_used, b.expert_groups_used);
+  EXPECT_EQ(a.expert_group_score, b.expert_group_score);
+  EXPECT_EQ(a.n_dense_lead, b.n_dense_lead);
+  EXPECT_EQ(a.mla.q_lora_rank, b.mla.q_lora_rank);
+  EXPECT_EQ(a.mla.kv_lora_rank, b.mla.kv_lora_rank);
+  EXPECT_EQ(a.mla.qk_nope_head_dim, b.mla.qk_nope_head_dim);
+  EXPECT_EQ(a.mla.qk_rope_head_dim, b.mla.qk_rope_head_dim);
+  EXPECT_EQ(a.mla.v_head_dim, b.mla.v_head_dim);
+  EXPECT_EQ(a.rope_pairs_adjacent, b.rope_pairs_adjacent);
 }
 
 // The shapes tools/gen_hf_fixtures.py writes fixtures for, and whether each ties its embeddings.
@@ -135,7 +148,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-llama3", false},  {"tiny-gemma2", true},    {"tiny-phi3", false},
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
-    {"tiny-qwen35", false},  {"tiny-qwen35moe", false},
+    {"tiny-qwen35", false},    {"tiny-qwen35moe", false}, {"tiny-deepseek3", false}, {"tiny-deepseek2", false},
 };
 
 struct HFCase {
@@ -185,7 +198,8 @@ TEST_P(HFModelVsTransformers, LogitsMatchAtEveryPosition) {
   auto model = Model::load(dir, *backend);
   ModelConfig want = dummy_config(c.shape, n_vocab);
   expect_same_config(model->config(), want, "HF config vs dummy config");
-  EXPECT_TRUE(model->config().rope.neox) << "HF checkpoints rotate halves";
+  // HF checkpoints rotate halves, except DeepSeek's (adjacent pairs).
+  EXPECT_EQ(model->config().rope.neox, !model->config().rope_pairs_adjacent);
 
   // Both sides compute in float32 from identical weight values (F16/BF16
   // weights are exact in float32; F16 matmul widens them and uses float

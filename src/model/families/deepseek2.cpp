@@ -1,0 +1,475 @@
+// DeepSeek V2 / V3 (and Kimi K2, which is V3-shaped): multi-head latent
+// attention (MLA) and Mixture-of-Experts layers with shared experts after
+// first_k_dense_replace dense ones. V3 routes by sigmoid scores with a
+// choice bias (e_score_correction_bias), group-limited top-k and a routed
+// scaling factor; V2 by softmax (greedy or group_limited_greedy).
+//
+// MLA runs in its absorbed form: the cache holds one vector per token,
+// [rope(k_pe), norm(c_kv)], a single KV head shared by all query heads; each
+// head's query is [rope(q_pe), W_UK^T q_nope] and its output W_UV o_lat.
+// The weights that form takes are derived at load from the checkpoint's
+// (derive_tensors below): q_b with each head's rows reordered [rope | nope]
+// (the rope op turns leading dims), kv_a split into two zero-padded halves
+// (so that one sum assembles the cache vector), and kv_b's per-head blocks
+// as the absorbed matrices. DeepSeek's RoPE rotates adjacent pairs.
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/quant_blocks.h"
+#include "model/blocks.h"
+#include "model/families/common.h"
+#include "model/families/families.h"
+#include "model/model_config.h"
+#include "model/tensor_source.h"
+
+namespace pagellm::family {
+namespace {
+
+using Mla = ModelConfig::Mla;
+
+int64_t q_rows(const ModelConfig& c) { return static_cast<int64_t>(c.n_head) * c.mla.q_head_dim(); }
+Dims q_a_mat(const ModelConfig& c) { return {c.n_embd, c.mla.q_lora_rank}; }
+Dims q_a_vec(const ModelConfig& c) { return {c.mla.q_lora_rank}; }
+Dims q_b_mat(const ModelConfig& c) { return {c.mla.q_lora_rank, q_rows(c)}; }
+Dims q_full_mat(const ModelConfig& c) { return {c.n_embd, q_rows(c)}; }
+Dims q_derived_mat(const ModelConfig& c) { return {c.mla.q_lora_rank > 0 ? c.mla.q_lora_rank : c.n_embd, q_rows(c)}; }
+Dims kv_a_mat(const ModelConfig& c) { return {c.n_embd, c.mla.latent_dim()}; }
+Dims kv_a_vec(const ModelConfig& c) { return {c.mla.kv_lora_rank}; }
+Dims kv_b_mat(const ModelConfig& c) {
+  return {c.mla.kv_lora_rank, static_cast<int64_t>(c.n_head) * (c.mla.qk_nope_head_dim + c.mla.v_head_dim)};
+}
+Dims latent_mat(const ModelConfig& c) { return {c.n_embd, c.mla.latent_dim()}; }
+Dims latent_vec(const ModelConfig& c) { return {c.mla.latent_dim()}; }
+Dims q_absorb(const ModelConfig& c) { return {c.mla.q_head_dim(), c.mla.latent_dim(), c.n_head}; }
+Dims o_absorb(const ModelConfig& c) { return {c.mla.latent_dim(), c.mla.v_head_dim, c.n_head}; }
+Dims mla_o_mat(const ModelConfig& c) { return {static_cast<int64_t>(c.n_head) * c.mla.v_head_dim, c.n_embd}; }
+Dims shexp_mat(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
+Dims shexp_down(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
+Dims expert_vec(const ModelConfig& c) { return {c.n_expert}; }
+
+TensorSpec derived(TensorSpec t) {
+  t.need = Need::Derived;
+  return t;
+}
+
+TensorSpec derived_experts(const char* g, Dims (*shape)(const ModelConfig&), Slot s) {
+  TensorSpec t = experts(g, "", shape, s);
+  t.need = Need::Derived;
+  return t;
+}
+
+std::vector<TensorSpec> layer() {
+  constexpr Slot U = Slot::Unused;
+  return {
+      vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
+      mat("attn_q_a.weight", "self_attn.q_a_proj.weight", q_a_mat, Slot::MlaQA, Need::IfQLora),
+      vec("attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", q_a_vec, Slot::MlaQANorm, Need::IfQLora),
+      mat("attn_q_b.weight", "self_attn.q_b_proj.weight", q_b_mat, U, Need::IfQLora),
+      mat("attn_q.weight", "self_attn.q_proj.weight", q_full_mat, U, Need::IfNoQLora),
+      mat("attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", kv_a_mat, U),
+      vec("attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", kv_a_vec, U),
+      mat("attn_kv_b.weight", "self_attn.kv_b_proj.weight", kv_b_mat, U),
+      mat("attn_output.weight", "self_attn.o_proj.weight", mla_o_mat, Slot::O),
+      // The absorbed form's weights, made from the four above.
+      derived(mat("mla_q.weight", "", q_derived_mat, Slot::Q)),
+      derived(mat("mla_kv_rope.weight", "", latent_mat, Slot::MlaKvRope)),
+      derived(mat("mla_kv_latent.weight", "", latent_mat, Slot::MlaKvLatent)),
+      derived(vec("mla_kv_norm.weight", "", latent_vec, Slot::MlaKvNorm)),
+      derived_experts("mla_q_absorb.weight", q_absorb, Slot::MlaQAbsorb),
+      derived_experts("mla_o_absorb.weight", o_absorb, Slot::MlaOAbsorb),
+      // The FFN: dense in the leading layers, experts after.
+      vec("ffn_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm),
+      mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate, Need::IfDense),
+      mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up, Need::IfDense),
+      mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down, Need::IfDense),
+      [] {
+        TensorSpec t = mat("ffn_gate_inp.weight", "mlp.gate.weight", router_mat, Slot::Router, Need::IfMoe);
+        t.keep_f32 = true;
+        return t;
+      }(),
+      vec("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", expert_vec, Slot::RouterChoiceBias,
+          Need::IfChoiceBias),
+      experts("ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight", ff_exps, Slot::GateExps),
+      experts("ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight", ff_exps, Slot::UpExps),
+      experts("ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight", down_exps, Slot::DownExps),
+      mat("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", shexp_mat, Slot::GateShexp,
+          Need::IfSharedExpert),
+      mat("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", shexp_mat, Slot::UpShexp, Need::IfSharedExpert),
+      mat("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", shexp_down, Slot::DownShexp,
+          Need::IfSharedExpert),
+  };
+}
+
+// ---------------------------------------------------------------- derived weights
+
+// The file's tensors plus the absorbed form's, made on first request.
+class MlaSource : public TensorSource {
+ public:
+  MlaSource(const ModelConfig& c, const TensorSource& base) : c_(c), base_(base) {}
+
+  const TensorData* find(const std::string& name) const override {
+    if (const TensorData* t = base_.find(name)) return t;
+    if (auto it = made_.find(name); it != made_.end()) return &it->second;
+    // "blk.<il>.mla_..."
+    if (!name.starts_with("blk.")) return nullptr;
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos) return nullptr;
+    int il = 0;
+    for (size_t i = 4; i < dot; ++i) {
+      if (name[i] < '0' || name[i] > '9' || il > c_.n_layer) return nullptr;
+      il = il * 10 + (name[i] - '0');
+    }
+    if (dot == 4 || il >= c_.n_layer) return nullptr;
+    const std::string what = name.substr(dot + 1);
+    const std::string blk = name.substr(0, dot + 1);
+    TensorData t;
+    if (what == "mla_q.weight") t = query(blk);
+    else if (what == "mla_kv_rope.weight") t = kv_half(blk, true);
+    else if (what == "mla_kv_latent.weight") t = kv_half(blk, false);
+    else if (what == "mla_kv_norm.weight") t = kv_norm(blk);
+    else if (what == "mla_q_absorb.weight") t = absorb(blk, true);
+    else if (what == "mla_o_absorb.weight") t = absorb(blk, false);
+    else return nullptr;
+    if (!t.data) return nullptr;  // a tensor it is made from is missing (the loader names that one)
+    t.name = name;
+    return &made_.emplace(name, std::move(t)).first->second;
+  }
+  size_t count() const override { return base_.count(); }
+
+ private:
+  const TensorData* raw(const std::string& name, const Dims& shape) const {
+    const TensorData* t = base_.find(name);
+    if (!t) return nullptr;
+    PAGELLM_CHECK(t->shape == shape || (shape.size() == 2 && t->shape.size() == 1 && shape[1] == 1 &&
+                                        t->shape[0] == shape[0]),
+                  "tensor '{}' has the wrong shape for the model's MLA sizes", name);
+    return t;
+  }
+  uint8_t* bytes(size_t n) const { return bytes_.emplace_back(n).data(); }
+  float* floats(size_t n) const { return floats_.emplace_back(n).data(); }
+
+  // q_b (q_proj) with each head's rows [nope | rope] reordered [rope | nope], in its type.
+  TensorData query(const std::string& blk) const {
+    const Mla& m = c_.mla;
+    const TensorData* q = m.q_lora_rank > 0 ? raw(blk + "attn_q_b.weight", q_b_mat(c_))
+                                            : raw(blk + "attn_q.weight", q_full_mat(c_));
+    if (!q) return {};
+    const size_t row = dtype_row_bytes(q->type, q->cols());
+    const int64_t hd = m.q_head_dim(), nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim;
+    uint8_t* out = bytes(row * static_cast<size_t>(q->rows()));
+    const auto* in = static_cast<const uint8_t*>(q->data);
+    for (int64_t h = 0; h < c_.n_head; ++h) {
+      std::memcpy(out + (h * hd) * row, in + (h * hd + nope) * row, rope * row);
+      std::memcpy(out + (h * hd + rope) * row, in + (h * hd) * row, nope * row);
+    }
+    return TensorData{"", q->type, {q->cols(), q->rows()}, out};
+  }
+
+  // kv_a's rows are [c_kv (D) | k_pe (R)]; the rope half is [k_pe | 0], the latent half [0 | c_kv].
+  TensorData kv_half(const std::string& blk, bool rope_half) const {
+    const Mla& m = c_.mla;
+    const TensorData* a = raw(blk + "attn_kv_a_mqa.weight", kv_a_mat(c_));
+    if (!a) return {};
+    const size_t row = dtype_row_bytes(a->type, a->cols());
+    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank;
+    uint8_t* out = bytes(row * static_cast<size_t>(R + D));  // zero bytes are zeros in every type
+    const auto* in = static_cast<const uint8_t*>(a->data);
+    if (rope_half) std::memcpy(out, in + D * row, R * row);
+    else std::memcpy(out + R * row, in, D * row);
+    return TensorData{"", a->type, {a->cols(), R + D}, out};
+  }
+
+  TensorData kv_norm(const std::string& blk) const {
+    const Mla& m = c_.mla;
+    const TensorData* w = raw(blk + "attn_kv_a_norm.weight", kv_a_vec(c_));
+    if (!w) return {};
+    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank;
+    float* out = floats(static_cast<size_t>(R + D));
+    std::vector<float> values(static_cast<size_t>(D));
+    dequantize_row_ref(w->type, w->data, values.data(), D);
+    const float scale = mla_kv_norm_weight_scale(m);
+    for (int64_t d = 0; d < D; ++d) out[R + d] = values[d] * scale;
+    return TensorData{"", DType::F32, {R + D}, out};
+  }
+
+  // kv_b's rows per head: W_UK [nope, D], then W_UV [v, D].
+  TensorData absorb(const std::string& blk, bool query_side) const {
+    const Mla& m = c_.mla;
+    const TensorData* b = raw(blk + "attn_kv_b.weight", kv_b_mat(c_));
+    if (!b) return {};
+    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
+    const int64_t L = R + D, H = c_.n_head, per_head = nope + v;
+    const size_t row = dtype_row_bytes(b->type, D);
+    std::vector<float> w(static_cast<size_t>(D));
+    auto kv_b_row = [&](int64_t r) {
+      dequantize_row_ref(b->type, static_cast<const uint8_t*>(b->data) + static_cast<size_t>(r) * row, w.data(), D);
+    };
+    if (query_side) {
+      // [L rows, R + nope cols] per head: the rope part passes through, the
+      // latent rows are W_UK^T: out[R + d][R + j] = W_UK[j][d].
+      const int64_t cols = R + nope;
+      float* out = floats(static_cast<size_t>(H * L * cols));
+      for (int64_t h = 0; h < H; ++h) {
+        float* mh = out + h * L * cols;
+        for (int64_t r = 0; r < R; ++r) mh[r * cols + r] = 1.0f;
+        for (int64_t j = 0; j < nope; ++j) {
+          kv_b_row(h * per_head + j);
+          for (int64_t d = 0; d < D; ++d) mh[(R + d) * cols + R + j] = w[d];
+        }
+      }
+      return TensorData{"", DType::F32, {cols, L, H}, out};
+    }
+    // [v rows, L cols] per head: zero rope columns, then W_UV.
+    float* out = floats(static_cast<size_t>(H * v * L));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < v; ++i) {
+        kv_b_row(h * per_head + nope + i);
+        std::memcpy(out + (h * v + i) * L + R, w.data(), static_cast<size_t>(D) * sizeof(float));
+      }
+    return TensorData{"", DType::F32, {L, v, H}, out};
+  }
+
+  const ModelConfig c_;
+  const TensorSource& base_;
+  // Lists of vectors: an element's data never moves once made.
+  mutable std::vector<std::vector<uint8_t>> bytes_;
+  mutable std::vector<std::vector<float>> floats_;
+  mutable std::unordered_map<std::string, TensorData> made_;
+};
+
+std::unique_ptr<TensorSource> derive_tensors(const ModelConfig& c, const TensorSource& src) {
+  return std::make_unique<MlaSource>(c, src);
+}
+
+void deepseek_layer(const LayerPass& p, int il, int64_t n) {
+  mla_attention_block(p, il, n);
+  if (p.cfg.layer_is_moe(il)) moe_ffn_block(p, il, n);
+  else dense_ffn_block(p, il, n);
+}
+
+// ---------------------------------------------------------------- config.json
+
+double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
+
+int size_field(const nlohmann::json& j, const char* key, int def, int64_t min, int64_t max, const std::string& path) {
+  const double v = hf_float(j, key, def);
+  PAGELLM_CHECK(v >= static_cast<double>(min) && v <= static_cast<double>(max) && v == std::floor(v),
+                "'{}': invalid {} {}", path, key, v);
+  return static_cast<int>(v);
+}
+
+// 1 / sqrt(qk head dim), times mscale(factor, mscale_all_dim)^2 with YaRN
+// (transformers' yarn_apply_mscale).
+float attention_scale(const nlohmann::json& j, Mla& m) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(m.q_head_dim()));
+  const nlohmann::json* rp = nullptr;
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (j.contains(key) && j[key].is_object()) rp = &j[key];
+  if (rp) {
+    std::string type = "default";
+    for (const char* key : {"type", "rope_type"})
+      if (rp->contains(key) && (*rp)[key].is_string()) type = (*rp)[key].get<std::string>();
+    const double all_dim = hf_float(*rp, "mscale_all_dim", 0);
+    m.yarn_mscale = static_cast<float>(hf_float(*rp, "mscale", 0));
+    m.yarn_mscale_all_dim = static_cast<float>(all_dim);
+    if (type != "default" && all_dim != 0) {
+      const double f = yarn_mscale(hf_float(*rp, "factor", 1), all_dim);
+      scale *= f * f;
+    }
+  }
+  return static_cast<float>(scale);
+}
+
+void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  using L = ModelSizeLimits;
+  const std::string cls = j["architectures"][0].get<std::string>();
+  const bool v3 = cls == "DeepseekV3ForCausalLM";
+  if (!v3)  // the family's HfDefaults are V3's
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "moe_intermediate_size", "n_routed_experts"})
+      PAGELLM_CHECK(j.contains(key) && j[key].is_number(), "'{}': {} must state {}", path, cls, key);
+  Mla& m = c.mla;
+  m.q_lora_rank = j.contains("q_lora_rank") && j["q_lora_rank"].is_null()
+                      ? 0
+                      : size_field(j, "q_lora_rank", 1536, 1, L::kEmbd, path);
+  m.kv_lora_rank = size_field(j, "kv_lora_rank", 512, 1, L::kHeadDim, path);
+  m.qk_nope_head_dim = size_field(j, "qk_nope_head_dim", 128, 1, L::kHeadDim, path);
+  m.qk_rope_head_dim = size_field(j, "qk_rope_head_dim", 64, 2, L::kHeadDim, path);
+  m.v_head_dim = size_field(j, "v_head_dim", 128, 1, L::kHeadDim, path);
+  PAGELLM_CHECK(m.latent_dim() <= L::kHeadDim, "'{}': kv_lora_rank + qk_rope_head_dim {} is over {}", path,
+                m.latent_dim(), L::kHeadDim);
+  // The cache: one latent KV head.
+  c.head_dim = static_cast<int>(m.latent_dim());
+  c.n_head_kv = 1;
+  c.rope.n_rot = m.qk_rope_head_dim;
+  const bool interleave = !v3 || !j.contains("rope_interleave") || !j["rope_interleave"].is_boolean() ||
+                          j["rope_interleave"].get<bool>();
+  c.rope_pairs_adjacent = interleave;
+  c.attn_scale = attention_scale(j, m);
+
+  PAGELLM_CHECK(c.moe(), "'{}': {} needs n_routed_experts", path, cls);
+  c.n_dense_lead = size_field(j, "first_k_dense_replace", v3 ? 3 : 0, 0, c.n_layer, path);
+  const int shared = size_field(j, "n_shared_experts", v3 ? 1 : 2, 0, 64, path);
+  c.n_ff_shexp = shared * c.n_ff_exp;
+  c.expert_weights_scale = static_cast<float>(hf_float(j, "routed_scaling_factor", v3 ? 2.5 : 1.0));
+  const std::string method = j.contains("topk_method") && j["topk_method"].is_string()
+                                 ? j["topk_method"].get<std::string>()
+                                 : (v3 ? "noaux_tc" : "greedy");
+  if (v3) {
+    PAGELLM_CHECK(method == "noaux_tc", "'{}': topk_method '{}' is not supported for {} (noaux_tc is)", path, method,
+                  cls);
+    c.expert_scoring = RouterScoring::Sigmoid;
+    c.expert_choice_bias = true;
+    c.expert_groups = size_field(j, "n_group", 8, 1, c.n_expert, path);
+    c.expert_groups_used = size_field(j, "topk_group", 4, 1, c.expert_groups, path);
+  } else {
+    // transformers' V2 router never renormalises (DeepSeek's own code does
+    // when norm_topk_prob is set): refuse the case where they differ. V2's
+    // default is false (the family default is V3's).
+    if (!j.contains("norm_topk_prob") || !j["norm_topk_prob"].is_boolean()) c.expert_norm_topk = false;
+    PAGELLM_CHECK(!c.expert_norm_topk, "'{}': norm_topk_prob true is not supported for {}", path, cls);
+    c.expert_scoring = RouterScoring::Softmax;
+    if (method == "group_limited_greedy") {
+      c.expert_groups = size_field(j, "n_group", 1, 1, c.n_expert, path);
+      c.expert_groups_used = size_field(j, "topk_group", 1, 1, c.expert_groups, path);
+      c.expert_group_score = GroupScore::Max;
+    } else {
+      PAGELLM_CHECK(method == "greedy", "'{}': topk_method '{}' is not supported for {} (greedy and "
+                    "group_limited_greedy are)", path, method, cls);
+    }
+  }
+}
+
+void read_gguf(const GGUFFile&, ModelConfig&) {
+  fail("GGUF deepseek2 files are not supported yet; load the Hugging Face folder of the model instead");
+}
+
+void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
+  const Mla& m = c.mla;
+  const bool v3 = c.expert_scoring == RouterScoring::Sigmoid;
+  PAGELLM_CHECK(c.is_mla() && c.moe(), "cannot write config.json: a DeepSeek model needs MLA and experts");
+  PAGELLM_CHECK(c.n_ff_shexp % c.n_ff_exp == 0, "cannot write config.json: shared experts of {} units are no whole "
+                "number of experts of {}", c.n_ff_shexp, c.n_ff_exp);
+  j["architectures"] = nlohmann::ordered_json::array({v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"});
+  j["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  j["num_key_value_heads"] = c.n_head;  // transformers expands the latent to every head
+  j["head_dim"] = m.qk_rope_head_dim;
+  for (const char* key : {"num_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"})
+    j.erase(key);
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["n_routed_experts"] = c.n_expert;
+  j["num_experts_per_tok"] = c.n_expert_used;
+  j["moe_intermediate_size"] = c.n_ff_exp;
+  j["n_shared_experts"] = c.n_ff_shexp / c.n_ff_exp;
+  j["first_k_dense_replace"] = c.n_dense_lead;
+  j["routed_scaling_factor"] = decimal(c.expert_weights_scale);
+  j["norm_topk_prob"] = c.expert_norm_topk;
+  if (m.q_lora_rank > 0) j["q_lora_rank"] = m.q_lora_rank;
+  else j["q_lora_rank"] = nullptr;
+  j["kv_lora_rank"] = m.kv_lora_rank;
+  j["qk_nope_head_dim"] = m.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+  j["v_head_dim"] = m.v_head_dim;
+  j["n_group"] = c.expert_groups;
+  j["topk_group"] = c.expert_groups_used;
+  if (v3) {
+    PAGELLM_CHECK(c.expert_choice_bias && c.expert_group_score == GroupScore::Top2Sum,
+                  "cannot write config.json: DeepSeek V3 routing has a choice bias and ranks groups by their top two");
+    j["topk_method"] = "noaux_tc";
+    j["rope_interleave"] = true;
+  } else {
+    PAGELLM_CHECK(!c.expert_choice_bias && !c.expert_norm_topk, "cannot write config.json: DeepSeek V2 routing has "
+                  "no choice bias and does not renormalise");
+    j["topk_method"] = c.expert_groups > 1 ? "group_limited_greedy" : "greedy";
+  }
+  PAGELLM_CHECK(c.rope_pairs_adjacent, "cannot write config.json: DeepSeek's RoPE rotates adjacent pairs");
+  if (c.rope.ext_factor > 0) {
+    PAGELLM_CHECK(m.yarn_mscale > 0 && m.yarn_mscale_all_dim > 0, "cannot write config.json: YaRN without mscale");
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", decimal(1.0f / c.rope.freq_scale)},
+                         {"original_max_position_embeddings", c.rope.n_ctx_orig},
+                         {"beta_fast", decimal(c.rope.beta_fast)},
+                         {"beta_slow", decimal(c.rope.beta_slow)},
+                         {"mscale", decimal(m.yarn_mscale)},
+                         {"mscale_all_dim", decimal(m.yarn_mscale_all_dim)}};
+  }
+}
+
+// ---------------------------------------------------------------- dummies
+
+void tiny_mla(ModelConfig& c, int q_lora) {
+  c.mla = {q_lora, 256, 64, 32, 64};
+  c.head_dim = static_cast<int>(c.mla.latent_dim());
+  c.n_head_kv = 1;
+  c.rope.n_rot = c.mla.qk_rope_head_dim;
+  c.rope_pairs_adjacent = true;
+  c.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.mla.q_head_dim())));
+  c.n_dense_lead = 1;
+}
+
+// tiny-deepseek3: q-LoRA, 4 groups of 4 experts with 2 competing, a choice
+// bias, one shared expert, a dense first layer, YaRN x4 with mscale (cos /
+// sin and the attention scale both change).
+void tiny_v3(ModelConfig& c) {
+  tiny_mla(c, 256);
+  c.expert_scoring = RouterScoring::Sigmoid;
+  c.expert_choice_bias = true;
+  c.expert_norm_topk = true;
+  c.expert_weights_scale = 2.5f;
+  c.expert_groups = 4;
+  c.expert_groups_used = 2;
+  const double factor = 4, m = 1.0, m_all = 0.8;
+  c.rope.freq_scale = static_cast<float>(1 / factor);
+  c.rope.ext_factor = 1.0f;
+  c.rope.n_ctx_orig = 128;
+  c.rope.attn_factor = static_cast<float>(yarn_mscale(factor, m) / yarn_mscale(factor, m_all) / yarn_mscale(factor, 1));
+  c.mla.yarn_mscale = static_cast<float>(m);
+  c.mla.yarn_mscale_all_dim = static_cast<float>(m_all);
+  const double s = yarn_mscale(factor, m_all);
+  c.attn_scale = static_cast<float>(s * s / std::sqrt(static_cast<double>(c.mla.q_head_dim())));
+}
+
+// tiny-deepseek2: V2-Lite's shape: no q-LoRA, softmax greedy routing, two shared experts.
+void tiny_v2(ModelConfig& c) {
+  tiny_mla(c, 0);
+  c.expert_scoring = RouterScoring::Softmax;
+  c.expert_norm_topk = false;
+}
+
+}  // namespace
+
+ArchInfo deepseek2() {
+  ArchInfo a = entry(Arch::Deepseek2, "deepseek2", "deepseek_v3",
+                     {{"DeepseekV3ForCausalLM"}, {"DeepseekV2ForCausalLM"}});
+  a.moe = a.moe_only = true;
+  a.moe_norm_topk = true;  // V3's default (V2's reader refuses it)
+  a.partial_rotary = true;  // only the rope part of a query head rotates
+  // DeepseekV3Config's defaults.
+  a.hf.vocab_size = 129280;
+  a.hf.hidden_size = 7168;
+  a.hf.intermediate_size = 18432;
+  a.hf.num_hidden_layers = 61;
+  a.hf.num_attention_heads = 128;
+  a.hf.head_dim = 64;
+  a.hf.max_position_embeddings = 4096;
+  a.hf.rms_norm_eps = 1e-6f;
+  a.globals = globals(Transform::None);
+  a.layer = layer();
+  a.read_hf = read_hf;
+  a.read_gguf = read_gguf;
+  a.write_hf = write_hf;
+  a.layer_forward = deepseek_layer;
+  a.derive_tensors = derive_tensors;
+  //  name, vocab, embd, layers, heads, kv heads, head_dim (latent), ff, ctx, rope base, eps, tied, swa,
+  //  experts, used, ff_exp, ff_shexp
+  a.dummy_shapes = {
+      {"tiny-deepseek3", 512, 256, 3, 4, 1, 288, 512, 512, 10000.f, 1e-6f, false, 0, 16, 4, 256, 256, tiny_v3},
+      {"tiny-deepseek2", 512, 256, 3, 4, 1, 288, 512, 512, 10000.f, 1e-6f, false, 0, 8, 2, 256, 512, tiny_v2},
+  };
+  return a;
+}
+
+}  // namespace pagellm::family
