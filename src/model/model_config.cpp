@@ -75,17 +75,6 @@ const ArchInfo& arch_from_gguf_name(const std::string& a, const std::string& pat
        moe ? " (Mixture-of-Experts models are not supported yet)" : "", supported_gguf_names());
 }
 
-// An integer key in [lo, hi] (the fallback when absent); narrowing to int is
-// safe after the check.
-int gguf_size(const GGUFFile& f, const std::string& key, std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
-  const GGUFValue* v = f.find(key);
-  if (v && v->type == GGUFType::U64 && v->u > static_cast<uint64_t>(hi))
-    fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, v->u, lo, hi);
-  const int64_t n = fallback ? f.get_int(key, *fallback) : f.get_int(key);
-  if (n < lo || n > hi) fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, n, lo, hi);
-  return static_cast<int>(n);
-}
-
 // One past the highest N of the file's "blk.N." tensors (0 when there are none).
 int64_t layers_in_tensors(const GGUFFile& f) {
   int64_t layers = 0;
@@ -227,6 +216,17 @@ void ModelConfig::validate() const {
     PAGELLM_CHECK(n_linear_layers() < n_layer, "every layer is linear attention; at least one full-attention layer "
                   "is needed");
   }
+}
+
+// An integer key in [lo, hi] (the fallback when absent); narrowing to int is
+// safe after the check.
+int gguf_size(const GGUFFile& f, const std::string& key, std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
+  const GGUFValue* v = f.find(key);
+  if (v && v->type == GGUFType::U64 && v->u > static_cast<uint64_t>(hi))
+    fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, v->u, lo, hi);
+  const int64_t n = fallback ? f.get_int(key, *fallback) : f.get_int(key);
+  if (n < lo || n > hi) fail("'{}': {} = {} is out of range ({} to {})", f.path(), key, n, lo, hi);
+  return static_cast<int>(n);
 }
 
 ModelConfig config_from_gguf(const GGUFFile& f) {

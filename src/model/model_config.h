@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,5 +164,8 @@ ModelConfig config_from_hf_json(const std::string& config_json_path);
 // A number field of a config.json, or `fallback` when absent or null (for
 // family hooks, model/arch.h); throws Error for a field of another type.
 double hf_float(const nlohmann::json& j, const char* key, double fallback);
+// An integer GGUF key in [lo, hi], or `fallback` when absent (nullopt: the
+// key is required); throws Error naming the file and key (for family hooks).
+int gguf_size(const GGUFFile& f, const std::string& key, std::optional<int64_t> fallback, int64_t lo, int64_t hi);
 
 }  // namespace pagellm

@@ -154,11 +154,7 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
 void read_gguf(const GGUFFile& f, ModelConfig& c) {
   using L = ModelSizeLimits;
   const std::string a = f.get_string("general.architecture") + ".";
-  auto size = [&](const char* key, int max) {
-    const int64_t v = f.get_int(a + key);
-    PAGELLM_CHECK(v >= 1 && v <= max, "'{}': invalid {}{} {}", f.path(), a, key, v);
-    return static_cast<int>(v);
-  };
+  auto size = [&](const char* key, int64_t max) { return gguf_size(f, a + key, std::nullopt, 1, max); };
   c.linear.conv_kernel = size("ssm.conv_kernel", 64);
   c.linear.head_k_dim = size("ssm.state_size", L::kHeadDim);
   c.linear.n_k_heads = size("ssm.group_count", L::kHeads);
@@ -176,8 +172,7 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
                   "layers", f.path(), a, r.size(), c.n_layer);
     for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = r[il] != 0;
   } else {
-    const int every = static_cast<int>(f.get_int(a + "full_attention_interval", 4));
-    PAGELLM_CHECK(every >= 1 && every <= c.n_layer, "'{}': invalid {}full_attention_interval {}", f.path(), a, every);
+    const int every = gguf_size(f, a + "full_attention_interval", 4, 1, c.n_layer);
     for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = (il + 1) % every != 0;
   }
 }
