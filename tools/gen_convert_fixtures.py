@@ -54,7 +54,7 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 # something else there; tiny-phi3-longrope has no window.
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
-          "tiny-qwen35moe"]
+          "tiny-qwen35moe", "tiny-deepseek3"]
 SEED = 1
 N_TOKENS = 40
 

@@ -414,9 +414,12 @@ void encode_value(std::vector<uint8_t>& b, const GGUFValue& v) {
     case GGUFType::F32: put_raw<float>(b, static_cast<float>(v.f)); break;
     case GGUFType::F64: put_raw<double>(b, v.f); break;
     default: {
-      const size_t n = scalar_size(v.type);
-      const uint64_t bits = v.u;
-      put_bytes(b, &bits, n);
+      // The reader keeps unsigned values in u, signed ones and bools in i;
+      // the low bytes of either are the little-endian encoding.
+      const bool is_unsigned = v.type == GGUFType::U8 || v.type == GGUFType::U16 || v.type == GGUFType::U32 ||
+                               v.type == GGUFType::U64;
+      const uint64_t bits = is_unsigned ? v.u : static_cast<uint64_t>(v.i);
+      put_bytes(b, &bits, scalar_size(v.type));
     }
   }
 }

@@ -62,6 +62,8 @@ enum class Need {
   IfQLora,         // MLA with q-LoRA (q_lora_rank > 0): required, absent otherwise
   IfNoQLora,       // MLA without q-LoRA: required, absent otherwise
   IfChoiceBias,    // required when cfg.expert_choice_bias (in MoE layers)
+  IfKvBSplit,      // MLA's kv_b as llama.cpp writes it now (attn_k_b, attn_v_b): required, absent otherwise
+  IfKvBFused,      // MLA's kv_b in one tensor (GGUF files from before that split): required, absent otherwise
   // Not in files: computed at load from the layer's other tensors
   // (ArchInfo::derive_tensors); no HF name, no dummy values.
   Derived,
@@ -95,6 +97,11 @@ enum class Transform {
   // Qwen3.5's depthwise conv1d weight [conv_dim, 1, K] is GGUF's [K, conv_dim]
   // (F32): conv_dim rows of K taps.
   ConvTaps,
+  // MLA's kv_b_proj ([n_head * (nope + v), kv_lora] in HF) as llama.cpp's
+  // converter splits it: per head, the key rows transposed (attn_k_b, ne
+  // [nope, kv_lora, n_head]) and the value rows (attn_v_b, [kv_lora, v, n_head]).
+  KvBKeys,
+  KvBValues,
 };
 
 // Linear-attention tensors with a value-head axis, which llama.cpp's
@@ -211,6 +218,9 @@ struct ArchInfo {
   bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say
   bool hf_mxfp4_experts = false;  // HF checkpoints may ship MXFP4 experts (quant_method mxfp4: gpt-oss)
   bool gguf_expert_ff_key = true;  // GGUF states expert_feed_forward_length (Mixtral-style llama files do not)
+  // GGUF key/value lengths describe an MLA latent cache and the YaRN log
+  // multiplier is DeepSeek's mscale: read_gguf reads them (deepseek2).
+  bool gguf_mla = false;
   HfDefaults hf;
 
   // The HF writer: a MoE config is written as hf_moe_class / hf_moe_model_type

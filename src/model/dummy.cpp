@@ -262,7 +262,8 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
-  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(s.head_dim));
+  // MLA: the cache's one latent head is [rope | kv_lora] keys and kv_lora values.
+  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(cfg.is_mla() ? cfg.mla.kv_lora_rank : s.head_dim));
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(cfg.rope.n_rot));
   w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
@@ -271,8 +272,29 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     w.set_u32(a + ".expert_count", static_cast<uint32_t>(s.n_expert));
     w.set_u32(a + ".expert_used_count", static_cast<uint32_t>(s.n_expert_used));
     if (arch.gguf_expert_ff_key) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
-    if (s.n_ff_shexp)
+    if (s.n_ff_shexp && !cfg.is_mla())
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+  }
+  if (cfg.is_mla()) {
+    // DeepSeek's sizes and router, as llama.cpp's converter writes them.
+    const ModelConfig::Mla& m = cfg.mla;
+    w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(cfg.n_dense_lead));
+    if (m.q_lora_rank > 0) w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(m.q_lora_rank));
+    w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora_rank));
+    w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(m.q_head_dim()));
+    w.set_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(m.v_head_dim));
+    w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(cfg.n_ff_shexp / cfg.n_ff_exp));
+    w.set_f32(a + ".expert_weights_scale", cfg.expert_weights_scale);
+    if (cfg.expert_norm_topk) w.set_bool(a + ".expert_weights_norm", true);
+    w.set_u32(a + ".expert_gating_func", cfg.expert_scoring == RouterScoring::Sigmoid ? 2 : 1);
+    if (cfg.expert_groups > 1) {
+      w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(cfg.expert_groups));
+      w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(cfg.expert_groups_used));
+    }
+    if (cfg.rope.ext_factor > 0) {
+      PAGELLM_CHECK(m.yarn_mscale == m.yarn_mscale_all_dim, "a GGUF file states DeepSeek's mscale_all_dim only");
+      w.set_f32(a + ".rope.scaling.yarn_log_multiplier", 0.1f * m.yarn_mscale_all_dim);
+    }
   }
   if (cfg.rope.ext_factor > 0) {
     w.set_string(a + ".rope.scaling.type", "yarn");

@@ -140,6 +140,39 @@ Entry stacked_experts(const ArchInfo& arch, const TensorSpec& spec, const Tensor
   return {d, hf};
 }
 
+// MLA's kv_b_proj from llama.cpp's split (attn_k_b: each head's key rows
+// transposed, [nope, kv_lora, n_head]; attn_v_b: its value rows), as an F32
+// copy [n_head * (nope + v), kv_lora]. The KvBKeys spec writes it.
+Entry mla_kv_b(const ArchInfo& arch, const TensorSpec& spec, const TensorData& keys, const TensorSource& src,
+               const std::string& gguf, const std::string& hf, std::vector<std::vector<float>>& owned) {
+  const TensorData* values = nullptr;
+  for (const TensorSpec& s : arch.layer)
+    if (s.transform == Transform::KvBValues && std::string_view(s.hf) == spec.hf)
+      values = src.find(gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf);
+  PAGELLM_CHECK(values && keys.shape.size() == 3 && values->shape.size() == 3 && values->shape[0] == keys.shape[1] &&
+                    values->shape[2] == keys.shape[2],
+                "cannot write a Hugging Face folder: '{}' has no value half of its shape", gguf);
+  const int64_t nope = keys.shape[0], D = keys.shape[1], H = keys.shape[2], v = values->shape[1];
+  auto& out = owned.emplace_back(static_cast<size_t>(H * (nope + v) * D));
+  std::vector<float> row(static_cast<size_t>(D));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t d = 0; d < D; ++d) {
+      dequantize_row_ref(keys.type, static_cast<const uint8_t*>(keys.data) +
+                                        (h * D + d) * dtype_row_bytes(keys.type, nope), row.data(), nope);
+      for (int64_t j = 0; j < nope; ++j) out[(h * (nope + v) + j) * D + d] = row[j];
+    }
+    for (int64_t i = 0; i < v; ++i)
+      dequantize_row_ref(values->type, static_cast<const uint8_t*>(values->data) +
+                                           (h * v + i) * dtype_row_bytes(values->type, D),
+                         out.data() + (h * (nope + v) + nope + i) * D, D);
+  }
+  TensorData d;
+  d.type = DType::F32;
+  d.shape = {D, H * (nope + v)};
+  d.data = out.data();
+  return {d, hf};
+}
+
 // A Gated DeltaNet tensor as HF holds it, as an F32 copy: A_log back from
 // -exp(A_log), value heads regrouped by key head when the model has them
 // tiled (TensorSpec::vheads), the conv taps as [conv_dim, 1, K].
@@ -264,6 +297,11 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
       const size_t at = pattern.find("{}");
       for (int64_t e = 0; e < t->shape[2]; ++e)
         out.push_back({expert_slice(*t, e), pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 2)});
+      return;
+    }
+    if (spec.transform == Transform::KvBValues) return;  // written with its key half
+    if (spec.transform == Transform::KvBKeys) {
+      out.push_back(mla_kv_b(arch, spec, *t, src, gguf, hf, owned));
       return;
     }
     if (spec.vheads != VHeads::None || spec.transform == Transform::NegExp || spec.transform == Transform::ConvTaps) {

@@ -286,7 +286,8 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
   }
   c.norm_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
   const int head_dim_v = gguf_size(f, key("attention.value_length"), c.head_dim, 1, L::kHeadDim);
-  PAGELLM_CHECK(head_dim_v == c.head_dim, "'{}': different key and value head sizes are not supported", f.path());
+  PAGELLM_CHECK(head_dim_v == c.head_dim || info.gguf_mla, "'{}': different key and value head sizes are not "
+                "supported", f.path());
   c.rope.n_rot = gguf_size(f, key("rope.dimension_count"), c.head_dim, 1, L::kHeadDim);
   c.rope.freq_base = static_cast<float>(f.get_float(key("rope.freq_base"), 10000.0));
   // Families with their own base on sliding-window layers (Gemma 3); 0: the family's default.
@@ -304,7 +305,7 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
     // As llama.cpp reads these files: every pair blends by the ramp
     // (ext_factor 1), cos / sin scaled by 1 + 0.1 ln(factor), times attn_factor.
     PAGELLM_CHECK(factor >= 1 && std::isfinite(factor), "'{}': invalid YaRN factor {}", f.path(), factor);
-    PAGELLM_CHECK(f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0) == 0.0,
+    PAGELLM_CHECK(info.gguf_mla || f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0) == 0.0,
                   "'{}': YaRN with {} (DeepSeek's mscale) is not supported", f.path(),
                   key("rope.scaling.yarn_log_multiplier"));
     c.rope.freq_scale = static_cast<float>(1.0 / factor);

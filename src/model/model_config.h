@@ -120,6 +120,9 @@ struct ModelConfig {
     int q_lora_rank = 0;  // 0: one q_proj (V2-Lite)
     int kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
     float yarn_mscale = 0, yarn_mscale_all_dim = 0;  // as config.json states them (the HF writer's)
+    // kv_b as one tensor (attn_kv_b: GGUF files converted before llama.cpp
+    // split it into attn_k_b / attn_v_b); HF folders and newer files: false.
+    bool kv_b_fused = false;
     int64_t q_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
     int64_t latent_dim() const { return qk_rope_head_dim + kv_lora_rank; }
   } mla;

@@ -161,6 +161,25 @@ class SafetensorsSource : public TensorSource {
       for (int64_t i = 0; i < n; ++i) owned[i] = element_as_float(t, i) + 1.0f;
       return TensorData{"", DType::F32, t.shape, owned.data()};
     }
+    if (tr == Transform::KvBKeys || tr == Transform::KvBValues) {
+      // kv_b_proj [n_head * (nope + v), kv_lora] -> attn_k_b [nope, kv_lora, n_head] (each head's
+      // key rows transposed) or attn_v_b [kv_lora, v, n_head] (its value rows), F32.
+      const ModelConfig::Mla& m = cfg.mla;
+      const int64_t H = cfg.n_head, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
+      PAGELLM_CHECK(t.shape.size() == 2 && t.cols() == D && t.rows() == H * (nope + v), "'{}': tensor {} is not "
+                    "[{} heads x ({} + {}), {}]", path, hf_name, H, nope, v, D);
+      auto& owned = owned_.emplace_back(static_cast<size_t>(H * (tr == Transform::KvBKeys ? nope : v) * D));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          if (tr == Transform::KvBKeys)
+            for (int64_t j = 0; j < nope; ++j)
+              owned[(h * D + d) * nope + j] = element_as_float(t, (h * (nope + v) + j) * D + d);
+          else
+            for (int64_t i = 0; i < v; ++i)
+              owned[(h * v + i) * D + d] = element_as_float(t, (h * (nope + v) + nope + i) * D + d);
+        }
+      return TensorData{"", DType::F32, tr == Transform::KvBKeys ? Dims{nope, D, H} : Dims{D, v, H}, owned.data()};
+    }
     if (tr == Transform::GateUpFirstHalf || tr == Transform::GateUpSecondHalf) {
       // ne [in, 2 * ff, n_expert] -> [in, ff, n_expert]: each expert's first or second half of rows, in its type.
       PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] % 2 == 0, "'{}': tensor {} is not fused experts [n_expert, "

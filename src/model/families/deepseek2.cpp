@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/quant_blocks.h"
+#include "format/gguf.h"
 #include "model/blocks.h"
 #include "model/families/common.h"
 #include "model/families/families.h"
@@ -40,6 +41,8 @@ Dims kv_a_vec(const ModelConfig& c) { return {c.mla.kv_lora_rank}; }
 Dims kv_b_mat(const ModelConfig& c) {
   return {c.mla.kv_lora_rank, static_cast<int64_t>(c.n_head) * (c.mla.qk_nope_head_dim + c.mla.v_head_dim)};
 }
+Dims k_b_mat(const ModelConfig& c) { return {c.mla.qk_nope_head_dim, c.mla.kv_lora_rank, c.n_head}; }
+Dims v_b_mat(const ModelConfig& c) { return {c.mla.kv_lora_rank, c.mla.v_head_dim, c.n_head}; }
 Dims latent_mat(const ModelConfig& c) { return {c.n_embd, c.mla.latent_dim()}; }
 Dims latent_vec(const ModelConfig& c) { return {c.mla.latent_dim()}; }
 Dims q_absorb(const ModelConfig& c) { return {c.mla.q_head_dim(), c.mla.latent_dim(), c.n_head}; }
@@ -70,7 +73,10 @@ std::vector<TensorSpec> layer() {
       mat("attn_q.weight", "self_attn.q_proj.weight", q_full_mat, U, Need::IfNoQLora),
       mat("attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", kv_a_mat, U),
       vec("attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", kv_a_vec, U),
-      mat("attn_kv_b.weight", "self_attn.kv_b_proj.weight", kv_b_mat, U),
+      // kv_b_proj as llama.cpp's converter splits it; older GGUF files keep it whole.
+      mat("attn_k_b.weight", "self_attn.kv_b_proj.weight", k_b_mat, U, Need::IfKvBSplit, Transform::KvBKeys),
+      mat("attn_v_b.weight", "self_attn.kv_b_proj.weight", v_b_mat, U, Need::IfKvBSplit, Transform::KvBValues),
+      mat("attn_kv_b.weight", "", kv_b_mat, U, Need::IfKvBFused),
       mat("attn_output.weight", "self_attn.o_proj.weight", mla_o_mat, Slot::O),
       // The absorbed form's weights, made from the four above.
       derived(mat("mla_q.weight", "", q_derived_mat, Slot::Q)),
@@ -194,17 +200,22 @@ class MlaSource : public TensorSource {
     return TensorData{"", DType::F32, {R + D}, out};
   }
 
-  // kv_b's rows per head: W_UK [nope, D], then W_UV [v, D].
+  // Per head, W_UK [nope, D] and W_UV [v, D]: kv_b's rows (one tensor), or
+  // attn_k_b (W_UK^T: D rows of nope) and attn_v_b (W_UV).
   TensorData absorb(const std::string& blk, bool query_side) const {
     const Mla& m = c_.mla;
-    const TensorData* b = raw(blk + "attn_kv_b.weight", kv_b_mat(c_));
-    if (!b) return {};
     const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
-    const int64_t L = R + D, H = c_.n_head, per_head = nope + v;
-    const size_t row = dtype_row_bytes(b->type, D);
-    std::vector<float> w(static_cast<size_t>(D));
-    auto kv_b_row = [&](int64_t r) {
-      dequantize_row_ref(b->type, static_cast<const uint8_t*>(b->data) + static_cast<size_t>(r) * row, w.data(), D);
+    const int64_t L = R + D, H = c_.n_head;
+    const TensorData* b = m.kv_b_fused ? raw(blk + "attn_kv_b.weight", kv_b_mat(c_))
+                          : query_side ? raw(blk + "attn_k_b.weight", k_b_mat(c_))
+                                       : raw(blk + "attn_v_b.weight", v_b_mat(c_));
+    if (!b) return {};
+    std::vector<float> w(static_cast<size_t>(b->cols()));
+    auto row = [&](int64_t r) {
+      const size_t bytes = dtype_row_bytes(b->type, b->cols());
+      dequantize_row_ref(b->type, static_cast<const uint8_t*>(b->data) + static_cast<size_t>(r) * bytes, w.data(),
+                         b->cols());
+      return w.data();
     };
     if (query_side) {
       // [L rows, R + nope cols] per head: the rope part passes through, the
@@ -214,9 +225,13 @@ class MlaSource : public TensorSource {
       for (int64_t h = 0; h < H; ++h) {
         float* mh = out + h * L * cols;
         for (int64_t r = 0; r < R; ++r) mh[r * cols + r] = 1.0f;
-        for (int64_t j = 0; j < nope; ++j) {
-          kv_b_row(h * per_head + j);
-          for (int64_t d = 0; d < D; ++d) mh[(R + d) * cols + R + j] = w[d];
+        if (m.kv_b_fused) {
+          for (int64_t j = 0; j < nope; ++j) {
+            const float* uk = row(h * (nope + v) + j);
+            for (int64_t d = 0; d < D; ++d) mh[(R + d) * cols + R + j] = uk[d];
+          }
+        } else {
+          for (int64_t d = 0; d < D; ++d) std::memcpy(mh + (R + d) * cols + R, row(h * D + d), nope * sizeof(float));
         }
       }
       return TensorData{"", DType::F32, {cols, L, H}, out};
@@ -225,8 +240,8 @@ class MlaSource : public TensorSource {
     float* out = floats(static_cast<size_t>(H * v * L));
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < v; ++i) {
-        kv_b_row(h * per_head + nope + i);
-        std::memcpy(out + (h * v + i) * L + R, w.data(), static_cast<size_t>(D) * sizeof(float));
+        const float* uv = row(m.kv_b_fused ? h * (nope + v) + nope + i : h * v + i);
+        std::memcpy(out + (h * v + i) * L + R, uv, static_cast<size_t>(D) * sizeof(float));
       }
     return TensorData{"", DType::F32, {L, v, H}, out};
   }
@@ -342,8 +357,72 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   }
 }
 
-void read_gguf(const GGUFFile&, ModelConfig&) {
-  fail("GGUF deepseek2 files are not supported yet; load the Hugging Face folder of the model instead");
+// llama.cpp's deepseek2 keys. The cache is one latent head (key_length
+// kv_lora_rank + rope, value_length kv_lora_rank); the per-head sizes are
+// the *_mla keys, absent from files converted before the kv_b split, where
+// key/value_length are the expanded heads' and kv_b is one tensor.
+void read_gguf(const GGUFFile& f, ModelConfig& c) {
+  using L = ModelSizeLimits;
+  const std::string a = f.get_string("general.architecture") + ".";
+  Mla& m = c.mla;
+  m.q_lora_rank = gguf_size(f, a + "attention.q_lora_rank", 0, 0, L::kEmbd);
+  m.kv_lora_rank = gguf_size(f, a + "attention.kv_lora_rank", std::nullopt, 1, L::kHeadDim);
+  m.qk_rope_head_dim = c.rope.n_rot;
+  m.kv_b_fused = !f.has(a + "attention.key_length_mla");
+  const int k_len = m.kv_b_fused ? gguf_size(f, a + "attention.key_length", std::nullopt, 2, L::kHeadDim)
+                                 : gguf_size(f, a + "attention.key_length_mla", std::nullopt, 2, L::kHeadDim);
+  PAGELLM_CHECK(k_len > m.qk_rope_head_dim, "'{}': key length {} leaves no non-rotated part beside {} rotated",
+                f.path(), k_len, m.qk_rope_head_dim);
+  m.qk_nope_head_dim = k_len - m.qk_rope_head_dim;
+  m.v_head_dim = m.kv_b_fused ? gguf_size(f, a + "attention.value_length", std::nullopt, 1, L::kHeadDim)
+                              : gguf_size(f, a + "attention.value_length_mla", std::nullopt, 1, L::kHeadDim);
+  PAGELLM_CHECK(m.latent_dim() <= L::kHeadDim, "'{}': kv_lora_rank + rope dimensions {} is over {}", f.path(),
+                m.latent_dim(), L::kHeadDim);
+  c.head_dim = static_cast<int>(m.latent_dim());
+  c.n_head_kv = 1;
+  c.rope_pairs_adjacent = true;
+
+  c.n_dense_lead = gguf_size(f, a + "leading_dense_block_count", 0, 0, c.n_layer);
+  c.n_ff_shexp = gguf_size(f, a + "expert_shared_count", 0, 0, 64) * c.n_ff_exp;
+  // Absent keys mean what llama.cpp reads them as: no renormalisation, no
+  // scale, softmax (DeepSeek V2 files predate the key).
+  c.expert_norm_topk = f.get_bool(a + "expert_weights_norm", false);
+  c.expert_weights_scale = static_cast<float>(f.get_float(a + "expert_weights_scale", 1.0));
+  PAGELLM_CHECK(c.expert_weights_scale > 0 && std::isfinite(c.expert_weights_scale), "'{}': invalid {} {}", f.path(),
+                a + "expert_weights_scale", c.expert_weights_scale);
+  const int64_t gating = f.get_int(a + "expert_gating_func", 1);
+  PAGELLM_CHECK(gating == 1 || gating == 2, "'{}': {} = {} is not supported (1 softmax, 2 sigmoid are)", f.path(),
+                a + "expert_gating_func", gating);
+  c.expert_scoring = gating == 2 ? RouterScoring::Sigmoid : RouterScoring::Softmax;
+  c.expert_groups = gguf_size(f, a + "expert_group_count", 1, 1, c.n_expert);
+  c.expert_groups_used = gguf_size(f, a + "expert_group_used_count", c.expert_groups, 1, c.expert_groups);
+  PAGELLM_CHECK(c.n_expert % c.expert_groups == 0, "'{}': {} experts do not split into {} groups", f.path(),
+                c.n_expert, c.expert_groups);
+  // V2's grouped softmax routing ranks a group by its best expert (DeepSeek's
+  // and transformers' rule); V3's sigmoid routing by its best two.
+  c.expert_group_score = c.expert_scoring == RouterScoring::Softmax ? GroupScore::Max : GroupScore::Top2Sum;
+  c.expert_choice_bias = f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_dense_lead)) != nullptr;
+
+  // The attention scale: 1 / sqrt(q head dim), times mscale(factor,
+  // mscale_all_dim)^2 under YaRN. GGUF keeps only mscale_all_dim (the log
+  // multiplier, times 0.1), so mscale is taken to equal it, as llama.cpp
+  // does: the RoPE's cos / sin are then unscaled (DeepSeek V3, Kimi K2 and
+  // V2-Lite state them equal).
+  double scale = 1.0 / std::sqrt(static_cast<double>(m.q_head_dim()));
+  if (c.rope.ext_factor > 0) {
+    const double factor = 1.0 / c.rope.freq_scale;
+    const double all_dim = f.get_float(a + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+    PAGELLM_CHECK(all_dim >= 0 && std::isfinite(all_dim), "'{}': invalid {}", f.path(),
+                  a + "rope.scaling.yarn_log_multiplier");
+    const double attn = c.rope.attn_factor, mscale = attn * yarn_mscale(factor, all_dim);
+    m.yarn_mscale = m.yarn_mscale_all_dim = static_cast<float>(all_dim);
+    c.rope.attn_factor = static_cast<float>(attn / yarn_mscale(factor, 1.0));
+    scale *= mscale * mscale;
+  } else {
+    PAGELLM_CHECK(f.get_float(a + "rope.scaling.yarn_log_multiplier", 0.0) == 0.0,
+                  "'{}': {} without YaRN scaling", f.path(), a + "rope.scaling.yarn_log_multiplier");
+  }
+  c.attn_scale = static_cast<float>(scale);
 }
 
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
@@ -379,11 +458,13 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
     PAGELLM_CHECK(c.expert_choice_bias && c.expert_group_score == GroupScore::Top2Sum,
                   "cannot write config.json: DeepSeek V3 routing has a choice bias and ranks groups by their top two");
     j["topk_method"] = "noaux_tc";
+    j["scoring_func"] = "sigmoid";  // DeepSeek's configs state it; llama.cpp's converter reads it
     j["rope_interleave"] = true;
   } else {
     PAGELLM_CHECK(!c.expert_choice_bias && !c.expert_norm_topk, "cannot write config.json: DeepSeek V2 routing has "
                   "no choice bias and does not renormalise");
     j["topk_method"] = c.expert_groups > 1 ? "group_limited_greedy" : "greedy";
+    j["scoring_func"] = "softmax";
   }
   PAGELLM_CHECK(c.rope_pairs_adjacent, "cannot write config.json: DeepSeek's RoPE rotates adjacent pairs");
   if (c.rope.ext_factor > 0) {
@@ -421,7 +502,7 @@ void tiny_v3(ModelConfig& c) {
   c.expert_weights_scale = 2.5f;
   c.expert_groups = 4;
   c.expert_groups_used = 2;
-  const double factor = 4, m = 1.0, m_all = 0.8;
+  const double factor = 4, m = 0.8, m_all = 0.8;  // equal, as in V3, Kimi K2 and V2-Lite (GGUF keeps one)
   c.rope.freq_scale = static_cast<float>(1 / factor);
   c.rope.ext_factor = 1.0f;
   c.rope.n_ctx_orig = 128;
@@ -461,6 +542,7 @@ ArchInfo deepseek2() {
   a.read_hf = read_hf;
   a.read_gguf = read_gguf;
   a.write_hf = write_hf;
+  a.gguf_mla = true;
   a.layer_forward = deepseek_layer;
   a.derive_tensors = derive_tensors;
   //  name, vocab, embd, layers, heads, kv heads, head_dim (latent), ff, ctx, rope base, eps, tied, swa,

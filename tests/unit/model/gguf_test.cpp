@@ -69,6 +69,29 @@ TEST(GGUF, WriterAndReaderRoundTrip) {
   EXPECT_THROW(f->get_string("missing.key"), Error);
 }
 
+// Copying metadata from one file to another (dummies take a real file's
+// tokenizer keys) keeps every scalar: bools and signed values too.
+TEST(GGUF, SetValueCopiesEveryScalarKind) {
+  GGUFWriter a;
+  a.set_bool("k.bool", true);
+  a.set_i32("k.i32", -5);
+  a.set_u32("k.u32", 4000000000u);
+  a.set_f32("k.f32", -1.25f);
+  a.set_string("k.str", "x");
+  const std::string first = test::temp_dir() + "/copy-a.gguf", second = test::temp_dir() + "/copy-b.gguf";
+  a.write(first);
+  auto f = GGUFFile::open(first);
+  GGUFWriter b;
+  for (const auto& [key, value] : f->metadata()) b.set_value(key, value);
+  b.write(second);
+  auto g = GGUFFile::open(second);
+  EXPECT_TRUE(g->get_bool("k.bool", false));
+  EXPECT_EQ(g->get_int("k.i32"), -5);
+  EXPECT_EQ(g->get_int("k.u32"), 4000000000ll);
+  EXPECT_FLOAT_EQ(g->get_float("k.f32"), -1.25f);
+  EXPECT_EQ(g->get_string("k.str"), "x");
+}
+
 TEST(GGUF, ReadsRealFiles) {
   const std::string path = test::shared_data("models/stories260K.gguf");
   REQUIRE_FILE(path);
