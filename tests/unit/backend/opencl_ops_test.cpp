@@ -26,6 +26,9 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
+#include "core/thread_pool.h"
+#include "model/dummy.h"
+#include "model/model.h"
 
 namespace pagellm {
 namespace {
@@ -73,6 +76,25 @@ TEST_F(OpenClOps, DescribesItself) {
   }
   EXPECT_EQ(be().memory_info().free_bytes, before.free_bytes);
   std::printf("%s\n", be().describe().c_str());
+}
+
+// The 2026 layer kinds have no OpenCL kernels yet: a model with them is
+// refused at load, naming what is missing, before anything is uploaded.
+TEST_F(OpenClOps, RefusesLinearAttentionMlaAndExpertsByName) {
+  ThreadPool pool(2);
+  for (auto [shape, what] : {std::pair{"tiny-qwen35", "linear-attention (Gated DeltaNet) layers"},
+                             std::pair{"tiny-deepseek3", "Mixture-of-Experts"},
+                             std::pair{"tiny-qwen35moe", "Mixture-of-Experts"}}) {
+    const ModelConfig cfg = dummy_config(shape, dummy_vocab_size(shape, nullptr));
+    auto src = make_dummy_source(cfg, DummySpec{shape, DType::F32, 1}, pool);
+    try {
+      Model::from_source(cfg, *src, be());
+      ADD_FAILURE() << shape << " loaded on OpenCL";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << shape << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_F(OpenClOps, RefusesUnknownOptions) {
