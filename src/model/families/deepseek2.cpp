@@ -520,6 +520,21 @@ void tiny_v2(ModelConfig& c) {
   c.expert_norm_topk = false;
 }
 
+// deepseek2-lite-9l: DeepSeek-V2-Lite's sizes (kv_lora 512, 64 experts of
+// 1408 with 6 routed and 2 shared, a dense first layer of 10944), 9 of its 27
+// layers: a benchmark shape (every layer costs the same, so tokens/s scale by 3).
+void v2_lite(ModelConfig& c) {
+  c.mla = {0, 512, 128, 64, 128};
+  c.head_dim = static_cast<int>(c.mla.latent_dim());
+  c.n_head_kv = 1;
+  c.rope.n_rot = c.mla.qk_rope_head_dim;
+  c.rope_pairs_adjacent = true;
+  c.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.mla.q_head_dim())));
+  c.n_dense_lead = 1;
+  c.expert_scoring = RouterScoring::Softmax;
+  c.expert_norm_topk = false;
+}
+
 }  // namespace
 
 ArchInfo deepseek2() {
@@ -550,6 +565,8 @@ ArchInfo deepseek2() {
   a.dummy_shapes = {
       {"tiny-deepseek3", 512, 256, 3, 4, 1, 288, 512, 512, 10000.f, 1e-6f, false, 0, 16, 4, 256, 256, tiny_v3},
       {"tiny-deepseek2", 512, 256, 3, 4, 1, 288, 512, 512, 10000.f, 1e-6f, false, 0, 8, 2, 256, 512, tiny_v2},
+      {"deepseek2-lite-9l", 102400, 2048, 9, 16, 1, 576, 10944, 32768, 10000.f, 1e-6f, false, 0, 64, 6, 1408, 2816,
+       v2_lite},
   };
   return a;
 }

@@ -217,6 +217,18 @@ void tiny_hybrid_moe(ModelConfig& c) {
   c.expert_norm_topk = true;
 }
 
+// qwen35moe-a3b-12l: a Qwen3.5-35B-A3B-like layer (2048 wide; 16 key / 32
+// value linear heads of 128; 16 query / 2 KV heads of 256, a quarter rotating;
+// 256 experts of 512, 8 routed, one shared), every 4th layer full attention,
+// 12 layers: a benchmark shape.
+void a3b_hybrid_moe(ModelConfig& c) {
+  c.is_linear.assign(static_cast<size_t>(c.n_layer), false);
+  for (int il = 0; il < c.n_layer; ++il) c.is_linear[il] = il % 4 != 3;
+  c.linear = {16, 32, 128, 128, 4, true};
+  c.rope.n_rot = c.head_dim / 4;
+  c.expert_norm_topk = true;
+}
+
 ArchInfo common_entry(ArchInfo a) {
   a.qk_norm = true;
   a.attn_out_gate = true;
@@ -265,6 +277,8 @@ ArchInfo qwen35moe() {
   a.dummy_shapes = {
       {"tiny-qwen35moe", 512, 256, 4, 4, 2, 64, 256, 512, 10000000.f, 1e-6f, false, 0, 8, 2, 256, 256,
        tiny_hybrid_moe},
+      {"qwen35moe-a3b-12l", 248320, 2048, 12, 16, 2, 256, 512, 32768, 10000000.f, 1e-6f, false, 0, 256, 8, 512, 512,
+       a3b_hybrid_moe},
   };
   return a;
 }
