@@ -91,6 +91,7 @@ void read_scalar(Cursor& c, GGUFType t, GGUFValue& v) {
       const uint8_t b = c.read<uint8_t>("bool");
       if (b > 1) c.corrupt(fmt::format("bool value {}", b));
       v.i = b;
+      v.u = b;  // what the writer encodes (GGUFWriter::set_value)
       break;
     }
     case GGUFType::STRING: v.str = c.read_string("string"); break;

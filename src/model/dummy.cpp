@@ -273,6 +273,16 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     if (arch.gguf_expert_ff_key) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
     if (s.n_ff_shexp)
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+    if (cfg.expert_scoring == RouterScoring::Sigmoid || cfg.n_dense_lead > 0 || cfg.expert_groups > 1) {
+      // DeepSeek-style routing, under the keys llama.cpp's converter writes
+      // (expert_gating_func: 1 softmax, 2 sigmoid).
+      w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(cfg.n_dense_lead));
+      w.set_u32(a + ".expert_gating_func", cfg.expert_scoring == RouterScoring::Sigmoid ? 2 : 1);
+      w.set_f32(a + ".expert_weights_scale", cfg.expert_weights_scale);
+      w.set_bool(a + ".expert_weights_norm", cfg.expert_norm_topk);
+      w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(cfg.expert_groups));
+      w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(cfg.expert_groups_used));
+    }
   }
   if (cfg.rope.ext_factor > 0) {
     w.set_string(a + ".rope.scaling.type", "yarn");

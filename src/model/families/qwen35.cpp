@@ -136,12 +136,8 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   c.linear.head_k_dim = linear_size(j, "linear_key_head_dim", 128, L::kHeadDim, path);
   c.linear.head_v_dim = linear_size(j, "linear_value_head_dim", 128, L::kHeadDim, path);
   c.linear.conv_kernel = linear_size(j, "linear_conv_kernel_dim", 4, 64, path);
-  // partial_rotary_factor: top level or in rope_parameters; transformers' default 0.25.
-  double f = 0.25;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    f = hf_float(j["rope_parameters"], "partial_rotary_factor", f);
-  f = hf_float(j, "partial_rotary_factor", f);
-  PAGELLM_CHECK(f > 0 && f <= 1, "'{}': invalid partial_rotary_factor {}", path, f);
+  // transformers' default partial_rotary_factor is 0.25.
+  const double f = hf_partial_rotary(j, 0.25, path);
   c.rope.n_rot = static_cast<int>(static_cast<double>(c.head_dim) * f);
   PAGELLM_CHECK(!(j.contains("attn_output_gate") && j["attn_output_gate"].is_boolean() &&
                   !j["attn_output_gate"].get<bool>()),
