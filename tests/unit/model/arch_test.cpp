@@ -96,7 +96,8 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
         EXPECT_EQ(got->gguf, want);
         EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd ||
                                        t.transform == Transform::GateUpFirstHalf ||
-                                       t.transform == Transform::GateUpSecondHalf);
+                                       t.transform == Transform::GateUpSecondHalf ||
+                                       t.transform == Transform::QkvzQkv || t.transform == Transform::QkvzZ);
       }
       if (per_expert) {
         std::string bad = t.hf;
@@ -616,6 +617,39 @@ TEST(ArchDummies, Glm4MoeGgufSkipsTheNextnBlock) {
   expect_error_with([&] { Model::load(bad, *backend); }, "glm4moe.block_count = 6 does not match the tensors");
 }
 
+// Qwen3-Next's GGUF files (llama.cpp's qwen3next) keep the value heads
+// grouped by key head, Qwen3.5's tile them; its config.json's defaults.
+TEST(ArchConfig, Qwen3NextValueHeadOrderAndDefaults) {
+  ThreadPool pool(1);
+  for (const auto& [shape, tiled] : {std::pair{"tiny-qwen3next", false}, std::pair{"tiny-qwen35moe", true}}) {
+    const std::string path = scratch(std::string(shape) + "-heads.gguf");
+    write_dummy_gguf(path, DummySpec{shape, DType::F32, 0}, nullptr, pool);
+    auto f = GGUFFile::open(path);
+    const ModelConfig c = config_from_gguf(*f);
+    EXPECT_EQ(c.linear.v_heads_tiled, tiled) << shape;
+    EXPECT_EQ(c.linear.n_k_heads, 2) << shape;
+    EXPECT_EQ(c.linear.n_v_heads, 4) << shape;
+  }
+  json j = small_config("Qwen3NextForCausalLM");
+  j["num_hidden_layers"] = 8;
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 128;
+  j["shared_expert_intermediate_size"] = 128;
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Qwen3Next);
+  EXPECT_FALSE(c.linear.v_heads_tiled);
+  EXPECT_EQ(c.linear.n_k_heads, 16);  // Qwen3NextConfig's linear defaults
+  EXPECT_EQ(c.linear.n_v_heads, 32);
+  EXPECT_EQ(c.n_linear_layers(), 6);  // every 4th layer full (full_attention_interval 4)
+  EXPECT_FALSE(c.layer_is_linear(3));
+  EXPECT_EQ(c.rope.n_rot, 16);  // a quarter of 64
+  EXPECT_TRUE(c.expert_norm_topk);
+  EXPECT_TRUE(c.attn_out_gate);
+  j["mlp_only_layers"] = {1};
+  expect_error_with([&] { config_of(j); }, "mlp_only_layers");
+}
+
 // The new shapes, written as GGUF and as HF folders by make-dummy's writers,
 // load to the same function.
 TEST(ArchDummies, GGUFAndHFLoadsAgree) {
@@ -623,7 +657,7 @@ TEST(ArchDummies, GGUFAndHFLoadsAgree) {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
-  for (const char* shape : {"tiny-llama3", "tiny-gemma2", "tiny-phi3", "tiny-glm4moe"}) {
+  for (const char* shape : {"tiny-llama3", "tiny-gemma2", "tiny-phi3", "tiny-glm4moe", "tiny-qwen3next"}) {
     const DummySpec spec{shape, DType::F32, 3};
     const std::string gguf = scratch(std::string(shape) + ".gguf");
     write_dummy_gguf(gguf, spec, nullptr, pool);
