@@ -225,7 +225,14 @@ void read_gguf_linear(const GGUFFile& f, ModelConfig& c, bool v_heads_tiled) {
 }
 
 void read_gguf(const GGUFFile& f, ModelConfig& c) { read_gguf_linear(f, c, true); }
-void read_gguf_next(const GGUFFile& f, ModelConfig& c) { read_gguf_linear(f, c, false); }
+void read_gguf_next(const GGUFFile& f, ModelConfig& c) {
+  read_gguf_linear(f, c, false);
+  // Early converters kept in_proj_qkvz fused, per key head, as ssm_in.
+  for (int il = 0; il < c.n_layer; ++il)
+    PAGELLM_CHECK(!f.find_tensor("blk." + std::to_string(il) + ".ssm_in.weight"),
+                  "'{}': a qwen3next file with the fused ssm_in tensor (an early llama.cpp conversion) is not "
+                  "supported; convert the model again (attn_qkv and attn_gate)", f.path());
+}
 
 void write_hf_common(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["hidden_act"] = "silu";

@@ -630,6 +630,19 @@ TEST(ArchConfig, Qwen3NextValueHeadOrderAndDefaults) {
     EXPECT_EQ(c.linear.n_k_heads, 2) << shape;
     EXPECT_EQ(c.linear.n_v_heads, 4) << shape;
   }
+  {  // an early conversion: in_proj_qkvz fused as ssm_in
+    auto f = GGUFFile::open(scratch("tiny-qwen3next-heads.gguf"));
+    GGUFWriter w;
+    for (const auto& [k, v] : f->metadata()) w.set_value(k, v);
+    for (const GGUFTensorInfo& t : f->tensors()) {
+      const std::string name = t.name == "blk.0.attn_qkv.weight" ? "blk.0.ssm_in.weight" : t.name;
+      w.add_tensor(name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    }
+    const std::string legacy = scratch("tiny-qwen3next-ssm-in.gguf");
+    w.write(legacy);
+    auto g = GGUFFile::open(legacy);
+    expect_error_with([&] { config_from_gguf(*g); }, "fused ssm_in tensor");
+  }
   json j = small_config("Qwen3NextForCausalLM");
   j["num_hidden_layers"] = 8;
   j["num_experts"] = 8;
