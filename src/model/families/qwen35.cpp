@@ -1,6 +1,6 @@
 // Qwen3.5 (dense and MoE) and Qwen3-Next, one family: a hybrid of Gated
-// DeltaNet linear-attention layers and
-// gated full-attention layers (by default every 4th), each followed by a
+// DeltaNet linear-attention layers and gated full-attention layers (by
+// default every 4th), each followed by a
 // SwiGLU FFN. Norms are zero-centred (x * (1 + w), stored as w in HF
 // checkpoints) except each linear head's gated output norm; the full layers'
 // q_proj gives [q | gate] per head, q/k are normed per head and rotate a
@@ -81,34 +81,35 @@ std::vector<TensorSpec> mixer(bool fused = false) {
       mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O, A),
       vec("attn_q_norm.weight", "self_attn.q_norm.weight", head_vec, Slot::QNorm, A, P1),
       vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, A, P1),
-      // Gated DeltaNet, as llama.cpp's converter lays it out (Qwen3.5's value
-      // heads tiled in GGUF files when there are more value than key heads).
-      value_heads(vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_taps, Slot::LinConv, L,
-                      Transform::ConvTaps), R),
-      value_heads(vec("ssm_a", "linear_attn.A_log", lin_head_vec, Slot::LinA, L, Transform::NegExp), R),
-      value_heads(vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L), R),
-      vec("ssm_norm.weight", "linear_attn.norm.weight", lin_norm_vec, Slot::LinNorm, L),
-      value_heads(mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L), VHeads::Cols),
-      // The FFN's norm (llama.cpp names it post_attention_norm here).
-      vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm, Need::Required,
-          P1),
   };
-  std::vector<TensorSpec> projections;
+  // Gated DeltaNet, as llama.cpp's converter lays it out (Qwen3.5's value
+  // heads tiled in GGUF files when there are more value than key heads).
   if (fused) {
-    projections = {mat("attn_qkv.weight", "linear_attn.in_proj_qkvz.weight", lin_qkv_mat, Slot::LinQkv, L,
-                       Transform::QkvzQkv),
-                   mat("attn_gate.weight", "linear_attn.in_proj_qkvz.weight", lin_value_mat, Slot::LinZ, L,
-                       Transform::QkvzZ),
-                   beta_and_alpha()};
+    l.push_back(mat("attn_qkv.weight", "linear_attn.in_proj_qkvz.weight", lin_qkv_mat, Slot::LinQkv, L,
+                    Transform::QkvzQkv));
+    l.push_back(mat("attn_gate.weight", "linear_attn.in_proj_qkvz.weight", lin_value_mat, Slot::LinZ, L,
+                    Transform::QkvzZ));
+    l.push_back(beta_and_alpha());
   } else {
-    projections = {
-        value_heads(mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L), R),
-        value_heads(mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L), R),
-        value_heads(mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L), R),
-        value_heads(mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L), R)};
+    l.push_back(value_heads(mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L), R));
+    l.push_back(value_heads(mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L), R));
+    l.push_back(value_heads(mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L), R));
+    l.push_back(
+        value_heads(mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L), R));
   }
-  // After the attention tensors (the first seven), before the conv.
-  l.insert(l.begin() + 7, projections.begin(), projections.end());
+  for (TensorSpec t : {
+           value_heads(vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_taps, Slot::LinConv, L,
+                           Transform::ConvTaps), R),
+           value_heads(vec("ssm_a", "linear_attn.A_log", lin_head_vec, Slot::LinA, L, Transform::NegExp), R),
+           value_heads(vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L), R),
+           vec("ssm_norm.weight", "linear_attn.norm.weight", lin_norm_vec, Slot::LinNorm, L),
+           value_heads(mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L),
+                       VHeads::Cols),
+           // The FFN's norm (llama.cpp names it post_attention_norm here).
+           vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm,
+               Need::Required, P1),
+       })
+    l.push_back(t);
   return l;
 }
 
