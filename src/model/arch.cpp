@@ -38,7 +38,8 @@ const std::vector<ArchInfo>& all_archs() {
   static const std::vector<ArchInfo> archs = {family::llama(),    family::qwen2(),  family::qwen3(),
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
-                                              family::qwen35(), family::qwen35moe(), family::deepseek2()};
+                                              family::qwen35(), family::qwen35moe(), family::deepseek2(), family::glm4moe(),
+                                              family::qwen3next()};
   return archs;
 }
 

@@ -102,6 +102,11 @@ enum class Transform {
   // [nope, kv_lora, n_head]) and the value rows (attn_v_b, [kv_lora, v, n_head]).
   KvBKeys,
   KvBValues,
+  // Qwen3-Next's in_proj_qkvz: per key head [q | k | v | z] rows (v and z
+  // that key head's value heads); GGUF holds [all q | all k | all v] (attn_qkv,
+  // QkvzQkv) and [all z] (attn_gate, QkvzZ), as llama.cpp's converter regroups it.
+  QkvzQkv,
+  QkvzZ,
 };
 
 // Linear-attention tensors with a value-head axis, which llama.cpp's
@@ -138,6 +143,9 @@ struct TensorSpec {
   // split_rows(c)[k] / n_head rows.
   bool split_per_head = false;
   VHeads vheads = VHeads::None;
+  // With split_per_head: how many heads the parts alternate over (null:
+  // n_head; Qwen3-Next's in_proj_ba: the linear layers' key heads).
+  int (*split_heads)(const ModelConfig&) = nullptr;
 };
 
 // How config.json marks sliding-window layers.

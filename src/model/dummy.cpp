@@ -274,23 +274,25 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     if (arch.gguf_expert_ff_key) w.set_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
     if (s.n_ff_shexp && !cfg.is_mla())
       w.set_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+    if (cfg.expert_scoring == RouterScoring::Sigmoid || cfg.n_dense_lead > 0 || cfg.expert_groups > 1) {
+      // DeepSeek-style routing, under the keys llama.cpp's converter writes
+      // (expert_gating_func: 1 softmax, 2 sigmoid).
+      w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(cfg.n_dense_lead));
+      w.set_u32(a + ".expert_gating_func", cfg.expert_scoring == RouterScoring::Sigmoid ? 2 : 1);
+      w.set_f32(a + ".expert_weights_scale", cfg.expert_weights_scale);
+      w.set_bool(a + ".expert_weights_norm", cfg.expert_norm_topk);
+      w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(cfg.expert_groups));
+      w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(cfg.expert_groups_used));
+    }
   }
   if (cfg.is_mla()) {
-    // DeepSeek's sizes and router, as llama.cpp's converter writes them.
+    // DeepSeek's MLA sizes, as llama.cpp's converter writes them (the router's keys are above).
     const ModelConfig::Mla& m = cfg.mla;
-    w.set_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(cfg.n_dense_lead));
     if (m.q_lora_rank > 0) w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(m.q_lora_rank));
     w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora_rank));
     w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(m.q_head_dim()));
     w.set_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(m.v_head_dim));
     w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(cfg.n_ff_shexp / cfg.n_ff_exp));
-    w.set_f32(a + ".expert_weights_scale", cfg.expert_weights_scale);
-    if (cfg.expert_norm_topk) w.set_bool(a + ".expert_weights_norm", true);
-    w.set_u32(a + ".expert_gating_func", cfg.expert_scoring == RouterScoring::Sigmoid ? 2 : 1);
-    if (cfg.expert_groups > 1) {
-      w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(cfg.expert_groups));
-      w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(cfg.expert_groups_used));
-    }
     if (cfg.rope.ext_factor > 0) {
       PAGELLM_CHECK(m.yarn_mscale == m.yarn_mscale_all_dim, "a GGUF file states DeepSeek's mscale_all_dim only");
       w.set_f32(a + ".rope.scaling.yarn_log_multiplier", 0.1f * m.yarn_mscale_all_dim);

@@ -173,6 +173,41 @@ Entry mla_kv_b(const ArchInfo& arch, const TensorSpec& spec, const TensorData& k
   return {d, hf};
 }
 
+// Qwen3-Next's in_proj_qkvz from GGUF's attn_qkv (`qkv`, the QkvzQkv
+// tensor) and attn_gate: per key head its q, k, v and z rows, as an F32 copy.
+Entry qkvz_fused(const ArchInfo& arch, const TensorSpec& spec, const TensorData& qkv, const TensorSource& src,
+                 const ModelConfig& c, const std::string& gguf, const std::string& hf,
+                 std::vector<std::vector<float>>& owned) {
+  const TensorData* z = nullptr;
+  for (const TensorSpec& s : arch.layer)
+    if (s.transform == Transform::QkvzZ && std::string_view(s.hf) == spec.hf)
+      z = src.find(gguf.substr(0, gguf.size() - std::string_view(spec.gguf).size()) + s.gguf);
+  const ModelConfig::LinearAttn& la = c.linear;
+  const int64_t nk = la.n_k_heads, dk = la.head_k_dim, vz = la.value_dim() / nk, cols = qkv.cols();
+  PAGELLM_CHECK(z && z->cols() == cols && z->rows() == nk * vz && qkv.rows() == nk * (2 * dk + vz),
+                "cannot write a Hugging Face folder: '{}' has no attn_gate of the linear layer's shape", gguf);
+  const int64_t per_head = 2 * dk + 2 * vz;
+  auto& v = owned.emplace_back(static_cast<size_t>(nk * per_head * cols));
+  auto copy_rows = [&](const TensorData& from, int64_t row, int64_t count, int64_t to_row) {
+    const size_t row_bytes = dtype_row_bytes(from.type, cols);
+    for (int64_t r = 0; r < count; ++r)
+      dequantize_row_ref(from.type, static_cast<const uint8_t*>(from.data) + (row + r) * row_bytes,
+                         v.data() + (to_row + r) * cols, cols);
+  };
+  for (int64_t h = 0; h < nk; ++h) {
+    const int64_t base = h * per_head;
+    copy_rows(qkv, h * dk, dk, base);                   // q
+    copy_rows(qkv, nk * dk + h * dk, dk, base + dk);    // k
+    copy_rows(qkv, 2 * nk * dk + h * vz, vz, base + 2 * dk);  // v
+    copy_rows(*z, h * vz, vz, base + 2 * dk + vz);      // z
+  }
+  TensorData d;
+  d.type = DType::F32;
+  d.shape = {cols, nk * per_head};
+  d.data = v.data();
+  return {d, hf};
+}
+
 // A Gated DeltaNet tensor as HF holds it, as an F32 copy: A_log back from
 // -exp(A_log), value heads regrouped by key head when the model has them
 // tiled (TensorSpec::vheads), the conv taps as [conv_dim, 1, K].
@@ -302,6 +337,11 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
     if (spec.transform == Transform::KvBValues) return;  // written with its key half
     if (spec.transform == Transform::KvBKeys) {
       out.push_back(mla_kv_b(arch, spec, *t, src, gguf, hf, owned));
+      return;
+    }
+    if (spec.transform == Transform::QkvzZ) return;  // written with attn_qkv
+    if (spec.transform == Transform::QkvzQkv) {
+      out.push_back(qkvz_fused(arch, spec, *t, src, c, gguf, hf, owned));
       return;
     }
     if (spec.vheads != VHeads::None || spec.transform == Transform::NegExp || spec.transform == Transform::ConvTaps) {

@@ -316,8 +316,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
                backend_.name());
         int64_t rows = 0;
         for (int64_t r : parts) rows += r;
+        const int heads = spec.split_heads ? spec.split_heads(c) : c.n_head;
         PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size() &&
-                          (!spec.split_per_head || rows % c.n_head == 0),
+                          (!spec.split_per_head || (heads > 0 && rows % heads == 0)),
                       "tensor '{}': {} rows do not split into the parts the architecture expects", name, t->rows());
         if (spec.slots[0] != Slot::Unused) total += parts.size();
         return;
@@ -329,7 +330,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       for (size_t k = 0; k < spec.slots.size(); ++k) {
         TensorData part = *t;
         if (spec.split_per_head) {
-          part = per_head_part(*t, parts, k, c.n_head, shard_storage_);
+          part = per_head_part(*t, parts, k, spec.split_heads ? spec.split_heads(c) : c.n_head, shard_storage_);
         } else if (spec.slots.size() > 1) {
           part.shape = {t->cols(), parts[k]};
           part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;

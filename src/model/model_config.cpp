@@ -262,12 +262,17 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
       fallback = f.get_int(key("expert_feed_forward_length"));
     c.*p.field = gguf_size(f, key(p.gguf), fallback, 1, p.max);
     if (p.field == &ModelConfig::n_layer) {
+      // Multi-token-prediction blocks (GLM-4.5's nextn_predict_layers) are
+      // counted in block_count after the model's layers; the file may hold
+      // their tensors or not. Generation does not run them.
+      const int nextn = gguf_size(f, key("nextn_predict_layers"), 0, 0, c.n_layer - 1);
       // A file without any layer tensors is left to the loader, which names
       // the first missing tensor.
       const int64_t tensor_layers = layers_in_tensors(f);
-      if (tensor_layers > 0 && c.n_layer != tensor_layers)
+      if (tensor_layers > 0 && c.n_layer != tensor_layers && c.n_layer - nextn != tensor_layers)
         fail("'{}': {} = {} does not match the tensors, which hold {} layers", f.path(), key(p.gguf), c.n_layer,
              tensor_layers);
+      c.n_layer -= nextn;
     }
   }
   // Experts: Mixtral-style files keep arch llama and add expert_count; the

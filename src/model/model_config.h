@@ -15,7 +15,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),

@@ -180,6 +180,31 @@ class SafetensorsSource : public TensorSource {
         }
       return TensorData{"", DType::F32, tr == Transform::KvBKeys ? Dims{nope, D, H} : Dims{D, v, H}, owned.data()};
     }
+    if (tr == Transform::QkvzQkv || tr == Transform::QkvzZ) {
+      // in_proj_qkvz's rows per key head [q (dk) | k (dk) | v | z (its value
+      // heads' dv each)] -> GGUF's [all q | all k | all v] or [all z], in their type.
+      const ModelConfig::LinearAttn& la = cfg.linear;
+      const int64_t nk = la.n_k_heads, dk = la.head_k_dim, vz = nk > 0 ? la.value_dim() / nk : 0;
+      const int64_t per_head = 2 * dk + 2 * vz;
+      PAGELLM_CHECK(t.shape.size() == 2 && nk > 0 && t.rows() == nk * per_head, "'{}': tensor {} has {} rows, not {} "
+                    "key heads of [q, k, v, z] ({} rows each)", path, hf_name, t.rows(), nk, per_head);
+      const std::vector<std::pair<int64_t, int64_t>> parts =  // (offset in a head's rows, count)
+          tr == Transform::QkvzQkv ? std::vector<std::pair<int64_t, int64_t>>{{0, dk}, {dk, dk}, {2 * dk, vz}}
+                                   : std::vector<std::pair<int64_t, int64_t>>{{2 * dk + vz, vz}};
+      const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+      int64_t rows = 0;
+      for (const auto& p : parts) rows += p.second * nk;
+      auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(rows) * row_bytes);
+      const auto* from = static_cast<const uint8_t*>(t.data);
+      size_t at = 0;
+      for (const auto& [offset, count] : parts)
+        for (int64_t h = 0; h < nk; ++h) {
+          const size_t bytes = static_cast<size_t>(count) * row_bytes;
+          std::memcpy(owned.data() + at, from + static_cast<size_t>(h * per_head + offset) * row_bytes, bytes);
+          at += bytes;
+        }
+      return TensorData{"", t.type, {t.cols(), rows}, owned.data()};
+    }
     if (tr == Transform::GateUpFirstHalf || tr == Transform::GateUpSecondHalf) {
       // ne [in, 2 * ff, n_expert] -> [in, ff, n_expert]: each expert's first or second half of rows, in its type.
       PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] % 2 == 0, "'{}': tensor {} is not fused experts [n_expert, "

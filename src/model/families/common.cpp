@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "format/gguf.h"
 
 namespace pagellm::family {
 namespace {
@@ -16,6 +17,7 @@ Dims rope_vec(const ModelConfig& c) { return {c.rope.n_rot / 2}; }
 Dims ff_shexp(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
 Dims down_shexp(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
 Dims shexp_gate_mat(const ModelConfig& c) { return {c.n_embd, 1}; }
+Dims expert_vec(const ModelConfig& c) { return {c.n_expert}; }
 
 }  // namespace
 
@@ -30,6 +32,25 @@ void add_shared_expert(std::vector<TensorSpec>& l) {
   l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", ff_shexp, Slot::UpShexp,
                   Need::IfSharedExpert));
   l.push_back(mat("ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", down_shexp, Slot::DownShexp,
+                  Need::IfSharedExpert));
+}
+
+void add_deepseek_ffn(std::vector<TensorSpec>& l) {
+  l.push_back(mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate, Need::IfDense));
+  l.push_back(mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up, Need::IfDense));
+  l.push_back(mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down, Need::IfDense));
+  l.push_back(mat("ffn_gate_inp.weight", "mlp.gate.weight", router_mat, Slot::Router, Need::IfMoe));
+  l.back().keep_f32 = true;
+  l.push_back(vec("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", expert_vec, Slot::RouterChoiceBias,
+                  Need::IfChoiceBias));
+  l.push_back(experts("ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight", ff_exps, Slot::GateExps));
+  l.push_back(experts("ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight", ff_exps, Slot::UpExps));
+  l.push_back(experts("ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight", down_exps, Slot::DownExps));
+  l.push_back(mat("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", ff_shexp, Slot::GateShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", ff_shexp, Slot::UpShexp,
+                  Need::IfSharedExpert));
+  l.push_back(mat("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", down_shexp, Slot::DownShexp,
                   Need::IfSharedExpert));
 }
 
@@ -169,6 +190,76 @@ std::vector<std::string> hf_layer_types(const ModelConfig& c) {
 
 bool any_sliding_layer(const ModelConfig& c) {
   return std::any_of(c.is_swa.begin(), c.is_swa.end(), [](bool b) { return b; });
+}
+
+int hf_size(const nlohmann::json& j, const char* key, int def, int64_t min, int64_t max, const std::string& path) {
+  const double v = hf_float(j, key, def);
+  PAGELLM_CHECK(v >= static_cast<double>(min) && v <= static_cast<double>(max) && v == std::floor(v),
+                "'{}': invalid {} {}", path, key, v);
+  return static_cast<int>(v);
+}
+
+double hf_partial_rotary(const nlohmann::json& j, double def, const std::string& path) {
+  double f = def;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    f = hf_float(j["rope_parameters"], "partial_rotary_factor", f);
+  f = hf_float(j, "partial_rotary_factor", f);
+  PAGELLM_CHECK(f > 0 && f <= 1, "'{}': invalid partial_rotary_factor {}", path, f);
+  return f;
+}
+
+void read_hf_deepseek_moe(const nlohmann::json& j, ModelConfig& c, const std::string& path, DeepseekMoeDefaults def) {
+  PAGELLM_CHECK(c.moe(), "'{}': n_routed_experts is missing", path);
+  c.n_dense_lead = hf_size(j, "first_k_dense_replace", def.first_dense, 0, c.n_layer, path);
+  const int shared = hf_size(j, "n_shared_experts", def.shared, 0, 64, path);
+  c.n_ff_shexp = shared * c.n_ff_exp;
+  c.expert_weights_scale = static_cast<float>(hf_float(j, "routed_scaling_factor", def.scale));
+}
+
+void read_hf_sigmoid_router(const nlohmann::json& j, ModelConfig& c, const std::string& path, int n_group,
+                            int topk_group) {
+  c.expert_scoring = RouterScoring::Sigmoid;
+  c.expert_choice_bias = true;
+  c.expert_group_score = GroupScore::Top2Sum;
+  c.expert_groups = hf_size(j, "n_group", n_group, 1, c.n_expert, path);
+  c.expert_groups_used = hf_size(j, "topk_group", topk_group, 1, c.expert_groups, path);
+}
+
+void write_hf_deepseek_moe(const ModelConfig& c, nlohmann::ordered_json& j) {
+  PAGELLM_CHECK(c.moe(), "cannot write config.json: the family's layers after the leading dense ones have experts");
+  PAGELLM_CHECK(c.n_ff_shexp % c.n_ff_exp == 0, "cannot write config.json: shared experts of {} units are no whole "
+                "number of experts of {}", c.n_ff_shexp, c.n_ff_exp);
+  for (const char* key : {"num_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"})
+    j.erase(key);
+  j["n_routed_experts"] = c.n_expert;
+  j["num_experts_per_tok"] = c.n_expert_used;
+  j["moe_intermediate_size"] = c.n_ff_exp;
+  j["n_shared_experts"] = c.n_ff_shexp / c.n_ff_exp;
+  j["first_k_dense_replace"] = c.n_dense_lead;
+  j["routed_scaling_factor"] = decimal(c.expert_weights_scale);
+  j["norm_topk_prob"] = c.expert_norm_topk;
+  j["n_group"] = c.expert_groups;
+  j["topk_group"] = c.expert_groups_used;
+}
+
+void read_gguf_deepseek_moe(const GGUFFile& f, ModelConfig& c, RouterScoring default_scoring) {
+  const std::string a = f.get_string("general.architecture") + ".";
+  PAGELLM_CHECK(c.moe(), "'{}': {}expert_count is missing", f.path(), a);
+  c.n_dense_lead = gguf_size(f, a + "leading_dense_block_count", 0, 0, c.n_layer);
+  // The shared experts' size: stated, else expert_shared_count experts' worth.
+  if (c.n_ff_shexp == 0)
+    c.n_ff_shexp = gguf_size(f, a + "expert_shared_count", 0, 0, 64) * c.n_ff_exp;
+  c.expert_weights_scale = static_cast<float>(f.get_float(a + "expert_weights_scale", 1.0));
+  // llama.cpp's llama_expert_gating_func_type: 0 none (the family's own), 1 softmax, 2 sigmoid.
+  const int64_t gating = gguf_size(f, a + "expert_gating_func", 0, 0, 4);
+  PAGELLM_CHECK(gating <= 2, "'{}': {}expert_gating_func {} is not supported (softmax and sigmoid are)", f.path(), a,
+                gating);
+  c.expert_scoring = gating == 0 ? default_scoring : gating == 1 ? RouterScoring::Softmax : RouterScoring::Sigmoid;
+  c.expert_groups = gguf_size(f, a + "expert_group_count", 1, 1, c.n_expert);
+  c.expert_groups_used = gguf_size(f, a + "expert_group_used_count", c.expert_groups, 1, c.expert_groups);
+  c.expert_group_score = GroupScore::Top2Sum;
+  c.expert_choice_bias = c.n_dense_lead < c.n_layer &&
+                         f.find_tensor("blk." + std::to_string(c.n_dense_lead) + ".exp_probs_b.bias") != nullptr;
 }
 
 void dummy_yarn_x4(ModelConfig& c) {

@@ -8,6 +8,10 @@
 
 #include "model/arch.h"
 
+namespace pagellm {
+class GGUFFile;
+}
+
 namespace pagellm::family {
 
 // Shapes in ne order ([cols, rows]) from the config.
@@ -28,6 +32,12 @@ Dims down_exps(const ModelConfig& c);
 // Qwen-MoE's shared expert (gate_proj / up_proj / down_proj) and its sigmoid
 // gate, present when the config has one.
 void add_shared_expert(std::vector<TensorSpec>& l);
+
+// DeepSeek-style experts (DeepSeek V2 / V3, GLM-4.5): a dense FFN in the
+// leading first_k_dense_replace layers, then a router (with V3's choice bias,
+// e_score_correction_bias), routed experts one matrix each, and plain shared
+// experts ("mlp.shared_experts", no gate).
+void add_deepseek_ffn(std::vector<TensorSpec>& l);
 
 // A vector (norm weight, bias) and a weight matrix, loaded into one slot.
 TensorSpec vec(const char* g, const char* h, Dims (*shape)(const ModelConfig&), Slot s, Need need = Need::Required,
@@ -66,6 +76,33 @@ bool any_sliding_layer(const ModelConfig& c);
 // Dummy shapes' YaRN x4 over an original context of 128: with 32 pairs, some
 // keep their frequency, some are interpolated, some sit on the ramp between.
 void dummy_yarn_x4(ModelConfig& c);
+
+// An integer config.json field in [min, max], `def` when absent or null.
+int hf_size(const nlohmann::json& j, const char* key, int def, int64_t min, int64_t max, const std::string& path);
+// partial_rotary_factor, top level or in rope_parameters (the top level
+// wins), `def` when neither states it; in (0, 1].
+double hf_partial_rotary(const nlohmann::json& j, double def, const std::string& path);
+
+// DeepSeek-style MoE fields of a config.json: first_k_dense_replace dense
+// layers, n_shared_experts shared experts of moe_intermediate_size units
+// each, routed_scaling_factor; `def` holds the class's defaults.
+struct DeepseekMoeDefaults {
+  int first_dense, shared;
+  double scale;
+};
+void read_hf_deepseek_moe(const nlohmann::json& j, ModelConfig& c, const std::string& path, DeepseekMoeDefaults def);
+// DeepSeek V3's router (topk_method noaux_tc, GLM-4.5's too): sigmoid
+// scores, a choice bias, the experts of the topk_group best of n_group groups.
+void read_hf_sigmoid_router(const nlohmann::json& j, ModelConfig& c, const std::string& path, int n_group,
+                            int topk_group);
+// Both, as DeepseekV3Config / Glm4MoeConfig name them (replacing the
+// Qwen-MoE keys the shared writer put there).
+void write_hf_deepseek_moe(const ModelConfig& c, nlohmann::ordered_json& j);
+// llama.cpp's keys for the same: leading_dense_block_count,
+// expert_shared_count, expert_weights_scale, expert_gating_func,
+// expert_group_count / expert_group_used_count; the choice bias when the
+// first MoE layer has exp_probs_b. `default_scoring`: when no gating function is stated.
+void read_gguf_deepseek_moe(const GGUFFile& f, ModelConfig& c, RouterScoring default_scoring);
 
 // Gemma 2 / 3's fields: activation, query_pre_attn_scalar, sliding layers,
 // softcaps (and Gemma 3's rope_local_base_freq when local_rope_base).

@@ -48,9 +48,6 @@ Dims latent_vec(const ModelConfig& c) { return {c.mla.latent_dim()}; }
 Dims q_absorb(const ModelConfig& c) { return {c.mla.q_head_dim(), c.mla.latent_dim(), c.n_head}; }
 Dims o_absorb(const ModelConfig& c) { return {c.mla.latent_dim(), c.mla.v_head_dim, c.n_head}; }
 Dims mla_o_mat(const ModelConfig& c) { return {static_cast<int64_t>(c.n_head) * c.mla.v_head_dim, c.n_embd}; }
-Dims shexp_mat(const ModelConfig& c) { return {c.n_embd, c.n_ff_shexp}; }
-Dims shexp_down(const ModelConfig& c) { return {c.n_ff_shexp, c.n_embd}; }
-Dims expert_vec(const ModelConfig& c) { return {c.n_expert}; }
 
 TensorSpec derived(TensorSpec t) {
   t.need = Need::Derived;
@@ -65,7 +62,7 @@ TensorSpec derived_experts(const char* g, Dims (*shape)(const ModelConfig&), Slo
 
 std::vector<TensorSpec> layer() {
   constexpr Slot U = Slot::Unused;
-  return {
+  std::vector<TensorSpec> l = {
       vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
       mat("attn_q_a.weight", "self_attn.q_a_proj.weight", q_a_mat, Slot::MlaQA, Need::IfQLora),
       vec("attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", q_a_vec, Slot::MlaQANorm, Need::IfQLora),
@@ -85,27 +82,11 @@ std::vector<TensorSpec> layer() {
       derived(vec("mla_kv_norm.weight", "", latent_vec, Slot::MlaKvNorm)),
       derived_experts("mla_q_absorb.weight", q_absorb, Slot::MlaQAbsorb),
       derived_experts("mla_o_absorb.weight", o_absorb, Slot::MlaOAbsorb),
-      // The FFN: dense in the leading layers, experts after.
       vec("ffn_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm),
-      mat("ffn_gate.weight", "mlp.gate_proj.weight", ff_mat, Slot::Gate, Need::IfDense),
-      mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up, Need::IfDense),
-      mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down, Need::IfDense),
-      [] {
-        TensorSpec t = mat("ffn_gate_inp.weight", "mlp.gate.weight", router_mat, Slot::Router, Need::IfMoe);
-        t.keep_f32 = true;
-        return t;
-      }(),
-      vec("exp_probs_b.bias", "mlp.gate.e_score_correction_bias", expert_vec, Slot::RouterChoiceBias,
-          Need::IfChoiceBias),
-      experts("ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight", ff_exps, Slot::GateExps),
-      experts("ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight", ff_exps, Slot::UpExps),
-      experts("ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight", down_exps, Slot::DownExps),
-      mat("ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", shexp_mat, Slot::GateShexp,
-          Need::IfSharedExpert),
-      mat("ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", shexp_mat, Slot::UpShexp, Need::IfSharedExpert),
-      mat("ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", shexp_down, Slot::DownShexp,
-          Need::IfSharedExpert),
   };
+  // The FFN: dense in the leading layers, experts after.
+  add_deepseek_ffn(l);
+  return l;
 }
 
 // ---------------------------------------------------------------- derived weights
@@ -268,13 +249,6 @@ void deepseek_layer(const LayerPass& p, int il, int64_t n) {
 
 double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
 
-int size_field(const nlohmann::json& j, const char* key, int def, int64_t min, int64_t max, const std::string& path) {
-  const double v = hf_float(j, key, def);
-  PAGELLM_CHECK(v >= static_cast<double>(min) && v <= static_cast<double>(max) && v == std::floor(v),
-                "'{}': invalid {} {}", path, key, v);
-  return static_cast<int>(v);
-}
-
 // 1 / sqrt(qk head dim), times mscale(factor, mscale_all_dim)^2 with YaRN
 // (transformers' yarn_apply_mscale).
 float attention_scale(const nlohmann::json& j, Mla& m) {
@@ -308,11 +282,11 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   Mla& m = c.mla;
   m.q_lora_rank = j.contains("q_lora_rank") && j["q_lora_rank"].is_null()
                       ? 0
-                      : size_field(j, "q_lora_rank", 1536, 1, L::kEmbd, path);
-  m.kv_lora_rank = size_field(j, "kv_lora_rank", 512, 1, L::kHeadDim, path);
-  m.qk_nope_head_dim = size_field(j, "qk_nope_head_dim", 128, 1, L::kHeadDim, path);
-  m.qk_rope_head_dim = size_field(j, "qk_rope_head_dim", 64, 2, L::kHeadDim, path);
-  m.v_head_dim = size_field(j, "v_head_dim", 128, 1, L::kHeadDim, path);
+                      : hf_size(j, "q_lora_rank", 1536, 1, L::kEmbd, path);
+  m.kv_lora_rank = hf_size(j, "kv_lora_rank", 512, 1, L::kHeadDim, path);
+  m.qk_nope_head_dim = hf_size(j, "qk_nope_head_dim", 128, 1, L::kHeadDim, path);
+  m.qk_rope_head_dim = hf_size(j, "qk_rope_head_dim", 64, 2, L::kHeadDim, path);
+  m.v_head_dim = hf_size(j, "v_head_dim", 128, 1, L::kHeadDim, path);
   PAGELLM_CHECK(m.latent_dim() <= L::kHeadDim, "'{}': kv_lora_rank + qk_rope_head_dim {} is over {}", path,
                 m.latent_dim(), L::kHeadDim);
   // The cache: one latent KV head.
@@ -325,20 +299,14 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   c.attn_scale = attention_scale(j, m);
 
   PAGELLM_CHECK(c.moe(), "'{}': {} needs n_routed_experts", path, cls);
-  c.n_dense_lead = size_field(j, "first_k_dense_replace", v3 ? 3 : 0, 0, c.n_layer, path);
-  const int shared = size_field(j, "n_shared_experts", v3 ? 1 : 2, 0, 64, path);
-  c.n_ff_shexp = shared * c.n_ff_exp;
-  c.expert_weights_scale = static_cast<float>(hf_float(j, "routed_scaling_factor", v3 ? 2.5 : 1.0));
+  read_hf_deepseek_moe(j, c, path, v3 ? DeepseekMoeDefaults{3, 1, 2.5} : DeepseekMoeDefaults{0, 2, 1.0});
   const std::string method = j.contains("topk_method") && j["topk_method"].is_string()
                                  ? j["topk_method"].get<std::string>()
                                  : (v3 ? "noaux_tc" : "greedy");
   if (v3) {
     PAGELLM_CHECK(method == "noaux_tc", "'{}': topk_method '{}' is not supported for {} (noaux_tc is)", path, method,
                   cls);
-    c.expert_scoring = RouterScoring::Sigmoid;
-    c.expert_choice_bias = true;
-    c.expert_groups = size_field(j, "n_group", 8, 1, c.n_expert, path);
-    c.expert_groups_used = size_field(j, "topk_group", 4, 1, c.expert_groups, path);
+    read_hf_sigmoid_router(j, c, path, 8, 4);
   } else {
     // transformers' V2 router never renormalises (DeepSeek's own code does
     // when norm_topk_prob is set): refuse the case where they differ. V2's
@@ -347,8 +315,8 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
     PAGELLM_CHECK(!c.expert_norm_topk, "'{}': norm_topk_prob true is not supported for {}", path, cls);
     c.expert_scoring = RouterScoring::Softmax;
     if (method == "group_limited_greedy") {
-      c.expert_groups = size_field(j, "n_group", 1, 1, c.n_expert, path);
-      c.expert_groups_used = size_field(j, "topk_group", 1, 1, c.expert_groups, path);
+      c.expert_groups = hf_size(j, "n_group", 1, 1, c.n_expert, path);
+      c.expert_groups_used = hf_size(j, "topk_group", 1, 1, c.expert_groups, path);
       c.expert_group_score = GroupScore::Max;
     } else {
       PAGELLM_CHECK(method == "greedy", "'{}': topk_method '{}' is not supported for {} (greedy and "
@@ -382,26 +350,12 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   c.n_head_kv = 1;
   c.rope_pairs_adjacent = true;
 
-  c.n_dense_lead = gguf_size(f, a + "leading_dense_block_count", 0, 0, c.n_layer);
-  c.n_ff_shexp = gguf_size(f, a + "expert_shared_count", 0, 0, 64) * c.n_ff_exp;
-  // Absent keys mean what llama.cpp reads them as: no renormalisation, no
-  // scale, softmax (DeepSeek V2 files predate the key).
+  // Files without a gating function are DeepSeek V2's (softmax), as llama.cpp reads them.
+  read_gguf_deepseek_moe(f, c, RouterScoring::Softmax);
   c.expert_norm_topk = f.get_bool(a + "expert_weights_norm", false);
-  c.expert_weights_scale = static_cast<float>(f.get_float(a + "expert_weights_scale", 1.0));
-  PAGELLM_CHECK(c.expert_weights_scale > 0 && std::isfinite(c.expert_weights_scale), "'{}': invalid {} {}", f.path(),
-                a + "expert_weights_scale", c.expert_weights_scale);
-  const int64_t gating = f.get_int(a + "expert_gating_func", 1);
-  PAGELLM_CHECK(gating == 1 || gating == 2, "'{}': {} = {} is not supported (1 softmax, 2 sigmoid are)", f.path(),
-                a + "expert_gating_func", gating);
-  c.expert_scoring = gating == 2 ? RouterScoring::Sigmoid : RouterScoring::Softmax;
-  c.expert_groups = gguf_size(f, a + "expert_group_count", 1, 1, c.n_expert);
-  c.expert_groups_used = gguf_size(f, a + "expert_group_used_count", c.expert_groups, 1, c.expert_groups);
-  PAGELLM_CHECK(c.n_expert % c.expert_groups == 0, "'{}': {} experts do not split into {} groups", f.path(),
-                c.n_expert, c.expert_groups);
   // V2's grouped softmax routing ranks a group by its best expert (DeepSeek's
   // and transformers' rule); V3's sigmoid routing by its best two.
-  c.expert_group_score = c.expert_scoring == RouterScoring::Softmax ? GroupScore::Max : GroupScore::Top2Sum;
-  c.expert_choice_bias = f.find_tensor(fmt::format("blk.{}.exp_probs_b.bias", c.n_dense_lead)) != nullptr;
+  if (c.expert_scoring == RouterScoring::Softmax) c.expert_group_score = GroupScore::Max;
 
   // The attention scale: 1 / sqrt(q head dim), times mscale(factor,
   // mscale_all_dim)^2 under YaRN. GGUF keeps only mscale_all_dim (the log
@@ -428,32 +382,20 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   const Mla& m = c.mla;
   const bool v3 = c.expert_scoring == RouterScoring::Sigmoid;
-  PAGELLM_CHECK(c.is_mla() && c.moe(), "cannot write config.json: a DeepSeek model needs MLA and experts");
-  PAGELLM_CHECK(c.n_ff_shexp % c.n_ff_exp == 0, "cannot write config.json: shared experts of {} units are no whole "
-                "number of experts of {}", c.n_ff_shexp, c.n_ff_exp);
+  PAGELLM_CHECK(c.is_mla(), "cannot write config.json: a DeepSeek model needs MLA");
+  write_hf_deepseek_moe(c, j);
   j["architectures"] = nlohmann::ordered_json::array({v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"});
   j["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
   j["num_key_value_heads"] = c.n_head;  // transformers expands the latent to every head
   j["head_dim"] = m.qk_rope_head_dim;
-  for (const char* key : {"num_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"})
-    j.erase(key);
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
-  j["n_routed_experts"] = c.n_expert;
-  j["num_experts_per_tok"] = c.n_expert_used;
-  j["moe_intermediate_size"] = c.n_ff_exp;
-  j["n_shared_experts"] = c.n_ff_shexp / c.n_ff_exp;
-  j["first_k_dense_replace"] = c.n_dense_lead;
-  j["routed_scaling_factor"] = decimal(c.expert_weights_scale);
-  j["norm_topk_prob"] = c.expert_norm_topk;
   if (m.q_lora_rank > 0) j["q_lora_rank"] = m.q_lora_rank;
   else j["q_lora_rank"] = nullptr;
   j["kv_lora_rank"] = m.kv_lora_rank;
   j["qk_nope_head_dim"] = m.qk_nope_head_dim;
   j["qk_rope_head_dim"] = m.qk_rope_head_dim;
   j["v_head_dim"] = m.v_head_dim;
-  j["n_group"] = c.expert_groups;
-  j["topk_group"] = c.expert_groups_used;
   if (v3) {
     PAGELLM_CHECK(c.expert_choice_bias && c.expert_group_score == GroupScore::Top2Sum,
                   "cannot write config.json: DeepSeek V3 routing has a choice bias and ranks groups by their top two");

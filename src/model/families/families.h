@@ -19,5 +19,7 @@ ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers
 ArchInfo qwen35moe(); // Qwen3.5-MoE: the same layers with routed and shared experts
 ArchInfo deepseek2(); // DeepSeek V2 / V3 (Kimi K2): MLA, shared and routed experts
+ArchInfo glm4moe();   // GLM-4.5 / 4.6: GQA attention, DeepSeek V3's experts
+ArchInfo qwen3next(); // Qwen3-Next: Qwen3.5-MoE's layers, fused linear projections (in qwen35.cpp)
 
 }  // namespace pagellm::family

@@ -1,10 +1,19 @@
-// Qwen3.5 (dense): a hybrid of Gated DeltaNet linear-attention layers and
-// gated full-attention layers (by default every 4th), each followed by a
+// Qwen3.5 (dense and MoE) and Qwen3-Next, one family: a hybrid of Gated
+// DeltaNet linear-attention layers and gated full-attention layers (by
+// default every 4th), each followed by a
 // SwiGLU FFN. Norms are zero-centred (x * (1 + w), stored as w in HF
 // checkpoints) except each linear head's gated output norm; the full layers'
 // q_proj gives [q | gate] per head, q/k are normed per head and rotate a
 // part of each head (partial_rotary_factor, halves). The multimodal class's
 // text_config is read as the text model; image inputs are not served.
+//
+// Qwen3-Next is the same model with two of the linear layer's projections
+// fused per key head in its checkpoints: in_proj_qkvz ([q | k | v | z] per key
+// head) and in_proj_ba ([b | a] per key head). Its GGUF files (llama.cpp's
+// qwen3next) keep attn_qkv / attn_gate as Qwen3.5's (the converter regroups
+// in_proj_qkvz) and ssm_ba as the checkpoint has it, with the value heads
+// grouped by key head rather than tiled; its experts are stored one per
+// matrix, as Qwen2-MoE's.
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/blocks.h"
@@ -28,6 +37,10 @@ std::vector<int64_t> q_gate_parts(const ModelConfig& c) {
   return {rows, rows};
 }
 
+Dims lin_ba_mat(const ModelConfig& c) { return {c.n_embd, 2 * static_cast<int64_t>(c.linear.n_v_heads)}; }
+std::vector<int64_t> ba_parts(const ModelConfig& c) { return {c.linear.n_v_heads, c.linear.n_v_heads}; }
+int key_heads(const ModelConfig& c) { return c.linear.n_k_heads; }
+
 // q_proj as GGUF keeps it: [q | gate] per head, loaded as two weights.
 TensorSpec query_and_gate() {
   TensorSpec t = mat("attn_q.weight", "self_attn.q_proj.weight", q_gate_mat, Slot::Q, Need::IfAttnLayer);
@@ -42,12 +55,24 @@ TensorSpec value_heads(TensorSpec t, VHeads v) {
   return t;
 }
 
-// Attention or Gated DeltaNet, and the FFN norm; the FFN follows.
-std::vector<TensorSpec> mixer() {
+// Qwen3-Next's in_proj_ba: per key head the b rows of its value heads, then
+// their a rows; loaded as two weights (value heads in grouped order).
+TensorSpec beta_and_alpha() {
+  TensorSpec t = mat("ssm_ba.weight", "linear_attn.in_proj_ba.weight", lin_ba_mat, Slot::LinBeta, Need::IfLinearLayer);
+  t.slots = {Slot::LinBeta, Slot::LinAlpha};
+  t.split_rows = ba_parts;
+  t.split_per_head = true;
+  t.split_heads = key_heads;
+  return t;
+}
+
+// Attention or Gated DeltaNet, and the FFN norm; the FFN follows. fused:
+// Qwen3-Next's in_proj_qkvz / in_proj_ba in place of Qwen3.5's four.
+std::vector<TensorSpec> mixer(bool fused = false) {
   constexpr Need A = Need::IfAttnLayer, L = Need::IfLinearLayer;
   constexpr Transform P1 = Transform::NormPlusOne;
   constexpr VHeads R = VHeads::Rows;
-  return {
+  std::vector<TensorSpec> l = {
       vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm, Need::Required, P1),
       // Full attention: q_proj's halves per head are the query and the output gate.
       query_and_gate(),
@@ -56,22 +81,36 @@ std::vector<TensorSpec> mixer() {
       mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O, A),
       vec("attn_q_norm.weight", "self_attn.q_norm.weight", head_vec, Slot::QNorm, A, P1),
       vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, A, P1),
-      // Gated DeltaNet, as llama.cpp's converter lays it out (value heads tiled
-      // in GGUF files when there are more value than key heads).
-      value_heads(mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L), R),
-      value_heads(mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L), R),
-      value_heads(mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L), R),
-      value_heads(mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L), R),
-      value_heads(vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_taps, Slot::LinConv, L,
-                      Transform::ConvTaps), R),
-      value_heads(vec("ssm_a", "linear_attn.A_log", lin_head_vec, Slot::LinA, L, Transform::NegExp), R),
-      value_heads(vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L), R),
-      vec("ssm_norm.weight", "linear_attn.norm.weight", lin_norm_vec, Slot::LinNorm, L),
-      value_heads(mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L), VHeads::Cols),
-      // The FFN's norm (llama.cpp names it post_attention_norm here).
-      vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm, Need::Required,
-          P1),
   };
+  // Gated DeltaNet, as llama.cpp's converter lays it out (Qwen3.5's value
+  // heads tiled in GGUF files when there are more value than key heads).
+  if (fused) {
+    l.push_back(mat("attn_qkv.weight", "linear_attn.in_proj_qkvz.weight", lin_qkv_mat, Slot::LinQkv, L,
+                    Transform::QkvzQkv));
+    l.push_back(mat("attn_gate.weight", "linear_attn.in_proj_qkvz.weight", lin_value_mat, Slot::LinZ, L,
+                    Transform::QkvzZ));
+    l.push_back(beta_and_alpha());
+  } else {
+    l.push_back(value_heads(mat("attn_qkv.weight", "linear_attn.in_proj_qkv.weight", lin_qkv_mat, Slot::LinQkv, L), R));
+    l.push_back(value_heads(mat("attn_gate.weight", "linear_attn.in_proj_z.weight", lin_value_mat, Slot::LinZ, L), R));
+    l.push_back(value_heads(mat("ssm_beta.weight", "linear_attn.in_proj_b.weight", lin_head_mat, Slot::LinBeta, L), R));
+    l.push_back(
+        value_heads(mat("ssm_alpha.weight", "linear_attn.in_proj_a.weight", lin_head_mat, Slot::LinAlpha, L), R));
+  }
+  for (TensorSpec t : {
+           value_heads(vec("ssm_conv1d.weight", "linear_attn.conv1d.weight", lin_conv_taps, Slot::LinConv, L,
+                           Transform::ConvTaps), R),
+           value_heads(vec("ssm_a", "linear_attn.A_log", lin_head_vec, Slot::LinA, L, Transform::NegExp), R),
+           value_heads(vec("ssm_dt.bias", "linear_attn.dt_bias", lin_head_vec, Slot::LinDtBias, L), R),
+           vec("ssm_norm.weight", "linear_attn.norm.weight", lin_norm_vec, Slot::LinNorm, L),
+           value_heads(mat("ssm_out.weight", "linear_attn.out_proj.weight", lin_out_mat, Slot::LinOut, L),
+                       VHeads::Cols),
+           // The FFN's norm (llama.cpp names it post_attention_norm here).
+           vec("post_attention_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm,
+               Need::Required, P1),
+       })
+    l.push_back(t);
+  return l;
 }
 
 std::vector<TensorSpec> dense_layer() {
@@ -94,6 +133,19 @@ std::vector<TensorSpec> moe_layer() {
   l.push_back(experts("ffn_up_exps.weight", "mlp.experts.gate_up_proj", ff_exps, Slot::UpExps,
                       Transform::GateUpSecondHalf));
   l.push_back(experts("ffn_down_exps.weight", "mlp.experts.down_proj", down_exps, Slot::DownExps));
+  add_shared_expert(l);
+  return l;
+}
+
+// Qwen3-Next: the same mixer, fused, and Qwen2-MoE's experts (a softmax
+// router, one matrix per expert, a shared expert behind a sigmoid gate).
+std::vector<TensorSpec> next_layer() {
+  std::vector<TensorSpec> l = mixer(true);
+  l.push_back(mat("ffn_gate_inp.weight", "mlp.gate.weight", router_mat, Slot::Router, Need::IfMoe));
+  l.back().keep_f32 = true;
+  l.push_back(experts("ffn_gate_exps.weight", "mlp.experts.{}.gate_proj.weight", ff_exps, Slot::GateExps));
+  l.push_back(experts("ffn_up_exps.weight", "mlp.experts.{}.up_proj.weight", ff_exps, Slot::UpExps));
+  l.push_back(experts("ffn_down_exps.weight", "mlp.experts.{}.down_proj.weight", down_exps, Slot::DownExps));
   add_shared_expert(l);
   return l;
 }
@@ -136,12 +188,8 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   c.linear.head_k_dim = linear_size(j, "linear_key_head_dim", 128, L::kHeadDim, path);
   c.linear.head_v_dim = linear_size(j, "linear_value_head_dim", 128, L::kHeadDim, path);
   c.linear.conv_kernel = linear_size(j, "linear_conv_kernel_dim", 4, 64, path);
-  // partial_rotary_factor: top level or in rope_parameters; transformers' default 0.25.
-  double f = 0.25;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    f = hf_float(j["rope_parameters"], "partial_rotary_factor", f);
-  f = hf_float(j, "partial_rotary_factor", f);
-  PAGELLM_CHECK(f > 0 && f <= 1, "'{}': invalid partial_rotary_factor {}", path, f);
+  // transformers' default partial_rotary_factor is 0.25.
+  const double f = hf_partial_rotary(j, 0.25, path);
   c.rope.n_rot = static_cast<int>(static_cast<double>(c.head_dim) * f);
   PAGELLM_CHECK(!(j.contains("attn_output_gate") && j["attn_output_gate"].is_boolean() &&
                   !j["attn_output_gate"].get<bool>()),
@@ -150,8 +198,8 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
 
 // llama.cpp's keys: the SSM sizes (state_size is the key head size,
 // inner_size all value heads), the recurrent layers or the full-attention
-// interval. Its converter tiles the value heads.
-void read_gguf(const GGUFFile& f, ModelConfig& c) {
+// interval. Its converter tiles Qwen3.5's value heads, not Qwen3-Next's.
+void read_gguf_linear(const GGUFFile& f, ModelConfig& c, bool v_heads_tiled) {
   using L = ModelSizeLimits;
   const std::string a = f.get_string("general.architecture") + ".";
   auto size = [&](const char* key, int64_t max) { return gguf_size(f, a + key, std::nullopt, 1, max); };
@@ -164,7 +212,7 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
                 "'{}': {}ssm.inner_size {} is not {} value heads of a valid size", f.path(), a, inner,
                 c.linear.n_v_heads);
   c.linear.head_v_dim = inner / c.linear.n_v_heads;
-  c.linear.v_heads_tiled = true;
+  c.linear.v_heads_tiled = v_heads_tiled;
   c.is_linear.assign(static_cast<size_t>(c.n_layer), false);
   if (f.has(a + "attention.recurrent_layers")) {
     const std::vector<int64_t> r = f.get_int_array(a + "attention.recurrent_layers");
@@ -177,13 +225,18 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   }
 }
 
-void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
+void read_gguf(const GGUFFile& f, ModelConfig& c) { read_gguf_linear(f, c, true); }
+void read_gguf_next(const GGUFFile& f, ModelConfig& c) {
+  read_gguf_linear(f, c, false);
+  // Early converters kept in_proj_qkvz fused, per key head, as ssm_in.
+  for (int il = 0; il < c.n_layer; ++il)
+    PAGELLM_CHECK(!f.find_tensor("blk." + std::to_string(il) + ".ssm_in.weight"),
+                  "'{}': a qwen3next file with the fused ssm_in tensor (an early llama.cpp conversion) is not "
+                  "supported; convert the model again (attn_qkv and attn_gate)", f.path());
+}
+
+void write_hf_common(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["hidden_act"] = "silu";
-  if (c.moe()) {
-    // Qwen3_5MoeTextConfig has no dense FFN size and always renormalises.
-    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Qwen3.5-MoE always renormalises its experts' weights");
-    for (const char* key : {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"}) j.erase(key);
-  }
   j["attention_bias"] = false;
   std::vector<std::string> types;
   for (int il = 0; il < c.n_layer; ++il) types.push_back(c.layer_is_linear(il) ? "linear_attention" : "full_attention");
@@ -199,6 +252,22 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["partial_rotary_factor"] = f;
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", decimal(c.rope.freq_base)},
                           {"partial_rotary_factor", f}};
+}
+
+void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
+  write_hf_common(c, j);
+  if (c.moe()) {
+    // Qwen3_5MoeTextConfig has no dense FFN size and always renormalises.
+    PAGELLM_CHECK(c.expert_norm_topk, "cannot write config.json: Qwen3.5-MoE always renormalises its experts' weights");
+    for (const char* key : {"intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"}) j.erase(key);
+  }
+}
+
+// Qwen3NextConfig states the experts as Qwen2-MoE's (the shared writer's keys).
+void write_hf_next(const ModelConfig& c, nlohmann::ordered_json& j) {
+  PAGELLM_CHECK(!c.linear.v_heads_tiled || c.linear.n_k_heads == c.linear.n_v_heads,
+                "cannot write config.json: Qwen3-Next's value heads are grouped by key head, not tiled");
+  write_hf_common(c, j);
 }
 
 // tiny-qwen35: linear and full layers alternating, 2 key / 4 value heads
@@ -227,6 +296,14 @@ void a3b_hybrid_moe(ModelConfig& c) {
   c.linear = {16, 32, 128, 128, 4, true};
   c.rope.n_rot = c.head_dim / 4;
   c.expert_norm_topk = true;
+}
+
+// tiny-qwen3next: tiny-qwen35moe's layers with Qwen3-Next's fused
+// projections; its value heads stay grouped by key head (llama.cpp's
+// qwen3next), each key head serving two.
+void tiny_next(ModelConfig& c) {
+  tiny_hybrid_moe(c);
+  c.linear.v_heads_tiled = false;
 }
 
 ArchInfo common_entry(ArchInfo a) {
@@ -279,6 +356,25 @@ ArchInfo qwen35moe() {
        tiny_hybrid_moe},
       {"qwen35moe-a3b-12l", 248320, 2048, 12, 16, 2, 256, 512, 32768, 10000000.f, 1e-6f, false, 0, 256, 8, 512, 512,
        a3b_hybrid_moe},
+  };
+  return a;
+}
+
+ArchInfo qwen3next() {
+  ArchInfo a = common_entry(entry(Arch::Qwen3Next, "qwen3next", "qwen3_next", {{"Qwen3NextForCausalLM"}}));
+  a.moe = a.moe_only = true;
+  a.moe_norm_topk = true;  // Qwen3NextConfig's norm_topk_prob default
+  // Qwen3NextConfig's defaults.
+  a.hf.vocab_size = 151936;
+  a.hf.hidden_size = 2048;
+  a.hf.intermediate_size = 5632;
+  a.hf.num_hidden_layers = 48;
+  a.hf.num_key_value_heads = 2;
+  a.layer = next_layer();
+  a.read_gguf = read_gguf_next;
+  a.write_hf = write_hf_next;
+  a.dummy_shapes = {
+      {"tiny-qwen3next", 512, 256, 4, 4, 2, 64, 256, 512, 10000000.f, 1e-6f, false, 0, 8, 2, 256, 256, tiny_next},
   };
   return a;
 }

@@ -101,7 +101,8 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
         EXPECT_EQ(all.size() == 2, t.transform == Transform::GateUpEven || t.transform == Transform::GateUpOdd ||
                                        t.transform == Transform::GateUpFirstHalf ||
                                        t.transform == Transform::GateUpSecondHalf ||
-                                       t.transform == Transform::KvBKeys || t.transform == Transform::KvBValues);
+                                       t.transform == Transform::KvBKeys || t.transform == Transform::KvBValues ||
+                                       t.transform == Transform::QkvzQkv || t.transform == Transform::QkvzZ);
       }
       if (per_expert) {
         std::string bad = t.hf;
@@ -138,8 +139,8 @@ TEST(ArchErrors, UnknownAndMixtureOfExpertsFamiliesAreNamed) {
   f = GGUFFile::open(path);
   expect_error_with([&] { config_from_gguf(*f); }, "unsupported architecture 'dbrx' (Mixture-of-Experts");
 
-  json j = small_config("Glm4MoeForCausalLM");
-  expect_error_with([&] { config_of(j); }, "unsupported architecture 'Glm4MoeForCausalLM' (Mixture-of-Experts");
+  json j = small_config("GraniteMoeForCausalLM");
+  expect_error_with([&] { config_of(j); }, "unsupported architecture 'GraniteMoeForCausalLM' (Mixture-of-Experts");
   j = small_config("Gemma3ForCausalLM");
   j["num_experts"] = 8;
   expect_error_with([&] { config_of(j); },
@@ -469,6 +470,67 @@ TEST(ArchConfig, DeepseekMlaAndRouter) {
   // GGUF files: deepseek_gguf_test.cpp.
 }
 
+// GLM-4.5 config.json: Glm4MoeConfig's defaults (half of each head rotates,
+// one dense layer, one shared expert, ungrouped sigmoid routing), q/k norms
+// only with use_qk_norm, and the q/k/v biases it requires.
+TEST(ArchConfig, Glm4MoeDefaultsAndOptions) {
+  json j = small_config("Glm4MoeForCausalLM");
+  j["head_dim"] = 128;
+  j["attention_bias"] = true;
+  j["n_routed_experts"] = 16;
+  j["num_experts_per_tok"] = 4;
+  j["moe_intermediate_size"] = 128;
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Glm4Moe);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rope.n_rot, 64);
+  EXPECT_TRUE(c.rope.neox);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.n_dense_lead, 1);
+  EXPECT_EQ(c.n_ff_shexp, 128);
+  EXPECT_EQ(c.expert_scoring, RouterScoring::Sigmoid);
+  EXPECT_TRUE(c.expert_choice_bias);
+  EXPECT_TRUE(c.expert_norm_topk);
+  EXPECT_EQ(c.expert_weights_scale, 1.0f);
+  EXPECT_EQ(c.routing().n_group, 1);
+  EXPECT_FALSE(c.layer_is_moe(0));
+  EXPECT_TRUE(c.layer_is_moe(1));
+
+  json o = j;
+  o["use_qk_norm"] = true;
+  o["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000}, {"partial_rotary_factor", 0.25}};
+  o["n_group"] = 4;
+  o["topk_group"] = 2;
+  o["routed_scaling_factor"] = 2.5;
+  o["n_shared_experts"] = 2;
+  o["first_k_dense_replace"] = 2;
+  o["num_nextn_predict_layers"] = 1;  // the MTP block: not run
+  const ModelConfig d = config_of(o);
+  EXPECT_TRUE(d.qk_norm);
+  EXPECT_EQ(d.rope.n_rot, 32);
+  EXPECT_EQ(d.rope.freq_base, 1000000.0f);
+  EXPECT_EQ(d.routing().n_group, 4);
+  EXPECT_EQ(d.routing().topk_group, 2);
+  EXPECT_EQ(d.expert_weights_scale, 2.5f);
+  EXPECT_EQ(d.n_ff_shexp, 256);
+  EXPECT_EQ(d.n_dense_lead, 2);
+  EXPECT_EQ(d.n_layer, 2);
+
+  json bad = j;
+  bad.erase("attention_bias");
+  expect_error_with([&] { config_of(bad); }, "without attention_bias");
+  bad = j;
+  bad["use_qk_norm"] = 1;
+  expect_error_with([&] { config_of(bad); }, "use_qk_norm must be true or false");
+  bad = j;
+  bad["first_k_dense_replace"] = 3;
+  expect_error_with([&] { config_of(bad); }, "invalid first_k_dense_replace 3");
+  bad = j;
+  bad["n_group"] = 3;
+  expect_error_with([&] { config_of(bad); }, "invalid expert groups");
+}
+
 // A LongRoPE model takes the long factors when it serves more than the
 // original context, the short ones within it (llama.cpp's rule).
 TEST(Phi3Config, LongRopePicksTheFactorSetByContext) {
@@ -492,6 +554,115 @@ std::vector<float> run(Model& m, const std::vector<int32_t>& tokens) {
   return runner.feed(tokens, 16, true);
 }
 
+// A GLM-4.5 GGUF counts its multi-token-prediction block in block_count
+// (nextn_predict_layers), with or without that block's tensors: pagellm runs
+// the other layers, and computes what the file without the block computes.
+TEST(ArchDummies, Glm4MoeGgufSkipsTheNextnBlock) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  const std::string plain = scratch("glm4moe.gguf");
+  write_dummy_gguf(plain, DummySpec{"tiny-glm4moe", DType::F32, 5}, nullptr, pool);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 24; ++i) tokens.push_back(3 + (i * 71) % 500);
+  std::vector<float> want;
+  {
+    auto m = Model::load(plain, *backend);
+    EXPECT_EQ(m->config().n_layer, 3);
+    EXPECT_EQ(m->config().n_dense_lead, 1);
+    EXPECT_EQ(m->config().routing().n_group, 4);
+    EXPECT_EQ(m->config().routing().topk_group, 2);
+    EXPECT_EQ(m->config().expert_scoring, RouterScoring::Sigmoid);
+    EXPECT_TRUE(m->config().expert_choice_bias);
+    EXPECT_TRUE(m->config().qk_norm);
+    EXPECT_EQ(m->config().rope.n_rot, 64);
+    want = run(*m, tokens);
+  }
+  auto f = GGUFFile::open(plain);
+  const int64_t n_embd = f->get_int("glm4moe.embedding_length");
+  // with_block: the block's tensors as llama.cpp's converter writes them (a
+  // copy of the last layer plus the nextn projections); block_count_extra: how
+  // many layers block_count claims beyond the model's.
+  auto rewrite = [&](const std::string& path, bool with_block, uint32_t block_count_extra) {
+    GGUFWriter w;
+    for (const auto& [k, v] : f->metadata())
+      if (k != "glm4moe.block_count") w.set_value(k, v);
+    w.set_u32("glm4moe.block_count", 3 + block_count_extra);
+    w.set_u32("glm4moe.nextn_predict_layers", 1);
+    auto bytes = [](const GGUFTensorInfo& t) { return std::vector<uint8_t>(t.data, t.data + t.nbytes); };
+    for (const GGUFTensorInfo& t : f->tensors()) {
+      w.add_tensor(t.name, t.type, t.shape, bytes(t));
+      if (with_block && t.name.starts_with("blk.2."))
+        w.add_tensor("blk.3." + t.name.substr(6), t.type, t.shape, bytes(t));
+    }
+    if (with_block) {
+      const std::vector<float> ones(static_cast<size_t>(2 * n_embd * n_embd), 0.5f);
+      auto f32 = [](const float* p, size_t n) {
+        return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p + n));
+      };
+      w.add_tensor("blk.3.nextn.eh_proj.weight", DType::F32, {2 * n_embd, n_embd}, f32(ones.data(), ones.size()));
+      for (const char* n : {"blk.3.nextn.enorm.weight", "blk.3.nextn.hnorm.weight"})
+        w.add_tensor(n, DType::F32, {n_embd}, f32(ones.data(), static_cast<size_t>(n_embd)));
+    }
+    w.write(path);
+  };
+  for (const bool with_block : {true, false}) {
+    const std::string path = scratch(with_block ? "glm4moe-mtp.gguf" : "glm4moe-mtp-trunk.gguf");
+    rewrite(path, with_block, 1);
+    auto m = Model::load(path, *backend);
+    EXPECT_EQ(m->config().n_layer, 3) << with_block;
+    EXPECT_EQ(test::max_rel_gap(run(*m, tokens), want, m->config().n_vocab), 0.0) << with_block;
+  }
+  const std::string bad = scratch("glm4moe-mtp-bad.gguf");
+  rewrite(bad, true, 3);  // block_count 6: neither 6 nor 6 - 1 layers in the tensors (4)
+  expect_error_with([&] { Model::load(bad, *backend); }, "glm4moe.block_count = 6 does not match the tensors");
+}
+
+// Qwen3-Next's GGUF files (llama.cpp's qwen3next) keep the value heads
+// grouped by key head, Qwen3.5's tile them; its config.json's defaults.
+TEST(ArchConfig, Qwen3NextValueHeadOrderAndDefaults) {
+  ThreadPool pool(1);
+  for (const auto& [shape, tiled] : {std::pair{"tiny-qwen3next", false}, std::pair{"tiny-qwen35moe", true}}) {
+    const std::string path = scratch(std::string(shape) + "-heads.gguf");
+    write_dummy_gguf(path, DummySpec{shape, DType::F32, 0}, nullptr, pool);
+    auto f = GGUFFile::open(path);
+    const ModelConfig c = config_from_gguf(*f);
+    EXPECT_EQ(c.linear.v_heads_tiled, tiled) << shape;
+    EXPECT_EQ(c.linear.n_k_heads, 2) << shape;
+    EXPECT_EQ(c.linear.n_v_heads, 4) << shape;
+  }
+  {  // an early conversion: in_proj_qkvz fused as ssm_in
+    auto f = GGUFFile::open(scratch("tiny-qwen3next-heads.gguf"));
+    GGUFWriter w;
+    for (const auto& [k, v] : f->metadata()) w.set_value(k, v);
+    for (const GGUFTensorInfo& t : f->tensors()) {
+      const std::string name = t.name == "blk.0.attn_qkv.weight" ? "blk.0.ssm_in.weight" : t.name;
+      w.add_tensor(name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    }
+    const std::string legacy = scratch("tiny-qwen3next-ssm-in.gguf");
+    w.write(legacy);
+    auto g = GGUFFile::open(legacy);
+    expect_error_with([&] { config_from_gguf(*g); }, "fused ssm_in tensor");
+  }
+  json j = small_config("Qwen3NextForCausalLM");
+  j["num_hidden_layers"] = 8;
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 128;
+  j["shared_expert_intermediate_size"] = 128;
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.arch, Arch::Qwen3Next);
+  EXPECT_FALSE(c.linear.v_heads_tiled);
+  EXPECT_EQ(c.linear.n_k_heads, 16);  // Qwen3NextConfig's linear defaults
+  EXPECT_EQ(c.linear.n_v_heads, 32);
+  EXPECT_EQ(c.n_linear_layers(), 6);  // every 4th layer full (full_attention_interval 4)
+  EXPECT_FALSE(c.layer_is_linear(3));
+  EXPECT_EQ(c.rope.n_rot, 16);  // a quarter of 64
+  EXPECT_TRUE(c.expert_norm_topk);
+  EXPECT_TRUE(c.attn_out_gate);
+  j["mlp_only_layers"] = {1};
+  expect_error_with([&] { config_of(j); }, "mlp_only_layers");
+}
+
 // The new shapes, written as GGUF and as HF folders by make-dummy's writers,
 // load to the same function.
 TEST(ArchDummies, GGUFAndHFLoadsAgree) {
@@ -499,7 +670,7 @@ TEST(ArchDummies, GGUFAndHFLoadsAgree) {
   auto backend = make_cpu_backend(2);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 40; ++i) tokens.push_back(1 + (i * 53) % 500);
-  for (const char* shape : {"tiny-llama3", "tiny-gemma2", "tiny-phi3"}) {
+  for (const char* shape : {"tiny-llama3", "tiny-gemma2", "tiny-phi3", "tiny-glm4moe", "tiny-qwen3next"}) {
     const DummySpec spec{shape, DType::F32, 3};
     const std::string gguf = scratch(std::string(shape) + ".gguf");
     write_dummy_gguf(gguf, spec, nullptr, pool);

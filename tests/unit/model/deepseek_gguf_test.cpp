@@ -163,7 +163,7 @@ TEST(DeepseekGguf, RefusesWhatItCannotRead) {
   gating.type = GGUFType::U32;
   gating.u = 3;
   const std::string bad_gating = rewrite("deepseek2.expert_gating_func", &gating, dir.file("b.gguf"));
-  test::expect_error_with([&] { Model::load(bad_gating, *backend); }, "expert_gating_func = 3 is not supported");
+  test::expect_error_with([&] { Model::load(bad_gating, *backend); }, "expert_gating_func 3 is not supported");
 }
 
 }  // namespace

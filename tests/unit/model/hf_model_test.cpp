@@ -149,6 +149,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-mixtral", false}, {"tiny-qwen2moe", false}, {"tiny-qwen3moe", true},
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
     {"tiny-qwen35", false},    {"tiny-qwen35moe", false}, {"tiny-deepseek3", false}, {"tiny-deepseek2", false},
+    {"tiny-glm4moe", false},   {"tiny-qwen3next", false},
 };
 
 struct HFCase {

@@ -194,7 +194,9 @@ INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertedByLlamaCpp,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3",
                                            "tiny-gemma2", "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe",
                                            "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
-                                           "tiny-qwen35moe", "tiny-deepseek3"),
+                                           "tiny-qwen35moe", "tiny-deepseek3",
+                                           "tiny-glm4moe",
+                                           "tiny-qwen3next"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)
