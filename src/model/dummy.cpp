@@ -288,7 +288,9 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   if (cfg.is_mla()) {
     // DeepSeek's MLA sizes, as llama.cpp's converter writes them (the router's keys are above).
     const ModelConfig::Mla& m = cfg.mla;
-    if (m.q_lora_rank > 0) w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(m.q_lora_rank));
+    // Stated even when 0 (V2-Lite has no q-LoRA): llama.cpp requires the key
+    // unless the model has V2-Lite's exact layer count.
+    w.set_u32(a + ".attention.q_lora_rank", static_cast<uint32_t>(m.q_lora_rank));
     w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora_rank));
     w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(m.q_head_dim()));
     w.set_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(m.v_head_dim));
