@@ -322,6 +322,10 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     std::vector<bool> recurrent;
     for (int il = 0; il < cfg.n_layer; ++il) recurrent.push_back(cfg.layer_is_linear(il));
     w.set_bool_array(a + ".attention.recurrent_layers", recurrent);
+    // Qwen3.5's multimodal RoPE sections, as its configs state them; text
+    // tokens have one position in every section, so they do not change the
+    // text model (llama.cpp requires the key).
+    w.set_i32_array(a + ".rope.dimension_sections", {11, 11, 10, 0});
   }
   if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
   if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);
