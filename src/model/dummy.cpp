@@ -283,6 +283,7 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
       w.set_bool(a + ".expert_weights_norm", cfg.expert_norm_topk);
       w.set_u32(a + ".expert_group_count", static_cast<uint32_t>(cfg.expert_groups));
       w.set_u32(a + ".expert_group_used_count", static_cast<uint32_t>(cfg.expert_groups_used));
+      w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(cfg.n_ff_shexp / cfg.n_ff_exp));
     }
   }
   if (cfg.is_mla()) {
@@ -294,7 +295,6 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     w.set_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora_rank));
     w.set_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(m.q_head_dim()));
     w.set_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(m.v_head_dim));
-    w.set_u32(a + ".expert_shared_count", static_cast<uint32_t>(cfg.n_ff_shexp / cfg.n_ff_exp));
     if (cfg.rope.ext_factor > 0) {
       PAGELLM_CHECK(m.yarn_mscale == m.yarn_mscale_all_dim, "a GGUF file states DeepSeek's mscale_all_dim only");
       w.set_f32(a + ".rope.scaling.yarn_log_multiplier", 0.1f * m.yarn_mscale_all_dim);

@@ -69,7 +69,9 @@ TEST_P(DummyModelVsLlamaCpp, LogitsMatchAtEveryPosition) {
 std::vector<DummyCase> dummy_cases() {
   std::vector<DummyCase> cases;
   for (const char* s : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-mixtral",
-                        "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"})
+                        "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss",
+                        // llama.cpp b11434 itself (tools/gen_model_fixtures.py --llama-build)
+                        "tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-glm4moe", "tiny-qwen3next"})
     for (const char* t : {"f32", "q8_0", "q4_0", "q4_k"}) cases.push_back({s, t});
   return cases;
 }
