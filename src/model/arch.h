@@ -43,6 +43,10 @@ enum class Slot {
   // and norm, then the weights derived at load (Need::Derived) for the
   // absorbed form (model/families/deepseek2.cpp).
   RouterChoiceBias, MlaQA, MlaQANorm, MlaKvRope, MlaKvLatent, MlaKvNorm, MlaQAbsorb, MlaOAbsorb,
+  // Gemma 4: per-layer embeddings (the table, the input embedding's
+  // projection and its norm; per layer the gate, the projection back and
+  // its norm), V's unweighted norm has no tensor; the layer's output scale.
+  PleTokEmbd, PleModelProj, PleProjNorm, PleGate, PleProj, PlePostNorm, LayerOutScale,
   // Read (and checked) but not uploaded: what derived weights are made from.
   Unused,
 };
@@ -62,6 +66,8 @@ enum class Need {
   IfQLora,         // MLA with q-LoRA (q_lora_rank > 0): required, absent otherwise
   IfNoQLora,       // MLA without q-LoRA: required, absent otherwise
   IfChoiceBias,    // required when cfg.expert_choice_bias (in MoE layers)
+  IfOwnKv,         // required in layers that keep their own K/V, absent in those that reuse another's (kv_source)
+  IfPle,           // required with per-layer embeddings (n_embd_per_layer > 0), absent otherwise
   // Not in files: computed at load from the layer's other tensors
   // (ArchInfo::derive_tensors); no HF name, no dummy values.
   Derived,

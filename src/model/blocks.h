@@ -68,10 +68,20 @@ struct FfnWeights {
   std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases
 };
 
+// A layer's branch of per-layer embeddings (Gemma 4's PLE).
+struct PleWeights {
+  std::unique_ptr<Weight> gate;       // [P, n_embd]: the residual's gate
+  std::unique_ptr<Weight> proj;       // [n_embd, P]: back to the residual
+  std::unique_ptr<Weight> post_norm;  // [n_embd]
+};
+
 struct LayerWeights {
   AttnWeights attn;
   LinearAttnWeights lin;  // linear-attention layers only
   FfnWeights ffn;
+  PleWeights ple;         // per-layer embeddings only
+  std::unique_ptr<Weight> out_scale_w;  // [1] (Gemma 4's layer_scalar), optional
+  float out_scale = 1.0f;               // its value: the layer's output is multiplied by it
 };
 
 // Activation buffers in backend memory (the model grows them on demand).
@@ -111,6 +121,11 @@ struct ActivationBuffers {
   BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries
   BufferPtr mla_o;      // [n, n_head * v]
   BufferPtr mla_heads;  // I32 [n, n_head]: 0 .. n_head - 1 per row (the per-head products' "routes")
+  // Per-layer embeddings (empty otherwise).
+  BufferPtr ple;        // [n, n_layer * P]: every layer's input
+  BufferPtr ple_tok;    // [n, n_layer * P]: the table's part of it
+  BufferPtr ple_layer;  // [n, P]: this layer's
+  BufferPtr ple_gate;   // [n, P]
 };
 
 // What a block reads and writes during one pass: the config, this rank's
