@@ -54,7 +54,13 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 # something else there; tiny-phi3-longrope has no window.
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
-          "tiny-qwen35moe"]
+          "tiny-qwen35moe", "tiny-gemma4"]
+# Shapes whose llama.cpp reference runs without flash attention: llama.cpp's
+# CPU flash attention rounds to F16 (like an F16 cache), which Gemma 4's
+# unscaled attention over unit-RMS q and k amplifies on the random dummy
+# (tiny-gemma4: 1.6e-2 relative with it, 2.8e-3 without, the rest being its
+# fp16 GELU table).
+NO_FLASH_ATTN = {"tiny-gemma4"}
 SEED = 1
 N_TOKENS = 40
 
@@ -82,12 +88,19 @@ def convert(llama_cpp, hf_dir, out):
     import torch
     import convert_hf_to_gguf as conv
     hparams = conv.ModelBase.load_hparams(Path(hf_dir), False)
+    # transformers 5 turns Gemma 4's global_head_dim into per_layer_config and
+    # drops the overrides equal to the base config: with the global layers'
+    # head size the local one (tiny-gemma4), the converter then finds neither.
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        raw = json.load(f)
+    if "global_head_dim" in raw and not hparams.get("per_layer_config"):
+        hparams["global_head_dim"] = raw["global_head_dim"]
     cls = conv.get_model_class(conv.get_model_architecture(hparams, conv.ModelType.TEXT))
     cls.set_vocab = lambda self: synthetic_vocab(self.gguf_writer, self.hparams["vocab_size"])
     cls.no_mtp = True  # Qwen3.5: the dummies have no multi-token-prediction block (older trees ignore this)
     with torch.inference_mode():
         # "dummy model": llama.cpp applies Phi-3 token rules to names with "phi3".
-        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model").write()
+        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model", hparams=hparams).write()
 
 
 def build_runner(llama_cpp, build, out_dir):
@@ -102,11 +115,12 @@ def build_runner(llama_cpp, build, out_dir):
     return exe
 
 
-def reference_logits(args, gguf_path, tokens, tmp):
+def reference_logits(args, gguf_path, tokens, tmp, no_flash_attn=False):
     if args.llama_build:
         exe = build_runner(args.llama_cpp, args.llama_build, tmp)
         out = os.path.join(tmp, "logits.bin")
-        subprocess.run([exe, gguf_path, out, *[str(t) for t in tokens]], check=True)
+        env = dict(os.environ, LLAMA_LOGITS_NO_FLASH_ATTN="1" if no_flash_attn else "0")
+        subprocess.run([exe, gguf_path, out, *[str(t) for t in tokens]], check=True, env=env)
         return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
     from llama_cpp import Llama
     llm = Llama(model_path=gguf_path, n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
@@ -158,8 +172,13 @@ def one_shape(args, shape):
         metadata = {f.name: field_value(f) for f in conv_r.fields.values()
                     if not f.name.startswith("tokenizer.") and not f.name.startswith("GGUF.")}
         tokens = fixture_tokens()
-        logits = reference_logits(args, converted, tokens, tmp)
+        no_fa = shape in NO_FLASH_ATTN
+        if no_fa and not args.llama_build:
+            sys.exit(f"{shape}: its reference runs without flash attention: use --llama-build")
+        logits = reference_logits(args, converted, tokens, tmp, no_fa)
     runner = "tools/llama_ref/llama_logits.cpp" if args.llama_build else "llama-cpp-python"
+    if no_fa:
+        runner += ", flash attention off"
     meta = {"shape": shape, "seed": SEED, "tokens": tokens, "n_vocab": int(logits.shape[1]),
             "reference": "llama.cpp's convert_hf_to_gguf.py on the HF dummy (F32), run by llama.cpp "
                          f"({runner}), F32 KV cache",

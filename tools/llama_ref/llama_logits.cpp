@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   cp.n_batch = cp.n_ubatch = 512;
   cp.n_threads = cp.n_threads_batch = 2;
   cp.type_k = cp.type_v = GGML_TYPE_F32;
+  // LLAMA_LOGITS_NO_FLASH_ATTN=1: the plain attention path (the CPU flash
+  // attention may compute in F16, which a sensitive dummy amplifies).
+  if (const char* e = std::getenv("LLAMA_LOGITS_NO_FLASH_ATTN"); e && *e == '1')
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) return std::fprintf(stderr, "cannot create a context\n"), 1;
   llama_batch batch = llama_batch_init(n, 0, 1);

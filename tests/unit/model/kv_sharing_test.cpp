@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "model/dummy.h"
 #include "model/model.h"
+#include "model_test_util.h"
 #include "test_paths.h"
 
 namespace pagellm {
@@ -59,6 +60,40 @@ TEST(KvSharing, SharedLayersKeepNoCache) {
   EXPECT_EQ(grouped.n_layers, 1);
   EXPECT_EQ(grouped.layer_group, (std::vector<int32_t>{1, 2, 0}));
   EXPECT_EQ(grouped.layer_slot, (std::vector<int32_t>{0, 0, 0}));
+}
+
+// The GGUF dummy (llama.cpp's keys: sliding_window_pattern, shared_kv_layers,
+// embedding_length_per_layer_input; rope_freqs) reads back to the same config
+// and computes what the in-memory dummy does.
+TEST(KvSharing, Gemma4GgufDummyReadsBack) {
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  const DummySpec spec{"tiny-gemma4", DType::F32, 3};
+  const std::string path = (fs::path(test::temp_dir()) / "tiny-gemma4.gguf").string();
+  write_dummy_gguf(path, spec, nullptr, pool);
+  auto from_file = Model::load(path, *backend);
+  const ModelConfig& c = from_file->config();
+  const ModelConfig want = dummy_config("tiny-gemma4", 512);
+  EXPECT_EQ(c.kv_source, want.kv_source);
+  EXPECT_EQ(c.is_swa, want.is_swa);
+  EXPECT_EQ(c.n_embd_per_layer, want.n_embd_per_layer);
+  EXPECT_EQ(c.attn_scale, 1.0f);
+  EXPECT_EQ(c.rope.n_rot, want.rope.n_rot);
+  EXPECT_EQ(c.rope_swa.freq_base, want.rope_swa.freq_base);
+  EXPECT_EQ(c.sliding_window, want.sliding_window);
+  EXPECT_EQ(c.final_softcap, want.final_softcap);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 53) % 500);
+  auto run = [&](Model& m) {
+    test::PagedRunner runner(m, 16, 16, DType::F32);
+    return runner.feed(tokens, 9, true);
+  };
+  const std::vector<float> got = run(*from_file);
+  from_file.reset();
+  auto src = make_dummy_source(want, spec, pool);
+  auto in_memory = Model::from_source(want, *src, *backend);
+  EXPECT_EQ(got, run(*in_memory));
+  fs::remove(path);
 }
 
 TEST(KvSharing, InvalidSourcesAreRefused) {
