@@ -7,10 +7,10 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "dist/communicator.h"
 #include "dist/device_comm.h"
 #include "format/gguf.h"
-#include "core/quant_blocks.h"
 #include "model/tensor_source.h"
 
 namespace pagellm {

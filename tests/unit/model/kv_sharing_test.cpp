@@ -53,6 +53,11 @@ TEST(KvSharing, SharedLayersKeepNoCache) {
   EXPECT_EQ(plain.n_layers, 3);
   EXPECT_TRUE(plain.layer_group.empty());
   EXPECT_EQ(model->kv_layer_windows(), (std::vector<int32_t>{32, 32, 0}));
+  ModelConfig unshared = c;  // the same layers, each keeping its own K/V
+  unshared.kv_source.clear();
+  auto unshared_src = make_dummy_source(unshared, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
+  auto unshared_model = Model::from_source(unshared, *unshared_src, *backend);
+  EXPECT_EQ(unshared_model->kv_cache_spec(16, 8, DType::F16).bytes_per_block(), 2 * plain.bytes_per_block());
   // Grouped: the global cache layer in the full group, each local one in a sliding group of one slot.
   const KvGroupPlan plan = plan_kv_groups(model->kv_layer_windows(), 512);
   ASSERT_TRUE(plan.grouped());
