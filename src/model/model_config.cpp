@@ -125,6 +125,9 @@ std::string ModelConfig::describe() const {
   if (is_mla())
     ffn = fmt::format("MLA (q_lora {}, kv_lora {}, nope {} + rope {}, v {}), {}", mla.q_lora_rank, mla.kv_lora_rank,
                       mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, ffn);
+  if (n_embd_per_layer > 0) ffn += fmt::format(", per-layer embeddings {}", n_embd_per_layer);
+  if (const auto shared = std::count_if(kv_source.begin(), kv_source.end(), [](int32_t s) { return s >= 0; }))
+    ffn += fmt::format(", {} layers reusing earlier layers' K/V", shared);
   return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, {}, vocab {}, ctx {}", arch_name(arch), name,
                      n_layer, n_embd, n_head, n_head_kv, head_dim, ffn, n_vocab, n_ctx_train);
 }
