@@ -58,6 +58,15 @@ TEST(KvSharing, SharedLayersKeepNoCache) {
   auto unshared_src = make_dummy_source(unshared, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
   auto unshared_model = Model::from_source(unshared, *unshared_src, *backend);
   EXPECT_EQ(unshared_model->kv_cache_spec(16, 8, DType::F16).bytes_per_block(), 2 * plain.bytes_per_block());
+  // Per-layer embeddings need the whole input embedding: no tensor or pipeline parallelism yet.
+  for (ModelShard shard : {ModelShard{0, 2, 0, 1, {}, false}, ModelShard{0, 1, 1, 2, {}, false}})
+    expect_error([&] { Model::from_source(c, *src, *backend, {}, shard); }, "per-layer embeddings (Gemma 4)");
+  // Without them, a pipeline stage must hold each shared layer's source.
+  ModelConfig no_ple = c;
+  no_ple.n_embd_per_layer = 0;
+  auto no_ple_src = make_dummy_source(no_ple, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
+  auto second_stage = Model::from_source(no_ple, *no_ple_src, *backend, {}, ModelShard{0, 1, 1, 2, {}, false});
+  expect_error([&] { second_stage->kv_cache_spec(16, 8, DType::F16); }, "which another pipeline stage holds");
   // Grouped: the global cache layer in the full group, each local one in a sliding group of one slot.
   const KvGroupPlan plan = plan_kv_groups(model->kv_layer_windows(), 512);
   ASSERT_TRUE(plan.grouped());
