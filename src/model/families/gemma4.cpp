@@ -131,8 +131,9 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
                   path, v, c.n_vocab);
   }
   const double shared = hf_float(j, "num_kv_shared_layers", 0);
-  PAGELLM_CHECK(shared >= 0 && shared == static_cast<int>(shared), "'{}': invalid num_kv_shared_layers {}", path,
-                shared);
+  PAGELLM_CHECK(shared >= 0 && shared <= c.n_layer && shared == static_cast<int>(shared),
+                "'{}': num_kv_shared_layers {} must be a whole number below the layer count {}", path, shared,
+                c.n_layer);
   c.kv_source = kv_sources(c.is_swa, static_cast<int>(shared), "'" + path + "'");
   PAGELLM_CHECK(!(json_true(j, "use_double_wide_mlp") && shared > 0), "'{}': use_double_wide_mlp (the shared layers' "
                 "double-width FFN) is not supported yet", path);

@@ -195,6 +195,7 @@ TEST(Gemma4Config, UnsupportedVariantsAreRefusedByName) {
   refused("vocab_size_per_layer_input", 256, "vocab_size_per_layer_input 256 differs");
   refused("num_kv_shared_layers", 6, "num_kv_shared_layers 6 must be below the layer count 6");
   refused("use_bidirectional_attention", "all", "use_bidirectional_attention 'all'");
+  refused("num_kv_shared_layers", 1e12, "num_kv_shared_layers 1000000000000 must be a whole number");
   json j = gemma4_config();
   j["num_kv_shared_layers"] = 4;  // layers 2..5 shared: no global layer before them
   expect_error([&] { config_of(j); }, "shared layer 2 has no earlier global layer");
