@@ -42,7 +42,8 @@ MODEL_FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "models")
 
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-phi3",
           "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss",
-          "tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-deepseek2", "tiny-gemma4"]
+          "tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-deepseek2", "tiny-gemma4",
+          "tiny-gemma4moe"]
 # (shape, type, shards): every shape in F32 and BF16, plus a sharded F16 Llama
 # (untied lm_head in the last shard, un-permuted Q/K).
 CASES = [(s, t, 1) for s in SHAPES for t in ["f32", "bf16"]] + [("tiny-llama", "f16", 3)]

@@ -47,6 +47,10 @@ enum class Slot {
   // projection and its norm; per layer the gate, the projection back and
   // its norm), V's unweighted norm has no tensor; the layer's output scale.
   PleTokEmbd, PleModelProj, PleProjNorm, PleGate, PleProj, PlePostNorm, LayerOutScale,
+  // Gemma 4's MoE block: the router input's scale, the dense MLP's own post
+  // norm, the experts' pre and post norms (the expert scales are folded into
+  // the experts' down projections at load).
+  RouterInScale, PostFfnNorm1, FfnNorm2, PostFfnNorm2,
   // Read (and checked) but not uploaded: what derived weights are made from.
   Unused,
 };

@@ -63,6 +63,9 @@ struct FfnWeights {
   std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
   std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
   std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
+  // Gemma 4: the dense MLP beside the experts (post_norm1), the experts'
+  // own norms before and after, and the router input's scale.
+  std::unique_ptr<Weight> post_norm1, norm2, post_norm2, router_in_scale;  // [n_embd]
   // Views for matmul_experts (pointers into the vectors above).
   std::vector<const Weight*> gate_view, up_view, down_view;
   std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases

@@ -141,6 +141,10 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::PleProj: return layers_.at(il).ple.proj;
     case Slot::PlePostNorm: return layers_.at(il).ple.post_norm;
     case Slot::LayerOutScale: return layers_.at(il).out_scale_w;
+    case Slot::RouterInScale: return F.router_in_scale;
+    case Slot::PostFfnNorm1: return F.post_norm1;
+    case Slot::FfnNorm2: return F.norm2;
+    case Slot::PostFfnNorm2: return F.post_norm2;
     case Slot::FfnNorm: return F.norm;
     case Slot::Gate: return F.gate;
     case Slot::Up: return F.up;
@@ -468,8 +472,8 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const ShardGeometry& g = geo_;
   const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
-  // The dense FFN (leading dense layers of a MoE model too) or the shared expert.
-  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 ? g.n_ff : 0) : g.n_ff;
+  // The dense FFN (leading dense layers of a MoE model too, Gemma 4's MLP beside its experts) or the shared expert.
+  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? g.n_ff : 0) : g.n_ff;
   const ModelConfig::Mla& mla = c.mla;
   const bool is_mla = c.is_mla();
   const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;

@@ -508,7 +508,9 @@ double hf_float(const nlohmann::json& j, const char* key, double fallback) {
 // norm_topk_prob, and possibly dense layers, which are refused).
 void read_hf_moe(const json& j, const ArchInfo& info, ModelConfig& c, const std::string& path) {
   using L = ModelSizeLimits;
-  c.n_expert_used = hf_int(j, "num_experts_per_tok", 1, c.n_expert, path);
+  // Gemma 4 names it top_k_experts.
+  c.n_expert_used = hf_int(j, is_number(j, "top_k_experts") ? "top_k_experts" : "num_experts_per_tok", 1, c.n_expert,
+                           path);
   c.n_ff_exp = is_number(j, "moe_intermediate_size") ? hf_int(j, "moe_intermediate_size", 1, L::kFeedForward, path)
                                                      : c.n_ff;
   if (is_number(j, "shared_expert_intermediate_size"))

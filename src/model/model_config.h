@@ -102,6 +102,7 @@ struct ModelConfig {
   int expert_groups = 1, expert_groups_used = 1;
   GroupScore expert_group_score = GroupScore::Top2Sum;
   int n_dense_lead = 0;
+  bool moe_dense_ffn = false;  // MoE layers also run the dense FFN beside the experts (Gemma 4)
   bool moe() const { return n_expert > 0; }
   bool layer_is_moe(int il) const { return moe() && il >= n_dense_lead; }
   MoeRouting routing() const {

@@ -13,19 +13,29 @@
 // Each layer's output is scaled by its layer_scalar. The multimodal class's
 // text_config is read as the text model.
 //
+// The MoE variant (enable_moe_block) runs the dense MLP and routed experts
+// side by side on the attention's output, each with its own norms; the
+// router reads the residual's unweighted norm times a learned scale over
+// sqrt(hidden), and scales each chosen expert by its per_expert_scale
+// (folded into the expert's down projection at load: derive_tensors).
+//
 // Not yet supported (refused by name): a global head size or KV head count
 // other than the local layers' (global_head_dim, attention_k_eq_v), the
-// double-wide MLP of the shared layers, the MoE block.
+// double-wide MLP of the shared layers, MoE GGUF files.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
+#include <unordered_map>
+
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "format/gguf.h"
 #include "model/blocks.h"
 #include "model/families/common.h"
 #include "model/families/families.h"
 #include "model/model_config.h"
+#include "model/tensor_source.h"
 
 namespace pagellm::family {
 namespace {
@@ -36,6 +46,7 @@ Dims ple_vec(const ModelConfig& c) { return {c.n_embd_per_layer}; }
 Dims ple_gate(const ModelConfig& c) { return {c.n_embd, c.n_embd_per_layer}; }
 Dims ple_proj(const ModelConfig& c) { return {c.n_embd_per_layer, c.n_embd}; }
 Dims one(const ModelConfig&) { return {1}; }
+Dims expert_vec(const ModelConfig& c) { return {c.n_expert}; }
 
 std::vector<TensorSpec> gemma4_globals() {
   std::vector<TensorSpec> g = globals(Transform::None);
@@ -46,6 +57,12 @@ std::vector<TensorSpec> gemma4_globals() {
   g.push_back(vec("per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight", ple_vec, Slot::PleProjNorm,
                   Need::IfPle));
   return g;
+}
+
+TensorSpec router() {
+  TensorSpec t = mat("ffn_gate_inp.weight", "router.proj.weight", router_mat, Slot::Router, Need::IfMoe);
+  t.keep_f32 = true;
+  return t;
 }
 
 std::vector<TensorSpec> gemma4_layer() {
@@ -64,6 +81,16 @@ std::vector<TensorSpec> gemma4_layer() {
       mat("ffn_up.weight", "mlp.up_proj.weight", ff_mat, Slot::Up),
       mat("ffn_down.weight", "mlp.down_proj.weight", down_mat, Slot::Down),
       vec("post_ffw_norm.weight", "post_feedforward_layernorm.weight", embd_vec, Slot::PostFfnNorm),
+      // The MoE block: the dense MLP above keeps running beside the experts.
+      router(),
+      vec("ffn_gate_inp.scale", "router.scale", embd_vec, Slot::RouterInScale, Need::IfMoe),
+      vec("ffn_down_exps.scale", "router.per_expert_scale", expert_vec, Slot::Unused, Need::IfMoe),
+      experts("ffn_gate_exps.weight", "experts.gate_up_proj", ff_exps, Slot::GateExps, Transform::GateUpFirstHalf),
+      experts("ffn_up_exps.weight", "experts.gate_up_proj", ff_exps, Slot::UpExps, Transform::GateUpSecondHalf),
+      experts("ffn_down_exps.weight", "experts.down_proj", down_exps, Slot::DownExps),
+      vec("post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight", embd_vec, Slot::PostFfnNorm1, Need::IfMoe),
+      vec("pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight", embd_vec, Slot::FfnNorm2, Need::IfMoe),
+      vec("post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight", embd_vec, Slot::PostFfnNorm2, Need::IfMoe),
       mat("inp_gate.weight", "per_layer_input_gate.weight", ple_gate, Slot::PleGate, Need::IfPle),
       mat("proj.weight", "per_layer_projection.weight", ple_proj, Slot::PleProj, Need::IfPle),
       vec("post_norm.weight", "post_per_layer_input_norm.weight", embd_vec, Slot::PlePostNorm, Need::IfPle),
@@ -115,8 +142,13 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
                 "layers with their own head size are not supported yet", path, global_hd, c.head_dim);
   PAGELLM_CHECK(global_kv == c.n_head_kv && !json_true(j, "attention_k_eq_v"), "'{}': attention_k_eq_v (global "
                 "layers' values from the keys, their own KV head count) is not supported yet", path);
-  PAGELLM_CHECK(!json_true(j, "enable_moe_block"), "'{}': enable_moe_block (Gemma 4's MoE layers) is not supported yet",
-                path);
+  if (json_true(j, "enable_moe_block")) {
+    PAGELLM_CHECK(c.moe(), "'{}': enable_moe_block needs num_experts", path);
+    PAGELLM_CHECK(c.expert_norm_topk, "'{}': Gemma 4's router always renormalises the chosen experts' weights", path);
+    c.moe_dense_ffn = true;
+  } else {
+    c.n_expert = c.n_expert_used = c.n_ff_exp = 0;  // experts without the block: transformers builds none
+  }
   const std::string bidi = j.contains("use_bidirectional_attention") && j["use_bidirectional_attention"].is_string()
                                ? j["use_bidirectional_attention"].get<std::string>()
                                : "";
@@ -195,7 +227,14 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["global_head_dim"] = c.head_dim;
   j["attention_k_eq_v"] = false;
   j["attention_bias"] = false;
-  j["enable_moe_block"] = false;
+  j["enable_moe_block"] = c.moe();
+  if (c.moe()) {
+    PAGELLM_CHECK(c.moe_dense_ffn && c.expert_norm_topk && c.n_ff_shexp == 0 && c.n_dense_lead == 0,
+                  "cannot write config.json: Gemma 4's MoE layers run the dense MLP beside renormalised experts");
+    j["top_k_experts"] = c.n_expert_used;
+    for (const char* key : {"num_experts_per_tok", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"})
+      j.erase(key);
+  }
   j["use_double_wide_mlp"] = false;
   int shared = 0;
   for (int il = 0; il < c.n_layer; ++il) shared += c.layer_reuses_kv(il) ? 1 : 0;
@@ -204,6 +243,81 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["num_kv_shared_layers"] = shared;
   j["hidden_size_per_layer_input"] = c.n_embd_per_layer;
   j["vocab_size_per_layer_input"] = c.n_vocab;
+}
+
+// The dense MLP and the experts side by side on the attention's output x:
+// x += post(post1(mlp(norm(x))) + post2(experts(norm2(x)))), the router
+// reading scale * unit_norm(x) / sqrt(hidden).
+void moe_block(const LayerPass& p, int il, int64_t n) {
+  const ModelConfig& c = p.cfg;
+  const FfnWeights& F = p.layers[il].ffn;
+  Backend& be = p.be;
+  ActivationBuffers& buf = p.buf;
+  const int k = c.n_expert_used;
+  const int64_t d = c.n_embd;
+  be.rms_norm(*buf.x, F.norm.get(), n, d, c.norm_eps, *buf.h);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.n_ff, *buf.o);
+  p.all_reduce(*buf.o, n * d);
+  be.rms_norm(*buf.o, F.post_norm1.get(), n, d, c.norm_eps, *buf.o);
+
+  be.rms_norm(*buf.x, F.router_in_scale.get(), n, d, c.norm_eps, *buf.h);
+  be.matmul(*F.router, *buf.h, n, *buf.router);
+  be.scale(*buf.router, n * c.n_expert, 1.0f / std::sqrt(static_cast<float>(d)));
+  be.moe_route(*buf.router, n, c.routing(), *buf.ids, *buf.route_w);
+  be.rms_norm(*buf.x, F.norm2.get(), n, d, c.norm_eps, *buf.h);
+  be.matmul_experts(F.gate_view, *buf.h, n, k, false, *buf.ids, *buf.eg);
+  be.matmul_experts(F.up_view, *buf.h, n, k, false, *buf.ids, *buf.eu);
+  be.glu(*buf.eg, *buf.eu, n * k * p.geo.n_ff_exp, c.act, *buf.eg);
+  be.matmul_experts(F.down_view, *buf.eg, n, k, true, *buf.ids, *buf.ed);
+  be.moe_combine(*buf.ed, *buf.route_w, n, k, d, *buf.h);
+  p.all_reduce(*buf.h, n * d);
+  be.rms_norm(*buf.h, F.post_norm2.get(), n, d, c.norm_eps, *buf.h);
+
+  be.add(*buf.o, *buf.h, n * d);
+  be.rms_norm(*buf.o, F.post_norm.get(), n, d, c.norm_eps, *buf.o);
+  be.add(*buf.x, *buf.o, n * d);
+}
+
+// The file's tensors, each MoE layer's down projections scaled per expert
+// by router.per_expert_scale (which then scales each chosen expert's
+// output: the router's last step), made in F32 on first request.
+class ExpertScaleSource : public TensorSource {
+ public:
+  ExpertScaleSource(const ModelConfig& c, const TensorSource& base) : c_(c), base_(base) {}
+
+  const TensorData* find(const std::string& name) const override {
+    if (auto it = made_.find(name); it != made_.end()) return &it->second;
+    const TensorData* t = base_.find(name);
+    static const std::string kDown = ".ffn_down_exps.weight";
+    if (!t || !c_.moe() || !name.starts_with("blk.") || !name.ends_with(kDown)) return t;
+    const TensorData* s = base_.find(name.substr(0, name.size() - kDown.size()) + ".ffn_down_exps.scale");
+    if (!s) return t;  // the loader names the missing tensor
+    const int64_t E = c_.n_expert, cols = t->cols(), rows = t->rows();
+    PAGELLM_CHECK(s->cols() * s->rows() == E && t->shape.size() == 3 && t->shape[2] == E,
+                  "'{}' ([{}] values) does not scale the {} experts of '{}'", s->name, s->cols() * s->rows(), E, name);
+    std::vector<float> scale(static_cast<size_t>(E));
+    dequantize_row_ref(s->type, s->data, scale.data(), E);
+    std::vector<float>& out = floats_.emplace_back(static_cast<size_t>(rows * cols));
+    const size_t row_bytes = dtype_row_bytes(t->type, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = out.data() + r * cols;
+      dequantize_row_ref(t->type, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r) * row_bytes, row, cols);
+      const float f = scale[static_cast<size_t>(r / (rows / E))];
+      for (int64_t i = 0; i < cols; ++i) row[i] *= f;
+    }
+    return &made_.emplace(name, TensorData{name, DType::F32, t->shape, out.data()}).first->second;
+  }
+  size_t count() const override { return base_.count(); }
+
+ private:
+  const ModelConfig c_;
+  const TensorSource& base_;
+  mutable std::vector<std::vector<float>> floats_;  // a list: an element's data never moves
+  mutable std::unordered_map<std::string, TensorData> made_;
+};
+
+std::unique_ptr<TensorSource> derive_tensors(const ModelConfig& c, const TensorSource& src) {
+  return std::make_unique<ExpertScaleSource>(c, src);
 }
 
 // Attention (no K/V of its own in a shared layer), the FFN, the per-layer
@@ -241,7 +355,8 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);
 
-  dense_ffn_block(p, il, n);
+  if (c.layer_is_moe(il)) moe_block(p, il, n);
+  else dense_ffn_block(p, il, n);
 
   if (c.n_embd_per_layer > 0) {
     // This layer's inputs are rows t * n_layer + il of buf.ple ([n, n_layer,
@@ -275,6 +390,16 @@ void tiny_gemma4(ModelConfig& c) {
   c.final_softcap = 30.0f;
 }
 
+// tiny-gemma4moe: the MoE variant (8 experts of 256, 2 per token, beside the
+// dense MLP of 512), without per-layer embeddings or shared layers, as the
+// 26B-A4B has neither.
+void tiny_gemma4moe(ModelConfig& c) {
+  tiny_gemma4(c);
+  c.kv_source.clear();
+  c.n_embd_per_layer = 0;
+  c.moe_dense_ffn = true;
+}
+
 }  // namespace
 
 ArchInfo gemma4() {
@@ -288,6 +413,8 @@ ArchInfo gemma4() {
   a.swa_rope_base = 10000.0f;
   a.gguf_sliding_window = 512;
   a.softcaps = true;
+  a.moe = true;
+  a.moe_norm_topk = true;
   // Gemma4TextConfig's defaults.
   a.hf.vocab_size = 262144;
   a.hf.hidden_size = 2304;
@@ -308,8 +435,10 @@ ArchInfo gemma4() {
   a.read_gguf = read_gguf;
   a.write_hf = write_hf;
   a.layer_forward = gemma4_layer_forward;
+  a.derive_tensors = derive_tensors;
   a.dummy_shapes = {
       {"tiny-gemma4", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4},
+      {"tiny-gemma4moe", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 8, 2, 256, 0, tiny_gemma4moe},
   };
   return a;
 }

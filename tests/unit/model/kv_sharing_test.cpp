@@ -179,6 +179,22 @@ TEST(Gemma4Config, ReadsSharingPleAndProportionalRope) {
   EXPECT_EQ(m.final_softcap, 30.0f);
 }
 
+TEST(Gemma4Config, ReadsTheMoeBlock) {
+  json j = gemma4_config();
+  j["num_experts"] = 8;
+  j["top_k_experts"] = 2;
+  j["moe_intermediate_size"] = 256;
+  EXPECT_FALSE(config_of(j).moe());  // experts without the block: transformers builds none
+  j["enable_moe_block"] = true;
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.n_expert, 8);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.n_ff_exp, 256);
+  EXPECT_EQ(c.n_ff, 512);  // the dense MLP beside the experts
+  EXPECT_TRUE(c.moe_dense_ffn);
+  EXPECT_TRUE(c.expert_norm_topk);
+}
+
 TEST(Gemma4Config, UnsupportedVariantsAreRefusedByName) {
   auto refused = [](const char* key, const json& value, const std::string& what) {
     json j = gemma4_config();
@@ -190,7 +206,7 @@ TEST(Gemma4Config, UnsupportedVariantsAreRefusedByName) {
           "head size 256 differs from head_dim 128");
   refused("per_layer_config", {{"full_attention", {{"num_key_value_heads", 2}}}}, "attention_k_eq_v");
   refused("attention_k_eq_v", true, "attention_k_eq_v");
-  refused("enable_moe_block", true, "enable_moe_block");
+  refused("enable_moe_block", true, "enable_moe_block needs num_experts");
   refused("use_double_wide_mlp", true, "use_double_wide_mlp");
   refused("vocab_size_per_layer_input", 256, "vocab_size_per_layer_input 256 differs");
   refused("num_kv_shared_layers", 6, "num_kv_shared_layers 6 must be below the layer count 6");
