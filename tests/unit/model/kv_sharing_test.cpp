@@ -110,6 +110,16 @@ TEST(KvSharing, Gemma4GgufDummyReadsBack) {
   fs::remove(path);
 }
 
+// llama.cpp stores Gemma 4's experts with gate and up fused (ffn_gate_up_exps): not read yet.
+TEST(KvSharing, Gemma4MoeGgufIsRefusedByName) {
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  const std::string path = (fs::path(test::temp_dir()) / "tiny-gemma4moe.gguf").string();
+  write_dummy_gguf(path, DummySpec{"tiny-gemma4moe", DType::F32, 1}, nullptr, pool);
+  expect_error([&] { Model::load(path, *backend); }, "Gemma 4's MoE layers are not supported yet");
+  fs::remove(path);
+}
+
 TEST(KvSharing, InvalidSourcesAreRefused) {
   ModelConfig c = dummy_config("tiny-gemma4", 512);
   c.kv_source = {-1, -1, -1, 4, -1, -1};  // a later layer
