@@ -56,7 +56,7 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
           "tiny-qwen35moe", "tiny-deepseek3",
-          "tiny-glm4moe", "tiny-qwen3next"]
+          "tiny-glm4moe", "tiny-qwen3next", "tiny-gemma4"]
 SEED = 1
 N_TOKENS = 40
 
@@ -84,12 +84,19 @@ def convert(llama_cpp, hf_dir, out):
     import torch
     import convert_hf_to_gguf as conv
     hparams = conv.ModelBase.load_hparams(Path(hf_dir), False)
+    # transformers 5 turns Gemma 4's global_head_dim into per_layer_config and
+    # drops the overrides equal to the base config: with the global layers'
+    # head size the local one (tiny-gemma4), the converter then finds neither.
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        raw = json.load(f)
+    if "global_head_dim" in raw and not hparams.get("per_layer_config"):
+        hparams["global_head_dim"] = raw["global_head_dim"]
     cls = conv.get_model_class(conv.get_model_architecture(hparams, conv.ModelType.TEXT))
     cls.set_vocab = lambda self: synthetic_vocab(self.gguf_writer, self.hparams["vocab_size"])
     cls.no_mtp = True  # Qwen3.5: the dummies have no multi-token-prediction block (older trees ignore this)
     with torch.inference_mode():
         # "dummy model": llama.cpp applies Phi-3 token rules to names with "phi3".
-        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model").write()
+        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model", hparams=hparams).write()
 
 
 def build_runner(llama_cpp, build, out_dir):
@@ -105,7 +112,7 @@ def build_runner(llama_cpp, build, out_dir):
 
 
 def reference_logits(args, gguf_path, tokens, tmp):
-    if args.llama_build:
+    if args.llama_build:  # without flash attention (tools/llama_ref/llama_logits.cpp)
         exe = build_runner(args.llama_cpp, args.llama_build, tmp)
         out = os.path.join(tmp, "logits.bin")
         subprocess.run([exe, gguf_path, out, *[str(t) for t in tokens]], check=True)
@@ -161,7 +168,7 @@ def one_shape(args, shape):
                     if not f.name.startswith("tokenizer.") and not f.name.startswith("GGUF.")}
         tokens = fixture_tokens()
         logits = reference_logits(args, converted, tokens, tmp)
-    runner = "tools/llama_ref/llama_logits.cpp" if args.llama_build else "llama-cpp-python"
+    runner = "tools/llama_ref/llama_logits.cpp, flash attention off" if args.llama_build else "llama-cpp-python"
     meta = {"shape": shape, "seed": SEED, "tokens": tokens, "n_vocab": int(logits.shape[1]),
             "reference": "llama.cpp's convert_hf_to_gguf.py on the HF dummy (F32), run by llama.cpp "
                          f"({runner}), F32 KV cache",

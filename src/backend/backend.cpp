@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -135,6 +136,14 @@ bool Backend::supports_op(const OpQuery& q) const {
 }
 
 void Backend::softcap(Buffer&, int64_t, float) { fail("the {} backend has no softcap op", name()); }
+void Backend::scale(Buffer& x, int64_t n, float s) {
+  std::vector<float> host(static_cast<size_t>(n));
+  copy_to_host(x, 0, host.size() * sizeof(float), host.data());
+  synchronize();
+  for (float& v : host) v *= s;
+  copy_from_host(host.data(), x, 0, host.size() * sizeof(float));
+  synchronize();  // `host` goes out of scope
+}
 void Backend::sample(const Buffer&, int64_t, const std::vector<SampleDraw>&, Buffer&) {
   fail("the {} backend has no sample op", name());
 }

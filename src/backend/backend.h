@@ -420,6 +420,9 @@ class Backend {
   // ---- optional ops (supports_op says; the defaults throw)
   // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).
   virtual void softcap(Buffer& x, int64_t n, float cap);
+  // x *= s over n values (Gemma 4's per-layer output scale). The default
+  // goes through host memory, so every backend runs it; a backend may do it in place.
+  virtual void scale(Buffer& x, int64_t n, float s);
   // ids[i] (an I32 buffer) = the token draws[i] picks from its row of
   // logits [rows, n_vocab], so that only the ids cross to the host; -1 for
   // a row with no finite logit.

@@ -109,9 +109,12 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   const std::vector<int>& stages = model.geometry().stage_layers;
   in.layout.n_layers = 0;
   int32_t begin = 0;
+  const ModelConfig& cfg = model.config();
   for (const int n : stages) {
-    int32_t slots = n;
-    if (groups.grouped()) (void)stage_kv_slots(groups, begin, begin + n, slots);
+    // Layers that reuse another's K/V (kv_source) take no slot.
+    const int32_t cache_begin = cfg.cache_layers_before(begin), cache_end = cfg.cache_layers_before(begin + n);
+    int32_t slots = cache_end - cache_begin;
+    if (groups.grouped()) (void)stage_kv_slots(groups, cache_begin, cache_end, slots);
     if (model.has_linear_layers()) {  // linear-attention layers take no slot
       slots = 0;
       for (int32_t l = begin; l < begin + n; ++l) slots += model.config().layer_is_linear(l) ? 0 : 1;
@@ -249,11 +252,12 @@ std::vector<KvShare> kv_shares(int32_t num_blocks, int32_t count) {
 KvGroupPlan kv_group_plan(bool allowed, int32_t max_model_len, const Model& model, const Backend& backend) {
   if (model.config().is_mla()) {
     // Every layer keeps one latent vector per token: one group, named for the metrics.
-    KvGroupPlan plan = single_kv_group(model.config().n_layer);
+    KvGroupPlan plan = single_kv_group(static_cast<int32_t>(model.kv_layer_windows().size()));
     plan.groups[0].kind = KvGroupKind::MlaLatent;
     return plan;
   }
-  if (!allowed || !backend.supports(Feature::KvGroups)) return single_kv_group(model.config().n_layer);
+  if (!allowed || !backend.supports(Feature::KvGroups))
+    return single_kv_group(static_cast<int32_t>(model.kv_layer_windows().size()));
   return plan_kv_groups(model.kv_layer_windows(), max_model_len);
 }
 

@@ -39,7 +39,7 @@ const std::vector<ArchInfo>& all_archs() {
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
                                               family::qwen35(), family::qwen35moe(), family::deepseek2(), family::glm4moe(),
-                                              family::qwen3next()};
+                                              family::qwen3next(), family::gemma4()};
   return archs;
 }
 
@@ -96,6 +96,8 @@ bool tensor_in_layer(const TensorSpec& t, const ModelConfig& c, int il) {
   if (t.need == Need::IfNoQLora) return c.mla.q_lora_rank == 0;
   if (t.need == Need::IfKvBSplit) return !c.mla.kv_b_fused;
   if (t.need == Need::IfKvBFused) return c.mla.kv_b_fused;
+  if (t.need == Need::IfOwnKv) return il < 0 || !c.layer_reuses_kv(il);
+  if (t.need == Need::IfPle) return c.n_embd_per_layer > 0;
   // Leading dense layers (DeepSeek's first_k_dense_replace) hold no experts, the others no dense FFN.
   if (c.n_dense_lead > 0 && il >= 0) {
     if (t.need == Need::IfDense) return !c.layer_is_moe(il);
@@ -122,6 +124,8 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
     case Need::IfNoQLora:
     case Need::IfKvBSplit:
     case Need::IfKvBFused: return true;
+    case Need::IfOwnKv:
+    case Need::IfPle: return true;
     case Need::IfChoiceBias: return c.moe() && c.expert_choice_bias;
     case Need::Derived: return false;  // served by ArchInfo::derive_tensors, never by a file
   }

@@ -43,6 +43,14 @@ enum class Slot {
   // and norm, then the weights derived at load (Need::Derived) for the
   // absorbed form (model/families/deepseek2.cpp).
   RouterChoiceBias, MlaQA, MlaQANorm, MlaKvRope, MlaKvLatent, MlaKvNorm, MlaQAbsorb, MlaOAbsorb,
+  // Gemma 4: per-layer embeddings (the table, the input embedding's
+  // projection and its norm; per layer the gate, the projection back and
+  // its norm), V's unweighted norm has no tensor; the layer's output scale.
+  PleTokEmbd, PleModelProj, PleProjNorm, PleGate, PleProj, PlePostNorm, LayerOutScale,
+  // Gemma 4's MoE block: the router input's scale, the dense MLP's own post
+  // norm, the experts' pre and post norms (the expert scales are folded into
+  // the experts' down projections at load).
+  RouterInScale, PostFfnNorm1, FfnNorm2, PostFfnNorm2,
   // Read (and checked) but not uploaded: what derived weights are made from.
   Unused,
 };
@@ -64,6 +72,8 @@ enum class Need {
   IfChoiceBias,    // required when cfg.expert_choice_bias (in MoE layers)
   IfKvBSplit,      // MLA's kv_b as llama.cpp writes it now (attn_k_b, attn_v_b): required, absent otherwise
   IfKvBFused,      // MLA's kv_b in one tensor (GGUF files from before that split): required, absent otherwise
+  IfOwnKv,         // required in layers that keep their own K/V, absent in those that reuse another's (kv_source)
+  IfPle,           // required with per-layer embeddings (n_embd_per_layer > 0), absent otherwise
   // Not in files: computed at load from the layer's other tensors
   // (ArchInfo::derive_tensors); no HF name, no dummy values.
   Derived,

@@ -63,15 +63,28 @@ struct FfnWeights {
   std::vector<std::unique_ptr<Weight>> gate_exps_b, up_exps_b, down_exps_b;  // per-expert biases, optional
   std::unique_ptr<Weight> gate_shexp, up_shexp, down_shexp;  // shared expert, optional
   std::unique_ptr<Weight> shexp_gate;                      // [1, n_embd]
+  // Gemma 4: the dense MLP beside the experts (post_norm1), the experts'
+  // own norms before and after, and the router input's scale.
+  std::unique_ptr<Weight> post_norm1, norm2, post_norm2, router_in_scale;  // [n_embd]
   // Views for matmul_experts (pointers into the vectors above).
   std::vector<const Weight*> gate_view, up_view, down_view;
   std::vector<const Weight*> gate_b_view, up_b_view, down_b_view;  // empty: no biases
+};
+
+// A layer's branch of per-layer embeddings (Gemma 4's PLE).
+struct PleWeights {
+  std::unique_ptr<Weight> gate;       // [P, n_embd]: the residual's gate
+  std::unique_ptr<Weight> proj;       // [n_embd, P]: back to the residual
+  std::unique_ptr<Weight> post_norm;  // [n_embd]
 };
 
 struct LayerWeights {
   AttnWeights attn;
   LinearAttnWeights lin;  // linear-attention layers only
   FfnWeights ffn;
+  PleWeights ple;         // per-layer embeddings only
+  std::unique_ptr<Weight> out_scale_w;  // [1] (Gemma 4's layer_scalar), optional
+  float out_scale = 1.0f;               // its value: the layer's output is multiplied by it
 };
 
 // Activation buffers in backend memory (the model grows them on demand).
@@ -111,6 +124,11 @@ struct ActivationBuffers {
   BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries
   BufferPtr mla_o;      // [n, n_head * v]
   BufferPtr mla_heads;  // I32 [n, n_head]: 0 .. n_head - 1 per row (the per-head products' "routes")
+  // Per-layer embeddings (empty otherwise).
+  BufferPtr ple;        // [n, n_layer * P]: every layer's input
+  BufferPtr ple_tok;    // [n, n_layer * P]: the table's part of it
+  BufferPtr ple_layer;  // [n, P]: this layer's
+  BufferPtr ple_gate;   // [n, P]
 };
 
 // What a block reads and writes during one pass: the config, this rank's

@@ -1,5 +1,6 @@
 #include "model/dummy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -327,6 +328,19 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     // text model (llama.cpp requires the key).
     w.set_i32_array(a + ".rope.dimension_sections", {11, 11, 10, 0});
   }
+  if (std::find(cfg.is_swa.begin(), cfg.is_swa.end(), true) != cfg.is_swa.end()) {
+    // The sliding-window layers as llama.cpp's newer converters list them
+    // (families with a fixed pattern ignore the key).
+    w.set_bool_array(a + ".attention.sliding_window_pattern", cfg.is_swa);
+  }
+  if (!cfg.kv_source.empty()) {
+    // llama.cpp's form: the last N layers read earlier ones' K/V.
+    int shared = 0;
+    for (int il = 0; il < cfg.n_layer; ++il) shared += cfg.layer_reuses_kv(il) ? 1 : 0;
+    w.set_u32(a + ".attention.shared_kv_layers", static_cast<uint32_t>(shared));
+  }
+  if (cfg.n_embd_per_layer > 0)
+    w.set_u32(a + ".embedding_length_per_layer_input", static_cast<uint32_t>(cfg.n_embd_per_layer));
   if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
   if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);
   if (vocab) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "dist/communicator.h"
 #include "dist/device_comm.h"
 #include "format/gguf.h"
@@ -17,6 +18,10 @@ namespace pagellm {
 Model::Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard)
     : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {
   softcap_on_device_ = cfg_.final_softcap > 0 && !geo_.tp && backend_.supports_op(op_query(PGLB_OP_SOFTCAP));
+  // Every layer's per-layer input comes from the input embedding, which only
+  // one whole model (its first stage, its whole vocabulary) has.
+  PAGELLM_CHECK(cfg_.n_embd_per_layer == 0 || (shard_.tp_size == 1 && shard_.pp_size == 1),
+                "per-layer embeddings (Gemma 4) are not supported with tensor or pipeline parallelism yet");
 }
 
 Model::~Model() = default;
@@ -95,6 +100,9 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::RopeFreqs: return rope_freqs_;
     case Slot::RopeFactorsShort: return rope_short_;
     case Slot::RopeFactorsLong: return rope_long_;
+    case Slot::PleTokEmbd: return ple_tok_embd_;
+    case Slot::PleModelProj: return ple_model_proj_;
+    case Slot::PleProjNorm: return ple_proj_norm_;
     default: break;
   }
   AttnWeights& A = layers_.at(il).attn;
@@ -129,6 +137,14 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::LinDtBias: return layers_.at(il).lin.dt_bias;
     case Slot::LinNorm: return layers_.at(il).lin.norm;
     case Slot::LinOut: return layers_.at(il).lin.out;
+    case Slot::PleGate: return layers_.at(il).ple.gate;
+    case Slot::PleProj: return layers_.at(il).ple.proj;
+    case Slot::PlePostNorm: return layers_.at(il).ple.post_norm;
+    case Slot::LayerOutScale: return layers_.at(il).out_scale_w;
+    case Slot::RouterInScale: return F.router_in_scale;
+    case Slot::PostFfnNorm1: return F.post_norm1;
+    case Slot::FfnNorm2: return F.norm2;
+    case Slot::PostFfnNorm2: return F.post_norm2;
     case Slot::FfnNorm: return F.norm;
     case Slot::Gate: return F.gate;
     case Slot::Up: return F.up;
@@ -347,6 +363,11 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         if (spec.slots[k] == Slot::TokEmbd) tok_embd_bytes_ = bytes;
         auto& w = slot(spec.slots[k], il);
         w = backend_.upload(part);
+        if (spec.slots[k] == Slot::LayerOutScale) {
+          // Applied as a host scalar (Backend::scale).
+          PAGELLM_CHECK(part.shape == std::vector<int64_t>{1}, "tensor '{}' is not one value", name);
+          dequantize_row_ref(part.type, part.data, &layers_[static_cast<size_t>(il)].out_scale, 1);
+        }
         held_weight_bytes_ += w->held_bytes;
         if (progress) progress(++done, total);
       }
@@ -391,8 +412,9 @@ void Model::set_context_length(int n_ctx) {
 }
 
 std::vector<int32_t> Model::kv_layer_windows() const {
-  std::vector<int32_t> w(static_cast<size_t>(cfg_.n_layer), 0);
-  for (int l = 0; l < cfg_.n_layer; ++l) w[l] = cfg_.is_swa[l] ? cfg_.sliding_window : 0;
+  std::vector<int32_t> w;
+  for (int l = 0; l < cfg_.n_layer; ++l)
+    if (!cfg_.layer_reuses_kv(l)) w.push_back(cfg_.is_swa[l] ? cfg_.sliding_window : 0);
   return w;
 }
 
@@ -421,9 +443,19 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
       kv.state = {};
       kv.layer_state.clear();
     }
-  } else if (groups && groups->grouped()) {
-    kv.layer_group.assign(groups->layer_group.begin() + geo_.layer_begin, groups->layer_group.begin() + geo_.layer_end);
-    kv.layer_slot = stage_kv_slots(*groups, geo_.layer_begin, geo_.layer_end, kv.n_layers);
+  } else {
+    // The stage's cache layers: its layers that keep their own K/V (a layer
+    // that reuses another's attends over that one's, which must be here too).
+    const int begin = cfg_.cache_layers_before(geo_.layer_begin), end = cfg_.cache_layers_before(geo_.layer_end);
+    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il)
+      PAGELLM_CHECK(!cfg_.layer_reuses_kv(il) || geo_.has_layer(cfg_.kv_source[static_cast<size_t>(il)]),
+                    "layer {} reuses the K/V of layer {}, which another pipeline stage holds", il,
+                    cfg_.kv_source[static_cast<size_t>(il)]);
+    kv.n_layers = end - begin;
+    if (groups && groups->grouped()) {
+      kv.layer_group.assign(groups->layer_group.begin() + begin, groups->layer_group.begin() + end);
+      kv.layer_slot = stage_kv_slots(*groups, begin, end, kv.n_layers);
+    }
   }
   kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
@@ -441,8 +473,8 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const ShardGeometry& g = geo_;
   const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
-  // The dense FFN (leading dense layers of a MoE model too) or the shared expert.
-  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 ? g.n_ff : 0) : g.n_ff;
+  // The dense FFN (leading dense layers of a MoE model too, Gemma 4's MLP beside its experts) or the shared expert.
+  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? g.n_ff : 0) : g.n_ff;
   const ModelConfig::Mla& mla = c.mla;
   const bool is_mla = c.is_mla();
   const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;
@@ -464,7 +496,10 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
           {&Buffers::mla_qa, is_mla ? mla.q_lora_rank : 0, true}, {&Buffers::mla_kv, is_mla ? mla.latent_dim() : 0, true},
           {&Buffers::mla_kv2, is_mla ? mla.latent_dim() : 0, true}, {&Buffers::mla_q, mla_q, true},
           {&Buffers::mla_o, is_mla ? static_cast<int64_t>(g.n_head) * mla.v_head_dim : 0, true},
-          {&Buffers::mla_heads, is_mla ? g.n_head : 0, true, DType::I32}};
+          {&Buffers::mla_heads, is_mla ? g.n_head : 0, true, DType::I32},
+          {&Buffers::ple, int64_t{c.n_layer} * c.n_embd_per_layer, true},
+          {&Buffers::ple_tok, int64_t{c.n_layer} * c.n_embd_per_layer, true},
+          {&Buffers::ple_layer, c.n_embd_per_layer, true}, {&Buffers::ple_gate, c.n_embd_per_layer, true}};
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
@@ -553,6 +588,7 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
 
 void Model::embed() {
   backend_.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
+  if (cfg_.n_embd_per_layer > 0) per_layer_inputs();
   if (!geo_.tp) return;
   const int64_t d = cfg_.n_embd;
   host_.resize(static_cast<size_t>(n_ * d));
@@ -561,6 +597,20 @@ void Model::embed() {
     if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * d, d, 0.0f);
   tp_comm_->all_reduce_sum(host_.data(), host_.size());
   hidden_from_host(host_.data());
+}
+
+// Gemma 4's per-layer inputs, all layers' at once: (norm(proj(x) / sqrt(d))
+// + table[token] * sqrt(P)) / sqrt(2) per layer, x the input embedding. The
+// 1 / sqrt(d) is the projection norm's epsilon times d instead; the
+// 1 / sqrt(2) is left out and the layers' branch norms (which alone see
+// it) double their epsilon.
+void Model::per_layer_inputs() {
+  const int64_t P = cfg_.n_embd_per_layer, rows = n_ * cfg_.n_layer;
+  backend_.matmul(*ple_model_proj_, *buf_.x, n_, *buf_.ple);
+  backend_.rms_norm(*buf_.ple, ple_proj_norm_.get(), rows, P, cfg_.norm_eps * static_cast<float>(cfg_.n_embd),
+                    *buf_.ple);
+  backend_.embed(*ple_tok_embd_, std::sqrt(static_cast<float>(P)), *buf_.ple_tok);
+  backend_.add(*buf_.ple, *buf_.ple_tok, rows * P);
 }
 
 void Model::run_layers() {

@@ -80,7 +80,8 @@ class Model {
   // sequence's state over this stage's.
   bool has_linear_layers() const { return cfg_.n_linear_layers() > 0; }
   size_t state_bytes_per_seq() const { return kv_cache_spec(16, 2, DType::F32, nullptr, 1).state.bytes_per_slot(); }
-  // Per layer of the whole model: 0 for full attention, else its sliding window.
+  // Per cache layer of the whole model (each layer that keeps its own K/V,
+  // ModelConfig::kv_source): 0 for full attention, else its sliding window.
   std::vector<int32_t> kv_layer_windows() const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
@@ -121,6 +122,7 @@ class Model {
   Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard);
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
+  void per_layer_inputs();  // buf_.ple from the embedded tokens (Gemma 4)
   using Buffers = ActivationBuffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;
@@ -164,6 +166,9 @@ class Model {
   std::unique_ptr<Weight> output_;       // [n_vocab, n_embd]; null when tied to tok_embd_
   std::unique_ptr<Weight> rope_freqs_;   // [n_rot / 2], optional
   std::unique_ptr<Weight> rope_short_, rope_long_;  // LongRoPE factor sets [n_rot / 2], optional
+  // Per-layer embeddings (Gemma 4): the table [n_vocab, n_layer * P], the
+  // input embedding's projection [n_layer * P, n_embd] and its norm [P].
+  std::unique_ptr<Weight> ple_tok_embd_, ple_model_proj_, ple_proj_norm_;
   std::vector<LayerWeights> layers_;
 
   Buffers buf_;  // activations, grown on demand

@@ -107,6 +107,12 @@ int ModelConfig::n_linear_layers() const {
   return static_cast<int>(std::count(is_linear.begin(), is_linear.end(), true));
 }
 
+int ModelConfig::cache_layers_before(int il) const {
+  int n = 0;
+  for (int l = 0; l < il; ++l) n += layer_reuses_kv(l) ? 0 : 1;
+  return n;
+}
+
 std::string ModelConfig::describe() const {
   std::string ffn = fmt::format("ffn {}", n_ff);
   if (n_linear_layers() > 0)
@@ -119,6 +125,9 @@ std::string ModelConfig::describe() const {
   if (is_mla())
     ffn = fmt::format("MLA (q_lora {}, kv_lora {}, nope {} + rope {}, v {}), {}", mla.q_lora_rank, mla.kv_lora_rank,
                       mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, ffn);
+  if (n_embd_per_layer > 0) ffn += fmt::format(", per-layer embeddings {}", n_embd_per_layer);
+  if (const auto shared = std::count_if(kv_source.begin(), kv_source.end(), [](int32_t s) { return s >= 0; }))
+    ffn += fmt::format(", {} layers reusing earlier layers' K/V", shared);
   return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, {}, vocab {}, ctx {}", arch_name(arch), name,
                      n_layer, n_embd, n_head, n_head_kv, head_dim, ffn, n_vocab, n_ctx_train);
 }
@@ -202,6 +211,17 @@ void ModelConfig::validate() const {
     PAGELLM_CHECK(expert_weights_scale > 0 && std::isfinite(expert_weights_scale), "invalid routed scaling factor {}",
                   expert_weights_scale);
   }
+  PAGELLM_CHECK(kv_source.empty() || static_cast<int>(kv_source.size()) == n_layer,
+                "KV source layers ({}) do not match the layer count {}", kv_source.size(), n_layer);
+  for (int il = 0; il < static_cast<int>(kv_source.size()); ++il) {
+    const int src = kv_source[static_cast<size_t>(il)];
+    if (src < 0) continue;
+    PAGELLM_CHECK(src < il && !layer_reuses_kv(src) && is_swa[static_cast<size_t>(src)] == is_swa[static_cast<size_t>(il)],
+                  "layer {} reuses the K/V of layer {}, which is not an earlier layer of its kind that keeps its own",
+                  il, src);
+  }
+  PAGELLM_CHECK(n_embd_per_layer >= 0 && n_embd_per_layer <= ModelSizeLimits::kEmbd,
+                "invalid per-layer embedding size {}", n_embd_per_layer);
   PAGELLM_CHECK(is_linear.empty() || static_cast<int>(is_linear.size()) == n_layer,
                 "linear-attention layer flags ({}) do not match the layer count {}", is_linear.size(), n_layer);
   if (n_linear_layers() > 0) {
@@ -444,8 +464,24 @@ void apply_rope_params(const json& p, const json& top, RopeConfig& r, ModelConfi
                   attention);
     r.attn_factor = static_cast<float>(attention);
     r.n_ctx_orig = orig;
+  } else if (type == "proportional") {
+    // transformers' _compute_proportional_rope_parameters (Gemma 4's global
+    // layers): the first partial_rotary_factor * head_dim / 2 pairs turn at
+    // base^(-2i / head_dim), the others not at all; the whole head is the
+    // rotary dimension and the still pairs get a divisor of 1e30, as
+    // llama.cpp's converter writes them (they turn by < 1e-25 radians).
+    PAGELLM_CHECK(c, "'{}': RoPE type '{}' is not supported on sliding-window layers", path, type);
+    const double f = hf_float(p, "partial_rotary_factor", 1.0), scale = hf_float(p, "factor", 1.0);
+    PAGELLM_CHECK(f > 0 && f <= 1 && scale > 0 && std::isfinite(scale),
+                  "'{}': invalid proportional RoPE (partial_rotary_factor {}, factor {})", path, f, scale);
+    const int pairs = c->head_dim / 2, turning = static_cast<int>(f * c->head_dim / 2);
+    c->rope_freq_factors.assign(static_cast<size_t>(pairs), kStillRopePair);
+    std::fill_n(c->rope_freq_factors.begin(), turning, 1.0f);
+    r.freq_scale = static_cast<float>(1.0 / scale);
+    r.n_rot = c->head_dim;
   } else if (type != "default") {
-    fail("'{}': RoPE type '{}' is not supported (default, linear, llama3, yarn and longrope are)", path, type);
+    fail("'{}': RoPE type '{}' is not supported (default, linear, llama3, yarn, longrope and proportional are)", path,
+         type);
   }
 }
 
@@ -478,7 +514,9 @@ double hf_float(const nlohmann::json& j, const char* key, double fallback) {
 // norm_topk_prob, and possibly dense layers, which are refused).
 void read_hf_moe(const json& j, const ArchInfo& info, ModelConfig& c, const std::string& path) {
   using L = ModelSizeLimits;
-  c.n_expert_used = hf_int(j, "num_experts_per_tok", 1, c.n_expert, path);
+  // Gemma 4 names it top_k_experts.
+  c.n_expert_used = hf_int(j, is_number(j, "top_k_experts") ? "top_k_experts" : "num_experts_per_tok", 1, c.n_expert,
+                           path);
   c.n_ff_exp = is_number(j, "moe_intermediate_size") ? hf_int(j, "moe_intermediate_size", 1, L::kFeedForward, path)
                                                      : c.n_ff;
   if (is_number(j, "shared_expert_intermediate_size"))

@@ -15,7 +15,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4 };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -102,6 +102,7 @@ struct ModelConfig {
   int expert_groups = 1, expert_groups_used = 1;
   GroupScore expert_group_score = GroupScore::Top2Sum;
   int n_dense_lead = 0;
+  bool moe_dense_ffn = false;  // MoE layers also run the dense FFN beside the experts (Gemma 4)
   bool moe() const { return n_expert > 0; }
   bool layer_is_moe(int il) const { return moe() && il >= n_dense_lead; }
   MoeRouting routing() const {
@@ -145,11 +146,34 @@ struct ModelConfig {
   bool layer_is_linear(int il) const { return !is_linear.empty() && is_linear[static_cast<size_t>(il)]; }
   int n_linear_layers() const;
 
+  // KV sharing (Gemma 4's last num_kv_shared_layers): kv_source[il] >= 0 is
+  // the earlier layer whose K/V layer il attends over; such a layer keeps no
+  // cache of its own and computes no K/V. Empty: every layer keeps its own.
+  // The cache holds the layers that keep K/V ("cache layers"), in order.
+  std::vector<int32_t> kv_source;  // [n_layer], or empty
+  bool layer_reuses_kv(int il) const { return !kv_source.empty() && kv_source[static_cast<size_t>(il)] >= 0; }
+  // The layers below il that keep their own K/V: the cache layer of il (when it keeps K/V).
+  int cache_layers_before(int il) const;
+  // The cache layer layer il reads (its own, or its source's).
+  int cache_layer_of(int il) const {
+    return cache_layers_before(layer_reuses_kv(il) ? kv_source[static_cast<size_t>(il)] : il);
+  }
+
+  // Per-layer input embeddings (Gemma 4's PLE, n_embd_per_layer > 0): a
+  // second embedding table of n_layer * n_embd_per_layer per token, plus a
+  // projection of the input embedding, give each layer its own input,
+  // which gates a residual branch after its FFN.
+  int n_embd_per_layer = 0;
+
   std::string describe() const;
   // Sizes within ModelSizeLimits (checked before anything is sized from them).
   void check_sizes() const;
   void validate() const;  // check_sizes, then consistency; throws Error
 };
+
+// The RoPE divisor of a pair that does not turn (proportional RoPE), as
+// llama.cpp's converter writes it.
+inline constexpr float kStillRopePair = 1e30f;
 
 // Fills the family's fixed features (flags, activation, RoPE style, SWA rope)
 // and derived defaults, then validates. gguf_layout: Q/K stored as GGUF's

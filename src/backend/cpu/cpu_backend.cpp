@@ -514,6 +514,12 @@ class CpuBackend : public Backend {
     return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || Backend::supports_op(q);
   }
 
+  void scale(Buffer& xb, int64_t n, float s) override {
+    Timer t(this, kOther, "scale");
+    float* x = f32(xb, n);
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+
   void softcap(Buffer& xb, int64_t n, float cap) override {
     Timer t(this, kOther, "softcap");
     float* x = f32(xb, n);

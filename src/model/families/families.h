@@ -14,6 +14,7 @@ ArchInfo qwen2moe();
 ArchInfo qwen3moe();
 ArchInfo gemma2();
 ArchInfo gemma3();
+ArchInfo gemma4();
 ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers

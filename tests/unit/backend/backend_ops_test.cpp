@@ -1200,6 +1200,16 @@ TEST_P(BackendOps, SoftcapMatchesTanhFormula) {
   EXPECT_LT(rel_l2(get(*xb, ref.size()), ref), 1e-6);
 }
 
+// Every backend scales (the base class through host memory where the backend has no op of its own).
+TEST_P(BackendOps, ScaleMultipliesEveryValue) {
+  const auto x = randn(777, 23, 5.0f);
+  auto xb = put(x);
+  be_->scale(*xb, 700, -1.75f);  // the last 77 values stay as they are
+  std::vector<double> ref(x.begin(), x.end());
+  for (size_t i = 0; i < 700; ++i) ref[i] = -1.75 * double(x[i]);
+  EXPECT_LT(rel_l2(get(*xb, ref.size()), ref), 1e-7);
+}
+
 // The reference is the host sampler drawing from the same row with the same
 // generator: a device draw must pick its token.
 TEST_P(BackendOps, SampleOpPicksTheHostSamplersToken) {

@@ -140,6 +140,10 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, const std::s
   EXPECT_EQ(a.mla.qk_rope_head_dim, b.mla.qk_rope_head_dim);
   EXPECT_EQ(a.mla.v_head_dim, b.mla.v_head_dim);
   EXPECT_EQ(a.rope_pairs_adjacent, b.rope_pairs_adjacent);
+  EXPECT_EQ(a.rope_freq_factors, b.rope_freq_factors);
+  EXPECT_EQ(a.kv_source, b.kv_source);
+  EXPECT_EQ(a.n_embd_per_layer, b.n_embd_per_layer);
+  EXPECT_EQ(a.moe_dense_ffn, b.moe_dense_ffn);
 }
 
 // The shapes tools/gen_hf_fixtures.py writes fixtures for, and whether each ties its embeddings.
@@ -150,6 +154,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
     {"tiny-qwen35", false},    {"tiny-qwen35moe", false}, {"tiny-deepseek3", false}, {"tiny-deepseek2", false},
     {"tiny-glm4moe", false},   {"tiny-qwen3next", false},
+    {"tiny-gemma4", true},     {"tiny-gemma4moe", true},
 };
 
 struct HFCase {

@@ -187,7 +187,12 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
     test::PagedRunner runner(*model, 16, 16, DType::F32);
     const double gap = max_rel_gap(runner.feed(tokens, chunk, true), ref, n_vocab);
     // Float summation order (<2e-6 measured), and for Gemma the two GELU tables (5e-4).
-    EXPECT_LE(gap, 1e-3) << shape << " chunk " << chunk;
+    // Gemma 4's dummy amplifies them (two GELUs a layer, an unscaled attention):
+    // llama.cpp's fp16 GELU table alone moves transformers by 2.6e-3 there
+    // (gelu_f16_table_gap in hf/hf-tiny-gemma4-f32.json); measured 2.8e-3.
+    const double tol = shape == "tiny-gemma4" ? 4e-3 : 1e-3;
+    EXPECT_LE(gap, tol) << shape << " chunk " << chunk;
+    std::printf("[ converted ] %s chunk %d: max relative gap to llama.cpp %.2e\n", shape.c_str(), chunk, gap);
     RecordProperty(shape + "_chunk" + std::to_string(chunk), std::to_string(gap));
   }
 }
@@ -198,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertedByLlamaCpp,
                                            "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
                                            "tiny-qwen35moe", "tiny-deepseek3",
                                            "tiny-glm4moe",
-                                           "tiny-qwen3next"),
+                                           "tiny-qwen3next", "tiny-gemma4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)

@@ -1,0 +1,234 @@
+// KV sharing (ModelConfig::kv_source, Gemma 4's last num_kv_shared_layers):
+// a layer that reads an earlier layer's K/V keeps no cache of its own, so
+// the cache (and each sequence's memory) holds only the layers that keep
+// theirs; and Gemma 4's config.json rules, including what is refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "core/kv_layout.h"
+#include "core/thread_pool.h"
+#include "model/dummy.h"
+#include "model/model.h"
+#include "model_test_util.h"
+#include "test_paths.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void expect_error(const std::function<void()>& f, const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << what << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// tiny-gemma4: layers s s g | s s g, the last three reading layers 1, 1, 2.
+TEST(KvSharing, SharedLayersKeepNoCache) {
+  const ModelConfig c = dummy_config("tiny-gemma4", 512);
+  ASSERT_EQ(c.kv_source, (std::vector<int32_t>{-1, -1, -1, 1, 1, 2}));
+  for (int il = 0; il < 3; ++il) EXPECT_EQ(c.cache_layer_of(il), il);
+  EXPECT_EQ(c.cache_layer_of(3), 1);
+  EXPECT_EQ(c.cache_layer_of(4), 1);
+  EXPECT_EQ(c.cache_layer_of(5), 2);
+  EXPECT_EQ(c.cache_layers_before(6), 3);
+
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  auto src = make_dummy_source(c, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
+  auto model = Model::from_source(c, *src, *backend);
+  // Three cache layers, not six: half the bytes per block.
+  const KVCacheSpec plain = model->kv_cache_spec(16, 8, DType::F16);
+  EXPECT_EQ(plain.n_layers, 3);
+  EXPECT_TRUE(plain.layer_group.empty());
+  EXPECT_EQ(model->kv_layer_windows(), (std::vector<int32_t>{32, 32, 0}));
+  ModelConfig unshared = c;  // the same layers, each keeping its own K/V
+  unshared.kv_source.clear();
+  auto unshared_src = make_dummy_source(unshared, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
+  auto unshared_model = Model::from_source(unshared, *unshared_src, *backend);
+  EXPECT_EQ(unshared_model->kv_cache_spec(16, 8, DType::F16).bytes_per_block(), 2 * plain.bytes_per_block());
+  // Per-layer embeddings need the whole input embedding: no tensor or pipeline parallelism yet.
+  for (ModelShard shard : {ModelShard{0, 2, 0, 1, {}, false}, ModelShard{0, 1, 1, 2, {}, false}})
+    expect_error([&] { Model::from_source(c, *src, *backend, {}, shard); }, "per-layer embeddings (Gemma 4)");
+  // Without them, a pipeline stage must hold each shared layer's source.
+  ModelConfig no_ple = c;
+  no_ple.n_embd_per_layer = 0;
+  auto no_ple_src = make_dummy_source(no_ple, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
+  auto second_stage = Model::from_source(no_ple, *no_ple_src, *backend, {}, ModelShard{0, 1, 1, 2, {}, false});
+  expect_error([&] { second_stage->kv_cache_spec(16, 8, DType::F16); }, "which another pipeline stage holds");
+  // Grouped: the global cache layer in the full group, each local one in a sliding group of one slot.
+  const KvGroupPlan plan = plan_kv_groups(model->kv_layer_windows(), 512);
+  ASSERT_TRUE(plan.grouped());
+  const KVCacheSpec grouped = model->kv_cache_spec(16, 8, DType::F16, &plan);
+  EXPECT_EQ(grouped.n_layers, 1);
+  EXPECT_EQ(grouped.layer_group, (std::vector<int32_t>{1, 2, 0}));
+  EXPECT_EQ(grouped.layer_slot, (std::vector<int32_t>{0, 0, 0}));
+}
+
+// The GGUF dummy (llama.cpp's keys: sliding_window_pattern, shared_kv_layers,
+// embedding_length_per_layer_input; rope_freqs) reads back to the same config
+// and computes what the in-memory dummy does.
+TEST(KvSharing, Gemma4GgufDummyReadsBack) {
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  const DummySpec spec{"tiny-gemma4", DType::F32, 3};
+  const std::string path = (fs::path(test::temp_dir()) / "tiny-gemma4.gguf").string();
+  write_dummy_gguf(path, spec, nullptr, pool);
+  auto from_file = Model::load(path, *backend);
+  const ModelConfig& c = from_file->config();
+  const ModelConfig want = dummy_config("tiny-gemma4", 512);
+  EXPECT_EQ(c.kv_source, want.kv_source);
+  EXPECT_EQ(c.is_swa, want.is_swa);
+  EXPECT_EQ(c.n_embd_per_layer, want.n_embd_per_layer);
+  EXPECT_EQ(c.attn_scale, 1.0f);
+  EXPECT_EQ(c.rope.n_rot, want.rope.n_rot);
+  EXPECT_EQ(c.rope_swa.freq_base, want.rope_swa.freq_base);
+  EXPECT_EQ(c.sliding_window, want.sliding_window);
+  EXPECT_EQ(c.final_softcap, want.final_softcap);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 53) % 500);
+  auto run = [&](Model& m) {
+    test::PagedRunner runner(m, 16, 16, DType::F32);
+    return runner.feed(tokens, 9, true);
+  };
+  const std::vector<float> got = run(*from_file);
+  from_file.reset();
+  auto src = make_dummy_source(want, spec, pool);
+  auto in_memory = Model::from_source(want, *src, *backend);
+  EXPECT_EQ(got, run(*in_memory));
+  fs::remove(path);
+}
+
+// llama.cpp stores Gemma 4's experts with gate and up fused (ffn_gate_up_exps): not read yet.
+TEST(KvSharing, Gemma4MoeGgufIsRefusedByName) {
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  const std::string path = (fs::path(test::temp_dir()) / "tiny-gemma4moe.gguf").string();
+  write_dummy_gguf(path, DummySpec{"tiny-gemma4moe", DType::F32, 1}, nullptr, pool);
+  expect_error([&] { Model::load(path, *backend); }, "Gemma 4's MoE layers are not supported yet");
+  fs::remove(path);
+}
+
+TEST(KvSharing, InvalidSourcesAreRefused) {
+  ModelConfig c = dummy_config("tiny-gemma4", 512);
+  c.kv_source = {-1, -1, -1, 4, -1, -1};  // a later layer
+  expect_error([&] { c.validate(); }, "layer 3 reuses the K/V of layer 4");
+  c.kv_source = {-1, -1, -1, 2, -1, -1};  // a global layer for a local one
+  expect_error([&] { c.validate(); }, "layer 3 reuses the K/V of layer 2");
+  c.kv_source = {-1, -1, -1, 1, 3, -1};  // a layer that keeps no cache of its own
+  expect_error([&] { c.validate(); }, "layer 4 reuses the K/V of layer 3");
+  c.kv_source = {-1, -1};
+  expect_error([&] { c.validate(); }, "KV source layers (2)");
+}
+
+ModelConfig config_of(const json& j) {
+  const fs::path dir = fs::path(test::temp_dir()) / "gemma4-cfg";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << j.dump(2);
+  return config_from_hf_json((dir / "config.json").string());
+}
+
+json gemma4_config() {
+  return {{"architectures", {"Gemma4ForCausalLM"}},
+          {"vocab_size", 512},
+          {"hidden_size", 256},
+          {"intermediate_size", 512},
+          {"num_hidden_layers", 6},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 1},
+          {"head_dim", 128},
+          {"global_head_dim", 128},
+          {"hidden_size_per_layer_input", 64},
+          {"vocab_size_per_layer_input", 512},
+          {"num_kv_shared_layers", 2},
+          {"layer_types",
+           {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+            "full_attention"}}};
+}
+
+TEST(Gemma4Config, ReadsSharingPleAndProportionalRope) {
+  const ModelConfig c = config_of(gemma4_config());
+  EXPECT_EQ(c.arch, Arch::Gemma4);
+  EXPECT_EQ(c.kv_source, (std::vector<int32_t>{-1, -1, -1, -1, 3, 2}));
+  EXPECT_EQ(c.n_embd_per_layer, 64);
+  EXPECT_EQ(c.attn_scale, 1.0f);
+  // transformers' defaults: proportional RoPE (a quarter of the pairs turning, base 1e6) on
+  // global layers, plain RoPE of base 10000 on local ones, a window of 512.
+  EXPECT_EQ(c.rope.n_rot, 128);
+  EXPECT_EQ(c.rope.freq_base, 1e6f);
+  ASSERT_EQ(c.rope_freq_factors.size(), 64u);
+  EXPECT_EQ(c.rope_freq_factors[15], 1.0f);
+  EXPECT_EQ(c.rope_freq_factors[16], kStillRopePair);
+  EXPECT_EQ(c.rope_swa.freq_base, 10000.0f);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.final_softcap, 0.0f);
+
+  // As transformers saves it: per_layer_config (here empty) instead of global_head_dim.
+  json saved = gemma4_config();
+  saved.erase("global_head_dim");
+  saved["per_layer_config"] = json::object();
+  EXPECT_EQ(config_of(saved).head_dim, 128);
+
+  // The multimodal class: text_config is the text model.
+  json mm = {{"architectures", {"Gemma4ForConditionalGeneration"}}, {"text_config", gemma4_config()}};
+  mm["text_config"].erase("architectures");
+  mm["text_config"]["final_logit_softcapping"] = 30.0;
+  const ModelConfig m = config_of(mm);
+  EXPECT_EQ(m.kv_source, c.kv_source);
+  EXPECT_EQ(m.final_softcap, 30.0f);
+}
+
+TEST(Gemma4Config, ReadsTheMoeBlock) {
+  json j = gemma4_config();
+  j["num_experts"] = 8;
+  j["top_k_experts"] = 2;
+  j["moe_intermediate_size"] = 256;
+  EXPECT_FALSE(config_of(j).moe());  // experts without the block: transformers builds none
+  j["enable_moe_block"] = true;
+  const ModelConfig c = config_of(j);
+  EXPECT_EQ(c.n_expert, 8);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.n_ff_exp, 256);
+  EXPECT_EQ(c.n_ff, 512);  // the dense MLP beside the experts
+  EXPECT_TRUE(c.moe_dense_ffn);
+  EXPECT_TRUE(c.expert_norm_topk);
+}
+
+TEST(Gemma4Config, UnsupportedVariantsAreRefusedByName) {
+  auto refused = [](const char* key, const json& value, const std::string& what) {
+    json j = gemma4_config();
+    j[key] = value;
+    expect_error([&] { config_of(j); }, what);
+  };
+  refused("global_head_dim", 256, "head size 256 differs from head_dim 128");
+  refused("per_layer_config", {{"2", {{"head_dim", 256}}}, {"5", {{"head_dim", 256}}}},
+          "head size 256 differs from head_dim 128");
+  refused("per_layer_config", {{"full_attention", {{"num_key_value_heads", 2}}}}, "attention_k_eq_v");
+  refused("attention_k_eq_v", true, "attention_k_eq_v");
+  refused("enable_moe_block", true, "enable_moe_block needs num_experts");
+  refused("use_double_wide_mlp", true, "use_double_wide_mlp");
+  refused("vocab_size_per_layer_input", 256, "vocab_size_per_layer_input 256 differs");
+  refused("num_kv_shared_layers", 6, "num_kv_shared_layers 6 must be below the layer count 6");
+  refused("use_bidirectional_attention", "all", "use_bidirectional_attention 'all'");
+  refused("num_kv_shared_layers", 1e12, "num_kv_shared_layers 1000000000000 must be a whole number");
+  json j = gemma4_config();
+  j["num_kv_shared_layers"] = 4;  // layers 2..5 shared: no global layer before them
+  expect_error([&] { config_of(j); }, "shared layer 2 has no earlier global layer");
+  j["num_kv_shared_layers"] = 0;  // the double-wide MLP only widens shared layers
+  j["use_double_wide_mlp"] = true;
+  EXPECT_TRUE(config_of(j).kv_source.empty());
+}
+
+}  // namespace
+}  // namespace pagellm
