@@ -202,7 +202,8 @@ TEST(SchedulerSpec, StateSnapshotsWithRandomAcceptanceAndPreemption) {
     kc.num_state_slots = 6;
     kc.state_snapshots = true;
     SpecEngine e(sched_config(64, 6, 128), kc, seed);
-    for (SeqId id = 1; id <= 10; ++id) e.add(id, 5 + static_cast<int32_t>(id * 7 % 30), 10 + static_cast<int32_t>(id % 4) * 9);
+    for (SeqId id = 1; id <= 10; ++id)
+      e.add(id, 5 + static_cast<int32_t>(id * 7 % 30), 10 + static_cast<int32_t>(id % 4) * 9);
     while (e.sched.has_unfinished()) {
       const StepPlan plan = e.step(3, 0.5);
       for (const BlockCopy& c : plan.state_copies) {
