@@ -84,14 +84,13 @@ bool kv_groups_allowed(const EngineConfig& c, const SchedulerConfig& s) {
 }
 
 // What models with linear-attention (Gated DeltaNet) layers cannot use yet:
-// their per-sequence states are not paged, so nothing that moves, drops or
-// rolls back KV blocks alone keeps them right.
+// their per-sequence states are not paged, so nothing that moves or drops
+// KV blocks alone keeps them right. (Speculative decoding rolls a state
+// back through its snapshot slot: KVCacheConfig::state_snapshots.)
 void check_linear_attention_options(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
                                     const dist::Communicator* comm) {
   if (!model.has_linear_layers()) return;
   const char* a = arch_name(model.config().arch);
-  PAGELLM_CHECK(!c.speculative.enabled(), "speculative decoding is not supported for {} (its linear-attention "
-                "states cannot be rolled back yet)", a);
   PAGELLM_CHECK(s.preemption_mode != PreemptionMode::Swap, "--preemption-mode swap is not supported for {} (its "
                 "linear-attention states are not swapped); use --preemption-mode recompute", a);
   PAGELLM_CHECK(s.kv_eviction != KvEviction::Sliding, "--kv-eviction sliding is not supported for {} (its "
@@ -133,7 +132,9 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   in.activation_bytes = static_cast<int64_t>(model.activation_bytes(s.max_num_batched_tokens, logits_rows_per_step(c, s)));
   in.device = backend.name();
   in.virtual_engines = num_virtual_engines(c);
-  in.state_bytes = static_cast<int64_t>(model.state_bytes_per_seq()) * s.max_num_seqs;
+  // Speculative decoding keeps a snapshot of each state (KVCacheConfig::state_snapshots).
+  in.state_bytes = static_cast<int64_t>(model.state_bytes_per_seq()) * s.max_num_seqs *
+                   (c.speculative.enabled() ? 2 : 1);
   return in;
 }
 
@@ -149,13 +150,15 @@ KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const
   if (model.has_linear_layers()) {
     // One state slot per running sequence; prefix caching cannot restore a state.
     k.num_state_slots = max_num_seqs;
+    k.state_snapshots = c.speculative.enabled();
     if (k.enable_prefix_caching)
       spdlog::info("prefix caching is off: {}'s linear-attention states are not cached by prefix",
                    arch_name(model.config().arch));
     k.enable_prefix_caching = false;
   }
   backend.allocate_kv_cache(
-      model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups, k.num_state_slots));
+      model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups,
+                          k.num_state_slots * (k.state_snapshots ? 2 : 1)));
   return k;
 }
 

@@ -29,6 +29,18 @@ int32_t KVCacheManager::state_slot(SeqId seq) const {
 
 std::vector<BlockCopy> KVCacheManager::take_state_copies() { return std::exchange(state_copies_, {}); }
 
+void KVCacheManager::snapshot_state(SeqId seq) {
+  const int32_t slot = state_slot(seq);
+  PAGELLM_CHECK(config_.state_snapshots && slot >= 0, "sequence {} has no state snapshot slot", seq);
+  state_copies_.push_back({slot, config_.num_state_slots + slot});
+}
+
+void KVCacheManager::restore_state(SeqId seq) {
+  const int32_t slot = state_slot(seq);
+  PAGELLM_CHECK(config_.state_snapshots && slot >= 0, "sequence {} has no state snapshot slot", seq);
+  state_copies_.push_back({config_.num_state_slots + slot, slot});
+}
+
 BlockHash KVCacheManager::group_hash(BlockHash h, int g) {
   return g == 0 ? h : mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(g));
 }
@@ -366,8 +378,10 @@ void KVCacheManager::free(SeqId seq) {
   if (it->second.state_slot >= 0) {
     const int32_t slot = it->second.state_slot;
     free_state_slots_.push_back(slot);
-    // A fork's copy not yet done has nowhere to go.
-    std::erase_if(state_copies_, [&](const BlockCopy& c) { return c.dst == slot; });
+    // A fork's copy or a restore not yet done has nowhere to go.
+    std::erase_if(state_copies_, [&](const BlockCopy& c) {
+      return c.dst == slot || c.dst == config_.num_state_slots + slot;
+    });
   }
   seqs_.erase(it);
 }

@@ -39,6 +39,10 @@ struct KVCacheConfig {
   // Linear-attention layers: sequences that can hold a state at once (0: the
   // model has none). Needs enable_prefix_caching off.
   int32_t num_state_slots = 0;
+  // Speculative decoding over such a model: slot s has a snapshot slot
+  // num_state_slots + s (the backend holds twice the slots), where the
+  // state before a verification waits in case a draft is rejected.
+  bool state_snapshots = false;
 };
 
 // Leading full blocks of a token sequence already present in the cache.
@@ -160,7 +164,18 @@ class KVCacheManager {
   int32_t state_slot(SeqId seq) const;
   int32_t num_state_slots() const { return config_.num_state_slots; }
   int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
-  // (parent's slot, child's slot) of the forks since the last call.
+  // Slots the backend holds: twice num_state_slots with snapshots.
+  int32_t num_backend_state_slots() const {
+    return config_.num_state_slots * (config_.state_snapshots ? 2 : 1);
+  }
+  // Queue a copy of the sequence's state into its snapshot slot (before a
+  // step that verifies drafts), or back from it (after one that rejected
+  // some: the state went past the accepted tokens and must be recomputed
+  // from there). Needs state_snapshots.
+  void snapshot_state(SeqId seq);
+  void restore_state(SeqId seq);
+  // (src slot, dst slot) of the forks, snapshots and restores since the last
+  // call, in the order they were asked for.
   std::vector<BlockCopy> take_state_copies();
   // Block ids of the sequence in a group (empty when it has none). The span
   // stays valid until the sequence's next allocate_slots / free.

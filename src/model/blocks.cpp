@@ -95,7 +95,7 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
   const AttnWeights& A = p.layers[il].attn;
   Backend& be = p.be;
   ActivationBuffers& buf = p.buf;
-  const int n_head = c.n_head;
+  const int n_head = p.geo.n_head;  // this rank's query heads; every rank holds the whole latent
   const int64_t latent = m.latent_dim();
   const int kv_layer = il - p.geo.layer_begin;
   // q-LoRA's and the latent's norms are transformers' RMSNorm default (1e-6), not rms_norm_eps.
@@ -131,6 +131,7 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
   be.attention(kv_layer, *buf.mla_q, *buf.attn, ac);
   be.matmul_experts(A.o_absorb_view, *buf.attn, n, n_head, true, *buf.mla_heads, *buf.mla_o);
   be.matmul(*A.wo, *buf.mla_o, n, *buf.o);
+  p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
   be.add(*buf.x, *buf.o, n * c.n_embd);
 }
 

@@ -246,8 +246,6 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
              op_name(op), arch.gguf_name);
   }
   if (c.is_mla()) {
-    PAGELLM_CHECK(!geo_.tp, "{}'s multi-head latent attention does not run under tensor parallelism yet",
-                  arch.gguf_name);
     // The per-head absorbed products are expert-grouped products.
     if (!backend_.supports(Feature::MixtureOfExperts) || !backend_.supports_op(op_query(PGLB_OP_MATMUL_EXPERTS)))
       fail("the {} backend cannot run multi-head latent attention (it needs matmul_experts), which {} uses; use "
@@ -298,8 +296,15 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
       auto& ws = expert_slot(spec.slots[0], il);
       ws.clear();
-      const TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, c.head_dim);
+      TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, c.head_dim);
       if (cut.kind == TensorCut::None) return;
+      if (cut.kind == TensorCut::Stack) {  // this rank's heads' matrices, each whole
+        PAGELLM_CHECK(cut.begin >= 0 && cut.begin + cut.count <= static_cast<int64_t>(parts.size()),
+                      "tensor '{}': matrices [{}, {}) outside its {}", name, cut.begin, cut.begin + cut.count,
+                      parts.size());
+        parts = std::vector<TensorData>(parts.begin() + cut.begin, parts.begin() + cut.begin + cut.count);
+        cut = {};
+      }
       for (const TensorData& whole : parts) {
         const TensorData p = cut_tensor(whole, cut, shard_storage_);
         const size_t bytes = p.bytes();

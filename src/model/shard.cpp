@@ -29,6 +29,10 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
     g.n_head_kv = 1;  // replicated: this rank's query heads all read one KV head
     g.kv_head_begin = g.head_begin / (c.n_head / c.n_head_kv);
   }
+  if (c.is_mla()) {
+    g.q_rows_per_head = c.mla.q_head_dim();
+    g.o_cols_per_head = c.mla.v_head_dim;
+  }
   auto split = [&](int64_t total, const char* what, int64_t& local, int64_t& begin) {
     if (total == 0) return;
     PAGELLM_CHECK(total % n == 0, "--tensor-parallel-size {} does not divide the model's {} {}", n, total, what);
@@ -120,6 +124,8 @@ std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost,
 TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim) {
   using K = TensorCut::Kind;
   const int64_t hd = head_dim;
+  const int64_t q_hd = g.q_rows_per_head > 0 ? g.q_rows_per_head : hd;
+  const int64_t o_hd = g.o_cols_per_head > 0 ? g.o_cols_per_head : hd;
   switch (slot) {
     case Slot::TokEmbd:
     case Slot::Output:
@@ -131,7 +137,9 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
   switch (slot) {
     // Column-parallel: each rank computes its heads / units.
     case Slot::Q:
-    case Slot::QBias: return {K::Rows, g.head_begin * hd, g.n_head * hd};
+    case Slot::QBias: return {K::Rows, g.head_begin * q_hd, g.n_head * q_hd};
+    case Slot::MlaQAbsorb:
+    case Slot::MlaOAbsorb: return {K::Stack, g.head_begin, g.n_head};
     case Slot::AttnSinks: return {K::Rows, g.head_begin, g.n_head};
     case Slot::K:
     case Slot::V:
@@ -147,7 +155,7 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
     case Slot::UpShexp: return {K::Rows, g.ff_shexp_begin, g.n_ff_shexp};
     // Row-parallel: each rank multiplies its share of the inputs; the sum
     // over ranks (one all-reduce) is the product.
-    case Slot::O: return {K::Cols, g.head_begin * hd, g.n_head * hd};
+    case Slot::O: return {K::Cols, g.head_begin * o_hd, g.n_head * o_hd};
     case Slot::Down: return {K::Cols, g.ff_begin, g.n_ff};
     case Slot::DownExps: return {K::Cols, g.ff_exp_begin, g.n_ff_exp};
     case Slot::DownShexp: return {K::Cols, g.ff_shexp_begin, g.n_ff_shexp};
@@ -160,6 +168,8 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
 TensorData cut_tensor(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
   if (cut.kind == TensorCut::All) return t;
   PAGELLM_CHECK(cut.kind != TensorCut::None, "tensor '{}' is not held by this rank", t.name);
+  PAGELLM_CHECK(cut.kind != TensorCut::Stack, "tensor '{}': a stack is cut by its matrices, not within one",
+                t.name);
   const bool vector = t.rows() == 1;
   const int64_t limit = cut.kind == TensorCut::Rows && !vector ? t.rows() : t.cols();
   PAGELLM_CHECK(cut.begin >= 0 && cut.count > 0 && cut.begin + cut.count <= limit,

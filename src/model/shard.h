@@ -30,9 +30,13 @@ struct ModelShard {
 // The local sizes of a shard. Attention heads: each rank takes n_head /
 // tp_size query heads and the KV heads they read: n_head_kv / tp_size of
 // them, or one (replicated) when there are fewer KV heads than ranks.
+// Multi-head latent attention has one KV head (the latent) on every rank.
 struct ShardGeometry {
   int n_head = 0, head_begin = 0;
   int n_head_kv = 0, kv_head_begin = 0;
+  // Rows of Q and columns of O per query head: head_dim, except under MLA
+  // (q_head_dim and v_head_dim; its head_dim is the latent's). 0: head_dim.
+  int64_t q_rows_per_head = 0, o_cols_per_head = 0;
   int64_t n_ff = 0, ff_begin = 0;            // dense FFN
   int64_t n_ff_exp = 0, ff_exp_begin = 0;    // each routed expert
   int64_t n_ff_shexp = 0, ff_shexp_begin = 0;  // the shared expert
@@ -61,9 +65,11 @@ std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost,
                                          int stages);
 
 // The part of a tensor a rank holds: all of it, a range of rows (output
-// features) or of columns (input features), or nothing.
+// features) or of columns (input features), nothing, or (Stack, for a
+// stack of per-head matrices such as MLA's absorbed ones) a range of the
+// stacked matrices, each whole.
 struct TensorCut {
-  enum Kind { All, Rows, Cols, None } kind = All;
+  enum Kind { All, Rows, Cols, None, Stack } kind = All;
   int64_t begin = 0, count = 0;
 };
 TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim);

@@ -207,6 +207,13 @@ void Scheduler::on_step_done(const StepPlan& plan) {
       PAGELLM_CHECK(computed >= s.end_pos() - s.num_draft_tokens(),
                     "on_step_done: sequence {} verified {} drafts but no token was appended", seq->id,
                     s.num_draft_tokens());
+      if (kv_.has_state() && computed < s.end_pos()) {
+        // A linear-attention state cannot drop the rejected tokens: it goes
+        // back to its snapshot from before this step, and the next step
+        // recomputes the accepted tokens (their KV is written again, the same).
+        computed = s.start_pos;
+        kv_.restore_state(seq->id);
+      }
     }
     seq->num_computed_tokens = computed;
     PAGELLM_CHECK(seq->num_computed_tokens <= seq->num_tokens(),

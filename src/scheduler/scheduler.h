@@ -41,7 +41,10 @@
 // runs them in the same pass (the plan entry's draft_tokens), with KV slots
 // for all of them; when blocks are short it runs without them rather than
 // preempt. on_step_done() keeps the computed tokens the engine accepted and
-// gives back the slots of the rejected ones.
+// gives back the slots of the rejected ones. With linear-attention states
+// (which cannot drop tokens) the step first snapshots each verifying
+// sequence's state; when a draft is rejected the state is restored from it
+// and the accepted tokens are computed again in the next step.
 //
 // The engine owns the Sequence objects; the scheduler keeps pointers to the
 // live ones (waiting or running) until finish() / abort() or a length cap

@@ -19,6 +19,11 @@ StepPlan Scheduler::schedule() {
   // Waiting sequences join only when no swapped one is left to come back first.
   if (step.preempted.empty() && swapped_.empty()) admit_waiting(step);
   StepPlan plan = build_plan(step, kv_, config_.attention_sinks);
+  // Verifying drafts runs the linear-attention state past tokens that may be
+  // rejected: keep the state before them (on_step_done restores it).
+  if (kv_.has_state())
+    for (const ScheduledSeq& s : plan.seqs)
+      if (s.num_draft_tokens() > 0) kv_.snapshot_state(s.seq_id);
   plan.state_copies = kv_.take_state_copies();
 #ifndef NDEBUG
   check_invariants();

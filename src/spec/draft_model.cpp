@@ -48,6 +48,10 @@ DraftModelProposer::DraftModelProposer(const DraftModelOptions& options, const T
   backend_->set_profiling(options_.profile);
   if (options_.deterministic) backend_->set_deterministic(true);
   model_ = Model::load(options_.model, *backend_, progress);
+  // Its own states would need the target's snapshot-and-restore (KVCacheConfig::state_snapshots).
+  PAGELLM_CHECK(!model_->has_linear_layers(), "speculative draft model '{}' has linear-attention layers, which a "
+                "draft model cannot roll back yet; use a draft without them or the ngram method",
+                options_.model);
   n_vocab_ = model_->config().n_vocab;
   PAGELLM_CHECK(n_vocab_ == target_n_vocab,
                 "the draft model '{}' has {} output rows but the target model {}; speculative decoding needs the "

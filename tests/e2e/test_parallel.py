@@ -141,6 +141,23 @@ def test_families_exact_within_near_ties(tmp_path, shape, how):
     assert_close(ref, generate(model, batch, ranks, flags))
 
 
+@pytest.mark.parametrize("shape,ranks", [("tiny-deepseek3", 2), ("tiny-deepseek3", 4), ("tiny-deepseek2", 2)])
+def test_mla_exact_equals_one_rank(tmp_path, shape, ranks):
+    """Multi-head latent attention cut by query heads (q_b rows, the absorbed
+    per-head matrices, o_proj columns; the latent cache whole on every rank),
+    with q-LoRA (V3) and without (V2), and the DeepSeek MoE FFN: the same
+    greedy tokens as one rank, one query head per rank at TP=4, and with
+    n-gram speculation on top."""
+    model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
+    batch = batch_file(tmp_path, ID_PROMPTS, max_tokens=24)
+    ref = generate(model, batch)
+    tp = ["--tensor-parallel-size", str(ranks)]
+    assert_same(ref, generate(model, batch, ranks, tp))
+    spec = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 4,
+                                                "prompt_lookup_min": 1, "prompt_lookup_max": 3})]
+    assert_same(ref, generate(model, batch, ranks, tp, spec))
+
+
 @pytest.mark.parametrize("shape,dtype,how", [("tiny-llama", "f32", "tp2"), ("tiny-qwen3moe", "bf16", "tp2"),
                                              ("tiny-gemma3", "bf16", "tp2"), ("tiny-qwen3", "f16", "pp2")])
 def test_safetensors_folder_shards_equal_one_rank(tmp_path, shape, dtype, how):

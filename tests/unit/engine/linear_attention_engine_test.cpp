@@ -1,5 +1,6 @@
 // An engine over a model with linear-attention (Gated DeltaNet) layers:
-// what it cannot do yet is refused by name, prefix caching is turned off, and
+// what it cannot do yet is refused by name (speculative decoding works:
+// tests/unit/engine/spec_engine_test.cpp), prefix caching is turned off, and
 // a request's greedy tokens do not depend on what else is in the batch.
 #include <gtest/gtest.h>
 
@@ -30,10 +31,6 @@ void expect_refused(const EngineConfig& c, const std::string& words) {
 }
 
 TEST(LinearAttentionEngine, RefusesWhatItsStatesCannotFollow) {
-  EngineConfig spec = qwen35_config();
-  spec.speculative.method = SpecMethod::Ngram;
-  spec.speculative.num_speculative_tokens = 3;
-  expect_refused(spec, "speculative decoding is not supported for qwen35");
   EngineConfig swap = qwen35_config();
   swap.scheduler.preemption_mode = PreemptionMode::Swap;
   expect_refused(swap, "--preemption-mode swap is not supported for qwen35");

@@ -1,6 +1,7 @@
 // Speculative decoding through the whole engine: greedy output is the same
-// token for token with and without speculation (every test model, single
-// requests and 64 mixed ones with preemption); n-gram proposals, being point
+// token for token with and without speculation (every test model, MLA and
+// linear attention too; single requests and 64 mixed ones with preemption);
+// n-gram proposals, being point
 // masses, leave seeded sampled output unchanged too; a draft model's
 // rejection sampling reproduces the target's distribution; a draft with
 // another vocabulary is refused at start-up.
@@ -136,15 +137,22 @@ EngineMetrics expect_same_outputs(EngineConfig config, const SpeculativeConfig& 
   return m;
 }
 
-std::vector<EngineRequest> greedy_requests(int count, int vocab, bool bos, uint32_t seed, int max_prompt = 120) {
+std::vector<EngineRequest> greedy_requests(int count, int vocab, bool bos, uint32_t seed, int max_prompt = 120,
+                                           int min_output = 4) {
   std::mt19937 rng(seed);
   std::vector<EngineRequest> reqs;
   for (int i = 0; i < count; ++i) {
     const int len = 2 + static_cast<int>(rng() % max_prompt);
     reqs.push_back(make_request(fmt::format("r{}", i), repetitive_prompt(rng, len, vocab, bos),
-                          4 + static_cast<int>(rng() % 40)));
+                          min_output + static_cast<int>(rng() % 40)));
   }
   return reqs;
+}
+
+// Rows' bits do not depend on the batch: recomputed tokens cannot flip a greedy tie.
+EngineConfig deterministic(EngineConfig c) {
+  c.deterministic = true;
+  return c;
 }
 
 struct ModelCase {
@@ -169,6 +177,40 @@ TEST(SpecEngine, NgramGreedySameAsWithoutEveryModel) {
     SCOPED_TRACE(m.name);
     expect_same_outputs(m.config, ngram_spec(), greedy_requests(6, 512, m.bos, 3), true);
   }
+}
+
+// Multi-head latent attention (the drafts' latents are written to the cache
+// and the rejected ones dropped like any other KV) and linear attention (a
+// rejected draft restores the state from its snapshot; the accepted tokens
+// are computed again). These random models repeat their prompts rarely:
+// long outputs, which fall into loops, give the n-gram lookup its hits.
+TEST(SpecEngine, NgramGreedySameAsWithoutMlaAndLinearAttention) {
+  for (const char* shape : {"tiny-deepseek3", "tiny-qwen35"}) {
+    SCOPED_TRACE(shape);
+    const EngineMetrics m = expect_same_outputs(deterministic(dummy_config(shape)), ngram_spec(),
+                                                greedy_requests(6, 512, false, 3, 60, 80), true);
+    EXPECT_LT(m.spec_decode_num_accepted_tokens, m.spec_decode_num_draft_tokens) << "some drafts rejected too";
+  }
+}
+
+// Linear attention with preemption (recompute from token 0, a fresh state)
+// in a pool too small for the batch: a preempted sequence's pending restore
+// is dropped with its slot, and the output is each request's alone.
+TEST(SpecEngine, NgramLinearAttentionWithPreemptionSameAsAlone) {
+  EngineConfig c = deterministic(dummy_config("tiny-qwen35"));
+  c.scheduler.max_model_len = 160;
+  c.scheduler.max_num_seqs = 8;
+  {
+    EngineConfig probe_config = c;
+    probe_config.speculative = ngram_spec();
+    Engine probe(probe_config);
+    const KVCacheSpec& spec = probe.backend().kv_cache_spec();
+    EXPECT_EQ(spec.state.num_slots, 16);  // a snapshot slot for each of the 8
+    c.kv_cache_memory = static_cast<int64_t>(spec.state.bytes_per_slot()) * spec.state.num_slots +
+                        static_cast<int64_t>(spec.bytes_per_block()) * 16;
+  }
+  const EngineMetrics m = expect_same_outputs(c, ngram_spec(), greedy_requests(8, 512, false, 21, 60, 60), true);
+  EXPECT_GT(m.num_preemptions, 0) << "the KV budget should force preemption";
 }
 
 // 64 greedy and seeded sampled requests at once with a KV pool far too small
@@ -358,6 +400,26 @@ TEST(SpecEngine, DraftModelWithAnotherVocabularyIsRefused) {
   }
   c.speculative = draft_spec(test::temp_dir() + "/missing.gguf");
   EXPECT_THROW(Engine{c}, Error);
+}
+
+// A hybrid target (linear-attention states rolled back by snapshot) with a
+// plain draft model: the same greedy output; a draft model with such layers
+// of its own is refused by name.
+TEST(SpecEngine, LinearAttentionTargetWithADraftModel) {
+  EngineConfig c = deterministic(dummy_config("tiny-qwen35"));
+  c.load_format = "auto";
+  c.model = dummy_file("tiny-qwen35", 0);
+  expect_same_outputs(c, draft_spec(dummy_file("tiny-llama", 5), 3), greedy_requests(4, 512, false, 9), true, false);
+  EngineConfig hybrid_draft = dummy_config("tiny-llama");
+  hybrid_draft.load_format = "auto";
+  hybrid_draft.model = dummy_file("tiny-llama", 0);
+  hybrid_draft.speculative = draft_spec(dummy_file("tiny-qwen35", 6), 3);
+  try {
+    Engine e(hybrid_draft);
+    ADD_FAILURE() << "a draft model with linear-attention layers was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has linear-attention layers"), std::string::npos) << e.what();
+  }
 }
 
 // Sampled requests with a draft that only partly agrees with the target (the

@@ -93,6 +93,40 @@ TEST(ShardGeometry, CutsFollowColumnAndRowParallelLayers) {
   EXPECT_EQ(tensor_cut(Slot::Q, one, 0, 64).kind, TensorCut::All);
 }
 
+// Multi-head latent attention: Q's rows and O's columns go by the query and
+// value head sizes (its head_dim is the latent's), the absorbed per-head
+// matrices by whole heads, and the latent's own projections stay whole.
+TEST(ShardGeometry, MlaCutsByQueryHeads) {
+  ModelConfig c = config(4, 1, 512, 512);
+  c.mla.kv_lora_rank = 256;
+  c.mla.qk_rope_head_dim = 32;
+  c.mla.qk_nope_head_dim = 64;
+  c.mla.v_head_dim = 48;
+  c.head_dim = static_cast<int>(c.mla.latent_dim());
+  const ShardGeometry g = shard_geometry(c, shard(1, 2, 0, 1));
+  EXPECT_EQ(g.n_head, 2);
+  EXPECT_EQ(g.n_head_kv, 1);  // the latent: one KV head on every rank
+  const TensorCut q = tensor_cut(Slot::Q, g, 1, c.head_dim);
+  EXPECT_EQ(q.kind, TensorCut::Rows);
+  EXPECT_EQ(q.begin, 2 * 96);
+  EXPECT_EQ(q.count, 2 * 96);
+  const TensorCut o = tensor_cut(Slot::O, g, 1, c.head_dim);
+  EXPECT_EQ(o.kind, TensorCut::Cols);
+  EXPECT_EQ(o.begin, 2 * 48);
+  EXPECT_EQ(o.count, 2 * 48);
+  for (Slot s : {Slot::MlaQAbsorb, Slot::MlaOAbsorb}) {
+    const TensorCut a = tensor_cut(s, g, 1, c.head_dim);
+    EXPECT_EQ(a.kind, TensorCut::Stack);
+    EXPECT_EQ(a.begin, 2);
+    EXPECT_EQ(a.count, 2);
+  }
+  for (Slot s : {Slot::MlaQA, Slot::MlaKvRope, Slot::MlaKvLatent, Slot::MlaKvNorm})
+    EXPECT_EQ(tensor_cut(s, g, 1, c.head_dim).kind, TensorCut::All);
+  std::vector<float> w(64, 1.0f);
+  std::vector<AlignedBuffer> storage;
+  EXPECT_THROW(cut_tensor(TensorData{"w", DType::F32, {8, 8}, w.data()}, {TensorCut::Stack, 0, 1}, storage), Error);
+}
+
 // A [rows, cols] matrix of `type` from random values, and its dequantized values.
 struct Matrix {
   std::vector<uint8_t> bytes;

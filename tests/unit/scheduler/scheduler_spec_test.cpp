@@ -6,6 +6,7 @@
 // whatever was accepted, preempted or recomputed on the way.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -150,6 +151,69 @@ TEST(SchedulerSpec, DraftsRunWithTheDecodeAndRejectedSlotsGoBack) {
   EXPECT_EQ(e.accepted, 4);
   while (e.sched.has_unfinished()) e.step();
   e.expect_done_with_expected_tokens();
+}
+
+// Linear-attention states: a step that verifies drafts first snapshots the
+// sequence's state (slot s into slot num_state_slots + s); when a draft is
+// rejected the state is restored before the next step, which computes the
+// accepted tokens again; when all are accepted nothing is restored.
+TEST(SchedulerSpec, StateSnapshotRestoredWhenADraftIsRejected) {
+  KVCacheConfig kc = kv_config(20, 16, false);
+  kc.num_state_slots = 4;
+  kc.state_snapshots = true;
+  SpecEngine e(sched_config(256, 4, 200), kc);
+  Sequence* seq = e.add(1, 14, 100);
+  e.step(4, 1.0);  // the prompt
+  const int32_t slot = e.sched.kv().state_slot(1);
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(e.sched.kv().num_backend_state_slots(), 8);
+
+  StepPlan plan = e.step(4, 0.0);  // four wrong drafts at positions 15..18
+  ASSERT_EQ(plan.seqs[0].num_draft_tokens(), 4);
+  ASSERT_EQ(plan.state_copies.size(), 1u);
+  EXPECT_EQ(plan.state_copies[0].src, slot);
+  EXPECT_EQ(plan.state_copies[0].dst, 4 + slot);
+  EXPECT_EQ(seq->num_computed_tokens, 14);  // back to before the step: the state went past 15
+  EXPECT_EQ(seq->num_tokens(), 16);
+
+  plan = e.step(4, 1.0);  // positions 14 and 15 again, no drafts (not a decode), after the restore
+  ASSERT_EQ(plan.state_copies.size(), 1u);
+  EXPECT_EQ(plan.state_copies[0].src, 4 + slot);
+  EXPECT_EQ(plan.state_copies[0].dst, slot);
+  EXPECT_EQ(plan.seqs[0].start_pos, 14);
+  EXPECT_EQ(plan.seqs[0].num_new_tokens, 2);
+  EXPECT_EQ(plan.seqs[0].num_draft_tokens(), 0);
+
+  plan = e.step(4, 1.0);  // four right drafts: kept, and the snapshot is not needed
+  ASSERT_EQ(plan.seqs[0].num_draft_tokens(), 4);
+  EXPECT_EQ(plan.state_copies.size(), 1u);  // the snapshot only
+  EXPECT_EQ(seq->num_computed_tokens, plan.seqs[0].end_pos());
+  plan = e.step(0, 1.0);
+  EXPECT_TRUE(plan.state_copies.empty());
+  while (e.sched.has_unfinished()) e.step();
+  e.expect_done_with_expected_tokens();
+}
+
+// Random acceptance with preemption over state slots: the outputs are the
+// expected ones and a finished or preempted sequence's restore is dropped.
+TEST(SchedulerSpec, StateSnapshotsWithRandomAcceptanceAndPreemption) {
+  for (uint32_t seed : {1u, 2u}) {
+    KVCacheConfig kc = kv_config(12, 16, false);
+    kc.num_state_slots = 6;
+    kc.state_snapshots = true;
+    SpecEngine e(sched_config(64, 6, 128), kc, seed);
+    for (SeqId id = 1; id <= 10; ++id)
+      e.add(id, 5 + static_cast<int32_t>(id * 7 % 30), 10 + static_cast<int32_t>(id % 4) * 9);
+    while (e.sched.has_unfinished()) {
+      const StepPlan plan = e.step(3, 0.5);
+      for (const BlockCopy& c : plan.state_copies) {
+        EXPECT_NE(c.src, c.dst);
+        EXPECT_EQ(std::abs(c.src - c.dst), 6);  // a slot and its own snapshot
+      }
+    }
+    e.expect_done_with_expected_tokens();
+    EXPECT_GT(e.accepted, 0);
+  }
 }
 
 // Drafts take what the budget leaves after one token for every decode.
