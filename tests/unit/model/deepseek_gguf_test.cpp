@@ -51,23 +51,21 @@ void expect_same_mla_config(const ModelConfig& got, const ModelConfig& want) {
   EXPECT_EQ(got.routing().topk_group, want.routing().topk_group);
 }
 
-// The dummy computed in memory is the reference both files are held to.
+// The shape's dummy, and its logits computed in memory: the reference both
+// files are held to.
 class DeepseekGguf : public ::testing::TestWithParam<const char*> {
  protected:
-  std::vector<float> in_memory(const DummySpec& spec, const ModelConfig& cfg) {
-    return logits_of(*Model::from_source(cfg, *make_dummy_source(cfg, spec, pool), *backend), some_tokens());
-  }
   ThreadPool pool{2};
   std::unique_ptr<Backend> backend = make_cpu_backend(2);
-};
-
-TEST_P(DeepseekGguf, LoadsWithTheDummysConfigAndFunction) {
   const std::string shape = GetParam();
   const DummySpec spec{shape, DType::F32, 3};
   const int n_vocab = dummy_vocab_size(shape, nullptr);
   const ModelConfig want = dummy_config(shape, n_vocab);
-  const auto reference = in_memory(spec, want);
+  const std::vector<float> reference =
+      logits_of(*Model::from_source(want, *make_dummy_source(want, spec, pool), *backend), some_tokens());
+};
 
+TEST_P(DeepseekGguf, LoadsWithTheDummysConfigAndFunction) {
   test::ScratchDir dir("deepseek-gguf-" + shape);
   const std::string path = dir.file("model.gguf");
   write_dummy_gguf(path, spec, nullptr, pool);
@@ -80,12 +78,6 @@ TEST_P(DeepseekGguf, LoadsWithTheDummysConfigAndFunction) {
 // Files converted before llama.cpp split kv_b: one attn_kv_b [kv_lora, n_head
 // * (nope + v)] and key/value lengths of the expanded heads.
 TEST_P(DeepseekGguf, OlderFilesWithOneKvBTensorLoadToo) {
-  const std::string shape = GetParam();
-  const DummySpec spec{shape, DType::F32, 3};
-  const int n_vocab = dummy_vocab_size(shape, nullptr);
-  const ModelConfig want = dummy_config(shape, n_vocab);
-  const auto reference = in_memory(spec, want);
-
   test::ScratchDir dir("deepseek-gguf-old-" + shape);
   const std::string split_path = dir.file("split.gguf"), old_path = dir.file("old.gguf");
   write_dummy_gguf(split_path, spec, nullptr, pool);
