@@ -84,6 +84,7 @@ enum {
    * the causal_conv1d and gated_delta_rule ops, stream copy_states. */
   PGLB_FEATURE_LINEAR_ATTENTION = 1u << 7,
   PGLB_FEATURE_KV_V_IS_K = 1u << 8,         /* pglb_kv_spec.v_is_k */
+  PGLB_FEATURE_KV_LAYER_SHAPES = 1u << 9,   /* pglb_kv_spec.layer_kv_heads / layer_head_dim */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -156,6 +157,14 @@ typedef struct pglb_kv_spec {
   /* PGLB_FEATURE_KV_V_IS_K: 1: no V is stored; attention's values are the
    * keys (an MLA latent); store_kv's v is ignored. */
   int32_t v_is_k;
+  /* PGLB_FEATURE_KV_LAYER_SHAPES (null: every layer n_kv_heads x head_dim):
+   * layer l (< n_model_layers, given with layer_group / layer_slot) has
+   * layer_kv_heads[l] heads of layer_head_dim[l]. A slot holds per token its
+   * largest layer's heads x head_dim elements; a smaller layer fills the
+   * start of each block as if it had (slot elements / its head_dim) heads,
+   * and so do int8 scales. */
+  const int32_t* layer_kv_heads;
+  const int32_t* layer_head_dim;
 } pglb_kv_spec;
 
 /* ---- a step's batch (stream_set_batch) */

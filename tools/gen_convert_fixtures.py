@@ -56,7 +56,7 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "models")
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-mixtral",
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
           "tiny-qwen35moe", "tiny-deepseek3",
-          "tiny-glm4moe", "tiny-qwen3next", "tiny-gemma4"]
+          "tiny-glm4moe", "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4g"]
 SEED = 1
 N_TOKENS = 40
 

@@ -43,7 +43,7 @@ MODEL_FIXTURES = os.path.join(HERE, "..", "tests", "fixtures", "models")
 SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-gemma2", "tiny-phi3",
           "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss",
           "tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-deepseek2", "tiny-glm4moe",
-          "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4moe"]
+          "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4moe", "tiny-gemma4g"]
 # (shape, type, shards): every shape in F32 and BF16, plus a sharded F16 Llama
 # (untied lm_head in the last shard, un-permuted Q/K).
 CASES = [(s, t, 1) for s in SHAPES for t in ["f32", "bf16"]] + [("tiny-llama", "f16", 3)]
@@ -123,7 +123,7 @@ def main():
                 if gguf_meta["tokens"] == tokens and gguf_meta["seed"] == SEED:
                     ref = np.fromfile(gguf_ref, dtype=np.float32).reshape(logits.shape)
                     meta["gap_to_llamacpp_gguf_dummy"] = max_rel_gap(logits, ref)
-            if shape in ("tiny-gemma3", "tiny-gemma4") and wtype == "f32":
+            if shape in ("tiny-gemma3", "tiny-gemma4", "tiny-gemma4g") and wtype == "f32":
                 for layer in model.model.layers:
                     layer.mlp.act_fn = GeluF16Table()
                     if hasattr(layer, "per_layer_input_gate"):  # Gemma 4's per-layer input gate

@@ -215,9 +215,20 @@ struct KVCacheSpec {
   // (MLA: the latent [rope(k_pe), c_kv] is both; the rope part meets zero
   // columns of the output's absorbed matrix). store_kv's v is then ignored.
   bool v_is_k = false;
+  // Feature::KvLayerShapes: layer l's K/V has layer_kv_heads[l] heads of
+  // layer_head_dim[l] (Gemma 4's global layers); slots take the size of their
+  // largest layer (core/kv_layout.h's kv_slot_shapes). Empty: n_kv_heads and
+  // head_dim for every layer.
+  std::vector<int32_t> layer_kv_heads, layer_head_dim;
   KVCacheLayout layout() const {
-    return {n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
-            dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0, v_is_k ? 1 : 0};
+    KVCacheLayout l{n_layers, n_kv_heads, head_dim, block_size, static_cast<int32_t>(dtype_size(dtype)),
+                    dtype == DType::I8 ? static_cast<int32_t>(sizeof(float)) : 0, v_is_k ? 1 : 0};
+    if (!layer_kv_heads.empty()) {
+      KvSlotShapes s = kv_slot_shapes(n_layers, layer_slot, layer_kv_heads, layer_head_dim);
+      l.slot_elems = std::move(s.elems);
+      l.slot_vectors = std::move(s.vectors);
+    }
+    return l;
   }
   // Bytes of one block across all layers, K and V (core/kv_layout.h).
   size_t bytes_per_block() const { return static_cast<size_t>(kv_bytes_per_block(layout())); }
@@ -278,6 +289,7 @@ enum class Feature {
   // causal_conv1d, gated_delta_rule, copy_states.
   LinearAttention,
   KvVIsK,  // KVCacheSpec::v_is_k
+  KvLayerShapes,  // KVCacheSpec::layer_kv_heads / layer_head_dim
 };
 
 // (source, destination) block pairs.

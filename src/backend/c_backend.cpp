@@ -172,6 +172,7 @@ class CBackend final : public Backend {
       case Feature::KvGroups: bit = PGLB_FEATURE_KV_GROUPS; break;
       case Feature::LinearAttention: bit = PGLB_FEATURE_LINEAR_ATTENTION; break;
       case Feature::KvVIsK: bit = PGLB_FEATURE_KV_V_IS_K; break;
+      case Feature::KvLayerShapes: bit = PGLB_FEATURE_KV_LAYER_SHAPES; break;
     }
     return (features_ & bit) != 0;
   }
@@ -248,6 +249,16 @@ class CBackend final : public Backend {
     if (spec.v_is_k && !supports(Feature::KvVIsK))
       fail("the {} backend cannot read attention values from the keys (a KV cache without V)", d_->kind);
     c.v_is_k = spec.v_is_k ? 1 : 0;
+    if (!spec.layer_kv_heads.empty()) {
+      if (!supports(Feature::KvLayerShapes))
+        fail("the {} backend cannot keep layers of different K/V shapes in one cache (Gemma 4's global layers)",
+             d_->kind);
+      PAGELLM_CHECK(spec.layer_kv_heads.size() == spec.layer_group.size() &&
+                        spec.layer_head_dim.size() == spec.layer_group.size(),
+                    "KV cache spec: {} layer shapes for {} layers", spec.layer_kv_heads.size(), spec.layer_group.size());
+      c.layer_kv_heads = spec.layer_kv_heads.data();
+      c.layer_head_dim = spec.layer_head_dim.data();
+    }
     if (!spec.layer_state.empty()) {
       if (!supports(Feature::LinearAttention))
         fail("the {} backend does not keep linear-attention states (Gated DeltaNet layers)", d_->kind);

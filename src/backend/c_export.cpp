@@ -255,6 +255,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::KvGroups)) bits |= PGLB_FEATURE_KV_GROUPS;
     if (be.supports(Feature::LinearAttention)) bits |= PGLB_FEATURE_LINEAR_ATTENTION;
     if (be.supports(Feature::KvVIsK)) bits |= PGLB_FEATURE_KV_V_IS_K;
+    if (be.supports(Feature::KvLayerShapes)) bits |= PGLB_FEATURE_KV_LAYER_SHAPES;
   });
   return bits;
 }
@@ -335,6 +336,10 @@ pglb_status x_kv_allocate(pglb_device* d, const pglb_kv_spec* spec) {
     if (c.n_model_layers > 0 && c.layer_group && c.layer_slot) {
       s.layer_group.assign(c.layer_group, c.layer_group + c.n_model_layers);
       s.layer_slot.assign(c.layer_slot, c.layer_slot + c.n_model_layers);
+      if (c.layer_kv_heads && c.layer_head_dim) {
+        s.layer_kv_heads.assign(c.layer_kv_heads, c.layer_kv_heads + c.n_model_layers);
+        s.layer_head_dim.assign(c.layer_head_dim, c.layer_head_dim + c.n_model_layers);
+      }
     }
     dev(d)->be->allocate_kv_cache(s);
   });

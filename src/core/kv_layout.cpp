@@ -13,8 +13,45 @@ int64_t kv_bytes_per_block(const KVCacheLayout& l) {
                 "KV layout needs positive sizes (layers {}, kv heads {}, head dim {}, block size "
                 "{}, bytes per element {})",
                 l.n_layers, l.n_kv_heads, l.head_dim, l.block_size, l.bytes_per_element);
-  return int64_t{l.v_is_k ? 1 : 2} * l.n_layers * l.n_kv_heads * l.block_size *
-         (int64_t{l.head_dim} * l.bytes_per_element + l.scale_bytes);
+  const int64_t parts = l.v_is_k ? 1 : 2;
+  if (l.slot_elems.empty())
+    return parts * l.n_layers * l.n_kv_heads * l.block_size * (int64_t{l.head_dim} * l.bytes_per_element + l.scale_bytes);
+  PAGELLM_CHECK(static_cast<int32_t>(l.slot_elems.size()) == l.n_layers && l.slot_vectors.size() == l.slot_elems.size(),
+                "KV layout: {} slot sizes for {} slots", l.slot_elems.size(), l.n_layers);
+  int64_t per_token = 0;
+  for (size_t s = 0; s < l.slot_elems.size(); ++s) {
+    PAGELLM_CHECK(l.slot_elems[s] > 0 && l.slot_vectors[s] > 0, "KV layout: slot {} has no size", s);
+    per_token += int64_t{l.slot_elems[s]} * l.bytes_per_element + int64_t{l.slot_vectors[s]} * l.scale_bytes;
+  }
+  return parts * l.block_size * per_token;
+}
+
+KvSlotShapes kv_slot_shapes(int32_t n_slots, std::span<const int32_t> layer_slot,
+                            std::span<const int32_t> layer_kv_heads, std::span<const int32_t> layer_head_dim) {
+  const size_t n = layer_kv_heads.size();
+  PAGELLM_CHECK(n_slots > 0 && layer_head_dim.size() == n && (layer_slot.empty() || layer_slot.size() == n),
+                "KV slot shapes: {} layers' heads, {} head sizes and {} slots", n, layer_head_dim.size(),
+                layer_slot.size());
+  KvSlotShapes out;
+  out.elems.assign(static_cast<size_t>(n_slots), 0);
+  out.vectors.assign(static_cast<size_t>(n_slots), 0);
+  auto slot_of = [&](size_t l) { return layer_slot.empty() ? static_cast<int32_t>(l) : layer_slot[l]; };
+  for (size_t l = 0; l < n; ++l) {
+    const int32_t s = slot_of(l);
+    PAGELLM_CHECK(s >= 0 && s < n_slots && layer_kv_heads[l] > 0 && layer_head_dim[l] > 0,
+                  "KV slot shapes: layer {} in slot {} of {} with {} heads of {}", l, s, n_slots, layer_kv_heads[l],
+                  layer_head_dim[l]);
+    out.elems[static_cast<size_t>(s)] = std::max(out.elems[static_cast<size_t>(s)], layer_kv_heads[l] * layer_head_dim[l]);
+  }
+  for (size_t l = 0; l < n; ++l) {
+    const auto s = static_cast<size_t>(slot_of(l));
+    PAGELLM_CHECK(out.elems[s] % layer_head_dim[l] == 0, "KV slot {} of {} elements per token cannot hold layer {}'s "
+                  "heads of {}", s, out.elems[s], l, layer_head_dim[l]);
+    out.vectors[s] = std::max(out.vectors[s], out.elems[s] / layer_head_dim[l]);
+  }
+  for (size_t s = 0; s < out.elems.size(); ++s)
+    PAGELLM_CHECK(out.elems[s] > 0, "KV slot shapes: no layer in slot {}", s);
+  return out;
 }
 
 KvGroupPlan single_kv_group(int32_t n_layers) {

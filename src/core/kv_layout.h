@@ -18,11 +18,27 @@ struct KVCacheLayout {
   int32_t bytes_per_element = 2;  // 2 for f16/bf16, 4 for f32, 1 for 8-bit caches
   int32_t scale_bytes = 0;        // per (token, KV head) vector: 4 in an int8 cache (its float scale)
   int32_t v_is_k = 0;             // 1: no V is stored, attention's values are the keys (an MLA latent)
+  // Slots of their own size (layers of other shapes: kv_slot_shapes), per
+  // token: K elements, and vectors that carry a scale. Empty: every slot
+  // n_kv_heads * head_dim elements in n_kv_heads vectors.
+  std::vector<int32_t> slot_elems = {}, slot_vectors = {};
 };
 
-// 2 (K and V; 1 with v_is_k) * n_layers * n_kv_heads * block_size * (head_dim * bytes_per_element + scale_bytes).
-// Throws Error for non-positive fields.
+// 2 (K and V; 1 with v_is_k) * n_layers * n_kv_heads * block_size * (head_dim * bytes_per_element + scale_bytes),
+// or with slot sizes, the sum over slots. Throws Error for non-positive fields.
 int64_t kv_bytes_per_block(const KVCacheLayout& layout);
+
+// Layers of different K/V shapes (Gemma 4's global layers: a bigger head,
+// other KV heads) that share a slot (in different groups' blocks) share its
+// size: a slot holds per token the largest layer's n_kv_heads * head_dim
+// elements; a smaller layer fills the first part of each block, as if it had
+// slot_elems / head_dim heads (its vectors). layer_slot empty: slot = layer.
+// Throws Error when a slot's size is not a multiple of a layer's head.
+struct KvSlotShapes {
+  std::vector<int32_t> elems, vectors;  // per slot
+};
+KvSlotShapes kv_slot_shapes(int32_t n_slots, std::span<const int32_t> layer_slot,
+                            std::span<const int32_t> layer_kv_heads, std::span<const int32_t> layer_head_dim);
 
 // ---- KV-cache groups (vLLM's hybrid KV-cache manager). Layers whose cache
 // is kept alike form a group; each sequence has one block table per group,

@@ -99,14 +99,11 @@ void check_linear_attention_options(const EngineConfig& c, const SchedulerConfig
                 "not shared with the workers)", a);
 }
 
-KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
-                                const KvGroupPlan& groups, const Backend& backend) {
-  KvBudgetInputs in;
-  in.layout = model.kv_cache_spec(c.block_size, 2, c.kv_cache_dtype).layout();
-  // Every pipeline stage holds each block for its own layers: the budget is
-  // per rank, so blocks are sized for the stage with the most layer slots.
+// Every pipeline stage holds each block for its own layers: the budget is
+// per rank, so blocks are sized for the stage with the most layer slots.
+static int32_t kv_block_slots(const Model& model, const KvGroupPlan& groups) {
   const std::vector<int>& stages = model.geometry().stage_layers;
-  in.layout.n_layers = 0;
+  int32_t most = 0;
   int32_t begin = 0;
   const ModelConfig& cfg = model.config();
   for (const int n : stages) {
@@ -116,12 +113,21 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
     if (groups.grouped()) (void)stage_kv_slots(groups, cache_begin, cache_end, slots);
     if (model.has_linear_layers()) {  // linear-attention layers take no slot
       slots = 0;
-      for (int32_t l = begin; l < begin + n; ++l) slots += model.config().layer_is_linear(l) ? 0 : 1;
+      for (int32_t l = begin; l < begin + n; ++l) slots += cfg.layer_is_linear(l) ? 0 : 1;
       slots = std::max(slots, 1);
     }
-    in.layout.n_layers = std::max(in.layout.n_layers, slots);
+    most = std::max(most, slots);
     begin += n;
   }
+  return most;
+}
+
+KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s, const Model& model,
+                                const KvGroupPlan& groups, const Backend& backend) {
+  KvBudgetInputs in;
+  in.layout = model.kv_cache_spec(c.block_size, 2, c.kv_cache_dtype, &groups).layout();
+  // Layers of their own shapes (slot sizes) run in one stage: that layout is the block.
+  if (in.layout.slot_elems.empty()) in.layout.n_layers = kv_block_slots(model, groups);
   in.blocks_per_seq = kv_blocks_per_seq(groups.groups, c.block_size, s.max_model_len, s.max_num_batched_tokens);
   in.max_model_len = s.max_model_len;
   in.max_num_seqs = s.max_num_seqs;

@@ -97,6 +97,7 @@ bool tensor_in_layer(const TensorSpec& t, const ModelConfig& c, int il) {
   if (t.need == Need::IfKvBSplit) return !c.mla.kv_b_fused;
   if (t.need == Need::IfKvBFused) return c.mla.kv_b_fused;
   if (t.need == Need::IfOwnKv) return il < 0 || !c.layer_reuses_kv(il);
+  if (t.need == Need::IfOwnV) return il < 0 || (!c.layer_reuses_kv(il) && !c.layer_v_is_k(il));
   if (t.need == Need::IfPle) return c.n_embd_per_layer > 0;
   // Leading dense layers (DeepSeek's first_k_dense_replace) hold no experts, the others no dense FFN.
   if (c.n_dense_lead > 0 && il >= 0) {
@@ -125,6 +126,7 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
     case Need::IfKvBSplit:
     case Need::IfKvBFused: return true;
     case Need::IfOwnKv:
+    case Need::IfOwnV:
     case Need::IfPle: return true;
     case Need::IfChoiceBias: return c.moe() && c.expert_choice_bias;
     case Need::Derived: return false;  // served by ArchInfo::derive_tensors, never by a file

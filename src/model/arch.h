@@ -73,6 +73,7 @@ enum class Need {
   IfKvBSplit,      // MLA's kv_b as llama.cpp writes it now (attn_k_b, attn_v_b): required, absent otherwise
   IfKvBFused,      // MLA's kv_b in one tensor (GGUF files from before that split): required, absent otherwise
   IfOwnKv,         // required in layers that keep their own K/V, absent in those that reuse another's (kv_source)
+  IfOwnV,          // IfOwnKv, and absent where values are the keys (ModelConfig::layer_v_is_k)
   IfPle,           // required with per-layer embeddings (n_embd_per_layer > 0), absent otherwise
   // Not in files: computed at load from the layer's other tensors
   // (ArchInfo::derive_tensors); no HF name, no dummy values.
@@ -239,6 +240,10 @@ struct ArchInfo {
   // GGUF key/value lengths describe an MLA latent cache and the YaRN log
   // multiplier is DeepSeek's mscale: read_gguf reads them (deepseek2).
   bool gguf_mla = false;
+  // Gemma 4's GGUF keys: head_count_kv and feed_forward_length may be
+  // per-layer arrays (the config takes layer 0's, read_gguf the rest), and
+  // key_length is the global layers' head, *_swa the local layers'.
+  bool gguf_layer_sizes = false;
   HfDefaults hf;
 
   // The HF writer: a MoE config is written as hf_moe_class / hf_moe_model_type

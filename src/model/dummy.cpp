@@ -85,7 +85,7 @@ class DummySource : public TensorSource {
       const std::vector<float>* rope = config_rope_factors(cfg, s);
       const bool wanted = s == Slot::Output ? !tied : rope || tensor_required(t, cfg, il);
       if (!wanted) return;
-      const Dims shape = t.shape(cfg);
+      const Dims shape = t.shape(il >= 0 ? cfg.layer_view(il) : cfg);
       const int64_t cols = shape[0];
       if (rope) {
         // Not random: the divisors the config states or implies, as a converter writes them.
@@ -259,12 +259,33 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
   w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
   w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.n_embd));
   w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(s.head_dim));
+  if (cfg.layers_alike()) {
+    w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  } else {
+    // Per-layer arrays, as llama.cpp's Gemma 4 converter writes them.
+    std::vector<int32_t> ff, kv;
+    for (int il = 0; il < cfg.n_layer; ++il) {
+      ff.push_back(cfg.layer_ff(il));
+      kv.push_back(cfg.layer_n_head_kv(il));
+    }
+    w.set_i32_array(a + ".feed_forward_length", ff);
+    w.set_i32_array(a + ".attention.head_count_kv", kv);
+  }
+  if (arch.gguf_layer_sizes) {
+    // The local layers' head under *_swa (key_length is the global layers'),
+    // and the per-layer input size even when 0: llama.cpp requires them.
+    w.set_u32(a + ".attention.key_length_swa", static_cast<uint32_t>(s.head_dim));
+    w.set_u32(a + ".attention.value_length_swa", static_cast<uint32_t>(s.head_dim));
+    w.set_u32(a + ".rope.dimension_count_swa", static_cast<uint32_t>(cfg.rope_swa.n_rot));
+    w.set_f32(a + ".rope.freq_base_swa", cfg.rope_swa.freq_base);
+    w.set_u32(a + ".embedding_length_per_layer_input", static_cast<uint32_t>(cfg.n_embd_per_layer));
+  }
+  const int key_length = cfg.head_dim_global > 0 ? cfg.head_dim_global : s.head_dim;
+  w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(key_length));
   // MLA: the cache's one latent head is [rope | kv_lora] keys and kv_lora values.
-  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(cfg.is_mla() ? cfg.mla.kv_lora_rank : s.head_dim));
+  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(cfg.is_mla() ? cfg.mla.kv_lora_rank : key_length));
   w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(cfg.rope.n_rot));
   w.set_f32(a + ".rope.freq_base", s.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
@@ -339,7 +360,7 @@ void write_dummy_gguf(const std::string& path, const DummySpec& spec, const GGUF
     for (int il = 0; il < cfg.n_layer; ++il) shared += cfg.layer_reuses_kv(il) ? 1 : 0;
     w.set_u32(a + ".attention.shared_kv_layers", static_cast<uint32_t>(shared));
   }
-  if (cfg.n_embd_per_layer > 0)
+  if (cfg.n_embd_per_layer > 0 && !arch.gguf_layer_sizes)
     w.set_u32(a + ".embedding_length_per_layer_input", static_cast<uint32_t>(cfg.n_embd_per_layer));
   if (cfg.attn_softcap > 0) w.set_f32(a + ".attn_logit_softcapping", cfg.attn_softcap);
   if (cfg.final_softcap > 0) w.set_f32(a + ".final_logit_softcapping", cfg.final_softcap);

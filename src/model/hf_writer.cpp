@@ -470,8 +470,8 @@ void remove_old_weights(const fs::path& dir) {
 }  // namespace
 
 nlohmann::ordered_json hf_config_json(const ModelConfig& c, bool tied, DType dtype) {
-  PAGELLM_CHECK(c.rope.n_rot == c.head_dim || arch_info(c.arch).partial_rotary,
-                "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot, c.head_dim);
+  PAGELLM_CHECK(c.rope.n_rot == c.max_head_dim() || arch_info(c.arch).partial_rotary,
+                "cannot write config.json: partial RoPE ({} of {} dims)", c.rope.n_rot, c.max_head_dim());
   const ArchInfo& arch = arch_info(c.arch);
   PAGELLM_CHECK(c.qkv_bias == arch.qkv_bias, "cannot write config.json: q/k/v biases are fixed per family ({})",
                 arch.gguf_name);

@@ -256,14 +256,18 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       if (!backend_.supports_op(op_query(op)))
         fail("the {} backend cannot run the {} op, which {}'s Mixture-of-Experts layers need", backend_.name(),
              op_name(op), arch.gguf_name);
+  if (!c.layers_alike())
+    PAGELLM_CHECK(!geo_.tp && geo_.stage_layers.size() <= 1, "{}'s layers of different head or FFN sizes (global "
+                  "layers' own head size, double-wide FFN) do not run under tensor or pipeline parallelism yet",
+                  arch.gguf_name);
   layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
     // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
     // An expert tensor is one stacked GGUF tensor or one tensor per expert
     // ("<name>[e]", as the HF source names them); either way each expert is
     // uploaded as its own matrix.
-    auto get_experts = [&](const TensorSpec& spec, const std::string& name, int il) {
-      const Dims shape = spec.shape(c);  // [cols, rows, n_expert] or [cols, n_expert]
+    auto get_experts = [&](const TensorSpec& spec, const std::string& name, int il, const ModelConfig& lc) {
+      const Dims shape = spec.shape(lc);  // [cols, rows, n_expert] or [cols, n_expert]
       const Dims one_shape(shape.begin(), shape.end() - 1);
       const int64_t n_expert = shape.back();
       std::vector<TensorData> parts;
@@ -296,7 +300,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
       auto& ws = expert_slot(spec.slots[0], il);
       ws.clear();
-      TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, c.head_dim);
+      TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, lc.head_dim);
       if (cut.kind == TensorCut::None) return;
       if (cut.kind == TensorCut::Stack) {  // this rank's heads' matrices, each whole
         PAGELLM_CHECK(cut.begin >= 0 && cut.begin + cut.count <= static_cast<int64_t>(parts.size()),
@@ -315,17 +319,17 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         if (progress) progress(++done, total);
       }
     };
-    auto get = [&](const TensorSpec& spec, const std::string& name, int il) {
+    auto get = [&](const TensorSpec& spec, const std::string& name, int il, const ModelConfig& lc) {
       if (!tensor_in_layer(spec, c, il)) return;  // another kind of layer's tensor (Qwen3.5)
-      if (spec.experts) return get_experts(spec, name, il);
+      if (spec.experts) return get_experts(spec, name, il, lc);
       const TensorData* t = src.find(name);
       if (!t) {
         if (tensor_required(spec, c, il)) fail("model is missing tensor '{}'", name);
         return;
       }
-      const Dims shape = spec.shape(c);
+      const Dims shape = spec.shape(lc);
       std::vector<int64_t> parts{t->rows()};
-      if (spec.split_rows) parts = spec.split_rows(c);
+      if (spec.split_rows) parts = spec.split_rows(lc);
       if (pass == 0) {
         // Checked before anything is uploaded, so a bad file fails fast.
         // Only a one-row matrix may drop its trailing 1: a vector slot (a norm)
@@ -337,7 +341,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
                backend_.name());
         int64_t rows = 0;
         for (int64_t r : parts) rows += r;
-        const int heads = spec.split_heads ? spec.split_heads(c) : c.n_head;
+        const int heads = spec.split_heads ? spec.split_heads(lc) : lc.n_head;
         PAGELLM_CHECK(rows == t->rows() && parts.size() == spec.slots.size() &&
                           (!spec.split_per_head || (heads > 0 && rows % heads == 0)),
                       "tensor '{}': {} rows do not split into the parts the architecture expects", name, t->rows());
@@ -351,14 +355,14 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       for (size_t k = 0; k < spec.slots.size(); ++k) {
         TensorData part = *t;
         if (spec.split_per_head) {
-          part = per_head_part(*t, parts, k, spec.split_heads ? spec.split_heads(c) : c.n_head, shard_storage_);
+          part = per_head_part(*t, parts, k, spec.split_heads ? spec.split_heads(lc) : lc.n_head, shard_storage_);
         } else if (spec.slots.size() > 1) {
           part.shape = {t->cols(), parts[k]};
           part.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(row0) * row_bytes;
         }
         if (!spec.matrix && part.shape.size() == 2) part.shape = {part.cols() * part.rows()};  // conv taps: one vector
         row0 += parts[k];
-        const TensorCut cut = tensor_cut(spec.slots[k], geo_, shard_.tp_rank, c.head_dim);
+        const TensorCut cut = tensor_cut(spec.slots[k], geo_, shard_.tp_rank, lc.head_dim);
         if (cut.kind == TensorCut::None) continue;
         part = cut_tensor(part, cut, shard_storage_);
         if (spec.slots.size() == 1 && spec.matrix && part.shape.size() == 1)
@@ -384,10 +388,12 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       const Slot s0 = spec.slots[0];
       if (s0 == Slot::TokEmbd && !geo_.first_stage && !(geo_.last_stage && !src.find("output.weight"))) continue;
       if ((s0 == Slot::Output || s0 == Slot::OutputNorm) && !geo_.last_stage) continue;
-      get(spec, spec.gguf, 0);
+      get(spec, spec.gguf, 0, c);
     }
-    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il)
-      for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il);
+    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
+      const ModelConfig lc = c.layer_view(il);  // its own head and FFN sizes
+      for (const TensorSpec& spec : arch.layer) get(spec, layer_tensor_name(spec, il), il, lc);
+    }
   }
   PAGELLM_CHECK(!rope_short_ == !rope_long_, "LongRoPE needs both rope_factors_short.weight and "
                 "rope_factors_long.weight; the model has only one");
@@ -464,6 +470,19 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
   }
   kv.n_kv_heads = geo_.n_head_kv;
   kv.head_dim = cfg_.head_dim;
+  if (!cfg_.layers_alike()) {
+    // Each cache layer's own shape, and its place spelled out even in one group.
+    const int begin = cfg_.cache_layers_before(geo_.layer_begin), end = cfg_.cache_layers_before(geo_.layer_end);
+    if (kv.layer_group.empty()) {
+      kv.layer_group.assign(static_cast<size_t>(end - begin), 0);
+      for (int l = 0; l < end - begin; ++l) kv.layer_slot.push_back(l);
+    }
+    for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
+      if (cfg_.layer_reuses_kv(il)) continue;
+      kv.layer_kv_heads.push_back(cfg_.layer_n_head_kv(il));
+      kv.layer_head_dim.push_back(cfg_.layer_head_dim(il));
+    }
+  }
   // An MLA latent is its own value: stored once where the backend can read values from the keys.
   kv.v_is_k = cfg_.is_mla() && backend_.supports(Feature::KvVIsK);
   kv.block_size = block_size;
@@ -477,9 +496,12 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
 std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const ShardGeometry& g = geo_;
-  const int64_t qd = static_cast<int64_t>(g.n_head) * c.head_dim, kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim;
+  // Layers of their own shapes (Gemma 4's global ones) run without tensor parallelism: the largest.
+  const int64_t qd = static_cast<int64_t>(g.n_head) * c.max_head_dim();
+  const int64_t kd = c.layers_alike() ? static_cast<int64_t>(g.n_head_kv) * c.head_dim : c.max_kv_row();
+  const int64_t dense_ff = c.layers_alike() ? g.n_ff : c.max_ff();
   // The dense FFN (leading dense layers of a MoE model too, Gemma 4's MLP beside its experts) or the shared expert.
-  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? g.n_ff : 0) : g.n_ff;
+  const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? dense_ff : 0) : dense_ff;
   const ModelConfig::Mla& mla = c.mla;
   const bool is_mla = c.is_mla();
   const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;

@@ -40,6 +40,8 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
   c.rope.neox = !(gguf_layout && a.gguf_permuted_qk) && !c.rope_pairs_adjacent;
   if (c.rope_llama3.factor > 0) c.rope_freq_factors = llama3_rope_factors(c.rope_llama3, c.rope.freq_base, c.rope.n_rot);
   c.rope_swa = c.rope;
+  // Local layers with a smaller head than the global ones (Gemma 4) turn all of theirs.
+  if (c.head_dim_global > 0) c.rope_swa.n_rot = c.head_dim;
   if (a.swa_rope_base > 0) {
     c.rope_swa.freq_base = c.rope_swa_base > 0 ? c.rope_swa_base : a.swa_rope_base;
     c.rope_swa.freq_scale = 1.0f;
@@ -113,6 +115,29 @@ int ModelConfig::cache_layers_before(int il) const {
   return n;
 }
 
+ModelConfig ModelConfig::layer_view(int il) const {
+  ModelConfig v = *this;
+  if (layers_alike()) return v;
+  v.head_dim = layer_head_dim(il);
+  v.n_head_kv = layer_n_head_kv(il);
+  v.n_ff = layer_ff(il);
+  return v;
+}
+
+int ModelConfig::max_head_dim() const { return std::max(head_dim, head_dim_global); }
+
+int64_t ModelConfig::max_kv_row() const {
+  int64_t row = 0;
+  for (int il = 0; il < n_layer; ++il) row = std::max(row, int64_t{layer_n_head_kv(il)} * layer_head_dim(il));
+  return std::max(row, int64_t{n_head_kv} * head_dim);
+}
+
+int ModelConfig::max_ff() const {
+  int ff = n_ff;
+  for (int32_t f : layer_n_ff) ff = std::max(ff, f);
+  return ff;
+}
+
 std::string ModelConfig::describe() const {
   std::string ffn = fmt::format("ffn {}", n_ff);
   if (n_linear_layers() > 0)
@@ -126,6 +151,10 @@ std::string ModelConfig::describe() const {
     ffn = fmt::format("MLA (q_lora {}, kv_lora {}, nope {} + rope {}, v {}), {}", mla.q_lora_rank, mla.kv_lora_rank,
                       mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim, ffn);
   if (n_embd_per_layer > 0) ffn += fmt::format(", per-layer embeddings {}", n_embd_per_layer);
+  if (head_dim_global > 0 || n_head_kv_global > 0)
+    ffn += fmt::format(", global layers {}/{} x {}{}", n_head, layer_n_head_kv(n_layer - 1), max_head_dim(),
+                       global_v_is_k ? " (values from keys)" : "");
+  if (!layer_n_ff.empty()) ffn += fmt::format(", ffn up to {}", max_ff());
   if (const auto shared = std::count_if(kv_source.begin(), kv_source.end(), [](int32_t s) { return s >= 0; }))
     ffn += fmt::format(", {} layers reusing earlier layers' K/V", shared);
   return fmt::format("{} '{}': {} layers, hidden {}, heads {}/{} x {}, {}, vocab {}, ctx {}", arch_name(arch), name,
@@ -166,8 +195,20 @@ void ModelConfig::check_sizes() const {
 void ModelConfig::validate() const {
   check_sizes();
   PAGELLM_CHECK(n_head % n_head_kv == 0, "head count {} is not a multiple of the KV head count {}", n_head, n_head_kv);
-  PAGELLM_CHECK(rope.n_rot > 0 && rope.n_rot <= head_dim && rope.n_rot % 2 == 0, "invalid RoPE dimension {}",
+  PAGELLM_CHECK(rope.n_rot > 0 && rope.n_rot <= max_head_dim() && rope.n_rot % 2 == 0, "invalid RoPE dimension {}",
                 rope.n_rot);
+  {
+    using L = ModelSizeLimits;
+    PAGELLM_CHECK(head_dim_global >= 0 && head_dim_global <= L::kHeadDim && n_head_kv_global >= 0 &&
+                      n_head_kv_global <= L::kHeads && (n_head_kv_global == 0 || n_head % n_head_kv_global == 0),
+                  "invalid global layers' shape: {} KV heads (dividing the {} heads) of {}", n_head_kv_global, n_head,
+                  head_dim_global);
+    PAGELLM_CHECK(layer_n_ff.empty() || static_cast<int>(layer_n_ff.size()) == n_layer,
+                  "per-layer FFN sizes ({}) do not match the layer count {}", layer_n_ff.size(), n_layer);
+    for (int32_t f : layer_n_ff)
+      PAGELLM_CHECK(f >= 1 && f <= L::kFeedForward, "per-layer FFN size {} is out of range (1 to {})", f,
+                    L::kFeedForward);
+  }
   PAGELLM_CHECK(static_cast<int>(is_swa.size()) == n_layer, "sliding-window layer flags do not match layer count");
   PAGELLM_CHECK(rope.freq_base > 0 && std::isfinite(rope.freq_base), "invalid RoPE base {}", rope.freq_base);
   PAGELLM_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "invalid norm epsilon {}", norm_eps);
@@ -216,7 +257,8 @@ void ModelConfig::validate() const {
   for (int il = 0; il < static_cast<int>(kv_source.size()); ++il) {
     const int src = kv_source[static_cast<size_t>(il)];
     if (src < 0) continue;
-    PAGELLM_CHECK(src < il && !layer_reuses_kv(src) && is_swa[static_cast<size_t>(src)] == is_swa[static_cast<size_t>(il)],
+    PAGELLM_CHECK(src < il && !layer_reuses_kv(src) && is_swa[static_cast<size_t>(src)] == is_swa[static_cast<size_t>(il)] &&
+                      layer_head_dim(src) == layer_head_dim(il) && layer_n_head_kv(src) == layer_n_head_kv(il),
                   "layer {} reuses the K/V of layer {}, which is not an earlier layer of its kind that keeps its own",
                   il, src);
   }
@@ -280,6 +322,14 @@ ModelConfig config_from_gguf(const GGUFFile& f) {
     // Families without dense FFN layers (Qwen3.5-MoE) may state only the expert size.
     if (p.field == &ModelConfig::n_ff && info.moe_only && f.has(key("expert_feed_forward_length")))
       fallback = f.get_int(key("expert_feed_forward_length"));
+    const GGUFValue* per_layer = info.gguf_layer_sizes ? f.find(key(p.gguf)) : nullptr;
+    if (per_layer && per_layer->type == GGUFType::ARRAY) {
+      const std::vector<int64_t> v = f.get_int_array(key(p.gguf));
+      PAGELLM_CHECK(!v.empty() && v[0] >= 1 && v[0] <= p.max, "'{}': {} starts with {} (1 to {})", f.path(),
+                    key(p.gguf), v.empty() ? 0 : v[0], p.max);
+      c.*p.field = static_cast<int>(v[0]);
+      continue;
+    }
     c.*p.field = gguf_size(f, key(p.gguf), fallback, 1, p.max);
     if (p.field == &ModelConfig::n_layer) {
       // Multi-token-prediction blocks (GLM-4.5's nextn_predict_layers) are

@@ -165,6 +165,29 @@ struct ModelConfig {
   // which gates a residual branch after its FFN.
   int n_embd_per_layer = 0;
 
+  // Global (not sliding-window) layers of their own shape (Gemma 4's
+  // global_head_dim and num_global_key_value_heads; 0: head_dim, n_head_kv),
+  // whose values may be their keys before the key norm and RoPE (its
+  // attention_k_eq_v: no v projection); and per-layer FFN sizes (its
+  // double-wide MLP in the shared layers; empty: n_ff everywhere).
+  int head_dim_global = 0, n_head_kv_global = 0;
+  bool global_v_is_k = false;
+  std::vector<int32_t> layer_n_ff;  // [n_layer], or empty
+  int layer_head_dim(int il) const { return head_dim_global > 0 && !is_swa_layer(il) ? head_dim_global : head_dim; }
+  int layer_n_head_kv(int il) const { return n_head_kv_global > 0 && !is_swa_layer(il) ? n_head_kv_global : n_head_kv; }
+  int layer_ff(int il) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(il)]; }
+  bool layer_v_is_k(int il) const { return global_v_is_k && !is_swa_layer(il); }
+  bool is_swa_layer(int il) const { return !is_swa.empty() && is_swa[static_cast<size_t>(il)]; }
+  // Whether every layer has the model's head_dim, n_head_kv and n_ff.
+  bool layers_alike() const { return head_dim_global == 0 && n_head_kv_global == 0 && layer_n_ff.empty(); }
+  // The config with layer il's head_dim, n_head_kv and n_ff (its tensors'
+  // shapes), or this one where all layers are alike.
+  ModelConfig layer_view(int il) const;
+  // The largest head_dim, n_head_kv * head_dim and n_ff of any layer (buffer sizes).
+  int max_head_dim() const;
+  int64_t max_kv_row() const;
+  int max_ff() const;
+
   std::string describe() const;
   // Sizes within ModelSizeLimits (checked before anything is sized from them).
   void check_sizes() const;

@@ -121,7 +121,7 @@ class CpuBackend : public Backend {
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
            f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
-           f == Feature::KvVIsK;
+           f == Feature::KvVIsK || f == Feature::KvLayerShapes;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -158,9 +158,25 @@ class CpuBackend : public Backend {
     kv_cfg_ = cfg;
     kv_groups_ = check_kv_groups(cfg);
     kv_elem_ = cfg.dtype == DType::F16 ? cpu::KVElem::F16 : cfg.dtype == DType::I8 ? cpu::KVElem::I8 : cpu::KVElem::F32;
-    const size_t vectors = static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size;
-    block_bytes_ = vectors * cfg.head_dim * dtype_size(cfg.dtype);
-    scale_bytes_ = cfg.dtype == DType::I8 ? vectors * sizeof(float) : 0;
+    // Per slot: its elements and scaled vectors per token (slots shared by
+    // layers of different shapes take the biggest: kv_slot_shapes).
+    const KVCacheLayout layout = cfg.layout();
+    const size_t n_slots = static_cast<size_t>(cfg.n_layers), elem = dtype_size(cfg.dtype);
+    slot_block_bytes_.assign(n_slots, static_cast<size_t>(cfg.n_kv_heads) * cfg.head_dim * elem * cfg.block_size);
+    slot_scale_bytes_.assign(n_slots, cfg.dtype == DType::I8 ? static_cast<size_t>(cfg.n_kv_heads) * cfg.block_size *
+                                                                 sizeof(float) : 0);
+    for (size_t s = 0; s < layout.slot_elems.size(); ++s) {
+      slot_block_bytes_[s] = static_cast<size_t>(layout.slot_elems[s]) * elem * cfg.block_size;
+      if (cfg.dtype == DType::I8) slot_scale_bytes_[s] = static_cast<size_t>(layout.slot_vectors[s]) * cfg.block_size * sizeof(float);
+    }
+    // A block's scales are addressed by its heads' room, so an int8 slot must
+    // give every layer in it the same room.
+    for (size_t l = 0; l < cfg.layer_kv_heads.size() && cfg.dtype == DType::I8; ++l) {
+      const auto s = static_cast<size_t>(cfg.layer_slot[l]);
+      PAGELLM_CHECK(layout.slot_elems[s] / cfg.layer_head_dim[l] == layout.slot_vectors[s],
+                    "an int8 KV cache cannot hold layers of different head sizes in one block slot (layer {}: heads "
+                    "of {}); use --kv-cache-dtype f16", l, cfg.layer_head_dim[l]);
+    }
     k_cache_.clear();
     v_cache_.clear();
     k_scale_.clear();
@@ -170,24 +186,29 @@ class CpuBackend : public Backend {
     // needs): decode reads each layer's cache as block slices a few KiB
     // apart, one TLB entry per 4 KiB page otherwise.
     // v_is_k (MLA's latent): no values of their own.
-    const size_t layer_bytes = (block_bytes_ * cfg.num_blocks + 63) / 64 * 64, parts = cfg.v_is_k ? 1 : 2;
-    kv_arena_ = allocate_aligned(parts * layer_bytes * static_cast<size_t>(cfg.n_layers));
-    for (int l = 0; l < cfg.n_layers; ++l) {
-      k_cache_.push_back(kv_arena_.get() + parts * l * layer_bytes);
-      if (!cfg.v_is_k) v_cache_.push_back(kv_arena_.get() + (2 * l + 1) * layer_bytes);
-      if (scale_bytes_ == 0) continue;
-      k_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
-      if (!cfg.v_is_k) v_scale_.push_back(allocate_aligned(scale_bytes_ * cfg.num_blocks));
+    const size_t parts = cfg.v_is_k ? 1 : 2;
+    auto slot_bytes = [&](size_t s) { return (slot_block_bytes_[s] * cfg.num_blocks + 63) / 64 * 64; };
+    size_t total = 0;
+    for (size_t s = 0; s < n_slots; ++s) total += parts * slot_bytes(s);
+    kv_arena_ = allocate_aligned(total);
+    size_t at = 0;
+    for (size_t s = 0; s < n_slots; ++s) {
+      k_cache_.push_back(kv_arena_.get() + at);
+      at += slot_bytes(s);
+      if (!cfg.v_is_k) v_cache_.push_back(kv_arena_.get() + at), at += slot_bytes(s);
+      if (slot_scale_bytes_[s] == 0) continue;
+      k_scale_.push_back(allocate_aligned(slot_scale_bytes_[s] * cfg.num_blocks));
+      if (!cfg.v_is_k) v_scale_.push_back(allocate_aligned(slot_scale_bytes_[s] * cfg.num_blocks));
     }
     state_.clear();
     check_linear_state(cfg);
     for (int l = 0; l < cfg.state.n_layers; ++l)
       state_.push_back(allocate_aligned(slot_floats() * sizeof(float) * cfg.state.num_slots));
   }
-  float* k_scale(int layer) const { return scale_bytes_ ? reinterpret_cast<float*>(k_scale_[layer].get()) : nullptr; }
-  float* v_scale(int layer) const {
-    if (kv_cfg_.v_is_k) return k_scale(layer);
-    return scale_bytes_ ? reinterpret_cast<float*>(v_scale_[layer].get()) : nullptr;
+  float* k_scale(int slot) const { return k_scale_.empty() ? nullptr : reinterpret_cast<float*>(k_scale_[slot].get()); }
+  float* v_scale(int slot) const {
+    if (kv_cfg_.v_is_k) return k_scale(slot);
+    return v_scale_.empty() ? nullptr : reinterpret_cast<float*>(v_scale_[slot].get());
   }
   // A layer's value cache: its key cache when the spec says v_is_k.
   uint8_t* v_cache(int layer) const { return kv_cfg_.v_is_k ? k_cache_[layer] : v_cache_[layer]; }
@@ -204,13 +225,12 @@ class CpuBackend : public Backend {
       check_block(src);
       check_block(dst);
       for (int l = 0; l < kv_cfg_.n_layers; ++l) {
-        std::memcpy(k_cache_[l] + dst * block_bytes_, k_cache_[l] + src * block_bytes_, block_bytes_);
-        if (!kv_cfg_.v_is_k)
-          std::memcpy(v_cache_[l] + dst * block_bytes_, v_cache_[l] + src * block_bytes_, block_bytes_);
-        if (scale_bytes_ == 0) continue;
-        std::memcpy(k_scale_[l].get() + dst * scale_bytes_, k_scale_[l].get() + src * scale_bytes_, scale_bytes_);
-        if (!kv_cfg_.v_is_k)
-          std::memcpy(v_scale_[l].get() + dst * scale_bytes_, v_scale_[l].get() + src * scale_bytes_, scale_bytes_);
+        const size_t bb = slot_block_bytes_[l], sb = slot_scale_bytes_[l];
+        std::memcpy(k_cache_[l] + dst * bb, k_cache_[l] + src * bb, bb);
+        if (!kv_cfg_.v_is_k) std::memcpy(v_cache_[l] + dst * bb, v_cache_[l] + src * bb, bb);
+        if (sb == 0) continue;
+        std::memcpy(k_scale_[l].get() + dst * sb, k_scale_[l].get() + src * sb, sb);
+        if (!kv_cfg_.v_is_k) std::memcpy(v_scale_[l].get() + dst * sb, v_scale_[l].get() + src * sb, sb);
       }
     }
   }
@@ -308,12 +328,13 @@ class CpuBackend : public Backend {
   void store_kv(int layer, Buffer& kb, const Buffer& vb, const RopeConfig* k_rope) override {
     Timer t(this, kAttention, "store_kv");
     const auto [group, slot] = kv_place(layer);
-    const int row = kv_cfg_.n_kv_heads * kv_cfg_.head_dim;
+    const auto [heads, hd] = kv_layer_shape(layer);
+    const int row = heads * hd;
     float* k = f32(kb, batch_->n_tokens() * row);
     // v_is_k: the (rotated) key row is written again as its own value, in place: the same bytes.
     const float* v = kv_cfg_.v_is_k ? k : f32(vb, batch_->n_tokens() * row);
-    const cpu::KVStore cache{k_cache_[slot], v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
-                             kv_cfg_.n_kv_heads, kv_cfg_.block_size, kv_cfg_.head_dim};
+    const cpu::KVStore cache{k_cache_[slot], v_cache(slot), kv_elem_,      k_scale(slot), v_scale(slot),
+                             heads,          kv_cfg_.block_size, hd, block_heads(slot, hd)};
     const auto& slots = batch_->slots(group);
     const float* cs = k_rope ? rope_table(*k_rope) : nullptr;
     const int half = k_rope ? k_rope->n_rot / 2 : 0;
@@ -322,7 +343,7 @@ class CpuBackend : public Backend {
         [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) {
             if (cs)
-              ops_->rope(k + i * row, 1, kv_cfg_.n_kv_heads, kv_cfg_.head_dim, k_rope->n_rot, k_rope->neox,
+              ops_->rope(k + i * row, 1, heads, hd, k_rope->n_rot, k_rope->neox,
                          cs + i * half * 2);
             ops_->store_kv(cache, slots[i], k + i * row, v + i * row);
           }
@@ -607,6 +628,9 @@ class CpuBackend : public Backend {
                     cfg.n_layers);
       groups = std::max(groups, cfg.layer_group[l] + 1);
     }
+    PAGELLM_CHECK(cfg.layer_kv_heads.empty() || (cfg.layer_kv_heads.size() == cfg.layer_group.size() &&
+                                                  cfg.layer_head_dim.size() == cfg.layer_group.size()),
+                  "KV cache spec: {} layer shapes for {} layers", cfg.layer_kv_heads.size(), cfg.layer_group.size());
     return groups;
   }
   // The KV-cache group of a layer and its slot in that group's blocks.
@@ -618,6 +642,17 @@ class CpuBackend : public Backend {
     PAGELLM_CHECK(layer >= 0 && layer < static_cast<int>(kv_cfg_.layer_group.size()), "KV layer {} out of range",
                   layer);
     return {kv_cfg_.layer_group[layer], kv_cfg_.layer_slot[layer]};
+  }
+
+  // A cache layer's K/V heads and head size (KVCacheSpec::layer_kv_heads).
+  std::pair<int, int> kv_layer_shape(int layer) const {
+    if (kv_cfg_.layer_kv_heads.empty()) return {kv_cfg_.n_kv_heads, kv_cfg_.head_dim};
+    return {kv_cfg_.layer_kv_heads[static_cast<size_t>(layer)], kv_cfg_.layer_head_dim[static_cast<size_t>(layer)]};
+  }
+  // The heads of head_dim a block of the slot has room for.
+  int block_heads(int slot, int head_dim) const {
+    const size_t per_token = slot_block_bytes_[static_cast<size_t>(slot)] / kv_cfg_.block_size / dtype_size(kv_cfg_.dtype);
+    return static_cast<int>(per_token / static_cast<size_t>(head_dim));
   }
 
   // ---- linear-attention state: per state layer, num_slots slots of
@@ -682,10 +717,10 @@ class CpuBackend : public Backend {
   const cpu::OpsTable* ops_;
   KVCacheSpec kv_cfg_;
   int kv_groups_ = 1;
-  size_t block_bytes_ = 0;
-  size_t scale_bytes_ = 0;  // of one block's scales (int8 caches)
+  std::vector<size_t> slot_block_bytes_;  // [slot] one block's K (or V) bytes
+  std::vector<size_t> slot_scale_bytes_;  // [slot] one block's scales (int8 caches), else 0
   cpu::KVElem kv_elem_ = cpu::KVElem::F16;
-  AlignedBuffer kv_arena_;                     // [layer][k, v][num_blocks * block_bytes_]
+  AlignedBuffer kv_arena_;                     // [slot][k, v][num_blocks * slot_block_bytes_[slot]]
   std::vector<uint8_t*> k_cache_, v_cache_;    // [layer], into kv_arena_
   std::vector<AlignedBuffer> state_;              // [state layer] linear-attention states
   std::vector<AlignedBuffer> k_scale_, v_scale_;  // [layer], int8 caches
@@ -722,8 +757,10 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   const int group = kv_place(layer).first, slot = kv_place(layer).second;
   const float* q = f32(q_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   float* out = f32(out_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
-  PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == kv_cfg_.n_kv_heads && cfg.head_dim == kv_cfg_.head_dim,
+  const auto [layer_heads, layer_hd] = kv_layer_shape(layer);
+  PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == layer_heads && cfg.head_dim == layer_hd,
                 "attention shape does not match the KV cache");
+  const int heads_per_block = block_heads(slot, cfg.head_dim);
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
   PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
                 "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
@@ -805,8 +842,9 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[slot], v_cache(slot), kv_elem_, k_scale(slot), v_scale(slot),
-                     kv_cfg_.n_kv_heads, kv_cfg_.block_size, D, batch_->seqs[w.seq].table(group).data()};
+      cpu::AttnKV kv{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
+                     v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, D,
+                     batch_->seqs[w.seq].table(group).data(), heads_per_block};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};
       float* p = partials_.data() + u * unit_floats;

@@ -38,13 +38,16 @@ enum class KVElem { F32, F16, I8 };
 
 // What one attention call needs to find a sequence's keys and values.
 struct AttnKV {
-  const void* k;               // this layer's K cache, [num_blocks][n_kv_heads][block_size][head_dim]
+  const void* k;               // this layer's K cache, [num_blocks][block_heads][block_size][head_dim]
   const void* v;               // same layout for V
   KVElem elem;
-  const float* k_scale;        // I8: [num_blocks][n_kv_heads][block_size]; else null
+  const float* k_scale;        // I8: [num_blocks][block_heads][block_size]; else null
   const float* v_scale;
   int n_kv_heads, block_size, head_dim;
   const int32_t* block_table;  // logical block -> physical block
+  // Heads' room in a block: n_kv_heads, or more where the cache slot is
+  // shared with a layer of bigger rows (core/kv_layout.h's kv_slot_shapes).
+  int block_heads;
 };
 
 // Where one token's K and V rows go (store_kv).
@@ -55,6 +58,7 @@ struct KVStore {
   float* k_scale;  // I8 only
   float* v_scale;
   int n_kv_heads, block_size, head_dim;
+  int block_heads;  // as AttnKV's
 };
 
 struct OpsTable {

@@ -353,7 +353,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   // converted (a 256-dim block's 256 lines at once overflow the miss queues).
   const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T));
   const auto block_slot = [&](int64_t j_at) {
-    return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.n_kv_heads + g) * B + j_at % B;
+    return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.block_heads + g) * B + j_at % B;
   };
   if (a.j0 < a.j1) {  // (a unit without keys must not read the block table past its end)
     const int64_t slot0 = block_slot(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
@@ -365,7 +365,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     const int off0 = static_cast<int>(j % B);
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
-    const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.n_kv_heads + g) * B + off0;
+    const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.block_heads + g) * B + off0;
     const int64_t j_next = j + cnt;
     const int next_cnt = j_next < a.j1 ? static_cast<int>(min64(a.j1 - j_next, B - j_next % B)) : 0;
     const int64_t next_slot = next_cnt > 0 ? block_slot(j_next) : 0;
@@ -509,7 +509,7 @@ static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
     for (int64_t j = a.j0; j < a.j1; ++j) {
       if (!key_visible(j, p, a.window)) continue;
-      const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.n_kv_heads + g) * B + j % B;
+      const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.block_heads + g) * B + j % B;
       const float ks = kv.k_scale ? kv.k_scale[slot] : 1.0f, vs = kv.v_scale ? kv.v_scale[slot] : 1.0f;
       const float s = cap_score(dot_q(q, kc + slot * D, D) * ks * a.scale, a.softcap);
       const float mx = s > m ? s : m;
@@ -611,7 +611,7 @@ static void store_kv(const KVStore& c, int64_t slot, const float* k, const float
   const int64_t blk = slot / c.block_size, off = slot % c.block_size;
   const int D = c.head_dim;
   for (int g = 0; g < c.n_kv_heads; ++g) {
-    const int64_t row = (blk * c.n_kv_heads + g) * c.block_size + off, at = row * D;
+    const int64_t row = (blk * c.block_heads + g) * c.block_size + off, at = row * D;
     const float* ks = k + g * D;
     const float* vs = v + g * D;
     switch (c.elem) {

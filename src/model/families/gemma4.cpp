@@ -19,9 +19,11 @@
 // sqrt(hidden), and scales each chosen expert by its per_expert_scale
 // (folded into the expert's down projection at load: derive_tensors).
 //
-// Not yet supported (refused by name): a global head size or KV head count
-// other than the local layers' (global_head_dim, attention_k_eq_v), the
-// double-wide MLP of the shared layers, MoE GGUF files.
+// The released checkpoints' global layers have their own head size and KV
+// head count (global_head_dim, num_global_key_value_heads), their values may
+// be their keys (attention_k_eq_v), and the shared layers' MLP may be twice
+// as wide (use_double_wide_mlp): ModelConfig's per-layer shapes. Not yet
+// supported (refused by name): MoE GGUF files.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -71,7 +73,7 @@ std::vector<TensorSpec> gemma4_layer() {
       vec("attn_norm.weight", "input_layernorm.weight", embd_vec, Slot::AttnNorm),
       mat("attn_q.weight", "self_attn.q_proj.weight", q_mat, Slot::Q),
       mat("attn_k.weight", "self_attn.k_proj.weight", kv_mat, Slot::K, Own),
-      mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V, Own),
+      mat("attn_v.weight", "self_attn.v_proj.weight", kv_mat, Slot::V, Need::IfOwnV),
       mat("attn_output.weight", "self_attn.o_proj.weight", o_mat, Slot::O),
       vec("attn_q_norm.weight", "self_attn.q_norm.weight", head_vec, Slot::QNorm),
       vec("attn_k_norm.weight", "self_attn.k_norm.weight", head_vec, Slot::KNorm, Own),
@@ -122,9 +124,11 @@ bool json_true(const nlohmann::json& j, const char* key) {
 void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   using L = ModelSizeLimits;
   c.attn_scale = 1.0f;  // Gemma4TextAttention.scaling: q and k are normed instead
-  // The global layers' head size: transformers saves it as per_layer_config
+  // The global layers' shape: transformers saves it as per_layer_config
   // (overrides by layer index or type; global_head_dim is gone), a
-  // checkpoint's config.json as global_head_dim (default 512).
+  // checkpoint's config.json as global_head_dim (default 512) and, with
+  // attention_k_eq_v, num_global_key_value_heads.
+  const bool k_eq_v = json_true(j, "attention_k_eq_v");
   double global_hd = c.head_dim, global_kv = c.n_head_kv;
   if (j.contains("per_layer_config") && j["per_layer_config"].is_object()) {
     for (const auto& [key, over] : j["per_layer_config"].items()) {
@@ -137,11 +141,24 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
     }
   } else {
     global_hd = hf_float(j, "global_head_dim", 512);
+    if (k_eq_v) global_kv = hf_float(j, "num_global_key_value_heads", global_kv);
   }
-  PAGELLM_CHECK(global_hd == c.head_dim, "'{}': the global layers' head size {} differs from head_dim {}: global "
-                "layers with their own head size are not supported yet", path, global_hd, c.head_dim);
-  PAGELLM_CHECK(global_kv == c.n_head_kv && !json_true(j, "attention_k_eq_v"), "'{}': attention_k_eq_v (global "
-                "layers' values from the keys, their own KV head count) is not supported yet", path);
+  using L = ModelSizeLimits;
+  PAGELLM_CHECK(global_hd >= 1 && global_hd <= L::kHeadDim && global_hd == static_cast<int>(global_hd) &&
+                    global_kv >= 1 && global_kv <= L::kHeads && global_kv == static_cast<int>(global_kv),
+                "'{}': invalid global layers' shape: {} KV heads of {}", path, global_kv, global_hd);
+  if (global_hd != c.head_dim) c.head_dim_global = static_cast<int>(global_hd);
+  if (global_kv != c.n_head_kv) c.n_head_kv_global = static_cast<int>(global_kv);
+  c.global_v_is_k = k_eq_v;
+  // Proportional RoPE turns a share of the global layers' own head.
+  if (c.head_dim_global > 0 && !c.rope_freq_factors.empty()) {
+    size_t turning = 0;
+    while (turning < c.rope_freq_factors.size() && c.rope_freq_factors[turning] == 1.0f) ++turning;
+    const double f = 2.0 * static_cast<double>(turning) / c.head_dim;
+    c.rope.n_rot = c.head_dim_global;
+    c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim_global / 2), kStillRopePair);
+    std::fill_n(c.rope_freq_factors.begin(), static_cast<int>(f * c.head_dim_global / 2), 1.0f);
+  }
   if (json_true(j, "enable_moe_block")) {
     PAGELLM_CHECK(c.moe(), "'{}': enable_moe_block needs num_experts", path);
     PAGELLM_CHECK(c.expert_norm_topk, "'{}': Gemma 4's router always renormalises the chosen experts' weights", path);
@@ -167,8 +184,12 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
                 "'{}': num_kv_shared_layers {} must be a whole number below the layer count {}", path, shared,
                 c.n_layer);
   c.kv_source = kv_sources(c.is_swa, static_cast<int>(shared), "'" + path + "'");
-  PAGELLM_CHECK(!(json_true(j, "use_double_wide_mlp") && shared > 0), "'{}': use_double_wide_mlp (the shared layers' "
-                "double-width FFN) is not supported yet", path);
+  // The shared layers' MLP is twice as wide.
+  if (json_true(j, "use_double_wide_mlp") && shared > 0) {
+    c.layer_n_ff.assign(static_cast<size_t>(c.n_layer), c.n_ff);
+    for (int il = 0; il < c.n_layer; ++il)
+      if (c.layer_reuses_kv(il)) c.layer_n_ff[static_cast<size_t>(il)] = 2 * c.n_ff;
+  }
 }
 
 // llama.cpp's keys: the sliding-window layers as a list, the local layers'
@@ -186,11 +207,52 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
                 swa.size(), c.n_layer);
   c.is_swa.assign(static_cast<size_t>(c.n_layer), false);
   for (int il = 0; il < c.n_layer; ++il) c.is_swa[static_cast<size_t>(il)] = swa[static_cast<size_t>(il)] != 0;
-  for (const char* k : {"attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa"}) {
-    const int v = gguf_size(f, a + k, c.head_dim, 1, L::kHeadDim);
-    PAGELLM_CHECK(v == c.head_dim, "'{}': {}{} = {} differs from the global layers' head size {}: global layers "
-                  "with their own head size are not supported yet", f.path(), a, k, v, c.head_dim);
+  // key_length is the global layers' head, *_swa the local layers'.
+  const int global_hd = c.head_dim;
+  const int hd = gguf_size(f, a + "attention.key_length_swa", global_hd, 1, L::kHeadDim);
+  for (const auto& [k, want] : {std::pair{"attention.value_length_swa", hd}, {"attention.value_length", global_hd},
+                                {"rope.dimension_count_swa", hd}}) {
+    const int v = gguf_size(f, a + k, want, 1, L::kHeadDim);
+    PAGELLM_CHECK(v == want, "'{}': {}{} = {} differs from {} (Gemma 4's values and local RoPE span the whole head)",
+                  f.path(), a, k, v, want);
   }
+  c.head_dim = hd;
+  if (global_hd != hd) c.head_dim_global = global_hd;
+  // Per-layer KV heads (the global layers' own count) and FFN sizes (the double-wide shared layers).
+  if (const GGUFValue* v = f.find(a + "attention.head_count_kv"); v && v->type == GGUFType::ARRAY) {
+    const std::vector<int64_t> kv = f.get_int_array(a + "attention.head_count_kv");
+    PAGELLM_CHECK(static_cast<int>(kv.size()) == c.n_layer, "'{}': {}attention.head_count_kv has {} entries for {} "
+                  "layers", f.path(), a, kv.size(), c.n_layer);
+    int local = 0, global = 0;
+    for (int il = 0; il < c.n_layer; ++il) {
+      int& seen = c.is_swa[static_cast<size_t>(il)] ? local : global;
+      const int64_t h = kv[static_cast<size_t>(il)];
+      PAGELLM_CHECK(h >= 1 && h <= L::kHeads && (seen == 0 || seen == h), "'{}': {}attention.head_count_kv gives "
+                    "layer {} {} KV heads; the layers of one kind must agree", f.path(), a, il, h);
+      seen = static_cast<int>(h);
+    }
+    c.n_head_kv = local > 0 ? local : global;
+    if (global > 0 && global != c.n_head_kv) c.n_head_kv_global = global;
+  }
+  if (const GGUFValue* v = f.find(a + "feed_forward_length"); v && v->type == GGUFType::ARRAY) {
+    const std::vector<int64_t> ff = f.get_int_array(a + "feed_forward_length");
+    PAGELLM_CHECK(static_cast<int>(ff.size()) == c.n_layer, "'{}': {}feed_forward_length has {} entries for {} "
+                  "layers", f.path(), a, ff.size(), c.n_layer);
+    c.layer_n_ff.clear();
+    for (int64_t x : ff) {
+      PAGELLM_CHECK(x >= 1 && x <= L::kFeedForward, "'{}': {}feed_forward_length has {} (1 to {})", f.path(), a, x,
+                    L::kFeedForward);
+      c.layer_n_ff.push_back(static_cast<int32_t>(x));
+    }
+    c.n_ff = *std::min_element(c.layer_n_ff.begin(), c.layer_n_ff.end());
+    if (std::all_of(c.layer_n_ff.begin(), c.layer_n_ff.end(), [&](int32_t x) { return x == c.n_ff; }))
+      c.layer_n_ff.clear();
+  }
+  // Values from the keys: the global layers have no attn_v (llama.cpp uses K when it is missing).
+  for (int il = 0; il < c.n_layer && !c.global_v_is_k; ++il)
+    if (!c.is_swa[static_cast<size_t>(il)] && f.find_tensor("blk." + std::to_string(il) + ".attn_k.weight") &&
+        !f.find_tensor("blk." + std::to_string(il) + ".attn_v.weight"))
+      c.global_v_is_k = true;
   c.n_embd_per_layer = gguf_size(f, a + "embedding_length_per_layer_input", 0, 0, L::kEmbd);
   const int shared = gguf_size(f, a + "attention.shared_kv_layers", 0, 0, c.n_layer);
   c.kv_source = kv_sources(c.is_swa, shared, "'" + f.path() + "'");
@@ -205,9 +267,10 @@ double proportional_factor(const ModelConfig& c) {
   while (turning < f.size() && f[turning] == 1.0f) ++turning;
   bool still = true;
   for (size_t i = turning; i < f.size(); ++i) still = still && f[i] == kStillRopePair;
-  PAGELLM_CHECK(!f.empty() && still && c.rope.n_rot == c.head_dim,
+  const int global_hd = c.layer_head_dim(c.n_layer - 1);  // the last layer is global
+  PAGELLM_CHECK(!f.empty() && still && c.rope.n_rot == global_hd,
                 "cannot write config.json: Gemma 4's global RoPE must be proportional");
-  return 2.0 * static_cast<double>(turning) / c.head_dim;
+  return 2.0 * static_cast<double>(turning) / global_hd;
 }
 
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
@@ -224,8 +287,12 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
         {"rope_theta", decimal(c.rope.freq_base)}}},
       {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", decimal(c.rope_swa.freq_base)}}},
   };
-  j["global_head_dim"] = c.head_dim;
-  j["attention_k_eq_v"] = false;
+  j["global_head_dim"] = c.max_head_dim();
+  // transformers reads num_global_key_value_heads only with attention_k_eq_v.
+  PAGELLM_CHECK(c.global_v_is_k || c.n_head_kv_global == 0, "cannot write config.json: Gemma 4's global layers have "
+                "their own KV head count only when their values are their keys (attention_k_eq_v)");
+  j["attention_k_eq_v"] = c.global_v_is_k;
+  if (c.global_v_is_k) j["num_global_key_value_heads"] = c.layer_n_head_kv(c.n_layer - 1);
   j["attention_bias"] = false;
   j["enable_moe_block"] = c.moe();
   if (c.moe()) {
@@ -235,9 +302,13 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
     for (const char* key : {"num_experts_per_tok", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"})
       j.erase(key);
   }
-  j["use_double_wide_mlp"] = false;
   int shared = 0;
   for (int il = 0; il < c.n_layer; ++il) shared += c.layer_reuses_kv(il) ? 1 : 0;
+  bool double_wide = !c.layer_n_ff.empty();
+  for (int il = 0; il < c.n_layer && double_wide; ++il)
+    PAGELLM_CHECK(c.layer_ff(il) == (c.layer_reuses_kv(il) ? 2 : 1) * c.n_ff, "cannot write config.json: Gemma 4's "
+                  "per-layer FFN sizes are the double-wide MLP of the shared layers only");
+  j["use_double_wide_mlp"] = double_wide;
   PAGELLM_CHECK(c.kv_source == kv_sources(c.is_swa, shared, "cannot write config.json"),
                 "cannot write config.json: the KV sharing is not Gemma 4's (the last layers reading earlier ones)");
   j["num_kv_shared_layers"] = shared;
@@ -328,7 +399,9 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   const AttnWeights& A = L.attn;
   Backend& be = p.be;
   ActivationBuffers& buf = p.buf;
-  const int hd = c.head_dim, n_head = p.geo.n_head, n_head_kv = p.geo.n_head_kv;
+  // Global layers may have their own shape (run without tensor parallelism then).
+  const int hd = c.layer_head_dim(il), n_head = p.geo.n_head;
+  const int n_head_kv = c.layers_alike() ? p.geo.n_head_kv : c.layer_n_head_kv(il);
   const bool swa = c.is_swa[il];
   const int cache = c.cache_layer_of(il) - c.cache_layers_before(p.geo.layer_begin);
 
@@ -339,9 +412,10 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   be.rope(*buf.q, n_head, hd, rope);
   if (!c.layer_reuses_kv(il)) {
     be.matmul(*A.wk, *buf.h, n, *buf.k);
-    be.matmul(*A.wv, *buf.h, n, *buf.v);
+    // attention_k_eq_v: the values are the keys before their norm and RoPE.
+    if (!c.layer_v_is_k(il)) be.matmul(*A.wv, *buf.h, n, *buf.v);
+    be.rms_norm(c.layer_v_is_k(il) ? *buf.k : *buf.v, nullptr, n * n_head_kv, hd, c.norm_eps, *buf.v);
     be.rms_norm(*buf.k, A.k_norm.get(), n * n_head_kv, hd, c.norm_eps, *buf.k);
-    be.rms_norm(*buf.v, nullptr, n * n_head_kv, hd, c.norm_eps, *buf.v);
     be.store_kv(cache, *buf.k, *buf.v, &rope);
   }
   AttentionConfig ac;
@@ -390,6 +464,25 @@ void tiny_gemma4(ModelConfig& c) {
   c.final_softcap = 30.0f;
 }
 
+// tiny-gemma4g: tiny-gemma4 with the released checkpoints' global layers:
+// heads of 256 (the local ones 64), one KV head whose values are the keys
+// (attention_k_eq_v, as the 31B and 26B-A4B), and the shared layers' MLP
+// twice as wide (use_double_wide_mlp, as E2B and E4B). A global layer's K/V
+// row (256) is twice a local one's, so the local layers fill half of the
+// cache slots they share with it.
+void tiny_gemma4g(ModelConfig& c) {
+  tiny_gemma4(c);
+  c.head_dim_global = 4 * c.head_dim;
+  c.n_head_kv_global = 1;
+  c.global_v_is_k = true;
+  c.rope.n_rot = c.head_dim_global;
+  c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim_global / 2), kStillRopePair);
+  std::fill_n(c.rope_freq_factors.begin(), c.head_dim_global / 8, 1.0f);
+  c.layer_n_ff.assign(static_cast<size_t>(c.n_layer), c.n_ff);
+  for (int il = 0; il < c.n_layer; ++il)
+    if (c.layer_reuses_kv(il)) c.layer_n_ff[static_cast<size_t>(il)] = 2 * c.n_ff;
+}
+
 // tiny-gemma4moe: the MoE variant (8 experts of 256, 2 per token, beside the
 // dense MLP of 512), without per-layer embeddings or shared layers, as the
 // 26B-A4B has neither.
@@ -412,6 +505,7 @@ ArchInfo gemma4() {
   a.swa_pattern = 6;
   a.swa_rope_base = 10000.0f;
   a.gguf_sliding_window = 512;
+  a.gguf_layer_sizes = true;
   a.softcaps = true;
   a.moe = true;
   a.moe_norm_topk = true;
@@ -439,6 +533,7 @@ ArchInfo gemma4() {
   a.dummy_shapes = {
       {"tiny-gemma4", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4},
       {"tiny-gemma4moe", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 8, 2, 256, 0, tiny_gemma4moe},
+      {"tiny-gemma4g", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4g},
   };
   return a;
 }

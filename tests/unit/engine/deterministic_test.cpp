@@ -125,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Deterministic,
                                            std::make_tuple("tiny-glm4moe", DType::Q8_0, DType::F16),
                                            std::make_tuple("tiny-qwen3next", DType::Q8_0, DType::F16),
                                            std::make_tuple("tiny-gemma4", DType::Q8_0, DType::I8),
-                                           std::make_tuple("tiny-gemma4moe", DType::Q4_K, DType::F16)));
+                                           std::make_tuple("tiny-gemma4moe", DType::Q4_K, DType::F16),
+                                           std::make_tuple("tiny-gemma4g", DType::Q4_K, DType::F16)));
 
 TEST(Deterministic, SameSeedlessSampledOutputAcrossEngines) {
   EngineConfig c = test::tiny_engine_config(256);

@@ -154,7 +154,7 @@ const std::vector<std::pair<const char*, bool>> kFixtureShapes = {
     {"tiny-qwen3-yarn", true}, {"tiny-phi3-longrope", false}, {"tiny-gptoss", false},
     {"tiny-qwen35", false},    {"tiny-qwen35moe", false}, {"tiny-deepseek3", false}, {"tiny-deepseek2", false},
     {"tiny-glm4moe", false},   {"tiny-qwen3next", false},
-    {"tiny-gemma4", true},     {"tiny-gemma4moe", true},
+    {"tiny-gemma4", true},     {"tiny-gemma4moe", true},  {"tiny-gemma4g", true},
 };
 
 struct HFCase {

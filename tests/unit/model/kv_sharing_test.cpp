@@ -82,32 +82,65 @@ TEST(KvSharing, SharedLayersKeepNoCache) {
 TEST(KvSharing, Gemma4GgufDummyReadsBack) {
   ThreadPool pool(2);
   auto backend = create_backend("cpu", {{"threads", "2"}});
-  const DummySpec spec{"tiny-gemma4", DType::F32, 3};
-  const std::string path = (fs::path(test::temp_dir()) / "tiny-gemma4.gguf").string();
-  write_dummy_gguf(path, spec, nullptr, pool);
-  auto from_file = Model::load(path, *backend);
-  const ModelConfig& c = from_file->config();
-  const ModelConfig want = dummy_config("tiny-gemma4", 512);
-  EXPECT_EQ(c.kv_source, want.kv_source);
-  EXPECT_EQ(c.is_swa, want.is_swa);
-  EXPECT_EQ(c.n_embd_per_layer, want.n_embd_per_layer);
-  EXPECT_EQ(c.attn_scale, 1.0f);
-  EXPECT_EQ(c.rope.n_rot, want.rope.n_rot);
-  EXPECT_EQ(c.rope_swa.freq_base, want.rope_swa.freq_base);
-  EXPECT_EQ(c.sliding_window, want.sliding_window);
-  EXPECT_EQ(c.final_softcap, want.final_softcap);
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 53) % 500);
-  auto run = [&](Model& m) {
-    test::PagedRunner runner(m, 16, 16, DType::F32);
-    return runner.feed(tokens, 9, true);
-  };
-  const std::vector<float> got = run(*from_file);
-  from_file.reset();
-  auto src = make_dummy_source(want, spec, pool);
-  auto in_memory = Model::from_source(want, *src, *backend);
-  EXPECT_EQ(got, run(*in_memory));
-  fs::remove(path);
+  // tiny-gemma4g: global layers of their own head and KV heads (key_length,
+  // head_count_kv as a per-layer array), values from keys (no attn_v), and
+  // double-wide shared MLPs (feed_forward_length as an array).
+  for (const char* shape : {"tiny-gemma4", "tiny-gemma4g"}) {
+    SCOPED_TRACE(shape);
+    const DummySpec spec{shape, DType::F32, 3};
+    const std::string path = (fs::path(test::temp_dir()) / (std::string(shape) + ".gguf")).string();
+    write_dummy_gguf(path, spec, nullptr, pool);
+    auto from_file = Model::load(path, *backend);
+    const ModelConfig& c = from_file->config();
+    const ModelConfig want = dummy_config(shape, 512);
+    EXPECT_EQ(c.kv_source, want.kv_source);
+    EXPECT_EQ(c.is_swa, want.is_swa);
+    EXPECT_EQ(c.n_embd_per_layer, want.n_embd_per_layer);
+    EXPECT_EQ(c.attn_scale, 1.0f);
+    EXPECT_EQ(c.rope.n_rot, want.rope.n_rot);
+    EXPECT_EQ(c.rope_swa.n_rot, want.rope_swa.n_rot);
+    EXPECT_EQ(c.rope_swa.freq_base, want.rope_swa.freq_base);
+    EXPECT_EQ(c.sliding_window, want.sliding_window);
+    EXPECT_EQ(c.final_softcap, want.final_softcap);
+    EXPECT_EQ(c.head_dim, want.head_dim);
+    EXPECT_EQ(c.head_dim_global, want.head_dim_global);
+    EXPECT_EQ(c.n_head_kv_global, want.n_head_kv_global);
+    EXPECT_EQ(c.global_v_is_k, want.global_v_is_k);
+    EXPECT_EQ(c.layer_n_ff, want.layer_n_ff);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 53) % 500);
+    auto run = [&](Model& m) {
+      test::PagedRunner runner(m, 16, 16, DType::F32);
+      return runner.feed(tokens, 9, true);
+    };
+    const std::vector<float> got = run(*from_file);
+    from_file.reset();
+    auto src = make_dummy_source(want, spec, pool);
+    auto in_memory = Model::from_source(want, *src, *backend);
+    EXPECT_EQ(got, run(*in_memory));
+    fs::remove(path);
+  }
+}
+
+// tiny-gemma4g with KV-cache groups: the global layer (one KV head of 256)
+// shares block slots with the local ones (two of 64), which fill half of
+// each; an int8 cache addresses scales per head, so it refuses that mix.
+TEST(KvSharing, GlobalLayersOfTheirOwnShapeShareSlots) {
+  ThreadPool pool(2);
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  const ModelConfig c = dummy_config("tiny-gemma4g", 512);
+  auto src = make_dummy_source(c, DummySpec{"tiny-gemma4g", DType::F32, 1}, pool);
+  auto model = Model::from_source(c, *src, *backend);
+  const KvGroupPlan plan = plan_kv_groups(model->kv_layer_windows(), 256);
+  ASSERT_TRUE(plan.grouped());
+  const KVCacheSpec spec = model->kv_cache_spec(16, 8, DType::F16, &plan);
+  EXPECT_EQ(spec.layer_kv_heads, (std::vector<int32_t>{2, 2, 1}));
+  EXPECT_EQ(spec.layer_head_dim, (std::vector<int32_t>{64, 64, 256}));
+  EXPECT_EQ(spec.n_layers, 1);  // one slot a block: the global layer, or one local layer
+  EXPECT_EQ(spec.bytes_per_block(), size_t{2} * 16 * 256 * 2);
+  backend->allocate_kv_cache(spec);
+  expect_error([&] { backend->allocate_kv_cache(model->kv_cache_spec(16, 8, DType::I8, &plan)); },
+               "int8 KV cache cannot hold layers of different head sizes");
 }
 
 // llama.cpp stores Gemma 4's experts with gate and up fused (ffn_gate_up_exps): not read yet.
@@ -205,19 +238,53 @@ TEST(Gemma4Config, ReadsTheMoeBlock) {
   EXPECT_TRUE(c.expert_norm_topk);
 }
 
+// The released checkpoints: global layers of their own head size (E2B..31B),
+// KV heads and values from the keys (31B, 26B-A4B), double-wide shared MLPs (E2B, E4B).
+TEST(Gemma4Config, ReadsTheReleasedGlobalLayers) {
+  json j = gemma4_config();
+  j["global_head_dim"] = 256;
+  ModelConfig c = config_of(j);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.layer_head_dim(0), 128);
+  EXPECT_EQ(c.layer_head_dim(2), 256);
+  EXPECT_EQ(c.layer_head_dim(5), 256);
+  // Proportional RoPE turns a quarter of the global head; the local layers turn all of theirs.
+  EXPECT_EQ(c.rope.n_rot, 256);
+  ASSERT_EQ(c.rope_freq_factors.size(), 128u);
+  EXPECT_EQ(c.rope_freq_factors[31], 1.0f);
+  EXPECT_EQ(c.rope_freq_factors[32], kStillRopePair);
+  EXPECT_EQ(c.rope_swa.n_rot, 128);
+  EXPECT_FALSE(c.global_v_is_k);
+  EXPECT_EQ(c.layer_n_head_kv(5), 1);
+
+  // As transformers saves it.
+  json saved = gemma4_config();
+  saved.erase("global_head_dim");
+  saved["per_layer_config"] = {{"2", {{"head_dim", 256}}}, {"5", {{"head_dim", 256}}}};
+  EXPECT_EQ(config_of(saved).layer_head_dim(5), 256);
+
+  // num_global_key_value_heads counts only with attention_k_eq_v (transformers' rule).
+  j["num_global_key_value_heads"] = 2;
+  EXPECT_EQ(config_of(j).layer_n_head_kv(5), 1);
+  j["attention_k_eq_v"] = true;
+  c = config_of(j);
+  EXPECT_TRUE(c.global_v_is_k && c.layer_v_is_k(5) && !c.layer_v_is_k(4));
+  EXPECT_EQ(c.layer_n_head_kv(5), 2);
+  EXPECT_EQ(c.layer_n_head_kv(4), 1);
+  EXPECT_FALSE(c.layers_alike());
+
+  j["use_double_wide_mlp"] = true;  // the two shared layers
+  EXPECT_EQ(config_of(j).layer_n_ff, (std::vector<int32_t>{512, 512, 512, 512, 1024, 1024}));
+}
+
 TEST(Gemma4Config, UnsupportedVariantsAreRefusedByName) {
   auto refused = [](const char* key, const json& value, const std::string& what) {
     json j = gemma4_config();
     j[key] = value;
     expect_error([&] { config_of(j); }, what);
   };
-  refused("global_head_dim", 256, "head size 256 differs from head_dim 128");
-  refused("per_layer_config", {{"2", {{"head_dim", 256}}}, {"5", {{"head_dim", 256}}}},
-          "head size 256 differs from head_dim 128");
-  refused("per_layer_config", {{"full_attention", {{"num_key_value_heads", 2}}}}, "attention_k_eq_v");
-  refused("attention_k_eq_v", true, "attention_k_eq_v");
+  refused("global_head_dim", 100000, "invalid global layers' shape");
   refused("enable_moe_block", true, "enable_moe_block needs num_experts");
-  refused("use_double_wide_mlp", true, "use_double_wide_mlp");
   refused("vocab_size_per_layer_input", 256, "vocab_size_per_layer_input 256 differs");
   refused("num_kv_shared_layers", 6, "num_kv_shared_layers 6 must be below the layer count 6");
   refused("use_bidirectional_attention", "all", "use_bidirectional_attention 'all'");

@@ -59,7 +59,7 @@ TEST_P(RowInvariance, DecodeAndMultiTokenRowsGiveTheSameBits) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RowInvariance,
                          ::testing::Values("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3moe", "tiny-gptoss",
-                                           "tiny-gemma4", "tiny-gemma4moe"));
+                                           "tiny-gemma4", "tiny-gemma4moe", "tiny-gemma4g"));
 
 TEST(RowInvariance, Stories260K) {
   const std::string path = test::shared_data("models/stories260K.gguf");
