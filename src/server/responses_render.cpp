@@ -128,8 +128,9 @@ std::string ResponsesStream::event(json e) {
 
 std::string ResponsesStream::begin(const ChatTurn& turn) {
   const json r = responses_object(meta_, turn);
-  return event({{"type", "response.created"}, {"response", r}}) +
-         event({{"type", "response.in_progress"}, {"response", r}});
+  std::string out = event({{"type", "response.created"}, {"response", r}});
+  out += event({{"type", "response.in_progress"}, {"response", r}});
+  return out;
 }
 
 std::string ResponsesStream::add(const std::vector<BlockEvent>& events, const ChatTurn& turn) {
