@@ -203,7 +203,9 @@ AnthropicRequest parse_anthropic_request(const json& body, std::string_view raw)
 GenerationRequest parse_anthropic_chat(const AnthropicRequest& r, const ServedModel& m) {
   static const FieldRenames renames = {
       {{"stop", "stop_sequences"}},
-      {{"].function.parameters", "].input_schema"}, {"].function.name", "].name"}, {"tool_choice required", "tool_choice any"}}};
+      {{"].function.parameters", "].input_schema"},
+       {"): parameters: ", "): input_schema: "},
+       {"].function.name", "].name"}}};
   return parse_translated_chat(r.chat_body_text, m, renames);
 }
 
