@@ -234,7 +234,8 @@ Command register_serve(CLI::App& app) {
   sub->add_option("--port", f->port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  sub->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+  sub->add_option("--api-key", f->api_key,
+                  "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize and /detokenize")
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");
