@@ -147,9 +147,14 @@ std::string ResponsesStream::add(const std::vector<BlockEvent>& events, const Ch
     const char* prefix = is_text ? "response.output_text" : "response.reasoning_text";
     switch (ev.type) {
       case BlockEvent::Type::Open: {
+        // As it opened: the events are rendered after the turn took the
+        // whole output, which may have finished the block already.
         json item = responses_output_item(turn, ev.index);
         item["status"] = "in_progress";
-        if (is_call) item["arguments"] = "";
+        if (is_call)
+          item["arguments"] = "";
+        else
+          item["content"] = json::array();
         out += event({{"type", "response.output_item.added"}, {"output_index", ev.index}, {"item", std::move(item)}});
         if (!is_call)
           out += event(with({{"type", "response.content_part.added"},

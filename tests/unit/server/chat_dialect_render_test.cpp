@@ -136,6 +136,7 @@ TEST(ResponsesRender, ObjectAndStream) {
   EXPECT_EQ(data[0]["response"]["status"], "in_progress");
   EXPECT_EQ(data[0]["response"]["output"], json::array());
   EXPECT_EQ(data[2]["item"]["status"], "in_progress");
+  EXPECT_EQ(data[2]["item"]["content"], json::array());
   const std::string item_id = data[2]["item"]["id"];
   EXPECT_EQ(item_id.rfind("msg_", 0), 0u);
   EXPECT_EQ(data[6]["text"], "Hello");
@@ -153,6 +154,16 @@ TEST(ResponsesRender, ObjectAndStream) {
   EXPECT_EQ(r["usage"], json::parse(R"({"input_tokens": 11, "output_tokens": 3, "total_tokens": 14,
       "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
       "output_tokens_details": {"reasoning_tokens": 0}})"));
+
+  // A whole message in one output: its item still opens empty.
+  ChatTurn whole(chat::ChatOutputOptions{});
+  ResponsesStream again(meta);
+  const std::vector<json> one = event_data(again.add(whole.add(step("Hi", 1, FinishReason::Stop)), whole));
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one[0]["type"], "response.output_item.added");
+  EXPECT_EQ(one[0]["item"]["content"], json::array());
+  EXPECT_EQ(one.back()["item"]["content"][0]["text"], "Hi");
+  EXPECT_EQ(one.back()["item"]["status"], "completed");
 }
 
 TEST(ResponsesRender, FunctionCallsAndTheStoredConversation) {
@@ -162,6 +173,9 @@ TEST(ResponsesRender, FunctionCallsAndTheStoredConversation) {
   ChatTurn turn(o);
   ResponsesStream stream({"resp_1", 0, "m"});
   std::string sse = stream.add(turn.add(step("{\"x\": 1}", 3, FinishReason::Stop)), turn) + stream.end(turn);
+  const std::vector<json> data = event_data(sse);
+  EXPECT_EQ(data[0]["item"]["arguments"], "");  // as it opened, though the call was whole in one output
+  EXPECT_EQ(data[0]["item"]["status"], "in_progress");
   EXPECT_EQ(event_types(sse),
             (std::vector<std::string>{"response.output_item.added", "response.function_call_arguments.delta",
                                       "response.function_call_arguments.done", "response.output_item.done",
