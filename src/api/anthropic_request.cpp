@@ -185,7 +185,9 @@ AnthropicRequest parse_anthropic_request(const json& body, std::string_view raw)
       throw InvalidRequest("'stop_sequences' must be a list of strings", "stop_sequences");
     chat["stop"] = to_ordered(body["stop_sequences"]);
   }
-  for (const char* key : {"temperature", "top_p", "top_k"})
+  // Anthropic's sampling fields, then chat completions' (vLLM's) as extensions.
+  for (const char* key : {"temperature", "top_p", "top_k", "seed", "min_p", "presence_penalty", "frequency_penalty",
+                          "repetition_penalty", "ignore_eos", "min_tokens", "priority", "chat_template_kwargs"})
     if (has_field(body, key)) chat[key] = to_ordered(body[key]);
   if (has_field(body, "tools")) chat["tools"] = translate_tools(body, raw);
   if (has_field(body, "tool_choice")) translate_tool_choice(body["tool_choice"], chat);
@@ -194,7 +196,10 @@ AnthropicRequest parse_anthropic_request(const json& body, std::string_view raw)
     if (!t.is_object() || !t.contains("type") || !(t["type"] == "enabled" || t["type"] == "disabled" ||
                                                      t["type"] == "adaptive"))
       throw InvalidRequest("'thinking' must be {\"type\": \"enabled\" | \"disabled\"}", "thinking");
-    chat["chat_template_kwargs"] = {{"enable_thinking", t["type"] != "disabled"}};
+    if (!chat.contains("chat_template_kwargs")) chat["chat_template_kwargs"] = ordered_json::object();
+    // (a kwargs that is no object stays, for the chat parser's 400)
+    if (chat["chat_template_kwargs"].is_object())
+      chat["chat_template_kwargs"]["enable_thinking"] = t["type"] != "disabled";
   }
   r.chat_body_text = chat.dump();
   return r;

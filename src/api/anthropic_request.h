@@ -8,7 +8,9 @@
 //                        are left out of the prompt
 //   max_tokens           required, as Anthropic requires it
 //   stop_sequences       stop
-//   temperature, top_p, top_k
+//   temperature, top_p, top_k (and, as extensions, chat completions' seed,
+//                        min_p, penalties, ignore_eos, min_tokens,
+//                        chat_template_kwargs)
 //   tools                {name, description, input_schema}; server tools
 //                        (web_search_..., bash_..., ...) are refused by name
 //   tool_choice          auto / any (required) / tool (named) / none;

@@ -166,7 +166,8 @@ void translate_text_format(const json& body, std::string_view raw, ordered_json&
 // Sampling fields that mean the same in both APIs (the vLLM extras included).
 constexpr const char* kSamplingFields[] = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
                                            "frequency_penalty", "repetition_penalty", "stop", "logit_bias",
-                                           "parallel_tool_calls", "user", "priority", "chat_template_kwargs"};
+                                           "ignore_eos", "min_tokens", "parallel_tool_calls", "user", "priority",
+                                           "chat_template_kwargs"};
 
 }  // namespace
 

@@ -6,6 +6,8 @@ requests run through the chat pipeline, so greedy output equals
 /v1/chat/completions' for the same messages."""
 
 import json
+import socket
+import time
 
 import jsonschema
 import openai
@@ -13,6 +15,7 @@ import pytest
 import requests
 from openai.types import responses as rtypes
 
+import prom
 from conftest import STORIES, openai_client
 from dialects import MODEL, WEATHER_SCHEMA, chat_text, sse_events, start_server
 
@@ -172,3 +175,27 @@ def test_bad_requests_are_400_naming_the_field(server, body, param, words):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and words in err["message"] and err["type"] == "invalid_request_error"
+
+
+def test_a_client_that_leaves_aborts_its_request(server):
+    """A stream whose client hangs up is aborted (the chat pipeline's disconnect handling)."""
+    def aborted():
+        m = prom.parse(requests.get(server.url("/metrics"), timeout=10).text)
+        return prom.value(m, "pagellm:request_success_total", finished_reason="abort")
+
+    before = aborted()
+    body = json.dumps({"model": MODEL, "input": "Once upon a time", "max_output_tokens": 480, "ignore_eos": True,
+                       "temperature": 0, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(f"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    received = b""
+    while received.count(b"response.output_text.delta") < 3:
+        chunk = s.recv(4096)
+        assert chunk, "server closed early"
+        received += chunk
+    s.close()
+    deadline = time.time() + 10
+    while aborted() < before + 1:
+        assert time.time() < deadline, "the disconnected stream was not aborted"
+        time.sleep(0.02)

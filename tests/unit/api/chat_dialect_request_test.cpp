@@ -174,6 +174,11 @@ TEST(AnthropicRequest, ToolsAndToolChoice) {
   EXPECT_EQ(choice(R"({"type": "any"})"), "required");
   EXPECT_EQ(choice(R"({"type": "auto"})"), "auto");
   EXPECT_EQ(choice(R"({"type": "none"})"), "none");
+  // thinking joins the template kwargs given as an extension
+  EXPECT_EQ(chat_of(anthropic(R"({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
+                                  "chat_template_kwargs": {"x": 1}, "thinking": {"type": "disabled"}, "seed": 5})")),
+            json::parse(R"({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "seed": 5,
+                            "chat_template_kwargs": {"x": 1, "enable_thinking": false}})"));
 }
 
 TEST(AnthropicRequest, RefusalsNameTheField) {
