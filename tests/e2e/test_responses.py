@@ -11,6 +11,7 @@ import time
 
 import jsonschema
 import openai
+import pydantic
 import pytest
 import requests
 from openai.types import responses as rtypes
@@ -145,6 +146,15 @@ def test_text_format_json_schema(client):
                                 text={"format": {"type": "json_schema", "name": "person", "schema": schema}})
     jsonschema.validate(json.loads(r.output_text), schema)
     assert r.text.format.type == "json_schema"
+
+    # The client's parse() with a pydantic model sends the same kind of format.
+    class Pet(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=8)
+        legs: int = pydantic.Field(ge=0, le=9)
+
+    parsed = client.responses.parse(model=MODEL, input="A pet as JSON.", max_output_tokens=120, temperature=0,
+                                    text_format=Pet)
+    assert isinstance(parsed.output_parsed, Pet)
 
 
 def test_store(client):
