@@ -9,6 +9,7 @@ import json
 
 import anthropic
 import jsonschema
+import pydantic
 import pytest
 import requests
 
@@ -155,3 +156,21 @@ def test_errors_in_anthropic_shape(server, client, body, words):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model=MODEL, **body)
     assert e.value.body["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("body", [
+    {"max_tokens": 5, "messages": ASK},
+    {"max_tokens": 200, "messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "any"}, "temperature": 0},
+    {"max_tokens": 5, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+])
+def test_every_event_validates_against_the_clients_types(server, body):
+    """Strict pydantic validation (required fields, literal values), not the client's lenient construction."""
+    events = pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent)
+    r = requests.post(server.url("/v1/messages"), headers={"x-api-key": KEY}, json={"model": MODEL, **body,
+                                                                                    "stream": True},
+                      stream=True, timeout=60)
+    for event, data in sse_events(r):
+        assert events.validate_python(data).type == event
+    anthropic.types.Message.model_validate(
+        requests.post(server.url("/v1/messages"), headers={"x-api-key": KEY}, json={"model": MODEL, **body},
+                      timeout=60).json())

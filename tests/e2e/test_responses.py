@@ -209,3 +209,20 @@ def test_a_client_that_leaves_aborts_its_request(server):
     while aborted() < before + 1:
         assert time.time() < deadline, "the disconnected stream was not aborted"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize("body", [
+    {"input": "Hi", "max_output_tokens": 5},
+    {"input": "Hi", "max_output_tokens": 300, "stop": ["."]},
+    {"input": "Hi", "tools": [WEATHER], "tool_choice": "required", "max_output_tokens": 200, "temperature": 0},
+    {"input": "Hi", "max_output_tokens": 5, "chat_template_kwargs": {"enable_thinking": True}},
+])
+def test_every_event_validates_against_the_clients_types(server, body):
+    """Strict pydantic validation (required fields, literal values), not the client's lenient construction."""
+    events = pydantic.TypeAdapter(rtypes.ResponseStreamEvent)
+    r = requests.post(server.url("/v1/responses"), json={"model": MODEL, **body, "stream": True}, stream=True,
+                      timeout=60)
+    for event, data in sse_events(r):
+        assert events.validate_python(data).type == event
+    rtypes.Response.model_validate(requests.post(server.url("/v1/responses"), json={"model": MODEL, **body},
+                                                 timeout=60).json())
