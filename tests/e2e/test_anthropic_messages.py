@@ -132,6 +132,11 @@ def test_api_key(server):
     bad = anthropic.Anthropic(base_url=server.base, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         bad.messages.create(model=MODEL, max_tokens=2, messages=ASK)
+    body = {"model": MODEL, "max_tokens": 2, "messages": ASK}
+    assert requests.post(server.url("/v1/messages"), json=body, timeout=30).status_code == 401
+    assert requests.post(server.url("/v1/messages"), json=body, headers=AUTH, timeout=30).status_code == 200
+    # the OpenAI routes take Anthropic's header too
+    assert requests.get(server.url("/v1/models"), headers={"x-api-key": KEY}, timeout=30).status_code == 200
 
 
 @pytest.mark.parametrize("body, words", [
