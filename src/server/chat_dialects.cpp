@@ -1,4 +1,5 @@
-// POST /v1/responses (OpenAI Responses API) and POST /v1/messages (Anthropic
+// POST /v1/responses (OpenAI Responses API, and GET /v1/responses/{id} of a
+// stored one) and POST /v1/messages (Anthropic
 // Messages API): each request is translated into a chat completions request
 // (src/api/responses_request.h, anthropic_request.h) and runs as one
 // GenerationJob, exactly as /v1/chat/completions does; only the reply is told
@@ -202,7 +203,7 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
     if (!meta.store) return;
     nlohmann::json all = conversation;
     for (nlohmann::json& m : responses_chat_messages(turn)) all.push_back(std::move(m));
-    response_store_.put(meta.id, std::move(all));
+    response_store_.put(meta.id, std::move(all), responses_object(meta, turn));
   };
   auto make_renderer = [meta, remember] {
     auto s = std::make_shared<ResponsesStream>(meta);
@@ -215,6 +216,15 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
     remember(turn);
     res.set_content(dump_json(responses_object(meta, turn)), "application/json");
   }, res);
+}
+
+void OpenAIServer::get_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  auto stored = response_store_.response(id);
+  if (!stored)
+    throw HttpError(404, fmt::format("the response '{}' is not stored here (unknown, evicted, or made with store: "
+                                     "false)", sanitize_utf8(id)), "not_found");
+  res.set_content(dump_json(*stored), "application/json");
 }
 
 void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res) {

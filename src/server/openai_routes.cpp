@@ -122,6 +122,7 @@ void OpenAIServer::register_routes(HttpServer& http) {
     generate(req, res, true);
   });
   http.post("/v1/responses", bind(&OpenAIServer::responses));
+  http.get("/v1/responses/(.+)", bind(&OpenAIServer::get_response));
   http.post("/v1/messages", bind(&OpenAIServer::messages));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));

@@ -1,7 +1,8 @@
 // The OpenAI-compatible API over one AsyncEngine:
 //   POST /v1/completions, POST /v1/chat/completions   (JSON or SSE streaming)
 //   GET  /v1/models, /v1/models/{id}
-//   POST /v1/responses (OpenAI Responses), /v1/messages (Anthropic Messages)
+//   POST /v1/responses (OpenAI Responses; GET /v1/responses/{id} when stored),
+//   POST /v1/messages (Anthropic Messages)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
 // Handlers run on the HTTP thread pool; each generation request is a
@@ -65,6 +66,7 @@ class OpenAIServer {
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   // server/chat_dialects.cpp: requests translated into a chat request, replies in their API's shapes.
   void responses(const httplib::Request& req, httplib::Response& res);
+  void get_response(const httplib::Request& req, httplib::Response& res);
   void messages(const httplib::Request& req, httplib::Response& res);
   void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
                 const std::function<void(const ChatTurn&)>& reply, httplib::Response& res);

@@ -167,6 +167,12 @@ def test_store(client):
     first = client.responses.create(model=MODEL, input="Hi", instructions="Be brief.", max_output_tokens=2)
     second = client.responses.create(model=MODEL, input="Again", previous_response_id=first.id, max_output_tokens=2)
     assert second.instructions is None and second.previous_response_id == first.id
+    # stored responses can be fetched again, streamed ones too
+    assert client.responses.retrieve(second.id) == second
+    streamed = list(client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, stream=True))[-1].response
+    assert client.responses.retrieve(streamed.id) == streamed
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
 
 
 @pytest.mark.parametrize("body, param, words", [

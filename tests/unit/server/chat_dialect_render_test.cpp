@@ -247,7 +247,9 @@ TEST(ResponseStore, LeastRecentlyUsedGoFirst) {
   EXPECT_FALSE(store.get("b"));
   EXPECT_EQ(*store.get("a"), json::array({1}));
   EXPECT_EQ(*store.get("c"), json::array({3}));
-  store.put("c", json::array({4}));  // replaced, not added
+  store.put("c", json::array({4}), json{{"id", "c"}});  // replaced, not added
+  EXPECT_EQ(*store.response("c"), json({{"id", "c"}}));
+  EXPECT_FALSE(store.response("b"));
   EXPECT_EQ(store.size(), 2u);
   EXPECT_EQ(*store.get("c"), json::array({4}));
 
