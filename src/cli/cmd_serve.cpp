@@ -54,6 +54,7 @@ struct ServeFlags {
   std::string max_header_bytes = "64KiB";
   double header_timeout = 10, body_timeout = 60, keep_alive_timeout = 5, write_timeout = 10;
   bool disable_log_requests = false;
+  size_t responses_store_size = 100;
 };
 
 // After --shutdown-timeout: time to write the last responses and close.
@@ -148,6 +149,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   api_options.api_key = f.api_key;
   api_options.log_requests = !f.disable_log_requests;
   api_options.metrics_prefix = server::metrics_prefix_from_name(f.metrics_prefix);
+  api_options.responses_store_size = f.responses_store_size;
   server::OpenAIServer api(async, served, api_options);
 
   server::HttpServerOptions http_options;
@@ -232,7 +234,8 @@ Command register_serve(CLI::App& app) {
   sub->add_option("--port", f->port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  sub->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+  sub->add_option("--api-key", f->api_key,
+                  "Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /tokenize and /detokenize")
       ->envname("PAGELLM_API_KEY");
   sub->add_option("--chat-template", f->chat_template,
                   "Jinja chat template file (or inline template) replacing the model's");
@@ -300,6 +303,9 @@ Command register_serve(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_flag("--disable-log-requests", f->disable_log_requests, "No log line per request");
+  sub->add_option("--responses-store-size", f->responses_store_size,
+                  "/v1/responses kept in memory for previous_response_id (least recently used dropped; 0: none)")
+      ->capture_default_str();
   return {sub, [engine, f]() { return run_serve(*engine, *f); }};
 }
 

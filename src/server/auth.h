@@ -1,5 +1,6 @@
 // API keys (--api-key): requests to /v1/*, /tokenize and /detokenize must
-// carry "Authorization: Bearer <key>"; /health, /metrics and /version stay
+// carry "Authorization: Bearer <key>" (or "x-api-key: <key>", as Anthropic's
+// clients send it); /health, /metrics and /version stay
 // open for probes and scrapers (as in vLLM, which guards /v1 only).
 #pragma once
 

@@ -110,6 +110,7 @@ HttpServer::~HttpServer() { stop(); }
 std::string HttpServer::route_label(const std::string& path) const {
   if (methods_by_path_.count(path)) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
+  if (path.starts_with("/v1/responses/")) return "/v1/responses/{id}";
   return "other";
 }
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <ctime>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -44,7 +45,11 @@ std::string make_request_id(const char* prefix) {
 }
 
 OpenAIServer::OpenAIServer(AsyncEngine& engine, ServedModel model, OpenAIServerOptions options)
-    : engine_(engine), model_(std::move(model)), options_(std::move(options)), started_at_(std::time(nullptr)) {}
+    : engine_(engine),
+      model_(std::move(model)),
+      options_(std::move(options)),
+      response_store_(options_.responses_store_size, options_.responses_store_bytes),
+      started_at_(std::time(nullptr)) {}
 
 bool OpenAIServer::wait_idle(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -64,10 +69,25 @@ std::optional<HttpRefusal> OpenAIServer::auth_refusal(std::string_view path,
   return std::nullopt;
 }
 
+namespace {
+
+// The key as an Authorization value: "Authorization: Bearer KEY", or
+// Anthropic's clients' "x-api-key: KEY".
+std::optional<std::string> authorization_of(const std::function<bool(const char*)>& has,
+                                            const std::function<std::string(const char*)>& get) {
+  if (has("Authorization")) return get("Authorization");
+  if (has("x-api-key")) return "Bearer " + get("x-api-key");
+  return std::nullopt;
+}
+
+}  // namespace
+
 void OpenAIServer::authorize(const httplib::Request& req) const {
-  std::optional<std::string_view> header;
-  if (req.has_header("Authorization")) header = req.get_header_value("Authorization");
-  if (auto r = auth_refusal(req.path, header)) throw HttpError(r->status, r->message, r->code);
+  const auto header = authorization_of([&](const char* k) { return req.has_header(k); },
+                                       [&](const char* k) { return req.get_header_value(k); });
+  std::optional<std::string_view> view;
+  if (header) view = *header;
+  if (auto r = auth_refusal(req.path, view)) throw HttpError(r->status, r->message, r->code);
 }
 
 void OpenAIServer::require_accepting() const {
@@ -78,9 +98,11 @@ void OpenAIServer::register_routes(HttpServer& http) {
   // The key is checked on the head, before a body is read; again in each
   // handler, for callers that bypass the connection layer.
   http.set_head_check([this](const RequestHead& head) {
-    std::optional<std::string_view> header;
-    if (head.has_header("Authorization")) header = head.header("Authorization");
-    return auth_refusal(head.path(), header);
+    const auto header = authorization_of([&](const char* k) { return head.has_header(k); },
+                                         [&](const char* k) { return std::string(head.header(k)); });
+    std::optional<std::string_view> view;
+    if (header) view = *header;
+    return auth_refusal(head.path(), view);
   });
   auto bind = [this](void (OpenAIServer::*fn)(const httplib::Request&, httplib::Response&)) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
@@ -99,6 +121,9 @@ void OpenAIServer::register_routes(HttpServer& http) {
     authorize(req);
     generate(req, res, true);
   });
+  http.post("/v1/responses", bind(&OpenAIServer::responses));
+  http.get("/v1/responses/(.+)", bind(&OpenAIServer::get_response));
+  http.post("/v1/messages", bind(&OpenAIServer::messages));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
   http.post("/tokenize", bind(&OpenAIServer::tokenize));

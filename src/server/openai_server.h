@@ -1,6 +1,8 @@
 // The OpenAI-compatible API over one AsyncEngine:
 //   POST /v1/completions, POST /v1/chat/completions   (JSON or SSE streaming)
 //   GET  /v1/models, /v1/models/{id}
+//   POST /v1/responses (OpenAI Responses; GET /v1/responses/{id} when stored),
+//   POST /v1/messages (Anthropic Messages)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
 // Handlers run on the HTTP thread pool; each generation request is a
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -18,6 +21,7 @@
 #include "engine/async_engine.h"
 #include "server/http_request_reader.h"
 #include "server/metrics_render.h"
+#include "server/response_store.h"
 
 namespace httplib {
 struct Request;
@@ -31,12 +35,17 @@ using api::GenerationRequest;
 using api::ServedModel;
 
 class HttpServer;
+class ChatTurn;
+struct TurnRenderer;  // server/chat_dialects.cpp
 
 struct OpenAIServerOptions {
   std::string api_key;                           // empty: no authentication
   bool log_requests = true;                      // one info line per generation request
   std::chrono::milliseconds poll_interval{100};  // how often waiting handlers look for a vanished client
   MetricsPrefix metrics_prefix = MetricsPrefix::Pagellm;  // --metrics-prefix
+  // /v1/responses conversations kept for previous_response_id (--responses-store-size; 0: none).
+  size_t responses_store_size = 100;
+  size_t responses_store_bytes = size_t{256} << 20;
 };
 
 class OpenAIServer {
@@ -55,6 +64,12 @@ class OpenAIServer {
  private:
   friend class ActiveRequest;
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // server/chat_dialects.cpp: requests translated into a chat request, replies in their API's shapes.
+  void responses(const httplib::Request& req, httplib::Response& res);
+  void get_response(const httplib::Request& req, httplib::Response& res);
+  void messages(const httplib::Request& req, httplib::Response& res);
+  void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
+                const std::function<void(const ChatTurn&)>& reply, httplib::Response& res);
   void list_models(const httplib::Request& req, httplib::Response& res);
   void get_model(const httplib::Request& req, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
@@ -74,6 +89,7 @@ class OpenAIServer {
   ServedModel model_;
   OpenAIServerOptions options_;
   HttpCounters counters_;
+  ResponseStore response_store_;
   int64_t started_at_;  // Unix seconds
   std::atomic<bool> draining_{false};
   mutable std::atomic<int64_t> active_{0};

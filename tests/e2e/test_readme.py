@@ -64,3 +64,11 @@ def test_readme_openai_example(readme_server):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "paris" in out.stdout.lower(), out.stdout
+
+
+@pytest.mark.parametrize("must_contain", ["client.responses.create(", "Anthropic(base_url="])
+def test_readme_responses_and_messages_examples(readme_server, must_contain):
+    code = run_with_port(code_block("python", must_contain), readme_server.port)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "paris" in out.stdout.lower(), out.stdout

@@ -440,6 +440,20 @@ REQUESTS = [
     {"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "parallel_tool_calls": False,
      "tools": [{"type": "function", "function": {"name": "f", "parameters": {
          "type": "object", "properties": {"x": {"enum": [1, "a", None]}}}}}]},
+    # Responses API and Messages API bodies (the target parses every body as each API)
+    {"input": [{"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+               {"role": "user", "content": "Hi"},
+               {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\": 1}"},
+               {"type": "function_call_output", "call_id": "c1", "output": "ok"}, {"type": "reasoning"}],
+     "instructions": "I", "max_output_tokens": 8, "store": False,
+     "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"x": {}}}}],
+     "tool_choice": {"type": "function", "name": "f"}, "text": {"format": {"type": "json_object"}}},
+    {"max_tokens": 8, "system": [{"type": "text", "text": "S"}], "stop_sequences": ["."], "top_k": 3,
+     "messages": [{"role": "user", "content": "weather?"},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "sun"}]}],
+     "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
+     "thinking": {"type": "enabled", "budget_tokens": 1024}},
 ]
 
 

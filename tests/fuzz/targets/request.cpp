@@ -1,12 +1,15 @@
 // A request body as the server gets it: parse_json_body, the model field,
 // then both endpoints' parsers (sampling fields, prompts, chat messages
 // through a real template) down to EngineRequests, checked as the engine
-// checks them on submit. The model is a synthetic SentencePiece vocabulary
+// checks them on submit; and the same body as a Responses API and as an
+// Anthropic Messages API request, translated and parsed as chat. The model is a synthetic SentencePiece vocabulary
 // (specials, 256 byte tokens, fillers) with Gemma 3's chat template.
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "api/anthropic_request.h"
 #include "api/openai_request.h"
+#include "api/responses_request.h"
 #include "chat/chat_template.h"
 #include "common.h"
 #include "core/request_limits.h"
@@ -80,6 +83,16 @@ int request(const uint8_t* data, size_t size) {
         check_like_the_engine(r, m);
     });
   }
+  const std::string raw(reinterpret_cast<const char*>(data), size);
+  auto check_chat = [&](const api::GenerationRequest& g, const char* id) {
+    FUZZ_INVARIANT(g.chat && g.prompts.size() == 1);
+    for (const EngineRequest& r : api::to_engine_requests(g, id, m)) check_like_the_engine(r, m);
+  };
+  rejected([&] {
+    const api::ResponsesRequest r = api::parse_responses_request(body, raw, nlohmann::json::array());
+    check_chat(api::parse_responses_chat(r, m), "resp_fuzz");
+  });
+  rejected([&] { check_chat(api::parse_anthropic_chat(api::parse_anthropic_request(body, raw), m), "msg_fuzz"); });
   return 0;
 }
 

@@ -1,0 +1,261 @@
+// POST /v1/responses (OpenAI Responses API, and GET /v1/responses/{id} of a
+// stored one) and POST /v1/messages (Anthropic
+// Messages API): each request is translated into a chat completions request
+// (src/api/responses_request.h, anthropic_request.h) and runs as one
+// GenerationJob, exactly as /v1/chat/completions does; only the reply is told
+// in the API's own shapes (server/responses_render.h, anthropic_render.h).
+// A client that goes away gets its request aborted.
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <functional>
+
+#include "api/anthropic_request.h"
+#include "api/responses_request.h"
+#include "api/utf8_check.h"
+#include "server/anthropic_render.h"
+#include "server/chat_turn.h"
+#include "server/generation_job.h"
+#include "server/http_connections.h"
+#include "server/http_errors.h"
+#include "server/openai_server.h"
+#include "server/responses_render.h"
+
+namespace pagellm::server {
+
+using namespace api;
+
+// One API's stream: its opening events, the events of each output, the
+// closing ones, an error event; `done` runs after a whole turn.
+struct TurnRenderer {
+  std::function<std::string(const ChatTurn&)> begin;
+  std::function<std::string(const std::vector<BlockEvent>&, const ChatTurn&)> add;
+  std::function<std::string(const ChatTurn&)> end;
+  std::function<std::string(const HttpError&)> error;
+  std::function<void(const ChatTurn&)> done;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+HttpError error_for(const RequestOutput& out) {
+  switch (out.error_kind) {
+    case RequestError::Invalid: return HttpError(400, out.error, "", out.error_param);
+    case RequestError::Unavailable: return HttpError(503, out.error, "unavailable");
+    case RequestError::Internal: break;
+  }
+  return HttpError(500, out.error, "internal_error");
+}
+
+void log_turn(bool enabled, const std::string& id, const char* outcome, const ChatTurn& turn, Clock::time_point start) {
+  if (!enabled) return;
+  const Usage& u = turn.usage();
+  spdlog::info("{} {}: prompt {} tokens ({} cached), completion {} tokens, finish {}, {:.3f} s", id, outcome,
+               u.prompt_tokens, u.cached_tokens, u.completion_tokens,
+               turn.finished() ? to_string(turn.finish()) : "none",
+               std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+struct TurnStream {
+  TurnStream(const OpenAIServer& server, std::unique_ptr<GenerationJob> j, ChatTurn t, TurnRenderer r,
+             ClientWatch w, std::optional<GenerationJob::Item> f, std::string i, bool l)
+      : active(server),
+        job(std::move(j)),
+        turn(std::move(t)),
+        renderer(std::move(r)),
+        watch(std::move(w)),
+        first(std::move(f)),
+        id(std::move(i)),
+        log(l) {}
+  ActiveRequest active;
+  std::unique_ptr<GenerationJob> job;
+  ChatTurn turn;
+  TurnRenderer renderer;
+  ClientWatch watch;
+  std::optional<GenerationJob::Item> first;
+  std::string id;
+  bool log;
+  Clock::time_point start = Clock::now();
+};
+
+bool run_turn_stream(TurnStream& s, httplib::DataSink& sink, std::chrono::milliseconds poll) {
+  auto write = [&](const std::string& data) { return data.empty() || sink.write(data.data(), data.size()); };
+  auto client_gone = [&] {
+    s.job->abort();
+    log_turn(s.log, s.id, "aborted (client disconnected)", s.turn, s.start);
+    return false;
+  };
+  if (!write(s.renderer.begin(s.turn))) return client_gone();
+  auto last_check = Clock::now();
+  while (s.first || !s.job->done()) {
+    auto item = s.first ? std::exchange(s.first, std::nullopt) : s.job->next(poll);
+    if (Clock::now() - last_check >= poll) {
+      last_check = Clock::now();
+      if (s.watch.gone([&] { return write(": keep-alive\n\n"); })) return client_gone();
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      s.job->abort();
+      write(s.renderer.error(error_for(item->output)));
+      sink.done();
+      log_turn(s.log, s.id, "failed", s.turn, s.start);
+      return true;
+    }
+    if (!write(s.renderer.add(s.turn.add(item->output), s.turn))) return client_gone();
+  }
+  if (!write(s.renderer.end(s.turn))) return client_gone();
+  sink.done();
+  if (s.renderer.done && s.turn.finish() != FinishReason::Abort) s.renderer.done(s.turn);
+  log_turn(s.log, s.id, "streamed", s.turn, s.start);
+  return true;
+}
+
+}  // namespace
+
+// Runs a translated chat request: streamed through `renderer`, or collected
+// and handed to `reply` (the whole turn) for one JSON body.
+void OpenAIServer::run_turn(const GenerationRequest& g, const std::string& id,
+                            const std::function<TurnRenderer()>& make_renderer,
+                            const std::function<void(const ChatTurn&)>& reply, httplib::Response& res) {
+  auto job = std::make_unique<GenerationJob>(engine_, to_engine_requests(g, id, model_));
+  ClientWatch watch = ClientWatch::current();
+  ChatTurn turn(g.output);
+  res.set_header("X-Request-Id", id);
+  const auto start = Clock::now();
+  if (g.stream) {
+    // A grammar that fails to compile is the client's fault: a 400 status,
+    // not an error event after a 200.
+    std::optional<GenerationJob::Item> first;
+    if (g.params.structured.active()) {
+      while (!first && !job->done()) {
+        first = job->next(options_.poll_interval);
+        if (!first && watch.gone()) {
+          job->abort();
+          res.status = 499;
+          return;
+        }
+      }
+      if (first && !first->output.error.empty()) {
+        job->abort();
+        throw error_for(first->output);
+      }
+    }
+    auto state = std::make_shared<TurnStream>(*this, std::move(job), std::move(turn), make_renderer(),
+                                              std::move(watch), std::move(first), id, options_.log_requests);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    const auto poll = options_.poll_interval;
+    res.set_chunked_content_provider("text/event-stream", [state, poll](size_t, httplib::DataSink& sink) {
+      return run_turn_stream(*state, sink, poll);
+    });
+    return;
+  }
+  auto last_check = Clock::now();
+  while (!job->done()) {
+    auto item = job->next(options_.poll_interval);
+    if (Clock::now() - last_check >= options_.poll_interval) {
+      last_check = Clock::now();
+      if (watch.gone()) {
+        job->abort();
+        log_turn(options_.log_requests, id, "aborted (client disconnected)", turn, start);
+        res.status = 499;
+        return;
+      }
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      job->abort();
+      throw error_for(item->output);
+    }
+    turn.add(item->output);
+  }
+  if (turn.finish() == FinishReason::Abort) {
+    log_turn(options_.log_requests, id, "aborted (shutdown)", turn, start);
+    throw HttpError(503, "the request was aborted: the server is shutting down", "shutting_down");
+  }
+  log_turn(options_.log_requests, id, "done", turn, start);
+  reply(turn);
+}
+
+void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res) {
+  require_accepting();
+  const nlohmann::json body = parse_json_body(req.body);
+  check_model_field(body, model_);
+  nlohmann::json history = nlohmann::json::array();
+  const std::string previous = read_previous_response_id(body);
+  if (!previous.empty()) {
+    auto stored = response_store_.get(previous);
+    if (!stored)
+      throw HttpError(404, fmt::format("the response '{}' is not stored here (unknown, evicted, or made with store: "
+                                       "false)", sanitize_utf8(previous)), "previous_response_not_found",
+                      "previous_response_id");
+    history = std::move(*stored);
+  }
+  ResponsesRequest r = parse_responses_request(body, req.body, history);
+  GenerationRequest g = parse_responses_chat(r, model_);
+  g.stream = r.stream;
+
+  ResponsesMeta meta{make_request_id("resp_"), static_cast<int64_t>(std::time(nullptr)), model_.name, r.store,
+                     r.previous_response_id, r.echo};
+  auto remember = [this, meta, conversation = r.conversation](const ChatTurn& turn) {
+    if (!meta.store) return;
+    nlohmann::json all = conversation;
+    for (nlohmann::json& m : responses_chat_messages(turn)) all.push_back(std::move(m));
+    response_store_.put(meta.id, std::move(all), responses_object(meta, turn));
+  };
+  auto make_renderer = [meta, remember] {
+    auto s = std::make_shared<ResponsesStream>(meta);
+    return TurnRenderer{[s](const ChatTurn& t) { return s->begin(t); },
+                        [s](const std::vector<BlockEvent>& e, const ChatTurn& t) { return s->add(e, t); },
+                        [s](const ChatTurn& t) { return s->end(t); },
+                        [s](const HttpError& e) { return s->error(e.what(), e.code(), e.param()); }, remember};
+  };
+  run_turn(g, meta.id, make_renderer, [&](const ChatTurn& turn) {
+    remember(turn);
+    res.set_content(dump_json(responses_object(meta, turn)), "application/json");
+  }, res);
+}
+
+void OpenAIServer::get_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  auto stored = response_store_.response(id);
+  if (!stored)
+    throw HttpError(404, fmt::format("the response '{}' is not stored here (unknown, evicted, or made with store: "
+                                     "false)", sanitize_utf8(id)), "not_found");
+  res.set_content(dump_json(*stored), "application/json");
+}
+
+void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res) {
+  // Anthropic's clients read errors in Anthropic's shape.
+  try {
+    require_accepting();
+    const nlohmann::json body = parse_json_body(req.body);
+    check_model_field(body, model_);
+    AnthropicRequest r = parse_anthropic_request(body, req.body);
+    GenerationRequest g = parse_anthropic_chat(r, model_);
+    g.stream = r.stream;
+    AnthropicMeta meta{make_request_id("msg_"), model_.name, static_cast<int64_t>(g.prompts.front().ids.size())};
+    auto make_renderer = [meta] {
+      auto s = std::make_shared<AnthropicStream>(meta);
+      return TurnRenderer{[s](const ChatTurn& t) { return s->begin(t); },
+                          [s](const std::vector<BlockEvent>& e, const ChatTurn& t) { return s->add(e, t); },
+                          [s](const ChatTurn& t) { return s->end(t); },
+                          [s](const HttpError& e) { return s->error(e.status(), e.what()); }, nullptr};
+    };
+    run_turn(g, meta.id, make_renderer, [&](const ChatTurn& turn) {
+      res.set_content(dump_json(anthropic_message(meta, turn)), "application/json");
+    }, res);
+  } catch (...) {
+    const ErrorReply reply = error_reply_for_current_exception();
+    const nlohmann::json& e = reply.body["error"];
+    std::string message = e["message"].get<std::string>();
+    spdlog::info("{} {} -> {}: {}", req.method, req.path, reply.status, message);
+    res.status = reply.status;
+    res.set_content(dump_json(anthropic_error_body(reply.status, message)), "application/json");
+    if (reply.status == 503) res.set_header("Retry-After", "1");
+  }
+}
+
+}  // namespace pagellm::server
