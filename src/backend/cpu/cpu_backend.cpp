@@ -175,7 +175,7 @@ class CpuBackend : public Backend {
       const auto s = static_cast<size_t>(cfg.layer_slot[l]);
       PAGELLM_CHECK(layout.slot_elems[s] / cfg.layer_head_dim[l] == layout.slot_vectors[s],
                     "an int8 KV cache cannot hold layers of different head sizes in one block slot (layer {}: heads "
-                    "of {}); use --kv-cache-dtype f16", l, cfg.layer_head_dim[l]);
+                    "of {}); use --kv-cache-dtype f16 or --disable-hybrid-kv-cache-manager", l, cfg.layer_head_dim[l]);
     }
     k_cache_.clear();
     v_cache_.clear();
