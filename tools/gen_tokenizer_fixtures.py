@@ -5,6 +5,12 @@
   with the `tokenizers` package -> tests/fixtures/tokenizer/hf_<name>.json
 * The Gemma 3 GGUF vocabulary with llama.cpp (`llama_cpp` Python bindings)
   -> tests/fixtures/tokenizer/gemma3.json
+* A vocabulary of llama.cpp's `gemma4` tokenizer model (BPE over characters,
+  spaces as U+2581): Llama 2's tokens and merges (its tokenizer.json) written
+  by llama.cpp's gguf-py as Gemma 4's converter writes its vocabulary, and
+  tokenized by llama.cpp b11434 (tools/llama_ref/llama_tokenize.cpp, with
+  --llama-cpp TREE --llama-build BUILD) -> tests/fixtures/tokenizer/gemma4.json
+  and gemma4-vocab.gguf
 
 Each case: text, add_special, parse_special, ids. parse_special=false maps to
 `encode_special_tokens = True` in `tokenizers` (special added tokens are plain
@@ -167,6 +173,95 @@ def gemma_fixture():
                           "cases": cases})
 
 
+GEMMA4_STRINGS = COMMON + [
+    "a\n\nb\n\n\n\nc",
+    "\n",
+    "\n\n\n\n\n\n\n\n\n\n\n\n",
+    "line one\nline two\n\n  indented\n",
+    "<s>[INST] Hello [/INST] Hi</s>",
+    "Hello<s> world",
+    "x" * 40 + " " + "y" * 3,
+    "\x01\x02 control chars \x7f",
+    "  double  spaces  ",
+]
+
+
+def gemma4_vocab(path):
+    """Llama 2's tokenizer.json as a gemma4 GGUF vocabulary (gguf-py, as llama.cpp's Gemma 4 converter)."""
+    import gguf
+    with open(os.path.join(SHARED, "hf-tokenizers", "llama2", "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab = tj["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for text, i in vocab.items():
+        tokens[i] = text
+    special = {t["content"] for t in tj["added_tokens"] if t.get("special")}
+    types = [gguf.TokenType.CONTROL if t in special else
+             gguf.TokenType.BYTE if len(t) == 6 and t.startswith("<0x") and t.endswith(">") else
+             gguf.TokenType.NORMAL for t in tokens]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_space_prefix(False)
+    w.add_add_bos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gemma4_fixture(llama_cpp, build):
+    import subprocess
+    import tempfile
+    sys.path.insert(0, os.path.join(llama_cpp, "gguf-py"))
+    path = os.path.join(OUT_DIR, "gemma4-vocab.gguf")
+    gemma4_vocab(path)
+    libs = [os.path.join(build, p) for p in ("src/libllama.a", "ggml/src/libggml.a", "ggml/src/libggml-cpu.a",
+                                             "ggml/src/libggml-base.a")]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "llama_tokenize")
+        subprocess.run(["c++", "-O2", "-std=c++17", os.path.join(ROOT, "tools", "llama_ref", "llama_tokenize.cpp"),
+                        "-I", os.path.join(llama_cpp, "include"), "-I", os.path.join(llama_cpp, "ggml", "include"),
+                        "-o", exe, "-Wl,--start-group", *libs, "-Wl,--end-group", "-fopenmp", "-lpthread", "-ldl",
+                        "-lm"], check=True)
+        inp, out = os.path.join(tmp, "in.txt"), os.path.join(tmp, "out.txt")
+        with open(inp, "wb") as f:
+            for text in GEMMA4_STRINGS:
+                f.write(text.encode("utf-8") + b"\n__case__\n")
+        cases = []
+        for parse_special in (False, True):
+            for add_special in (False, True):
+                subprocess.run([exe, path, inp, out, str(int(add_special)), str(int(parse_special))], check=True,
+                               stderr=subprocess.DEVNULL)
+                with open(out) as f:
+                    lines = f.read().split("\n")[:len(GEMMA4_STRINGS)]
+                for text, line in zip(GEMMA4_STRINGS, lines):
+                    cases.append({"text": text, "add_special": add_special, "parse_special": parse_special,
+                                  "ids": [int(x) for x in line.split()]})
+    write("gemma4.json", {"source": "llama.cpp b11434 (tools/llama_ref/llama_tokenize.cpp) on gemma4-vocab.gguf: "
+                                    "Llama 2's tokens and merges as a gemma4 vocabulary", "cases": cases})
+
+
 if __name__ == "__main__":
-    hf_fixtures()
-    gemma_fixture()
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", help="llama.cpp b11434 source tree (for gemma4.json)")
+    ap.add_argument("--llama-build", help="its CMake build (static libraries)")
+    ap.add_argument("--only", choices=["hf", "gemma3", "gemma4"])
+    args = ap.parse_args()
+    if args.only in (None, "hf"):
+        hf_fixtures()
+    if args.only in (None, "gemma3"):
+        gemma_fixture()
+    if args.only in (None, "gemma4"):
+        if args.llama_cpp and args.llama_build:
+            gemma4_fixture(args.llama_cpp, args.llama_build)
+        else:
+            print("no --llama-cpp / --llama-build: gemma4.json left as is", file=sys.stderr)

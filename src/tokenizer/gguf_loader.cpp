@@ -111,6 +111,25 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& f) {
                                  pre.empty() ? "default" : pre);
     t->model = std::move(bpe);
     t->piece_style = tok::PieceStyle::ByteLevel;
+  } else if (model == "gemma4") {
+    // Gemma 4: SentencePiece-style BPE over UTF-8 characters, not bytes.
+    // Spaces become U+2581 (no prefix), each line and each run of newlines is
+    // a piece (a run that is a token stays whole), and characters outside the
+    // vocabulary become <0xNN> byte tokens; as llama.cpp's gemma4 vocabulary.
+    bos = token_id_key(f, "tokenizer.ggml.bos_token_id", -1, n);
+    eos = token_id_key(f, "tokenizer.ggml.eos_token_id", -1, n);
+    unk = token_id_key(f, "tokenizer.ggml.unknown_token_id", -1, n);
+    t->normalizers.push_back({tok::NormalizerStep::Kind::Replace, " ", kSpaceMarker});
+    t->pre_tokenizers.push_back(
+        {tok::PreTokenizerStep::Kind::Split, {std::make_shared<tok::Regex>("[^\\n]+|[\\n]+")}});
+    tok::BpeModel::Options opt;
+    opt.byte_fallback = true;
+    opt.whole_newline_runs = true;
+    auto bpe = std::make_unique<tok::BpeModel>(t->vocab, opt);
+    load_merges(f, *t, *bpe);
+    t->description = fmt::format("Gemma 4 BPE, {} tokens, {} merges", n, bpe->merge_count());
+    t->model = std::move(bpe);
+    t->piece_style = tok::PieceStyle::SentencePiece;
   } else if (model == "bert") {
     bos = token_id_key(f, "tokenizer.ggml.bos_token_id", token_id_key(f, "tokenizer.ggml.cls_token_id", 101, n), n);
     eos = token_id_key(f, "tokenizer.ggml.eos_token_id", -1, n);
@@ -126,11 +145,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& f) {
     if (sep >= 0) t->suffix_ids.push_back(sep);
     t->description = fmt::format("WordPiece, {} tokens", n);
   } else {
-    fail("'{}': unsupported tokenizer model '{}' (tokenizer.ggml.model; supported: llama, gpt2, bert)", f.path(),
-         model);
+    fail("'{}': unsupported tokenizer model '{}' (tokenizer.ggml.model; supported: llama, gpt2, gemma4, bert)",
+         f.path(), model);
   }
 
   add_bos = f.get_bool("tokenizer.ggml.add_bos_token", add_bos);
+  if (model == "gemma4") add_bos = true;  // whatever the file says, as llama.cpp
   add_eos = f.get_bool("tokenizer.ggml.add_eos_token", add_eos);
   if (add_bos && bos < 0) add_bos = false;
   if (add_eos && eos < 0) add_eos = false;

@@ -164,7 +164,7 @@ void BpeModel::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t r
 
 void BpeModel::encode(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
-  if (opt_.ignore_merges) {
+  if (opt_.ignore_merges || (opt_.whole_newline_runs && piece.find_first_not_of('\n') == std::string_view::npos)) {
     const int32_t id = vocab_.find(piece);
     if (id >= 0) {
       out.push_back(id);

@@ -84,6 +84,7 @@ class BpeModel final : public Model {
   struct Options {
     bool ignore_merges = false;  // a piece that is a whole token skips merging (Llama 3)
     bool byte_fallback = false;  // unknown characters become <0xNN> tokens
+    bool whole_newline_runs = false;  // a piece of newlines only that is a token stays whole (Gemma 4)
     int32_t unk_id = -1;
     bool fuse_unk = false;
   };

@@ -91,5 +91,22 @@ TEST(TokenizerGemma, EncodesLikeLlamaCpp) {
   EXPECT_EQ(check_cases(*tok, fixture, "gemma3"), 0);
 }
 
+// llama.cpp's gemma4 tokenizer model (Gemma 4 GGUF files): BPE over
+// characters with spaces as U+2581, lines and newline runs as pieces, byte
+// fallback, BOS always. Its vocabulary here is Llama 2's tokens and merges
+// written as Gemma 4's converter writes one (tools/gen_tokenizer_fixtures.py);
+// the ids are llama.cpp b11434's.
+TEST(TokenizerGemma4, EncodesLikeLlamaCpp) {
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/gemma4.json")));
+  ASSERT_GE(fixture["cases"].size(), 100u);
+  auto tok = Tokenizer::from_gguf(*GGUFFile::open(test::fixture("tokenizer/gemma4-vocab.gguf")));
+  EXPECT_EQ(tok->vocab_size(), 32000);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(check_cases(*tok, fixture, "gemma4"), 0) << tok->describe();
+  // Decoding gives the text back (spaces from U+2581, bytes from <0xNN>).
+  for (const char* text : {"Hello world", "  double  spaces  ", "a\n\nb", "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac"})
+    EXPECT_EQ(tok->decode(tok->encode(text, false, false), false), text);
+}
+
 }  // namespace
 }  // namespace pagellm
