@@ -88,7 +88,7 @@ TokenGrant Scheduler::compose_running(Sequence* seq, bool decode, int32_t decode
     room -= waiting_tokens_shorter_than(waiting_, free_seats, behind);
   }
   TokenGrant want{.seq = seq};
-  want.num_new_tokens = tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, room);
+  want.num_new_tokens = tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, room);
   if (decode && want.num_new_tokens > 0 && !seq->spec_token_ids.empty()) {
     want.num_draft_tokens = drafts_to_verify(
         static_cast<int32_t>(seq->spec_token_ids.size()), budget - want.num_new_tokens, decodes_to_come,
@@ -97,12 +97,18 @@ TokenGrant Scheduler::compose_running(Sequence* seq, bool decode, int32_t decode
   return want;
 }
 
-TokenLimits Scheduler::token_limits() const {
-  return {.max_model_len = config_.max_model_len,
-          .chunked_prefill = config_.enable_chunked_prefill,
-          .long_prefill_threshold = config_.long_prefill_token_threshold,
-          .sliding = config_.kv_eviction == KvEviction::Sliding,
-          .window_tokens = window_tokens()};
+TokenLimits Scheduler::token_limits(const Sequence& seq) const {
+  TokenLimits limits{.max_model_len = config_.max_model_len,
+                     .chunked_prefill = config_.enable_chunked_prefill,
+                     .long_prefill_threshold = config_.long_prefill_token_threshold,
+                     .sliding = config_.kv_eviction == KvEviction::Sliding,
+                     .window_tokens = window_tokens()};
+  // Its chunks return a row of logits per token: the cap bounds a step's rows.
+  if (seq.needs_prompt_logits && config_.prompt_logits_chunk > 0)
+    limits.long_prefill_threshold = limits.long_prefill_threshold > 0
+                                        ? std::min(limits.long_prefill_threshold, config_.prompt_logits_chunk)
+                                        : config_.prompt_logits_chunk;
+  return limits;
 }
 
 int32_t Scheduler::window_tokens() const {
@@ -207,7 +213,7 @@ bool Scheduler::swap_out(Sequence* seq, StepDecisions& step) {
 void Scheduler::resume_swapped(StepDecisions& step) {
   while (!swapped_.empty() && step.budget > 0 && num_running() < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
-    const int32_t n = tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, step.budget);
+    const int32_t n = tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, step.budget);
     if (n == 0 || !swap_in(seq, step)) break;
     swapped_.pop_front();
     step.joined.push_back(seq);
@@ -258,7 +264,7 @@ void Scheduler::admit_waiting(StepDecisions& step) {
     std::optional<SlotAllocation> alloc;
     if (num_running() < config_.max_num_seqs) {
       match = cached_prefix(*seq);
-      n = tokens_to_compute(token_limits(), seq->num_tokens(), match.num_tokens, step.budget);
+      n = tokens_to_compute(token_limits(*seq), seq->num_tokens(), match.num_tokens, step.budget);
       if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
       alloc = allocate_admission(*seq, match, n);
     }
@@ -284,8 +290,10 @@ size_t Scheduler::next_waiting() const {
                        config_.composition == StepComposition::LengthAware);
 }
 
-// A sequence past its window recomputes through the window, not from cached blocks.
+// A sequence past its window recomputes through the window, not from cached
+// blocks; one that needs its prompt's logits computes every prompt position.
 PrefixMatch Scheduler::cached_prefix(const Sequence& seq) const {
+  if (seq.needs_prompt_logits) return {};
   if (config_.kv_eviction == KvEviction::Sliding && seq.num_tokens() > config_.max_model_len) return {};
   return kv_.match_prefix(seq.token_ids);
 }
