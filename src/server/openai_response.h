@@ -44,6 +44,15 @@ nlohmann::json stop_reason_json(const api::StopReason& r);
 // count code points from `first_offset` (the text before these tokens).
 // top_logprobs dicts hold the k most likely tokens plus the chosen one.
 nlohmann::json completion_logprobs_json(const std::vector<api::PositionLogprobs>& lps, size_t first_offset);
+// vLLM's prompt_logprobs: null for the first token, then per token a dict
+// "token id" -> {logprob, rank, decoded_token} of the token itself and its
+// `top` most likely alternatives.
+nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprob>& lps, int32_t top, const TokenPiece& piece);
+// Completions with echo and logprobs: completion_logprobs_json's shape over
+// the prompt (its first token with null logprob and top_logprobs; each
+// other with its `top` alternatives) followed by the completion's tokens.
+nlohmann::json echo_logprobs_json(int32_t first_token, const std::vector<TokenLogprob>& prompt,
+                                  const std::vector<TokenLogprob>& completion, int32_t top, const TokenPiece& piece);
 // Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}.
 nlohmann::json chat_logprobs_json(const std::vector<api::PositionLogprobs>& lps);
 
@@ -69,12 +78,23 @@ struct ChoiceState {
 nlohmann::json tool_call_json(const chat::ToolCall& call, const std::string& id);
 std::string make_tool_call_id();
 
+// What a reply shows of its prompts' logprobs (api::GenerationRequest).
+struct PromptLogprobsView {
+  int32_t prompt_logprobs = -1;  // >= 0: vLLM's prompt_logprobs, with this many top tokens
+  int32_t echo_top = -1;         // >= 0: completions' choice logprobs start with the prompt's (echo)
+  std::vector<int32_t> first_tokens;  // per prompt: its first token (which has no logprob)
+  bool any() const { return prompt_logprobs >= 0 || echo_top >= 0; }
+};
+
 // Collects every output of a request (all its prompts) for one JSON reply.
+// Prompt logprobs go on each completion choice (vLLM's place), and at the
+// top of a chat reply.
 class ResponseCollector {
  public:
   // echo_prefixes: per prompt, text put before each of its choices (empty: none).
   ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
-                    std::vector<std::string> echo_prefixes = {}, chat::ChatOutputOptions output = {});
+                    std::vector<std::string> echo_prefixes = {}, chat::ChatOutputOptions output = {},
+                    PromptLogprobsView prompt_view = {});
   void add(size_t prompt_index, const RequestOutput& out);
   nlohmann::json render(const TokenPiece& piece) const;
   const Usage& usage() const { return usage_; }
@@ -86,6 +106,8 @@ class ResponseCollector {
   bool logprobs_;
   std::vector<std::string> echo_;
   chat::ChatOutputOptions output_;
+  PromptLogprobsView prompt_view_;
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs_;  // per prompt
   std::vector<ChoiceState> choices_;
   std::vector<bool> prompt_seen_;
   Usage usage_;
