@@ -241,8 +241,6 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
     g.echo_logprobs = true;
     g.params.prompt_logprobs = std::max(g.params.prompt_logprobs, g.params.logprobs);
   }
-  if (g.stream && g.shows_prompt_logprobs())
-    unsupported("stream", "streaming with prompt logprobs ('prompt_logprobs', or 'echo' with 'logprobs')");
   if (has_field(body, "suffix")) {
     if (!body["suffix"].is_string()) throw InvalidRequest("'suffix' must be a string", "suffix");
     if (!body["suffix"].get_ref<const std::string&>().empty()) unsupported("suffix", "'suffix' (insertion)");
@@ -279,8 +277,6 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std
   g.max_tokens_given = has_field(body, "max_tokens") || has_field(body, "max_completion_tokens");
   read_stream_options(body, g);
   g.prompt_logprobs = g.params.prompt_logprobs;
-  if (g.stream && g.shows_prompt_logprobs())
-    unsupported("stream", "streaming with 'prompt_logprobs'");
 
   const int32_t truncate = read_truncate_prompt_tokens(body, m);
   PromptInput p;

@@ -83,7 +83,6 @@ struct GenerationRequest {
   bool echo_logprobs = false;
   chat::ChatOutputOptions output;  // chat: reasoning and tool-call handling of each choice
   bool logprobs() const { return params.logprobs >= 0; }
-  bool shows_prompt_logprobs() const { return prompt_logprobs >= 0 || echo_logprobs; }
 };
 
 // `prompt`: a string, a list of strings, a list of token ids, or a list of

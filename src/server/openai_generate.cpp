@@ -48,6 +48,14 @@ void drop_completion_tokens(RequestOutput& out) {
   }
 }
 
+PromptLogprobsView prompt_view(const GenerationRequest& g) {
+  PromptLogprobsView view;
+  view.prompt_logprobs = g.prompt_logprobs;
+  if (g.echo_logprobs) view.echo_top = g.params.logprobs;
+  for (const PromptInput& p : g.prompts) view.first_tokens.push_back(p.ids.empty() ? 0 : p.ids.front());
+  return view;
+}
+
 // What the one log line per request says.
 struct RequestLog {
   bool enabled = true;
@@ -179,7 +187,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
       }
     }
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
-                            std::move(piece), g.output);
+                            std::move(piece), g.output, prompt_view(g));
     auto state = std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch),
                                                   std::move(log), std::move(first));
     state->prompt_only = g.prompt_only;
@@ -191,12 +199,8 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     return;
   }
 
-  PromptLogprobsView prompt_view;
-  prompt_view.prompt_logprobs = g.prompt_logprobs;
-  if (g.echo_logprobs) prompt_view.echo_top = g.params.logprobs;
-  for (const PromptInput& p : g.prompts) prompt_view.first_tokens.push_back(p.ids.empty() ? 0 : p.ids.front());
   ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo), g.output,
-                              std::move(prompt_view));
+                              prompt_view(g));
   auto last_check = Clock::now();
   while (!job->done()) {
     auto item = job->next(options_.poll_interval);

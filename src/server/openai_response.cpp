@@ -242,7 +242,8 @@ json ResponseCollector::render(const TokenPiece& piece) const {
 // ---- streaming ----
 
 StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                               std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output)
+                               std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output,
+                               PromptLogprobsView prompt_view)
     : meta_(std::move(meta)),
       n_(n),
       logprobs_(logprobs),
@@ -250,8 +251,11 @@ StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n,
       echo_(std::move(echo_prefixes)),
       piece_(std::move(piece)),
       choices_(num_prompts * static_cast<size_t>(n)),
+      prompt_view_(std::move(prompt_view)),
+      prompt_logprobs_(num_prompts),
       prompt_seen_(num_prompts, false) {
   echo_.resize(num_prompts);
+  prompt_view_.first_tokens.resize(num_prompts);
   if (meta_.chat) {
     for (size_t i = 0; i < choices_.size(); ++i) outputs_.push_back(std::make_unique<chat::ChatOutputStream>(output));
     calls_sent_.assign(choices_.size(), 0);
@@ -278,7 +282,7 @@ std::string StreamRenderer::begin() {
                               {"finish_reason", nullptr}}));
     } else {
       const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
-      if (prefix.empty()) continue;
+      if (prefix.empty() || prompt_view_.echo_top >= 0) continue;  // (then with its logprobs, in add())
       choices_[i].text_offset = utf8_length(prefix);
       out += sse_event(chunk({{"index", i},
                               {"text", prefix},
@@ -293,6 +297,8 @@ std::string StreamRenderer::begin() {
 std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
   if (prompt_index >= prompt_seen_.size()) return {};
   count_prompt(prompt_seen_, usage_, prompt_index, out);
+  if (!out.prompt_logprobs.empty() || (prompt_view_.any() && out.num_prompt_tokens == 1))
+    prompt_logprobs_[prompt_index] = out.prompt_logprobs;
   std::string events;
   for (const CompletionDelta& d : out.completions) {
     if (d.index < 0 || d.index >= n_) continue;
@@ -300,7 +306,9 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
     ChoiceState& c = choices_[index];
     count_completion(c, usage_, d);
     const api::CompletionData r = api::render_completion(d, piece_);
-    const bool has_logprobs = logprobs_ && r.logprobs;
+    // This choice's first chunk since its prompt's logprobs are known carries them.
+    const bool send_prompt = prompt_view_.any() && !c.prompt_sent && prompt_logprobs_[prompt_index].has_value();
+    const bool has_logprobs = (logprobs_ && r.logprobs) || send_prompt;
     const bool finished = r.finish_reason != nullptr;
     chat::ChatDelta parsed;
     if (meta_.chat) {
@@ -328,17 +336,37 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
         delta["tool_calls"] = std::move(calls);
       }
       choice["delta"] = std::move(delta);
-      choice["logprobs"] = has_logprobs ? chat_logprobs_json(*r.logprobs) : json(nullptr);
+      choice["logprobs"] = logprobs_ && r.logprobs ? chat_logprobs_json(*r.logprobs) : json(nullptr);
+    } else if (send_prompt && prompt_view_.echo_top >= 0) {
+      // echo with logprobs: the prompt's text and logprobs, then the first tokens'.
+      const std::string& prefix = echo_[prompt_index];
+      choice["text"] = prefix + r.text;
+      json lp = echo_logprobs_json(prompt_view_.first_tokens[prompt_index], *prompt_logprobs_[prompt_index], d.logprobs,
+                                   prompt_view_.echo_top, piece_);
+      // Later chunks' offsets go on from the end of these tokens' text.
+      const json& tokens = lp["tokens"];
+      c.text_offset = lp["text_offset"].back().get<size_t>() + utf8_length(tokens.back().get_ref<const std::string&>());
+      c.text_offset -= utf8_length(r.text);  // (added back below with the text)
+      choice["logprobs"] = std::move(lp);
     } else {
       choice["text"] = r.text;
-      choice["logprobs"] = has_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
+      choice["logprobs"] = logprobs_ && r.logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
     }
     const size_t num_calls = meta_.chat ? static_cast<size_t>(calls_sent_[index]) : 0;
     choice["finish_reason"] = finish_json(d.finish_reason, num_calls);
     choice["stop_reason"] = stop_reason_json(r.stop_reason);
+    json prompt_logprobs;
+    if (send_prompt) {
+      c.prompt_sent = true;
+      if (prompt_view_.prompt_logprobs >= 0)
+        prompt_logprobs = prompt_logprobs_json(*prompt_logprobs_[prompt_index], prompt_view_.prompt_logprobs, piece_);
+    }
+    if (!meta_.chat && !prompt_logprobs.is_null()) choice["prompt_logprobs"] = prompt_logprobs;
     c.text += r.text;
     c.text_offset += utf8_length(r.text);
-    events += sse_event(chunk(std::move(choice)));
+    json event = chunk(std::move(choice));
+    if (meta_.chat && !prompt_logprobs.is_null() && index == 0) event["prompt_logprobs"] = std::move(prompt_logprobs);
+    events += sse_event(event);
   }
   return events;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,7 @@ struct ChoiceState {
   size_t text_offset = 0;  // code points emitted so far (streaming text_offset)
   FinishReason finish = FinishReason::None;
   api::StopReason stop_reason;
+  bool prompt_sent = false;  // streaming: its prompt's logprobs (and echo) went out
 };
 
 // Chat: reasoning_content, content and tool_calls of a choice's message, and
@@ -116,10 +118,16 @@ class ResponseCollector {
 // Turns outputs into SSE events as they come.
 class StreamRenderer {
  public:
+  // With prompt logprobs (prompt_view), each choice's first chunk after its
+  // prompt was computed carries them: completions with echo and logprobs
+  // send the prompt's text then (not in begin()), with logprobs over the
+  // prompt and the first tokens; prompt_logprobs go on each completions
+  // choice's first chunk, and on the first chunk of a chat reply.
   StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                 std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output = {});
+                 std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output = {},
+                 PromptLogprobsView prompt_view = {});
   // The opening events: chat sends each choice's role; completions with echo
-  // send each choice's prompt text.
+  // (and no logprobs) send each choice's prompt text.
   std::string begin();
   // The chunks for one output: one per choice with news (text, logprobs or a
   // finish reason); nothing for a step whose text is held back.
@@ -143,6 +151,8 @@ class StreamRenderer {
   std::vector<ChoiceState> choices_;
   std::vector<std::unique_ptr<chat::ChatOutputStream>> outputs_;  // chat: one per choice
   std::vector<int32_t> calls_sent_;                                // chat: tool calls streamed per choice
+  PromptLogprobsView prompt_view_;
+  std::vector<std::optional<std::vector<TokenLogprob>>> prompt_logprobs_;  // per prompt, once computed
   std::vector<bool> prompt_seen_;
   Usage usage_;
 };

@@ -51,8 +51,10 @@ def tiny_server(tmp_path_factory):
     model = tmp_path_factory.mktemp("tiny") / "tiny-llama-f32.gguf"
     subprocess.run([str(BIN), "make-dummy", "--shape", "tiny-llama", "--type", "f32", "--seed", "1", "-o", str(model),
                     "-t", "2"], check=True, capture_output=True, timeout=120)
-    s = Server(["--max-num-batched-tokens", "16", "--max-model-len", "256", "--kv-cache-dtype", "f32"],
-               model=model).start()
+    template = model.parent / "template.jinja"
+    template.write_text("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}")
+    s = Server(["--max-num-batched-tokens", "16", "--max-model-len", "256", "--kv-cache-dtype", "f32",
+                "--chat-template", str(template)], model=model).start()
     yield s
     assert s.stop() == 0, s.output()
 
@@ -153,7 +155,44 @@ def test_bad_input(stories_server):
     assert error({"prompt_logprobs": 21}) == "prompt_logprobs"
     assert error({"prompt_logprobs": "1"}) == "prompt_logprobs"
     assert error({"max_tokens": 0}) == "max_tokens"  # only with echo
-    assert error({"prompt_logprobs": 1, "stream": True}) == "stream"
     long = [1] + [403] * 600  # stories260K's context is 512 tokens
     assert error({"prompt": long, "echo": True, "logprobs": 1, "max_tokens": 0}) == "prompt"
     assert error({"prompt": long, "prompt_logprobs": 1}) == "prompt"
+
+
+def stream(server, **body):
+    r = requests.post(server.url("/v1/completions"), json={"temperature": 0, "stream": True, **body}, stream=True,
+                      timeout=60)
+    assert r.status_code == 200, r.text
+    lines = [line.decode() for line in r.iter_lines()]
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def test_streamed_as_collected(tiny_server):
+    tokens, _ = reference()
+    body = dict(prompt=tokens, max_tokens=3, echo=True, logprobs=1, prompt_logprobs=2, ignore_eos=True)
+    whole = complete(tiny_server, **body)["choices"][0]
+    chunks = [c["choices"][0] for c in stream(tiny_server, **body)]
+    assert chunks[0]["prompt_logprobs"] == whole["prompt_logprobs"]
+    assert all("prompt_logprobs" not in c for c in chunks[1:])
+    keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+    joined = {k: sum((c["logprobs"][k] for c in chunks), []) for k in keys}
+    for k, v in joined.items():
+        assert v == whole["logprobs"][k], k
+    assert "".join(c["text"] for c in chunks) == whole["text"]
+    # max_tokens 0: the prompt alone.
+    only = [c["choices"][0] for c in stream(tiny_server, prompt=tokens, max_tokens=0, echo=True, logprobs=1)]
+    assert len(only[0]["logprobs"]["tokens"]) == len(tokens)
+    assert only[-1]["finish_reason"] == "length"
+
+
+def test_chat_prompt_logprobs_at_the_top(tiny_server):
+    messages = [{"role": "user", "content": "tok12 tok40 tok77 tok5"}]
+    r = requests.post(tiny_server.url("/v1/chat/completions"),
+                      json={"messages": messages, "max_tokens": 2, "temperature": 0, "prompt_logprobs": 1}, timeout=60)
+    assert r.status_code == 200, r.text
+    chat = r.json()
+    ids = requests.post(tiny_server.url("/tokenize"), json={"messages": messages}, timeout=30).json()["tokens"]
+    assert len(chat["prompt_logprobs"]) == len(ids) == chat["usage"]["prompt_tokens"]
+    same = complete(tiny_server, prompt=ids, max_tokens=1, prompt_logprobs=1)["choices"][0]["prompt_logprobs"]
+    assert chat["prompt_logprobs"] == same

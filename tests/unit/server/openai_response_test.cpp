@@ -233,6 +233,45 @@ TEST(ServerResponse, EchoLogprobsCoverPromptThenCompletion) {
   EXPECT_FALSE(cr["choices"][0].contains("prompt_logprobs"));
 }
 
+TEST(ServerResponse, StreamedPromptLogprobs) {
+  PromptLogprobsView view;
+  view.prompt_logprobs = 1;
+  view.echo_top = 1;
+  view.first_tokens = {1};
+  StreamRenderer s({"cmpl-4", 5, "m", false}, 1, 1, true, false, {"P"}, piece, {}, view);
+  EXPECT_EQ(s.begin(), "");  // the echo waits for its logprobs
+  CompletionDelta d = delta(0, "<6>", {6});
+  d.logprobs = {{6, -0.1f, {{6, -0.1f}}}};
+  RequestOutput o = output({d}, false, 3);
+  o.prompt_logprobs = prompt_scores();
+  auto e = events(s.add(0, o));
+  ASSERT_EQ(e.size(), 1u);
+  const json& first = e[0]["choices"][0];
+  EXPECT_EQ(first["text"], "P<6>");
+  EXPECT_EQ(first["logprobs"]["tokens"], json({"<1>", "<2>", "<3>", "<6>"}));
+  EXPECT_EQ(first["logprobs"]["token_logprobs"][0], nullptr);
+  EXPECT_EQ(first["prompt_logprobs"].size(), 3u);
+  d = delta(0, "<7>", {10}, FinishReason::Length);
+  d.logprobs = {{10, -0.3f, {{10, -0.3f}}}};
+  e = events(s.add(0, output({d}, true, 3)));
+  const json& next = e[0]["choices"][0];
+  EXPECT_FALSE(next.contains("prompt_logprobs"));
+  EXPECT_EQ(next["logprobs"]["text_offset"], json({12}));  // after "<1><2><3><6>"
+
+  // Chat: on the reply's first chunk after the prompt, at the top.
+  PromptLogprobsView chat_view;
+  chat_view.prompt_logprobs = 0;
+  chat_view.first_tokens = {1};
+  StreamRenderer c({"chatcmpl-2", 5, "m", true}, 1, 1, false, false, {}, piece, {}, chat_view);
+  c.begin();
+  RequestOutput co = output({delta(0, "Hi", {11})}, false, 3);
+  co.prompt_logprobs = prompt_scores();
+  e = events(c.add(0, co));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["prompt_logprobs"].size(), 3u);
+  EXPECT_FALSE(events(c.add(0, output({delta(0, "!", {12})}, false, 3)))[0].contains("prompt_logprobs"));
+}
+
 TEST(ServerResponse, SseNeverThrowsOnBadUtf8) {
   EXPECT_EQ(sse_event(json{{"t", "a\xff"}}), "data: {\"t\":\"a\xef\xbf\xbd\"}\n\n");
   EXPECT_EQ(finish_reason_json(FinishReason::Abort), "abort");
