@@ -6,6 +6,7 @@ namespace pagellm {
 
 void StepDecisions::grant(TokenGrant g) {
   budget -= g.num_tokens();
+  if (g.seq->needs_prompt_logits) prompt_logit_rows += g.num_new_tokens;
   grants.push_back(std::move(g));
 }
 
@@ -13,6 +14,7 @@ void StepDecisions::withdraw(const Sequence* seq) {
   const auto it = std::find_if(grants.begin(), grants.end(), [&](const TokenGrant& g) { return g.seq == seq; });
   if (it == grants.end()) return;
   budget += it->num_tokens();
+  if (seq->needs_prompt_logits) prompt_logit_rows -= it->num_new_tokens;
   grants.erase(it);
 }
 

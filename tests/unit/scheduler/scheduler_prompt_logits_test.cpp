@@ -1,6 +1,6 @@
 // Sequences that need their prompt's logits (prompt logprobs): every prompt
 // position is computed (no prefix-cache hit), each plan entry asks for the
-// rows of its prompt positions, and prompt_logits_chunk bounds their chunks.
+// rows of its prompt positions, and max_prompt_logit_rows bounds a step's rows.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -15,14 +15,15 @@ using test::kv_config;
 using test::sched_config;
 using test::tokens;
 
-// Each prompt position p < P - 1 appears in exactly one entry's prompt rows,
-// in order, and only the prompt-logits sequence has any.
+// Each prompt position p < P - 1 of sequence `id` appears in exactly one of
+// its entries' prompt rows, in order; sequences that need no prompt logits
+// have none.
 void expect_rows_cover_prompt(const std::vector<StepPlan>& plans, SeqId id, int32_t prompt_len) {
   int32_t next = 0;
   for (const StepPlan& plan : plans)
     for (const ScheduledSeq& s : plan.seqs) {
       if (s.seq_id != id) {
-        EXPECT_EQ(s.num_prompt_logits, 0) << "sequence " << s.seq_id;
+        if (!s.seq->needs_prompt_logits && s.start_pos == 0) EXPECT_EQ(s.num_prompt_logits, 0) << s.seq_id;
         continue;
       }
       if (s.num_prompt_logits == 0) continue;
@@ -65,26 +66,34 @@ TEST(SchedulerPromptLogits, OnePromptTokenNeedsNoRows) {
   EXPECT_TRUE(plan.seqs[0].sample);
 }
 
-TEST(SchedulerPromptLogits, ChunkCapBoundsOnlyThoseSequences) {
+TEST(SchedulerPromptLogits, RowCapBoundsThoseSequencesTogether) {
   SchedulerConfig sc = sched_config(256);
-  sc.prompt_logits_chunk = 10;
+  sc.max_prompt_logit_rows = 16;
   FakeEngine e(sc, kv_config(100));
-  Sequence* seq = e.add(1, tokens(35), 1);
-  seq->needs_prompt_logits = true;
+  Sequence* a = e.add(1, tokens(20), 1);
+  a->needs_prompt_logits = true;
   e.add(2, tokens(35, 700), 1);
+  Sequence* b = e.add(3, tokens(10, 300), 1);
+  b->needs_prompt_logits = true;
   std::vector<StepPlan> plans;
-  for (int i = 0; i < 4; ++i) plans.push_back(e.step());
-  // Sequence 2 runs whole in the first step; sequence 1 in chunks of 10, 10, 10, 5.
+  while (e.sched.has_unfinished()) plans.push_back(e.step());
+  for (const StepPlan& plan : plans) {
+    int32_t rows = 0;
+    for (const ScheduledSeq& s : plan.seqs)
+      if (s.seq_id != 2) rows += s.num_new_tokens;
+    EXPECT_LE(rows, 16);
+  }
+  // Step 1: 16 tokens of sequence 1, all 35 of sequence 2 (no cap), none of 3.
   ASSERT_EQ(plans[0].seqs.size(), 2u);
-  EXPECT_EQ(plans[0].seqs[0].num_new_tokens, 10);
+  EXPECT_EQ(plans[0].seqs[0].num_new_tokens, 16);
+  EXPECT_EQ(plans[0].seqs[1].seq_id, 2);
   EXPECT_EQ(plans[0].seqs[1].num_new_tokens, 35);
-  EXPECT_EQ(plans[3].seqs[0].num_new_tokens, 5);
-  EXPECT_TRUE(plans[3].seqs[0].sample);
-  expect_rows_cover_prompt(plans, 1, 35);
+  expect_rows_cover_prompt(plans, 1, 20);
+  expect_rows_cover_prompt(plans, 3, 10);
   EXPECT_THROW(
       [] {
         SchedulerConfig bad = sched_config(16);
-        bad.prompt_logits_chunk = -1;
+        bad.max_prompt_logit_rows = -1;
         bad.validate();
       }(),
       Error);
