@@ -380,8 +380,8 @@ void Engine::record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry) {
   const int32_t vocab = model_->config().n_vocab;
   for (int32_t j = 0; j < e.num_prompt_logits; ++j) {
     const size_t pos = static_cast<size_t>(e.start_pos + j);
-    r.prompt_logprobs.at(pos) =
-        token_logprob(runner_output_.prompt_row(prompt_entry, j, vocab), vocab, r.prompt[pos + 1], r.params.prompt_logprobs);
+    const float* row = runner_output_.prompt_row(prompt_entry, j, vocab);
+    r.prompt_logprobs.at(pos) = token_logprob(row, vocab, r.prompt[pos + 1], r.params.prompt_logprobs);
   }
   if (e.start_pos + e.num_prompt_logits == static_cast<int32_t>(r.prompt.size()) - 1) {
     r.prompt_logprobs_done = true;

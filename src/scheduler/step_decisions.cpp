@@ -50,8 +50,10 @@ StepPlan build_plan(const StepDecisions& decisions, const KVCacheManager& kv, in
     s.sample = seq.num_computed_tokens + g.num_new_tokens == seq.num_tokens();
     s.draft_tokens.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + g.num_draft_tokens);
     // Positions [start, end) that score a prompt token (the last prompt position samples).
-    if (seq.needs_prompt_logits)
-      s.num_prompt_logits = std::max(0, std::min(s.start_pos + g.num_new_tokens, seq.num_prompt_tokens - 1) - s.start_pos);
+    if (seq.needs_prompt_logits) {
+      const int32_t scored_end = std::min(s.start_pos + g.num_new_tokens, seq.num_prompt_tokens - 1);
+      s.num_prompt_logits = std::max(0, scored_end - s.start_pos);
+    }
     if (const int32_t end = kv.evicted_end(seq.id); end > 0) {
       s.kv_sinks = attention_sinks;
       s.kv_evicted_to = end * kv.block_size();

@@ -350,7 +350,8 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
       choice["logprobs"] = std::move(lp);
     } else {
       choice["text"] = r.text;
-      choice["logprobs"] = logprobs_ && r.logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
+      const bool with_logprobs = logprobs_ && r.logprobs;
+      choice["logprobs"] = with_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
     }
     const size_t num_calls = meta_.chat ? static_cast<size_t>(calls_sent_[index]) : 0;
     choice["finish_reason"] = finish_json(d.finish_reason, num_calls);
