@@ -91,6 +91,7 @@ TEST(EmbeddedEngine, SamplingJsonAndDerivedSeeds) {
   EXPECT_THROW(e.make_request("f", {1, 1 << 30}, json::object()), InvalidRequest);
   EXPECT_THROW(e.make_request("g", prompt, json::array()), InvalidRequest);
   EXPECT_THROW(e.make_request("h", prompt, {{"top_k", "many"}}), InvalidRequest);
+  EXPECT_THROW(e.make_request("i", prompt, {{"prompt_logprobs", 1}}), InvalidRequest);  // not carried here yet
 }
 
 }  // namespace
