@@ -78,10 +78,6 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
   json body = sampling.is_null() ? json::object() : sampling;
   const bool room_left = body.contains("max_tokens") && body["max_tokens"].is_null();
   check_token_ids(prompt_ids, served_.vocab_size, "prompt token", "prompt");
-  // The engine computes them, but OutputData carries none yet: refused rather than dropped.
-  if (has_field(body, "prompt_logprobs"))
-    throw InvalidRequest("'prompt_logprobs' is not supported by the embedded engine yet (the server's "
-                         "/v1/completions and /v1/chat/completions have it)", "prompt_logprobs");
   ParsedParams parsed = parse_request_params(body, /*chat=*/false, served_.vocab_size, /*default_max_tokens=*/16,
                                              served_.limits);
   parsed.sampling.structured = api::parse_structured_outputs(body, served_.limits.grammar);
