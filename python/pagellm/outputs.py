@@ -21,6 +21,8 @@ class Logprob:
 
 # One dict per generated token: token id -> Logprob (the chosen token and the top ones).
 SampleLogprobs = list[dict[int, Logprob]]
+# One per prompt token, None for the first (nothing comes before it).
+PromptLogprobs = list[Optional[dict[int, Logprob]]]
 
 
 @dataclass
@@ -56,7 +58,7 @@ class RequestOutput:
     finished: bool
     metrics: RequestMetrics
     num_cached_tokens: int = 0
-    prompt_logprobs: None = None
+    prompt_logprobs: Optional[PromptLogprobs] = None  # with SamplingParams.prompt_logprobs
 
 
 @dataclass
@@ -76,7 +78,7 @@ class RequestState:
     RequestOutput objects, cumulative or as deltas."""
 
     def __init__(self, request_id: str, prompt: Optional[str], prompt_token_ids: list[int], n: int,
-                 want_logprobs: bool):
+                 want_logprobs: bool, want_prompt_logprobs: bool = False):
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
@@ -85,11 +87,16 @@ class RequestState:
         self.finished = False
         self.error: Optional[str] = None
         self.num_cached_tokens = 0
+        # (A one-token prompt has nothing to score: the engine sends none.)
+        self.prompt_logprobs: Optional[list] = [None] if want_prompt_logprobs and len(prompt_token_ids) == 1 else None
         self.metrics = RequestMetrics(arrival_time=time.time())
 
     def add(self, out: dict) -> None:
         now = time.time()
         self.num_cached_tokens = out["num_cached_tokens"]
+        if out.get("prompt_logprobs") is not None:
+            self.prompt_logprobs = [None] + [{tid: Logprob(*fields) for tid, fields in position.items()}
+                                             for position in out["prompt_logprobs"]]
         for c in out["completions"]:
             s = self.samples[c["index"]]
             s.text += c["text"]
@@ -123,4 +130,4 @@ class RequestState:
                 lps = list(s.logprobs) if s.logprobs is not None else None
             outs.append(CompletionOutput(i, text, ids, s.cumulative_logprob, lps, s.finish_reason, s.stop_reason))
         return RequestOutput(self.request_id, self.prompt, self.prompt_token_ids, outs, self.finished,
-                             self.metrics, self.num_cached_tokens)
+                             self.metrics, self.num_cached_tokens, self.prompt_logprobs)

@@ -66,7 +66,7 @@ class SamplingParams:
     max_tokens: Optional[int] = 16  # None: all the room the context has left
     min_tokens: int = 0
     logprobs: Optional[int] = None  # the chosen token's logprob plus this many top ones
-    prompt_logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None  # each prompt token's logprob plus this many top ones
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     include_stop_str_in_output: bool = False
@@ -79,8 +79,6 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        if self.prompt_logprobs is not None:
-            raise ValueError("prompt_logprobs is not supported yet: leave it None")
         if self.structured_outputs is not None and self.guided_decoding is not None:
             raise ValueError("give structured_outputs or guided_decoding, not both")
         if not isinstance(self.output_kind, RequestOutputKind):
@@ -129,6 +127,8 @@ class SamplingParams:
             out["stop_token_ids"] = list(self.stop_token_ids)
         if self.logprobs is not None:
             out["logprobs"] = self.logprobs
+        if self.prompt_logprobs is not None:
+            out["prompt_logprobs"] = self.prompt_logprobs
         if self.logit_bias:
             out["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}
         so = self.structured_outputs or self.guided_decoding

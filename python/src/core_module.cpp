@@ -97,6 +97,13 @@ nb::dict to_python(const api::OutputData& out) {
   o["ttft_s"] = out.ttft_seconds;
   o["e2e_s"] = out.e2e_seconds;
   o["completions"] = completions;
+  if (out.prompt_logprobs) {
+    nb::list positions;
+    for (const api::PositionLogprobs& p : *out.prompt_logprobs) positions.append(position_dict(p));
+    o["prompt_logprobs"] = positions;
+  } else {
+    o["prompt_logprobs"] = nb::none();
+  }
   return o;
 }
 

@@ -235,7 +235,12 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   g.max_tokens_given = has_field(body, "max_tokens");
   read_stream_options(body, g);
   g.echo = get_bool_field(body, "echo", false);
-  if (g.echo && g.logprobs()) unsupported("echo", "'echo' together with 'logprobs' (prompt log probabilities)");
+  g.prompt_only = pp.prompt_only;
+  g.prompt_logprobs = g.params.prompt_logprobs;
+  if (g.echo && g.logprobs()) {
+    g.echo_logprobs = true;
+    g.params.prompt_logprobs = std::max(g.params.prompt_logprobs, g.params.logprobs);
+  }
   if (has_field(body, "suffix")) {
     if (!body["suffix"].is_string()) throw InvalidRequest("'suffix' must be a string", "suffix");
     if (!body["suffix"].get_ref<const std::string&>().empty()) unsupported("suffix", "'suffix' (insertion)");
@@ -271,6 +276,7 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m, std
   g.priority = pp.priority;
   g.max_tokens_given = has_field(body, "max_tokens") || has_field(body, "max_completion_tokens");
   read_stream_options(body, g);
+  g.prompt_logprobs = g.params.prompt_logprobs;
 
   const int32_t truncate = read_truncate_prompt_tokens(body, m);
   PromptInput p;

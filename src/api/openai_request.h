@@ -72,6 +72,15 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text before the output
+  // Completions with echo and max_tokens 0: the prompt alone (the engine's
+  // one sampled token is left out of the reply).
+  bool prompt_only = false;
+  // What the reply shows of the prompt's logprobs (the engine computes
+  // params.prompt_logprobs, the larger of the two): vLLM's prompt_logprobs
+  // field with this many top tokens (-1: none), and OpenAI's legacy echo
+  // with logprobs, whose choice logprobs then start with the prompt's.
+  int32_t prompt_logprobs = -1;
+  bool echo_logprobs = false;
   chat::ChatOutputOptions output;  // chat: reasoning and tool-call handling of each choice
   bool logprobs() const { return params.logprobs >= 0; }
 };

@@ -22,6 +22,7 @@ std::vector<PositionLogprobs> render_logprobs(const std::vector<TokenLogprob>& l
       if (id == lp.token && !pos.chosen.rank) pos.chosen.rank = rank;
       pos.top.push_back({id, logprob, rank, piece(id)});
     }
+    if (lp.rank > 0) pos.chosen.rank = lp.rank;
   }
   return out;
 }
@@ -53,6 +54,7 @@ OutputData render_output(const RequestOutput& out, const TokenPiece& piece) {
   o.e2e_seconds = out.e2e_seconds;
   o.completions.reserve(out.completions.size());
   for (const CompletionDelta& d : out.completions) o.completions.push_back(render_completion(d, piece));
+  if (!out.prompt_logprobs.empty()) o.prompt_logprobs = render_logprobs(out.prompt_logprobs, piece);
   return o;
 }
 

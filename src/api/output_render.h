@@ -62,11 +62,15 @@ struct OutputData {
   int32_t num_cached_tokens = 0;
   double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
   std::vector<CompletionData> completions;
+  // Prompt logprobs (RequestOutput::prompt_logprobs), once: entry i scores
+  // prompt token i + 1; none in other outputs.
+  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
 };
 
 // "stop", "length", "abort"; null while running.
 const char* finish_reason_name(FinishReason r);
 StopReason stop_reason(const std::string& stop_string, int32_t stop_token);
+// A token's rank comes from the top list, or from TokenLogprob::rank where computed.
 std::vector<PositionLogprobs> render_logprobs(const std::vector<TokenLogprob>& lps, const TokenPiece& piece);
 CompletionData render_completion(const CompletionDelta& d, const TokenPiece& piece);
 OutputData render_output(const RequestOutput& out, const TokenPiece& piece);

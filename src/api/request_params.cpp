@@ -77,10 +77,17 @@ void read_logit_bias(const json& body, int32_t vocab_size, const RequestLimits& 
   }
 }
 
-// max_tokens (chat: max_completion_tokens wins when both are given).
-void read_max_tokens(const json& body, bool chat, int32_t default_max_tokens, SamplingParams& p) {
+// max_tokens (chat: max_completion_tokens wins when both are given); 0 with
+// echo (completions) asks for the prompt alone.
+void read_max_tokens(const json& body, bool chat, int32_t default_max_tokens, ParsedParams& out) {
+  SamplingParams& p = out.sampling;
   p.max_tokens = default_max_tokens;
-  if (has_field(body, "max_tokens")) p.max_tokens = get_int32(body, "max_tokens", 0, 1);
+  const bool echo = !chat && get_bool_field(body, "echo", false);
+  if (has_field(body, "max_tokens")) p.max_tokens = get_int32(body, "max_tokens", 0, echo ? 0 : 1);
+  if (p.max_tokens == 0) {
+    out.prompt_only = true;
+    p.max_tokens = 1;
+  }
   if (chat && has_field(body, "max_completion_tokens"))
     p.max_tokens = get_int32(body, "max_completion_tokens", 0, 1);
 }
@@ -96,7 +103,8 @@ void read_logprobs(const json& body, bool chat, const RequestLimits& limits, Sam
     else if (has_field(body, "top_logprobs"))
       throw InvalidRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   }
-  if (has_field(body, "prompt_logprobs")) throw InvalidRequest("'prompt_logprobs' is not supported", "prompt_logprobs");
+  // vLLM's: the logprob of each prompt token (after the first) and its top k.
+  p.prompt_logprobs = get_int32(body, "prompt_logprobs", -1, 0, limits.max_logprobs);
 }
 
 }  // namespace
@@ -130,7 +138,7 @@ ParsedParams parse_request_params(const json& body, bool chat, int32_t vocab_siz
   p.skip_special_tokens = get_bool_field(body, "skip_special_tokens", true);
   p.include_stop_str_in_output = get_bool_field(body, "include_stop_str_in_output", false);
   out.priority = get_int32(body, "priority", 0, kInt32Min);
-  read_max_tokens(body, chat, default_max_tokens, p);
+  read_max_tokens(body, chat, default_max_tokens, out);
   if (has_field(body, "seed")) {
     // vLLM's range (a signed 64-bit integer); negative seeds keep their bits.
     const int64_t seed = json_to_int(body["seed"], "seed", "seed", std::numeric_limits<int64_t>::min(),

@@ -13,6 +13,10 @@ namespace pagellm {
 struct ParsedParams {
   SamplingParams sampling;
   int32_t priority = 0;
+  // Completions with echo and max_tokens 0 (log-likelihood scoring): the
+  // reply shows the prompt alone. The engine still samples one token
+  // (sampling.max_tokens is 1), which the reply leaves out.
+  bool prompt_only = false;
 };
 
 // Reads the sampling / stopping fields of a completions (chat = false) or chat

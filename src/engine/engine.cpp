@@ -14,6 +14,7 @@
 #include "engine/draft_planner.h"
 #include "engine/engine_builder.h"
 #include "engine/output_processor.h"
+#include "engine/prompt_logprobs.h"
 #include "engine/request_state.h"
 #include "engine/step_sampler.h"
 #include "runner/model_runner.h"
@@ -134,6 +135,12 @@ void Engine::start(Request& r) {
   // Only the first sample runs the prompt; the others fork from it once the
   // prompt is computed and share its KV blocks.
   Sequence& first = new_sequence(r, 0, next_request_num_++);
+  if (r.params.prompt_logprobs >= 0) {
+    // The first prompt token has no logprob: a one-token prompt is done now.
+    r.prompt_logprobs.resize(r.prompt.size() - 1);
+    r.prompt_logprobs_done = r.prompt.size() < 2;
+    first.needs_prompt_logits = !r.prompt_logprobs_done;
+  }
   // The virtual engine with the fewest sequences.
   auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
   r.ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),
@@ -250,7 +257,10 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
   }
   {
     trace::Scope s(plan.empty() ? "block moves" : "forward", "engine");
-    const bool on_device = config_.device_sampling && runner_->samples_on_device() &&
+    // (Prompt logprobs read rows of logits besides the sampling ones.)
+    const bool prompt_rows = std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                                         [](const ScheduledSeq& e) { return e.num_prompt_logits > 0; });
+    const bool on_device = config_.device_sampling && !prompt_rows && runner_->samples_on_device() &&
                            step_sampler_->device_draws(plan, seq_owner_, draws_);
     runner_->submit(plan, block_shift_[static_cast<size_t>(ve)], on_device ? &draws_ : nullptr);
   }
@@ -274,6 +284,7 @@ void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& ou
   if (!plan.empty()) {
     observe_forward(plan, static_cast<double>(f.submit_ns + t_forward - t_wait) * 1e-9);
     trace::Scope s("sample", "engine");
+    for (size_t i = 0; i < runner_output_.prompt_entries.size(); ++i) record_prompt_logprobs(plan, i);
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, scheduler, touched);
   }
   scheduler.on_step_done(plan);
@@ -357,6 +368,25 @@ void Engine::sample_entry(const StepPlan& plan, size_t entry, const Scheduler& s
     }
   }
   step_sampler_->sample_entry(*r, r->samples[index], e, runner_output_, entry, scheduler);
+}
+
+// A chunk of the prompt came back with a row of logits per position: each
+// scores the prompt token after it.
+void Engine::record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry) {
+  const ScheduledSeq& e = plan.seqs[runner_output_.prompt_entries[prompt_entry]];
+  const auto owner = seq_owner_.find(e.seq_id);
+  if (owner == seq_owner_.end()) return;  // aborted while the step was in flight
+  Request& r = *owner->second.first;
+  const int32_t vocab = model_->config().n_vocab;
+  for (int32_t j = 0; j < e.num_prompt_logits; ++j) {
+    const size_t pos = static_cast<size_t>(e.start_pos + j);
+    const float* row = runner_output_.prompt_row(prompt_entry, j, vocab);
+    r.prompt_logprobs.at(pos) = token_logprob(row, vocab, r.prompt[pos + 1], r.params.prompt_logprobs);
+  }
+  if (e.start_pos + e.num_prompt_logits == static_cast<int32_t>(r.prompt.size()) - 1) {
+    r.prompt_logprobs_done = true;
+    e.seq->needs_prompt_logits = false;  // a recompute after preemption may use the prefix cache
+  }
 }
 
 RequestOutput Engine::collect(Request& r) {

@@ -139,6 +139,7 @@ struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // most likely tokens, descending
+  int32_t rank = 0;  // 1: the most likely; 0: not computed (sampled tokens)
 };
 
 // What one sample of a request produced since the last output.
@@ -167,6 +168,10 @@ struct RequestOutput {
   bool finished = false;
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache
+  // With SamplingParams::prompt_logprobs >= 0, in the first output after the
+  // prompt is computed: the logprob of each prompt token after the first
+  // (entry i: token i + 1), with prompt_logprobs top tokens. Empty otherwise.
+  std::vector<TokenLogprob> prompt_logprobs;
   double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
 };
 
@@ -262,6 +267,7 @@ class Engine {
   Sequence& new_sequence(Request& r, int32_t index, uint64_t request_num);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void sample_entry(const StepPlan& plan, size_t entry, const Scheduler& scheduler, std::vector<Request*>& touched);
+  void record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry);
   void release_sample(Sample& s);
   RequestOutput collect(Request& r);
   void update_gauges();

@@ -66,6 +66,10 @@ SchedulerConfig resolve_scheduler_config(const EngineConfig& c, Model& model) {
   PAGELLM_CHECK(s.max_model_len <= mc.n_ctx_train || mc.n_ctx_train <= 0,
                 "--max-model-len {} exceeds the model's context length {}", s.max_model_len, mc.n_ctx_train);
   model.set_context_length(s.max_model_len);
+  // Prompt logprobs: a step's rows of their logits take at most 2^26 floats (256 MiB).
+  if (s.max_prompt_logit_rows == 0)
+    s.max_prompt_logit_rows =
+        static_cast<int32_t>(std::max<int64_t>(16, (int64_t{1} << 26) / std::max(1, mc.n_vocab)));
   return s;
 }
 

@@ -110,6 +110,10 @@ RequestOutput OutputProcessor::collect(RequestState& r) {
   out.request_id = r.id;
   out.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
   out.num_cached_tokens = r.num_cached_tokens;
+  if (r.prompt_logprobs_done && !r.prompt_logprobs_sent) {
+    out.prompt_logprobs = std::move(r.prompt_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
   for (SampleState& s : r.samples) {
     if (!s.has_news) continue;
     out.completions.push_back(std::move(s.delta));

@@ -55,6 +55,10 @@ struct RequestState {
   std::string grammar_error;  // a sample's grammar allowed no token: the request ends with this (400)
   bool forked = false;
   int32_t num_cached_tokens = 0;
+  // prompt_logprobs >= 0: entry i scores prompt token i + 1, filled as the
+  // prompt's chunks are computed; handed out once, when done.
+  std::vector<TokenLogprob> prompt_logprobs;
+  bool prompt_logprobs_done = false, prompt_logprobs_sent = false;
   int32_t ve = 0;  // its virtual engine (scheduler)
   EngineClock::time_point arrival;
   std::optional<EngineClock::time_point> first_scheduled, first_token;

@@ -44,7 +44,7 @@ void ModelRunner::submit(const StepPlan& plan, int32_t block_shift, const std::v
   build_message(plan, block_shift, *step);
   step->draws.clear();
   if (draws) {
-    PAGELLM_CHECK(samples_on_device_ && draws->size() == step->entries.size(),
+    PAGELLM_CHECK(samples_on_device_ && draws->size() == step->entries.size() && step->prompt_entries.empty(),
                   "device draws: {} for {} sampling entries", draws->size(), step->entries.size());
     step->draws = *draws;
   }
@@ -59,6 +59,8 @@ void ModelRunner::finish(Output& out) {
   in_flight_.pop_front();
   out.entries.swap(step->entries);
   out.first_row.swap(step->first_row);
+  out.prompt_entries.swap(step->prompt_entries);
+  out.prompt_first_row.swap(step->prompt_first_row);
   const ModelShard& sh = model_.shard();
   if (sh.pp_size > 1) {
     // Rank 0 is the first stage, never the last. Every step ends with the
@@ -77,6 +79,8 @@ void ModelRunner::finish(Output& out) {
 void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step& step) {
   step.entries.clear();
   step.first_row.clear();
+  step.prompt_entries.clear();
+  step.prompt_first_row.clear();
   // The plan's scheduler numbers its blocks from 1; they are blocks
   // block_shift + 1 on of the cache (0 stays the null block).
   auto shift = [block_shift](int32_t b) { return b == 0 ? b : b + block_shift; };
@@ -123,6 +127,13 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
     info.kv_sinks = s.kv_sinks;
     info.kv_evicted_to = s.kv_evicted_to;
     info.state_slot = s.state_slot;
+    if (s.num_prompt_logits > 0) {
+      PAGELLM_CHECK(s.num_prompt_logits <= s.num_new_tokens - s.num_draft_tokens(),
+                    "plan entry {}: {} prompt logits rows from {} tokens", i, s.num_prompt_logits, s.num_new_tokens);
+      step.prompt_entries.push_back(static_cast<int32_t>(i));
+      step.prompt_first_row.push_back(static_cast<int32_t>(m.logits_rows.size()));
+      for (int32_t j = 0; j < s.num_prompt_logits; ++j) m.logits_rows.push_back(row + j);
+    }
     row += s.num_new_tokens;
     if (s.sample) {
       step.entries.push_back(static_cast<int32_t>(i));

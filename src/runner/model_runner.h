@@ -41,11 +41,19 @@ class ModelRunner {
     // Per entry: its first row of logits. Entry i has plan.seqs[entries[i]].num_logits()
     // consecutive rows: one per draft token, then the one after the last.
     std::vector<int32_t> first_row;
+    // Prompt logprobs: indices into plan.seqs with num_prompt_logits > 0, and
+    // the row of each one's first prompt position (its rows come just
+    // before its sampling row, if any).
+    std::vector<int32_t> prompt_entries, prompt_first_row;
     std::vector<float> logits;       // [rows, n_vocab]; empty when the device sampled
     std::vector<int32_t> tokens;     // per entry, when the device sampled (submit's draws)
     // Row j of entry i.
     const float* row(size_t i, int32_t j, int n_vocab) const {
       return logits.data() + static_cast<size_t>(first_row[i] + j) * static_cast<size_t>(n_vocab);
+    }
+    // Row j (prompt position start_pos + j) of prompt entry i.
+    const float* prompt_row(size_t i, int32_t j, int n_vocab) const {
+      return logits.data() + static_cast<size_t>(prompt_first_row[i] + j) * static_cast<size_t>(n_vocab);
     }
   };
 
@@ -77,7 +85,7 @@ class ModelRunner {
  private:
   // A step between submit() and finish(); on a worker, the one it runs.
   struct Step {
-    std::vector<int32_t> entries, first_row;  // Output's
+    std::vector<int32_t> entries, first_row, prompt_entries, prompt_first_row;  // Output's
     size_t rows = 0;                          // of logits
     std::vector<float> logits;                // computed here (one stage; else the last stage sends them)
     std::vector<SampleDraw> draws;            // sampled on the device instead ...

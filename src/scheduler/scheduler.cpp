@@ -26,6 +26,7 @@ void SchedulerConfig::validate() const {
                 "attention_sinks ({}) must be in [0, max_model_len / 2) with sliding KV eviction", attention_sinks);
   PAGELLM_CHECK(kv_eviction == KvEviction::None || preemption_mode == PreemptionMode::Recompute,
                 "sliding KV eviction needs --preemption-mode recompute");
+  PAGELLM_CHECK(max_prompt_logit_rows >= 0, "max_prompt_logit_rows must be >= 0, got {}", max_prompt_logit_rows);
   PAGELLM_CHECK(length_aware_max_wait_steps >= 0, "length_aware_max_wait_steps must be >= 0, got {}",
                 length_aware_max_wait_steps);
   PAGELLM_CHECK(preemption_mode == PreemptionMode::Recompute || num_swap_blocks >= 1,

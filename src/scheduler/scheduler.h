@@ -152,6 +152,10 @@ struct SchedulerConfig {
   KvEviction kv_eviction = KvEviction::None;
   int32_t attention_sinks = 4;  // Sliding: tokens kept from the start
   int32_t length_aware_max_wait_steps = 64;
+  // > 0: the sequences that need their prompt's logits (prompt logprobs)
+  // compute at most this many tokens a step together (with chunked
+  // prefill), so the rows of logits a step returns stay bounded; 0: no cap.
+  int32_t max_prompt_logit_rows = 0;
 
   // Throws Error naming the bad field.
   void validate() const;
@@ -260,6 +264,7 @@ class Scheduler {
   // 4. composition: the tokens (and drafts) a running sequence computes now.
   TokenGrant compose_running(Sequence* seq, bool decode, int32_t decodes_to_come, int32_t budget) const;
   TokenLimits token_limits() const;
+  int32_t budget_for(const Sequence& seq, const StepDecisions& step) const;
   int32_t window_tokens() const;
   // 2. capacity: KV slots for a composed grant, preempting as the pool needs.
   void allocate_running(TokenGrant want, StepDecisions& step);

@@ -69,7 +69,7 @@ void Scheduler::schedule_running(StepDecisions& step) {
         continue;
       }
       if (decodes) --decodes_to_come;
-      TokenGrant want = compose_running(seq, decodes, decodes_to_come, step.budget);
+      TokenGrant want = compose_running(seq, decodes, decodes_to_come, budget_for(*seq, step));
       if (want.num_new_tokens > 0) allocate_running(std::move(want), step);
     }
   }
@@ -103,6 +103,15 @@ TokenLimits Scheduler::token_limits() const {
           .long_prefill_threshold = config_.long_prefill_token_threshold,
           .sliding = config_.kv_eviction == KvEviction::Sliding,
           .window_tokens = window_tokens()};
+}
+
+// A sequence that needs its prompt's logits gets a row of logits per token it
+// computes: with chunked prefill, the step's rows stay under the cap (0: it
+// waits for the next step).
+int32_t Scheduler::budget_for(const Sequence& seq, const StepDecisions& step) const {
+  if (!seq.needs_prompt_logits || config_.max_prompt_logit_rows <= 0 || !config_.enable_chunked_prefill)
+    return step.budget;
+  return std::max(0, std::min(step.budget, config_.max_prompt_logit_rows - step.prompt_logit_rows));
 }
 
 int32_t Scheduler::window_tokens() const {
@@ -207,7 +216,8 @@ bool Scheduler::swap_out(Sequence* seq, StepDecisions& step) {
 void Scheduler::resume_swapped(StepDecisions& step) {
   while (!swapped_.empty() && step.budget > 0 && num_running() < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
-    const int32_t n = tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, step.budget);
+    const int32_t n =
+        tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, budget_for(*seq, step));
     if (n == 0 || !swap_in(seq, step)) break;
     swapped_.pop_front();
     step.joined.push_back(seq);
@@ -258,7 +268,7 @@ void Scheduler::admit_waiting(StepDecisions& step) {
     std::optional<SlotAllocation> alloc;
     if (num_running() < config_.max_num_seqs) {
       match = cached_prefix(*seq);
-      n = tokens_to_compute(token_limits(), seq->num_tokens(), match.num_tokens, step.budget);
+      n = tokens_to_compute(token_limits(), seq->num_tokens(), match.num_tokens, budget_for(*seq, step));
       if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
       alloc = allocate_admission(*seq, match, n);
     }
@@ -284,8 +294,10 @@ size_t Scheduler::next_waiting() const {
                        config_.composition == StepComposition::LengthAware);
 }
 
-// A sequence past its window recomputes through the window, not from cached blocks.
+// A sequence past its window recomputes through the window, not from cached
+// blocks; one that needs its prompt's logits computes every prompt position.
 PrefixMatch Scheduler::cached_prefix(const Sequence& seq) const {
+  if (seq.needs_prompt_logits) return {};
   if (config_.kv_eviction == KvEviction::Sliding && seq.num_tokens() > config_.max_model_len) return {};
   return kv_.match_prefix(seq.token_ids);
 }

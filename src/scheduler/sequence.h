@@ -42,6 +42,11 @@ struct Sequence {
   int32_t num_prompt_tokens = 0;
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int32_t num_cached_tokens = -1;   // prefix-cache hit at first admission; -1 before
+  // The logits of every prompt position are wanted (prompt logprobs): its
+  // prompt is computed whole, never taken from the prefix cache, and each
+  // step's plan asks for the rows of its prompt positions. The engine clears
+  // it once it has them all.
+  bool needs_prompt_logits = false;
 
   SeqStatus status = SeqStatus::Waiting;
   int32_t num_preemptions = 0;

@@ -6,6 +6,7 @@ namespace pagellm {
 
 void StepDecisions::grant(TokenGrant g) {
   budget -= g.num_tokens();
+  if (g.seq->needs_prompt_logits) prompt_logit_rows += g.num_new_tokens;
   grants.push_back(std::move(g));
 }
 
@@ -13,6 +14,7 @@ void StepDecisions::withdraw(const Sequence* seq) {
   const auto it = std::find_if(grants.begin(), grants.end(), [&](const TokenGrant& g) { return g.seq == seq; });
   if (it == grants.end()) return;
   budget += it->num_tokens();
+  if (seq->needs_prompt_logits) prompt_logit_rows -= it->num_new_tokens;
   grants.erase(it);
 }
 
@@ -47,6 +49,11 @@ StepPlan build_plan(const StepDecisions& decisions, const KVCacheManager& kv, in
     for (int gi = 1; gi < kv.num_groups(); ++gi) s.group_tables.push_back(kv.block_table(seq.id, gi));
     s.sample = seq.num_computed_tokens + g.num_new_tokens == seq.num_tokens();
     s.draft_tokens.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + g.num_draft_tokens);
+    // Positions [start, end) that score a prompt token (the last prompt position samples).
+    if (seq.needs_prompt_logits) {
+      const int32_t scored_end = std::min(s.start_pos + g.num_new_tokens, seq.num_prompt_tokens - 1);
+      s.num_prompt_logits = std::max(0, scored_end - s.start_pos);
+    }
     if (const int32_t end = kv.evicted_end(seq.id); end > 0) {
       s.kv_sinks = attention_sinks;
       s.kv_evicted_to = end * kv.block_size();

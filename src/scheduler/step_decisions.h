@@ -30,6 +30,7 @@ struct StepDecisions {
   explicit StepDecisions(int32_t token_budget) : budget(token_budget) {}
 
   int32_t budget;                   // tokens still free this step
+  int32_t prompt_logit_rows = 0;    // tokens granted to sequences that need their prompt's logits
   std::vector<TokenGrant> grants;   // scheduling order
   std::vector<BlockCopy> swap_out;  // device -> host, in preemption order
   std::vector<BlockCopy> swap_in;   // host -> device, in resume order

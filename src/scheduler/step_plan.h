@@ -31,13 +31,17 @@ struct ScheduledSeq {
   // on (draft_tokens.size() + 1 rows): each verifies the next draft, the last
   // gives the token after all of them.
   std::vector<TokenId> draft_tokens;
+  // Prompt logprobs: the runner also returns the logits of the first
+  // num_prompt_logits positions of this step (each scores the prompt token
+  // after it), before the sampling rows. Never with drafts.
+  int32_t num_prompt_logits = 0;
   // Sliding KV eviction: keys [kv_sinks, kv_evicted_to) are gone (SeqInfo).
   int32_t kv_sinks = 0, kv_evicted_to = 0;
   int32_t state_slot = -1;  // linear-attention state (KVCacheManager::state_slot)
 
   int32_t end_pos() const { return start_pos + num_new_tokens; }
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_tokens.size()); }
-  // Rows of logits the runner returns for this entry (0 when not sampling).
+  // Rows of logits the runner returns for this entry's sampling (0 when not sampling).
   int32_t num_logits() const { return sample ? num_draft_tokens() + 1 : 0; }
   // Appends the token ids fed to the model this step: the sequence's tokens
   // from start_pos, then the drafts.

@@ -35,6 +35,27 @@ HttpError error_for(const RequestOutput& out) {
   return HttpError(500, out.error, "internal_error");
 }
 
+// echo with max_tokens 0: the one token the engine sampled is no part of the reply.
+void drop_completion_tokens(RequestOutput& out) {
+  for (CompletionDelta& d : out.completions) {
+    d.text.clear();
+    d.token_ids.clear();
+    d.logprobs.clear();
+    d.num_output_tokens = 0;
+    d.stop_string.clear();
+    d.stop_token = -1;
+    if (d.finish_reason == FinishReason::Stop) d.finish_reason = FinishReason::Length;
+  }
+}
+
+PromptLogprobsView prompt_view(const GenerationRequest& g) {
+  PromptLogprobsView view;
+  view.prompt_logprobs = g.prompt_logprobs;
+  if (g.echo_logprobs) view.echo_top = g.params.logprobs;
+  for (const PromptInput& p : g.prompts) view.first_tokens.push_back(p.ids.empty() ? 0 : p.ids.front());
+  return view;
+}
+
 // What the one log line per request says.
 struct RequestLog {
   bool enabled = true;
@@ -81,6 +102,7 @@ struct StreamingReply {
   StreamRenderer renderer;
   ClientWatch watch;
   RequestLog log;
+  bool prompt_only = false;  // echo with max_tokens 0
 };
 
 bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::milliseconds poll) {
@@ -112,6 +134,7 @@ bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::millise
       return true;
     }
     s.log.saw(item->output);
+    if (s.prompt_only) drop_completion_tokens(item->output);
     if (!write(s.renderer.add(item->prompt_index, item->output))) return client_gone();
   }
   if (!write(s.renderer.end())) return client_gone();
@@ -164,9 +187,10 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
       }
     }
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
-                            std::move(piece), g.output);
+                            std::move(piece), g.output, prompt_view(g));
     auto state = std::make_shared<StreamingReply>(*this, std::move(job), std::move(renderer), std::move(watch),
                                                   std::move(log), std::move(first));
+    state->prompt_only = g.prompt_only;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     const auto poll = options_.poll_interval;
@@ -175,7 +199,8 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     return;
   }
 
-  ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo), g.output);
+  ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo), g.output,
+                              prompt_view(g));
   auto last_check = Clock::now();
   while (!job->done()) {
     auto item = job->next(options_.poll_interval);
@@ -195,6 +220,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
       throw error_for(item->output);
     }
     log.saw(item->output);
+    if (g.prompt_only) drop_completion_tokens(item->output);
     collector.add(item->prompt_index, item->output);
   }
   for (const ChoiceState& c : collector.choices())

@@ -104,6 +104,43 @@ json completion_logprobs_json(const std::vector<api::PositionLogprobs>& lps, siz
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
+json prompt_logprobs_json(const std::vector<TokenLogprob>& lps, int32_t top, const TokenPiece& piece) {
+  json out = json::array({nullptr});
+  for (const TokenLogprob& lp : lps) {
+    json position = json::object();
+    const auto put = [&](int32_t id, float logprob, int32_t rank) {
+      const std::string key = std::to_string(id);
+      if (!position.contains(key))
+        position[key] = {{"logprob", logprob}, {"rank", rank}, {"decoded_token", sanitize_utf8(piece(id))}};
+    };
+    const size_t shown = std::min(lp.top.size(), static_cast<size_t>(std::max(top, 0)));
+    for (size_t i = 0; i < shown; ++i) put(lp.top[i].first, lp.top[i].second, static_cast<int32_t>(i) + 1);
+    put(lp.token, lp.logprob, lp.rank);
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
+json echo_logprobs_json(int32_t first_token, const std::vector<TokenLogprob>& prompt,
+                        const std::vector<TokenLogprob>& completion, int32_t top, const TokenPiece& piece) {
+  std::vector<TokenLogprob> all;
+  all.reserve(prompt.size() + completion.size());
+  for (TokenLogprob lp : prompt) {
+    if (lp.top.size() > static_cast<size_t>(std::max(top, 0))) lp.top.resize(static_cast<size_t>(std::max(top, 0)));
+    all.push_back(std::move(lp));
+  }
+  all.insert(all.end(), completion.begin(), completion.end());
+  const std::string first = sanitize_utf8(piece(first_token));
+  json rest = completion_logprobs_json(api::render_logprobs(all, piece), utf8_length(first));
+  json out = {{"tokens", json::array({first})},
+              {"token_logprobs", json::array({nullptr})},
+              {"top_logprobs", json::array({nullptr})},
+              {"text_offset", json::array({0})}};
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (auto& v : rest[key]) out[key].push_back(std::move(v));
+  return out;
+}
+
 json chat_logprobs_json(const std::vector<api::PositionLogprobs>& lps) {
   const auto token_json = [](const api::RankedToken& t) {
     return json{{"token", sanitize_utf8(t.piece)}, {"logprob", t.logprob}, {"bytes", bytes_json(t.piece)}};
@@ -126,20 +163,25 @@ std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; 
 // ---- non-streaming ----
 
 ResponseCollector::ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
-                                     std::vector<std::string> echo_prefixes, chat::ChatOutputOptions output)
+                                     std::vector<std::string> echo_prefixes, chat::ChatOutputOptions output,
+                                     PromptLogprobsView prompt_view)
     : meta_(std::move(meta)),
       n_(n),
       logprobs_(logprobs),
       echo_(std::move(echo_prefixes)),
       output_(std::move(output)),
+      prompt_view_(std::move(prompt_view)),
+      prompt_logprobs_(num_prompts),
       choices_(num_prompts * static_cast<size_t>(n)),
       prompt_seen_(num_prompts, false) {
   echo_.resize(num_prompts);
+  prompt_view_.first_tokens.resize(num_prompts);
 }
 
 void ResponseCollector::add(size_t prompt_index, const RequestOutput& out) {
   if (prompt_index >= prompt_seen_.size()) return;
   count_prompt(prompt_seen_, usage_, prompt_index, out);
+  if (!out.prompt_logprobs.empty()) prompt_logprobs_[prompt_index] = out.prompt_logprobs;
   for (const CompletionDelta& d : out.completions) {
     if (d.index < 0 || d.index >= n_) continue;
     ChoiceState& c = choices_[prompt_index * static_cast<size_t>(n_) + static_cast<size_t>(d.index)];
@@ -172,25 +214,36 @@ json ResponseCollector::render(const TokenPiece& piece) const {
       choice["message"] = std::move(message);
       choice["logprobs"] = logprobs_ ? chat_logprobs_json(logprobs) : json(nullptr);
     } else {
+      const size_t prompt = i / static_cast<size_t>(n_);
       choice["text"] = prefix + c.text;
-      choice["logprobs"] = logprobs_ ? completion_logprobs_json(logprobs, utf8_length(prefix)) : json(nullptr);
+      if (prompt_view_.echo_top >= 0)
+        choice["logprobs"] = echo_logprobs_json(prompt_view_.first_tokens[prompt], prompt_logprobs_[prompt], c.logprobs,
+                                                prompt_view_.echo_top, piece);
+      else
+        choice["logprobs"] = logprobs_ ? completion_logprobs_json(logprobs, utf8_length(prefix)) : json(nullptr);
+      if (prompt_view_.prompt_logprobs >= 0)
+        choice["prompt_logprobs"] = prompt_logprobs_json(prompt_logprobs_[prompt], prompt_view_.prompt_logprobs, piece);
     }
     choice["finish_reason"] = finish_json(c.finish, num_calls);
     choice["stop_reason"] = stop_reason_json(c.stop_reason);
     choices.push_back(std::move(choice));
   }
-  return {{"id", meta_.id},
-          {"object", meta_.chat ? "chat.completion" : "text_completion"},
-          {"created", meta_.created},
-          {"model", meta_.model},
-          {"choices", std::move(choices)},
-          {"usage", usage_json(usage_)}};
+  json reply = {{"id", meta_.id},
+                {"object", meta_.chat ? "chat.completion" : "text_completion"},
+                {"created", meta_.created},
+                {"model", meta_.model},
+                {"choices", std::move(choices)},
+                {"usage", usage_json(usage_)}};
+  if (meta_.chat && prompt_view_.prompt_logprobs >= 0 && !prompt_logprobs_.empty())
+    reply["prompt_logprobs"] = prompt_logprobs_json(prompt_logprobs_[0], prompt_view_.prompt_logprobs, piece);
+  return reply;
 }
 
 // ---- streaming ----
 
 StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                               std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output)
+                               std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output,
+                               PromptLogprobsView prompt_view)
     : meta_(std::move(meta)),
       n_(n),
       logprobs_(logprobs),
@@ -198,8 +251,11 @@ StreamRenderer::StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n,
       echo_(std::move(echo_prefixes)),
       piece_(std::move(piece)),
       choices_(num_prompts * static_cast<size_t>(n)),
+      prompt_view_(std::move(prompt_view)),
+      prompt_logprobs_(num_prompts),
       prompt_seen_(num_prompts, false) {
   echo_.resize(num_prompts);
+  prompt_view_.first_tokens.resize(num_prompts);
   if (meta_.chat) {
     for (size_t i = 0; i < choices_.size(); ++i) outputs_.push_back(std::make_unique<chat::ChatOutputStream>(output));
     calls_sent_.assign(choices_.size(), 0);
@@ -226,7 +282,7 @@ std::string StreamRenderer::begin() {
                               {"finish_reason", nullptr}}));
     } else {
       const std::string& prefix = echo_[i / static_cast<size_t>(n_)];
-      if (prefix.empty()) continue;
+      if (prefix.empty() || prompt_view_.echo_top >= 0) continue;  // (then with its logprobs, in add())
       choices_[i].text_offset = utf8_length(prefix);
       out += sse_event(chunk({{"index", i},
                               {"text", prefix},
@@ -241,6 +297,8 @@ std::string StreamRenderer::begin() {
 std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
   if (prompt_index >= prompt_seen_.size()) return {};
   count_prompt(prompt_seen_, usage_, prompt_index, out);
+  if (!out.prompt_logprobs.empty() || (prompt_view_.any() && out.num_prompt_tokens == 1))
+    prompt_logprobs_[prompt_index] = out.prompt_logprobs;
   std::string events;
   for (const CompletionDelta& d : out.completions) {
     if (d.index < 0 || d.index >= n_) continue;
@@ -248,7 +306,9 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
     ChoiceState& c = choices_[index];
     count_completion(c, usage_, d);
     const api::CompletionData r = api::render_completion(d, piece_);
-    const bool has_logprobs = logprobs_ && r.logprobs;
+    // This choice's first chunk since its prompt's logprobs are known carries them.
+    const bool send_prompt = prompt_view_.any() && !c.prompt_sent && prompt_logprobs_[prompt_index].has_value();
+    const bool has_logprobs = (logprobs_ && r.logprobs) || send_prompt;
     const bool finished = r.finish_reason != nullptr;
     chat::ChatDelta parsed;
     if (meta_.chat) {
@@ -276,17 +336,38 @@ std::string StreamRenderer::add(size_t prompt_index, const RequestOutput& out) {
         delta["tool_calls"] = std::move(calls);
       }
       choice["delta"] = std::move(delta);
-      choice["logprobs"] = has_logprobs ? chat_logprobs_json(*r.logprobs) : json(nullptr);
+      choice["logprobs"] = logprobs_ && r.logprobs ? chat_logprobs_json(*r.logprobs) : json(nullptr);
+    } else if (send_prompt && prompt_view_.echo_top >= 0) {
+      // echo with logprobs: the prompt's text and logprobs, then the first tokens'.
+      const std::string& prefix = echo_[prompt_index];
+      choice["text"] = prefix + r.text;
+      json lp = echo_logprobs_json(prompt_view_.first_tokens[prompt_index], *prompt_logprobs_[prompt_index], d.logprobs,
+                                   prompt_view_.echo_top, piece_);
+      // Later chunks' offsets go on from the end of these tokens' text.
+      const json& tokens = lp["tokens"];
+      c.text_offset = lp["text_offset"].back().get<size_t>() + utf8_length(tokens.back().get_ref<const std::string&>());
+      c.text_offset -= utf8_length(r.text);  // (added back below with the text)
+      choice["logprobs"] = std::move(lp);
     } else {
       choice["text"] = r.text;
-      choice["logprobs"] = has_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
+      const bool with_logprobs = logprobs_ && r.logprobs;
+      choice["logprobs"] = with_logprobs ? completion_logprobs_json(*r.logprobs, c.text_offset) : json(nullptr);
     }
     const size_t num_calls = meta_.chat ? static_cast<size_t>(calls_sent_[index]) : 0;
     choice["finish_reason"] = finish_json(d.finish_reason, num_calls);
     choice["stop_reason"] = stop_reason_json(r.stop_reason);
+    json prompt_logprobs;
+    if (send_prompt) {
+      c.prompt_sent = true;
+      if (prompt_view_.prompt_logprobs >= 0)
+        prompt_logprobs = prompt_logprobs_json(*prompt_logprobs_[prompt_index], prompt_view_.prompt_logprobs, piece_);
+    }
+    if (!meta_.chat && !prompt_logprobs.is_null()) choice["prompt_logprobs"] = prompt_logprobs;
     c.text += r.text;
     c.text_offset += utf8_length(r.text);
-    events += sse_event(chunk(std::move(choice)));
+    json event = chunk(std::move(choice));
+    if (meta_.chat && !prompt_logprobs.is_null() && index == 0) event["prompt_logprobs"] = std::move(prompt_logprobs);
+    events += sse_event(event);
   }
   return events;
 }

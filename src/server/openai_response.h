@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,15 @@ nlohmann::json stop_reason_json(const api::StopReason& r);
 // count code points from `first_offset` (the text before these tokens).
 // top_logprobs dicts hold the k most likely tokens plus the chosen one.
 nlohmann::json completion_logprobs_json(const std::vector<api::PositionLogprobs>& lps, size_t first_offset);
+// vLLM's prompt_logprobs: null for the first token, then per token a dict
+// "token id" -> {logprob, rank, decoded_token} of the token itself and its
+// `top` most likely alternatives.
+nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprob>& lps, int32_t top, const TokenPiece& piece);
+// Completions with echo and logprobs: completion_logprobs_json's shape over
+// the prompt (its first token with null logprob and top_logprobs; each
+// other with its `top` alternatives) followed by the completion's tokens.
+nlohmann::json echo_logprobs_json(int32_t first_token, const std::vector<TokenLogprob>& prompt,
+                                  const std::vector<TokenLogprob>& completion, int32_t top, const TokenPiece& piece);
 // Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], refusal: null}.
 nlohmann::json chat_logprobs_json(const std::vector<api::PositionLogprobs>& lps);
 
@@ -61,6 +71,7 @@ struct ChoiceState {
   size_t text_offset = 0;  // code points emitted so far (streaming text_offset)
   FinishReason finish = FinishReason::None;
   api::StopReason stop_reason;
+  bool prompt_sent = false;  // streaming: its prompt's logprobs (and echo) went out
 };
 
 // Chat: reasoning_content, content and tool_calls of a choice's message, and
@@ -69,12 +80,23 @@ struct ChoiceState {
 nlohmann::json tool_call_json(const chat::ToolCall& call, const std::string& id);
 std::string make_tool_call_id();
 
+// What a reply shows of its prompts' logprobs (api::GenerationRequest).
+struct PromptLogprobsView {
+  int32_t prompt_logprobs = -1;  // >= 0: vLLM's prompt_logprobs, with this many top tokens
+  int32_t echo_top = -1;         // >= 0: completions' choice logprobs start with the prompt's (echo)
+  std::vector<int32_t> first_tokens;  // per prompt: its first token (which has no logprob)
+  bool any() const { return prompt_logprobs >= 0 || echo_top >= 0; }
+};
+
 // Collects every output of a request (all its prompts) for one JSON reply.
+// Prompt logprobs go on each completion choice (vLLM's place), and at the
+// top of a chat reply.
 class ResponseCollector {
  public:
   // echo_prefixes: per prompt, text put before each of its choices (empty: none).
   ResponseCollector(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs,
-                    std::vector<std::string> echo_prefixes = {}, chat::ChatOutputOptions output = {});
+                    std::vector<std::string> echo_prefixes = {}, chat::ChatOutputOptions output = {},
+                    PromptLogprobsView prompt_view = {});
   void add(size_t prompt_index, const RequestOutput& out);
   nlohmann::json render(const TokenPiece& piece) const;
   const Usage& usage() const { return usage_; }
@@ -86,6 +108,8 @@ class ResponseCollector {
   bool logprobs_;
   std::vector<std::string> echo_;
   chat::ChatOutputOptions output_;
+  PromptLogprobsView prompt_view_;
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs_;  // per prompt
   std::vector<ChoiceState> choices_;
   std::vector<bool> prompt_seen_;
   Usage usage_;
@@ -94,10 +118,16 @@ class ResponseCollector {
 // Turns outputs into SSE events as they come.
 class StreamRenderer {
  public:
+  // With prompt logprobs (prompt_view), each choice's first chunk after its
+  // prompt was computed carries them: completions with echo and logprobs
+  // send the prompt's text then (not in begin()), with logprobs over the
+  // prompt and the first tokens; prompt_logprobs go on each completions
+  // choice's first chunk, and on the first chunk of a chat reply.
   StreamRenderer(ResponseMeta meta, size_t num_prompts, int32_t n, bool logprobs, bool include_usage,
-                 std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output = {});
+                 std::vector<std::string> echo_prefixes, TokenPiece piece, chat::ChatOutputOptions output = {},
+                 PromptLogprobsView prompt_view = {});
   // The opening events: chat sends each choice's role; completions with echo
-  // send each choice's prompt text.
+  // (and no logprobs) send each choice's prompt text.
   std::string begin();
   // The chunks for one output: one per choice with news (text, logprobs or a
   // finish reason); nothing for a step whose text is held back.
@@ -121,6 +151,8 @@ class StreamRenderer {
   std::vector<ChoiceState> choices_;
   std::vector<std::unique_ptr<chat::ChatOutputStream>> outputs_;  // chat: one per choice
   std::vector<int32_t> calls_sent_;                                // chat: tool calls streamed per choice
+  PromptLogprobsView prompt_view_;
+  std::vector<std::optional<std::vector<TokenLogprob>>> prompt_logprobs_;  // per prompt, once computed
   std::vector<bool> prompt_seen_;
   Usage usage_;
 };

@@ -128,6 +128,7 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
   http.post("/tokenize", bind(&OpenAIServer::tokenize));
   http.post("/detokenize", bind(&OpenAIServer::detokenize));
+  http.get("/tokenizer_info", bind(&OpenAIServer::tokenizer_info));
   http.get("/health", bind(&OpenAIServer::health));
   http.get("/metrics", bind(&OpenAIServer::metrics));
   http.get("/version", bind(&OpenAIServer::version));
@@ -192,6 +193,22 @@ void OpenAIServer::detokenize(const httplib::Request& req, httplib::Response& re
     throw InvalidRequest("'tokens' must be a list of token ids", "tokens");
   const std::vector<int32_t> ids = json_to_token_ids(body["tokens"], "tokens", "tokens", model_.vocab_size);
   res.set_content(dump_json({{"prompt", sanitize_utf8(model_.tokenizer->decode(ids, false))}}), "application/json");
+}
+
+// vLLM's: what a client needs to tokenize as the server does through
+// /tokenize (lm-evaluation-harness's remote tokenizer reads it).
+void OpenAIServer::tokenizer_info(const httplib::Request&, httplib::Response& res) {
+  const Tokenizer& tok = *model_.tokenizer;
+  const auto text = [&tok](int32_t id) {
+    return id >= 0 && id < tok.vocab_size() ? json(sanitize_utf8(tok.token_text(id))) : json(nullptr);
+  };
+  res.set_content(dump_json({{"tokenizer_class", "pagellm"},
+                             {"bos_token", text(tok.bos_id())},
+                             {"eos_token", text(tok.eos_id())},
+                             {"pad_token", nullptr},
+                             {"model_max_length", model_.max_model_len},
+                             {"vocab_size", tok.vocab_size()}}),
+                  "application/json");
 }
 
 void OpenAIServer::health(const httplib::Request&, httplib::Response& res) {

@@ -74,6 +74,7 @@ class OpenAIServer {
   void get_model(const httplib::Request& req, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
+  void tokenizer_info(const httplib::Request& req, httplib::Response& res);
   void health(const httplib::Request& req, httplib::Response& res);
   void metrics(const httplib::Request& req, httplib::Response& res);
   void version(const httplib::Request& req, httplib::Response& res);

@@ -79,10 +79,8 @@ def test_malformed_utf8(stories_server, data):
 
 
 def test_unsupported_features(stories_server):
-    check_error(post(stories_server, "/v1/completions", {**OK, "echo": True, "logprobs": 1}), 400, param="echo")
     check_error(post(stories_server, "/v1/completions", {**OK, "best_of": 3}), 400, param="best_of")
     check_error(post(stories_server, "/v1/completions", {**OK, "suffix": "end"}), 400, param="suffix")
-    check_error(post(stories_server, "/v1/completions", {**OK, "prompt_logprobs": 1}), 400, param="prompt_logprobs")
     check_error(post(stories_server, "/v1/completions", {**OK, "guided_json": 5}), 400, param="guided_json")
     check_error(post(stories_server, "/v1/completions", {**OK, "response_format": {"type": "yaml"}}), 400,
                 param="response_format")

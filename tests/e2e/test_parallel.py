@@ -262,6 +262,37 @@ def test_perplexity_under_parallelism(how):
     assert ppl(ranks, flags) == pytest.approx(ppl(1, []), rel=1e-5)
 
 
+@pytest.mark.parametrize("how", ["tp2", "pp2"])
+def test_prompt_logprobs_under_parallelism(how):
+    """Prompt logprobs' rows of logits come back through the ranks (pipeline:
+    from the last stage, prompts cut into micro-batches): the same values as
+    one rank, up to float rounding (F32 KV cache: TP sums in another order,
+    and an F16 cache would round those differences up to 2e-3)."""
+    stories = str(need(STORIES))
+    bodies = [{"prompt": p, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2} for p in LONG_PROMPTS[:3]]
+
+    def scores(ranks, flags):
+        port = free_port()
+        cmd = ["serve", stories, "--host", "127.0.0.1", "--port", str(port), "--threads", "1", "--exact-matmul",
+               "--max-model-len", "512", "--kv-cache-dtype", "f32", *flags]
+        server = Server(cmd=mpi(ranks, cmd) if ranks > 1 else [str(BIN), *cmd], port=port)
+        server.start(timeout=180)
+        try:
+            with ThreadPoolExecutor(len(bodies)) as pool:
+                return list(pool.map(lambda b: requests.post(server.url("/v1/completions"), json=b, timeout=120).json()
+                                     ["choices"][0]["prompt_logprobs"], bodies))
+        finally:
+            server.kill()
+
+    ranks, flags = PARALLEL[how]
+    for one, many in zip(scores(1, []), scores(ranks, flags)):
+        assert len(one) == len(many) > 64 and one[0] is None and many[0] is None
+        for a, b in zip(one[1:], many[1:]):
+            assert a.keys() == b.keys()
+            for k in a:
+                assert b[k]["logprob"] == pytest.approx(a[k]["logprob"], abs=1e-4)
+
+
 def test_launch_errors_are_clear(tmp_path):
     stories = str(need(STORIES))
     out = subprocess.run([str(BIN), "generate", "--model", stories, "-p", "Once", "--tensor-parallel-size", "2"],

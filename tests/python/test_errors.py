@@ -66,7 +66,7 @@ def test_bad_prompts(llm):
     with pytest.raises(ValueError, match="sampling params"):
         llm.generate(["a", "b"], [SamplingParams()] * 3, use_tqdm=False)
     with pytest.raises(ValueError, match="prompt_logprobs"):
-        SamplingParams(prompt_logprobs=1)
+        llm.generate("Once", SamplingParams(prompt_logprobs=21), use_tqdm=False)
     with pytest.raises(ValueError, match="chat template"):
         llm.chat([{"role": "user", "content": "hi"}], use_tqdm=False)  # stories260K has none
     with pytest.raises(ValueError, match="vocabulary"):

@@ -89,6 +89,27 @@ def test_logprobs_of_a_forced_token_outside_the_top(llm):
     assert c.cumulative_logprob == sum(e[233].logprob for e in c.logprobs)
 
 
+def test_prompt_logprobs_score_what_was_generated(llm):
+    # Greedy tokens with their logprobs, then the same text as a prompt: its
+    # prompt logprobs score those tokens again (the cached prompt is not used).
+    gen = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=8, logprobs=0, ignore_eos=True),
+                       use_tqdm=False)[0]
+    ids = gen.prompt_token_ids + gen.outputs[0].token_ids
+    out = llm.generate({"prompt_token_ids": ids}, SamplingParams(max_tokens=1, prompt_logprobs=2), use_tqdm=False)[0]
+    lps = out.prompt_logprobs
+    assert len(lps) == len(ids) and lps[0] is None
+    assert out.num_cached_tokens == 0
+    n = len(gen.prompt_token_ids)
+    for k, token in enumerate(gen.outputs[0].token_ids):
+        scored = lps[n + k]
+        assert scored[token].rank == 1  # greedy
+        assert scored[token].logprob == pytest.approx(gen.outputs[0].logprobs[k][token].logprob, abs=1e-3)
+        assert sorted(lp.rank for lp in scored.values()) == [1, 2]
+    assert llm.generate({"prompt_token_ids": ids[:1]}, SamplingParams(max_tokens=1, prompt_logprobs=0),
+                        use_tqdm=False)[0].prompt_logprobs == [None]
+    assert gen.prompt_logprobs is None
+
+
 def test_engine_seed_makes_runs_reproducible(stories_path):
     sp = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
     runs = []

@@ -85,6 +85,44 @@ TEST_F(OpenAIRequestTest, PromptShapes) {
     EXPECT_THROW(parse_prompt_field(bad, *tok_, true, m_.vocab_size), InvalidRequest) << bad;
 }
 
+TEST_F(OpenAIRequestTest, PromptLogprobsAndEcho) {
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 3}};
+  auto with = [&](std::initializer_list<std::pair<const char*, json>> fields) {
+    json b = base;
+    for (const auto& [k, v] : fields) b[k] = v;
+    return b;
+  };
+  // vLLM's prompt_logprobs: the engine computes k; the reply shows them.
+  GenerationRequest g = parse_completion_request(with({{"prompt_logprobs", 2}}), m_);
+  EXPECT_EQ(g.params.prompt_logprobs, 2);
+  EXPECT_EQ(g.prompt_logprobs, 2);
+  EXPECT_FALSE(g.echo_logprobs);
+  // OpenAI's echo with logprobs: the prompt's logprobs with the same k.
+  g = parse_completion_request(with({{"echo", true}, {"logprobs", 3}}), m_);
+  EXPECT_TRUE(g.echo_logprobs);
+  EXPECT_EQ(g.params.prompt_logprobs, 3);
+  EXPECT_EQ(g.prompt_logprobs, -1);
+  EXPECT_FALSE(g.prompt_only);
+  // Both: the engine computes the larger k.
+  g = parse_completion_request(with({{"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 4}}), m_);
+  EXPECT_EQ(g.params.prompt_logprobs, 4);
+  EXPECT_EQ(g.prompt_logprobs, 4);
+  // max_tokens 0 with echo: the prompt alone (the engine samples one token, unseen).
+  g = parse_completion_request(with({{"echo", true}, {"logprobs", 1}, {"max_tokens", 0}}), m_);
+  EXPECT_TRUE(g.prompt_only);
+  EXPECT_EQ(g.params.max_tokens, 1);
+  EXPECT_EQ(error_param(with({{"max_tokens", 0}})), "max_tokens");
+  EXPECT_EQ(error_param(with({{"echo", true}, {"max_tokens", -1}})), "max_tokens");
+  // Streamed too.
+  EXPECT_NO_THROW(parse_completion_request(with({{"prompt_logprobs", 1}, {"stream", true}}), m_));
+  EXPECT_NO_THROW(parse_completion_request(with({{"echo", true}, {"logprobs", 1}, {"stream", true}}), m_));
+  // Chat: prompt_logprobs too.
+  const json chat = {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"prompt_logprobs", 0}};
+  g = parse_chat_request(chat, m_);
+  EXPECT_EQ(g.params.prompt_logprobs, 0);
+  EXPECT_EQ(g.prompt_logprobs, 0);
+}
+
 TEST_F(OpenAIRequestTest, CompletionRequest) {
   const json body = {{"model", "stories"},
                      {"prompt", "Once upon a time"},
@@ -166,16 +204,15 @@ TEST_F(OpenAIRequestTest, CompletionErrorsNameTheField) {
   EXPECT_EQ(error_param(with("stream", "yes")), "stream");
   EXPECT_EQ(error_param(with("stream_options", {{"include_usage", true}})), "stream_options");
   EXPECT_EQ(error_param(with("echo", 1)), "echo");
-  json echo_lp = with("echo", true);
-  echo_lp["logprobs"] = 1;
-  EXPECT_EQ(error_param(echo_lp), "echo");
   EXPECT_EQ(error_param(with("best_of", 2)), "best_of");
   EXPECT_EQ(error_param(with("suffix", "tail")), "suffix");
   EXPECT_EQ(error_param(with("response_format", {{"type", "yaml"}})), "response_format");
   EXPECT_EQ(error_param(with("guided_regex", "(a+")), "guided_regex");
   EXPECT_EQ(error_param(with("guided_json", {{"type", "array"}, {"uniqueItems", true}})), "guided_json");
   EXPECT_EQ(error_param(with("user", 5)), "user");
-  EXPECT_EQ(error_param(with("prompt_logprobs", 1)), "prompt_logprobs");
+  EXPECT_EQ(error_param(with("prompt_logprobs", -1)), "prompt_logprobs");
+  EXPECT_EQ(error_param(with("prompt_logprobs", 21)), "prompt_logprobs");
+  EXPECT_EQ(error_param(with("prompt_logprobs", "2")), "prompt_logprobs");
   EXPECT_EQ(error_param(json::array({1})), "<none>");
   // Accepted: best_of == n, empty suffix, text response_format.
   json fine = with("best_of", 1);

@@ -91,6 +91,8 @@ TEST(EmbeddedEngine, SamplingJsonAndDerivedSeeds) {
   EXPECT_THROW(e.make_request("f", {1, 1 << 30}, json::object()), InvalidRequest);
   EXPECT_THROW(e.make_request("g", prompt, json::array()), InvalidRequest);
   EXPECT_THROW(e.make_request("h", prompt, {{"top_k", "many"}}), InvalidRequest);
+  EXPECT_EQ(e.make_request("i", prompt, {{"prompt_logprobs", 2}}).params.prompt_logprobs, 2);
+  EXPECT_THROW(e.make_request("j", prompt, {{"prompt_logprobs", 21}}), InvalidRequest);
 }
 
 }  // namespace

@@ -178,6 +178,100 @@ TEST(ServerResponse, CompletionStreamWithEchoAndLogprobs) {
   EXPECT_EQ(events(s.error(json{{"error", {{"message", "x"}}}}))[0]["error"]["message"], "x");
 }
 
+// Prompt [1, 2, 3]: tokens 2 and 3 scored (token 3 was not the most likely).
+std::vector<TokenLogprob> prompt_scores() {
+  return {{2, -0.5f, {{2, -0.5f}, {9, -1.5f}}, 1}, {3, -2.0f, {{4, -0.25f}, {5, -1.75f}}, 3}};
+}
+
+TEST(ServerResponse, PromptLogprobsInVllmShape) {
+  const json j = prompt_logprobs_json(prompt_scores(), 1, piece);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0], nullptr);
+  EXPECT_EQ(j[1], json({{"2", {{"logprob", -0.5}, {"rank", 1}, {"decoded_token", "<2>"}}}}));
+  // The token itself with its rank, and the top 1 (of the 2 computed).
+  EXPECT_EQ(j[2], json({{"3", {{"logprob", -2.0}, {"rank", 3}, {"decoded_token", "<3>"}}},
+                        {"4", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "<4>"}}}}));
+  EXPECT_EQ(prompt_logprobs_json({}, 2, piece), json::array({nullptr}));  // a one-token prompt
+}
+
+TEST(ServerResponse, EchoLogprobsCoverPromptThenCompletion) {
+  const json j = echo_logprobs_json(1, prompt_scores(), {{6, -0.1f, {{6, -0.1f}}}}, 1, piece);
+  EXPECT_EQ(j["tokens"], json({"<1>", "<2>", "<3>", "<6>"}));
+  EXPECT_EQ(j["token_logprobs"], json({nullptr, -0.5, -2.0, -0.1f}));
+  EXPECT_EQ(j["top_logprobs"][0], nullptr);
+  EXPECT_EQ(j["top_logprobs"][1], json({{"<2>", -0.5}}));
+  EXPECT_EQ(j["top_logprobs"][2], json({{"<4>", -0.25}, {"<3>", -2.0}}));  // top 1 plus the token itself
+  EXPECT_EQ(j["text_offset"], json({0, 3, 6, 9}));
+
+  // Through the collector: prompt_only (max_tokens 0) shows the prompt alone;
+  // prompt_logprobs go on each choice.
+  PromptLogprobsView view;
+  view.prompt_logprobs = 2;
+  view.echo_top = 1;
+  view.first_tokens = {1};
+  ResponseCollector c({"cmpl-9", 1, "m", false}, 1, 1, true, {"P"}, {}, view);
+  RequestOutput o = output({delta(0, "", {}, FinishReason::Length)}, true, 3);
+  o.prompt_logprobs = prompt_scores();
+  c.add(0, o);
+  const json r = c.render(piece);
+  const json& choice = r["choices"][0];
+  EXPECT_EQ(choice["text"], "P");
+  EXPECT_EQ(choice["logprobs"]["tokens"], json({"<1>", "<2>", "<3>"}));
+  EXPECT_EQ(choice["prompt_logprobs"].size(), 3u);
+  EXPECT_EQ(choice["prompt_logprobs"][2].size(), 3u);  // token 3, and the top 2: 4, 5
+  EXPECT_EQ(r["usage"]["completion_tokens"], 0);
+
+  // Chat: vLLM puts them at the top of the reply.
+  PromptLogprobsView chat_view;
+  chat_view.prompt_logprobs = 0;
+  chat_view.first_tokens = {1};
+  ResponseCollector chat({"chatcmpl-1", 1, "m", true}, 1, 1, false, {}, {}, chat_view);
+  chat.add(0, o);
+  const json cr = chat.render(piece);
+  EXPECT_EQ(cr["prompt_logprobs"].size(), 3u);
+  EXPECT_EQ(cr["prompt_logprobs"][1].size(), 1u);
+  EXPECT_FALSE(cr["choices"][0].contains("prompt_logprobs"));
+}
+
+TEST(ServerResponse, StreamedPromptLogprobs) {
+  PromptLogprobsView view;
+  view.prompt_logprobs = 1;
+  view.echo_top = 1;
+  view.first_tokens = {1};
+  StreamRenderer s({"cmpl-4", 5, "m", false}, 1, 1, true, false, {"P"}, piece, {}, view);
+  EXPECT_EQ(s.begin(), "");  // the echo waits for its logprobs
+  CompletionDelta d = delta(0, "<6>", {6});
+  d.logprobs = {{6, -0.1f, {{6, -0.1f}}}};
+  RequestOutput o = output({d}, false, 3);
+  o.prompt_logprobs = prompt_scores();
+  auto e = events(s.add(0, o));
+  ASSERT_EQ(e.size(), 1u);
+  const json& first = e[0]["choices"][0];
+  EXPECT_EQ(first["text"], "P<6>");
+  EXPECT_EQ(first["logprobs"]["tokens"], json({"<1>", "<2>", "<3>", "<6>"}));
+  EXPECT_EQ(first["logprobs"]["token_logprobs"][0], nullptr);
+  EXPECT_EQ(first["prompt_logprobs"].size(), 3u);
+  d = delta(0, "<7>", {10}, FinishReason::Length);
+  d.logprobs = {{10, -0.3f, {{10, -0.3f}}}};
+  e = events(s.add(0, output({d}, true, 3)));
+  const json& next = e[0]["choices"][0];
+  EXPECT_FALSE(next.contains("prompt_logprobs"));
+  EXPECT_EQ(next["logprobs"]["text_offset"], json({12}));  // after "<1><2><3><6>"
+
+  // Chat: on the reply's first chunk after the prompt, at the top.
+  PromptLogprobsView chat_view;
+  chat_view.prompt_logprobs = 0;
+  chat_view.first_tokens = {1};
+  StreamRenderer c({"chatcmpl-2", 5, "m", true}, 1, 1, false, false, {}, piece, {}, chat_view);
+  c.begin();
+  RequestOutput co = output({delta(0, "Hi", {11})}, false, 3);
+  co.prompt_logprobs = prompt_scores();
+  e = events(c.add(0, co));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["prompt_logprobs"].size(), 3u);
+  EXPECT_FALSE(events(c.add(0, output({delta(0, "!", {12})}, false, 3)))[0].contains("prompt_logprobs"));
+}
+
 TEST(ServerResponse, SseNeverThrowsOnBadUtf8) {
   EXPECT_EQ(sse_event(json{{"t", "a\xff"}}), "data: {\"t\":\"a\xef\xbf\xbd\"}\n\n");
   EXPECT_EQ(finish_reason_json(FinishReason::Abort), "abort");
