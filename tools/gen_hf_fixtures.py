@@ -123,9 +123,11 @@ def main():
                 if gguf_meta["tokens"] == tokens and gguf_meta["seed"] == SEED:
                     ref = np.fromfile(gguf_ref, dtype=np.float32).reshape(logits.shape)
                     meta["gap_to_llamacpp_gguf_dummy"] = max_rel_gap(logits, ref)
-            if shape in ("tiny-gemma3", "tiny-gemma4", "tiny-gemma4g") and wtype == "f32":
+            if shape in ("tiny-gemma3", "tiny-gemma4", "tiny-gemma4g", "tiny-gemma4moe") and wtype == "f32":
                 for layer in model.model.layers:
                     layer.mlp.act_fn = GeluF16Table()
+                    if hasattr(layer, "experts"):  # Gemma 4's MoE block
+                        layer.experts.act_fn = GeluF16Table()
                     if hasattr(layer, "per_layer_input_gate"):  # Gemma 4's per-layer input gate
                         layer.act_fn = GeluF16Table()
                 meta["gelu_f16_table_gap"] = max_rel_gap(run(model, tokens), logits)

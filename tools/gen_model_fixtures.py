@@ -47,7 +47,7 @@ DUMMY_SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-g
                 "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss"]
 # Run by llama.cpp b11434 through tools/llama_ref (--llama-build).
 NEW_DUMMY_SHAPES = ["tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-glm4moe", "tiny-qwen3next", "tiny-gemma4",
-                    "tiny-gemma4g"]
+                    "tiny-gemma4g", "tiny-gemma4moe"]
 DUMMY_TYPES = ["f32", "q8_0", "q4_0", "q4_k"]
 DUMMY_SEED = 1
 N_EVAL_TOKENS = 40  # > 2 KV blocks of 16; > the tiny Gemma 3 sliding window (32)

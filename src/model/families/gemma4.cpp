@@ -23,11 +23,12 @@
 // head count (global_head_dim, num_global_key_value_heads), their values may
 // be their keys (attention_k_eq_v), and the shared layers' MLP may be twice
 // as wide (use_double_wide_mlp): ModelConfig's per-layer shapes. Not yet
-// supported (refused by name): MoE GGUF files.
+// supported: tensor and pipeline parallelism of these shapes.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -256,8 +257,7 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   c.n_embd_per_layer = gguf_size(f, a + "embedding_length_per_layer_input", 0, 0, L::kEmbd);
   const int shared = gguf_size(f, a + "attention.shared_kv_layers", 0, 0, c.n_layer);
   c.kv_source = kv_sources(c.is_swa, shared, "'" + f.path() + "'");
-  PAGELLM_CHECK(!f.find_tensor("blk.0.ffn_gate_inp.weight"), "'{}': Gemma 4's MoE layers are not supported yet",
-                f.path());
+  if (c.moe()) c.moe_dense_ffn = true;  // the dense MLP runs beside the experts
 }
 
 // rope_freq_factors of proportional RoPE: the share of pairs that turn.
@@ -351,7 +351,9 @@ void moe_block(const LayerPass& p, int il, int64_t n) {
 
 // The file's tensors, each MoE layer's down projections scaled per expert
 // by router.per_expert_scale (which then scales each chosen expert's
-// output: the router's last step), made in F32 on first request.
+// output: the router's last step), made in F32 on first request; and
+// where a GGUF file fuses each expert's gate and up rows (llama.cpp's
+// ffn_gate_up_exps), its halves as ffn_gate_exps / ffn_up_exps.
 class ExpertScaleSource : public TensorSource {
  public:
   ExpertScaleSource(const ModelConfig& c, const TensorSource& base) : c_(c), base_(base) {}
@@ -359,6 +361,7 @@ class ExpertScaleSource : public TensorSource {
   const TensorData* find(const std::string& name) const override {
     if (auto it = made_.find(name); it != made_.end()) return &it->second;
     const TensorData* t = base_.find(name);
+    if (!t && c_.moe()) t = gate_up_half(name);
     static const std::string kDown = ".ffn_down_exps.weight";
     if (!t || !c_.moe() || !name.starts_with("blk.") || !name.ends_with(kDown)) return t;
     const TensorData* s = base_.find(name.substr(0, name.size() - kDown.size()) + ".ffn_down_exps.scale");
@@ -381,9 +384,28 @@ class ExpertScaleSource : public TensorSource {
   size_t count() const override { return base_.count(); }
 
  private:
+  // Expert e's gate rows, then its up rows, in [cols, 2 * ff, E]: copied half by half.
+  const TensorData* gate_up_half(const std::string& name) const {
+    static const std::string kGate = ".ffn_gate_exps.weight", kUp = ".ffn_up_exps.weight";
+    const bool up = name.ends_with(kUp);
+    if (!name.starts_with("blk.") || !(up || name.ends_with(kGate))) return nullptr;
+    const std::string fused_name = name.substr(0, name.size() - (up ? kUp : kGate).size()) + ".ffn_gate_up_exps.weight";
+    const TensorData* f = base_.find(fused_name);
+    if (!f) return nullptr;
+    PAGELLM_CHECK(f->shape.size() == 3 && f->shape[1] % 2 == 0, "'{}' is not experts' gate and up rows [{}, 2 x ff, "
+                  "n_expert]", fused_name, f->cols());
+    const int64_t ff = f->shape[1] / 2, experts = f->shape[2];
+    const size_t half = static_cast<size_t>(ff) * dtype_row_bytes(f->type, f->cols());
+    std::vector<uint8_t>& out = bytes_.emplace_back(half * static_cast<size_t>(experts));
+    const auto* from = static_cast<const uint8_t*>(f->data) + (up ? half : 0);
+    for (int64_t e = 0; e < experts; ++e) std::memcpy(out.data() + e * half, from + 2 * e * half, half);
+    return &made_.emplace(name, TensorData{name, f->type, {f->cols(), ff, experts}, out.data()}).first->second;
+  }
+
   const ModelConfig c_;
   const TensorSource& base_;
   mutable std::vector<std::vector<float>> floats_;  // a list: an element's data never moves
+  mutable std::vector<std::vector<uint8_t>> bytes_;
   mutable std::unordered_map<std::string, TensorData> made_;
 };
 

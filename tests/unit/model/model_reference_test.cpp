@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <list>
 #include <numeric>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -88,7 +89,7 @@ std::vector<DummyCase> dummy_cases() {
                         "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss",
                         // llama.cpp b11434 itself (tools/gen_model_fixtures.py --llama-build)
                         "tiny-qwen35", "tiny-qwen35moe", "tiny-deepseek3", "tiny-glm4moe", "tiny-qwen3next",
-                        "tiny-gemma4", "tiny-gemma4g"})
+                        "tiny-gemma4", "tiny-gemma4g", "tiny-gemma4moe"})
     for (const char* t : {"f32", "q8_0", "q4_0", "q4_k"}) cases.push_back({s, t});
   return cases;
 }
@@ -160,10 +161,33 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
   const ModelConfig cfg = dummy_config(shape, n_vocab);
   auto src = make_dummy_source(cfg, DummySpec{shape, DType::F32, meta["seed"].get<uint64_t>()}, pool);
   GGUFWriter w;
-  EXPECT_EQ(src->count(), meta["tensors"].size()) << "the same set of tensors";
+  const size_t converter_tensors = meta["tensors"].size();
+  // llama.cpp fuses Gemma 4's expert gate and up rows (ffn_gate_up_exps);
+  // pagellm's dummy keeps them apart: each expert's gate rows, then its up rows.
+  std::vector<std::vector<float>> fused;
+  std::list<TensorData> made;  // stable addresses
+  auto fused_gate_up = [&](const std::string& name) -> const TensorData* {
+    static const std::string kFused = ".ffn_gate_up_exps.weight";
+    if (!name.ends_with(kFused)) return nullptr;
+    const std::string layer = name.substr(0, name.size() - kFused.size());
+    const TensorData* g = src->find(layer + ".ffn_gate_exps.weight");
+    const TensorData* u = src->find(layer + ".ffn_up_exps.weight");
+    if (!g || !u || g->shape != u->shape || g->type != DType::F32) return nullptr;
+    const int64_t cols = g->shape[0], ff = g->shape[1], experts = g->shape[2];
+    std::vector<float>& out = fused.emplace_back();
+    for (int64_t e = 0; e < experts; ++e)
+      for (const TensorData* half : {g, u}) {
+        const auto* v = static_cast<const float*>(half->data) + e * ff * cols;
+        out.insert(out.end(), v, v + ff * cols);
+      }
+    made.push_back(TensorData{name, DType::F32, {cols, 2 * ff, experts}, out.data()});
+    return &made.back();
+  };
+  size_t fused_parts = 0;
   for (const auto& t : meta["tensors"]) {
     const std::string name = t["name"].get<std::string>();
     const TensorData* d = src->find(name);
+    if (!d && (d = fused_gate_up(name))) fused_parts += 1;
     ASSERT_TRUE(d) << name << " (the converter writes it; pagellm's GGUF has no such tensor)";
     ASSERT_EQ(d->type, DType::F32) << name;
     EXPECT_EQ(d->shape, t["shape"].get<std::vector<int64_t>>()) << name;
@@ -182,6 +206,7 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
                  std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v),
                                       reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
   }
+  EXPECT_EQ(src->count(), converter_tensors + fused_parts) << "the same set of tensors";
   for (const auto& [key, kv] : meta["metadata"].items()) {
     const std::string type = kv["type"].get<std::string>();
     if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
@@ -216,7 +241,7 @@ INSTANTIATE_TEST_SUITE_P(AllArchs, ConvertedByLlamaCpp,
                                            "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
                                            "tiny-qwen35moe", "tiny-deepseek3",
                                            "tiny-glm4moe",
-                                           "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4g"),
+                                           "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4g", "tiny-gemma4moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)
