@@ -99,8 +99,8 @@ void check_linear_attention_options(const EngineConfig& c, const SchedulerConfig
                 "linear-attention states are not swapped); use --preemption-mode recompute", a);
   PAGELLM_CHECK(s.kv_eviction != KvEviction::Sliding, "--kv-eviction sliding is not supported for {} (its "
                 "linear-attention states cannot drop tokens)", a);
-  PAGELLM_CHECK(!comm, "{} does not run under tensor or pipeline parallelism yet (its linear-attention states are "
-                "not shared with the workers)", a);
+  // (Tensor parallelism: the model refuses to load; pipeline stages keep their layers' states.)
+  (void)comm;
 }
 
 // Every pipeline stage holds each block for its own layers: the budget is
@@ -144,8 +144,16 @@ KvBudgetInputs kv_budget_inputs(const EngineConfig& c, const SchedulerConfig& s,
   in.virtual_engines = num_virtual_engines(c);
   // Speculative decoding keeps a snapshot of each state (KVCacheConfig::state_snapshots).
   in.state_bytes = static_cast<int64_t>(model.state_bytes_per_seq()) * s.max_num_seqs *
-                   (c.speculative.enabled() ? 2 : 1);
+                   (c.speculative.enabled() ? 2 : 1) * in.virtual_engines;
   return in;
+}
+
+// Linear-attention state slots of one virtual engine (its snapshots too),
+// and of the backend, which holds every virtual engine's (each one's range
+// starts at its KVCacheConfig::state_slot_base).
+static int32_t engine_state_slots(const KVCacheConfig& k) { return k.num_state_slots * (k.state_snapshots ? 2 : 1); }
+static int32_t backend_state_slots(const EngineConfig& c, const KVCacheConfig& k) {
+  return engine_state_slots(k) * num_virtual_engines(c);
 }
 
 KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const Model& model,
@@ -167,8 +175,7 @@ KVCacheConfig allocate_kv_cache(const EngineConfig& c, const KvBudget& kv, const
     k.enable_prefix_caching = false;
   }
   backend.allocate_kv_cache(
-      model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups,
-                          k.num_state_slots * (k.state_snapshots ? 2 : 1)));
+      model.kv_cache_spec(c.block_size, k.num_blocks, c.kv_cache_dtype, &groups, backend_state_slots(c, k)));
   return k;
 }
 
@@ -201,6 +208,7 @@ void send_worker_init(dist::Communicator& comm, const EngineConfig& c, const KVC
                       const SchedulerConfig& s) {
   WorkerInit init;
   init.num_blocks = kv.num_blocks;
+  init.state_slots = backend_state_slots(c, kv);
   init.kv_groups = kv.groups.size() > 1 ? 1 : 0;
   init.max_model_len = s.max_model_len;
   init.deterministic = c.deterministic ? 1 : 0;
@@ -217,6 +225,7 @@ void make_schedulers(EngineParts& p, const std::vector<KvShare>& shares) {
     for (const KvShare& s : shares) {
       KVCacheConfig share = p.kv_config;
       share.num_blocks = s.num_blocks;
+      share.state_slot_base = static_cast<int32_t>(p.schedulers.size()) * engine_state_slots(share);
       p.schedulers.push_back(std::make_unique<Scheduler>(p.sched_config, share));
       p.block_shift.push_back(s.block_shift);
     }

@@ -68,7 +68,8 @@ int run_worker(const EngineConfig& c, dist::Communicator& comm) {
   const KvGroupPlan groups = kv_group_plan(init.kv_groups != 0, init.max_model_len, model, *backend);
   PAGELLM_CHECK(groups.grouped() == (init.kv_groups != 0), "rank {}: its backend cannot keep KV-cache groups",
                 comm.rank());
-  backend->allocate_kv_cache(model.kv_cache_spec(c.block_size, init.num_blocks, c.kv_cache_dtype, &groups));
+  backend->allocate_kv_cache(
+      model.kv_cache_spec(c.block_size, init.num_blocks, c.kv_cache_dtype, &groups, init.state_slots));
   if (init.deterministic) backend->set_deterministic(true);
   spdlog::info("rank {} (pid {}): {} layers [{}, {}), {} of {} heads, {} weights", comm.rank(), getpid(),
                model.geometry().layer_end -

@@ -40,6 +40,7 @@ struct WorkerInit {
   int32_t max_model_len = 0;
   int32_t deterministic = 0;
   int32_t kv_groups = 0;  // rank 0 keeps KV-cache groups: each rank plans the same ones
+  int32_t state_slots = 0;  // linear-attention state slots (every virtual engine's)
 };
 
 // The model (and the tokenizer) as the config names it; shared by the

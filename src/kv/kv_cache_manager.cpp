@@ -24,19 +24,28 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config)
 
 int32_t KVCacheManager::state_slot(SeqId seq) const {
   const auto it = seqs_.find(seq);
-  return it == seqs_.end() ? -1 : it->second.state_slot;
+  return it == seqs_.end() || it->second.state_slot < 0 ? -1 : config_.state_slot_base + it->second.state_slot;
 }
 
-std::vector<BlockCopy> KVCacheManager::take_state_copies() { return std::exchange(state_copies_, {}); }
+std::vector<BlockCopy> KVCacheManager::take_state_copies() {
+  std::vector<BlockCopy> copies = std::exchange(state_copies_, {});
+  for (BlockCopy& c : copies) {
+    c.src += config_.state_slot_base;
+    c.dst += config_.state_slot_base;
+  }
+  return copies;
+}
 
 void KVCacheManager::snapshot_state(SeqId seq) {
-  const int32_t slot = state_slot(seq);
+  const auto it = seqs_.find(seq);
+  const int32_t slot = it == seqs_.end() ? -1 : it->second.state_slot;
   PAGELLM_CHECK(config_.state_snapshots && slot >= 0, "sequence {} has no state snapshot slot", seq);
   state_copies_.push_back({slot, config_.num_state_slots + slot});
 }
 
 void KVCacheManager::restore_state(SeqId seq) {
-  const int32_t slot = state_slot(seq);
+  const auto it = seqs_.find(seq);
+  const int32_t slot = it == seqs_.end() ? -1 : it->second.state_slot;
   PAGELLM_CHECK(config_.state_snapshots && slot >= 0, "sequence {} has no state snapshot slot", seq);
   state_copies_.push_back({config_.num_state_slots + slot, slot});
 }

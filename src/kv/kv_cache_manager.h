@@ -43,6 +43,10 @@ struct KVCacheConfig {
   // num_state_slots + s (the backend holds twice the slots), where the
   // state before a verification waits in case a draft is rejected.
   bool state_snapshots = false;
+  // The backend's slot of this pool's slot 0: pipeline virtual engines each
+  // own a range of one backend's slots (block ids are shifted likewise, by
+  // the runner).
+  int32_t state_slot_base = 0;
 };
 
 // Leading full blocks of a token sequence already present in the cache.
@@ -160,7 +164,7 @@ class KVCacheManager {
 
   // ---- linear-attention state slots
   bool has_state() const { return config_.num_state_slots > 0; }
-  // The sequence's slot, -1 without one.
+  // The sequence's backend slot (state_slot_base on), -1 without one.
   int32_t state_slot(SeqId seq) const;
   int32_t num_state_slots() const { return config_.num_state_slots; }
   int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
@@ -175,7 +179,7 @@ class KVCacheManager {
   void snapshot_state(SeqId seq);
   void restore_state(SeqId seq);
   // (src slot, dst slot) of the forks, snapshots and restores since the last
-  // call, in the order they were asked for.
+  // call, in the order they were asked for (backend slots).
   std::vector<BlockCopy> take_state_copies();
   // Block ids of the sequence in a group (empty when it has none). The span
   // stays valid until the sequence's next allocate_slots / free.

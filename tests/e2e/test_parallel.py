@@ -141,6 +141,21 @@ def test_families_exact_within_near_ties(tmp_path, shape, how):
     assert_close(ref, generate(model, batch, ranks, flags))
 
 
+@pytest.mark.parametrize("shape", ["tiny-qwen35", "tiny-qwen3next"])
+def test_linear_attention_pipeline_equals_one_rank(tmp_path, shape):
+    """Gated DeltaNet layers' states on their own stage (each virtual engine
+    its own range of state slots), with n-gram speculation's snapshots on top:
+    the same greedy tokens as one rank."""
+    model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
+    batch = batch_file(tmp_path, ID_PROMPTS, max_tokens=24)
+    ref = generate(model, batch)
+    ranks, flags = PARALLEL["pp2"]
+    assert_same(ref, generate(model, batch, ranks, flags))
+    spec = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 4,
+                                                "prompt_lookup_min": 1, "prompt_lookup_max": 3})]
+    assert_same(ref, generate(model, batch, ranks, flags, spec))
+
+
 @pytest.mark.parametrize("shape,ranks", [("tiny-deepseek3", 2), ("tiny-deepseek3", 4), ("tiny-deepseek2", 2)])
 def test_mla_exact_equals_one_rank(tmp_path, shape, ranks):
     """Multi-head latent attention cut by query heads (q_b rows, the absorbed

@@ -70,6 +70,31 @@ TEST(KvStateSlots, AForkTakesAFreshSlotAndAsksForTheParentsStateCopied) {
   kv.check_invariants();
 }
 
+// Pipeline virtual engines share one backend's slots: each pool's slots and
+// the copies it asks for start at its state_slot_base; snapshots stay in
+// its own range (base + num_state_slots + s).
+TEST(KvStateSlots, APoolsSlotsStartAtItsBase) {
+  KVCacheConfig c = with_states(2);
+  c.state_snapshots = true;
+  c.state_slot_base = 4;  // the second of two engines with 2 slots + 2 snapshots
+  KVCacheManager kv(c);
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 20));
+  EXPECT_EQ(kv.state_slot(1), 4);
+  kv.fork(1, 2);
+  EXPECT_EQ(kv.state_slot(2), 5);
+  kv.snapshot_state(2);
+  kv.restore_state(1);
+  const auto copies = kv.take_state_copies();
+  ASSERT_EQ(copies.size(), 3u);
+  EXPECT_EQ(copies[0].src, 4);  // the fork
+  EXPECT_EQ(copies[0].dst, 5);
+  EXPECT_EQ(copies[1].src, 5);  // 2's snapshot slot: 4 + 2 + 1
+  EXPECT_EQ(copies[1].dst, 7);
+  EXPECT_EQ(copies[2].src, 6);  // 1's back from 4 + 2 + 0
+  EXPECT_EQ(copies[2].dst, 4);
+  kv.check_invariants();
+}
+
 TEST(KvStateSlots, PrefixCachingAndSwapAreRefused) {
   KVCacheConfig c = with_states(1);
   c.enable_prefix_caching = true;
