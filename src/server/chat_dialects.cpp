@@ -40,15 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-HttpError error_for(const RequestOutput& out) {
-  switch (out.error_kind) {
-    case RequestError::Invalid: return HttpError(400, out.error, "", out.error_param);
-    case RequestError::Unavailable: return HttpError(503, out.error, "unavailable");
-    case RequestError::Internal: break;
-  }
-  return HttpError(500, out.error, "internal_error");
-}
-
 void log_turn(bool enabled, const std::string& id, const char* outcome, const ChatTurn& turn, Clock::time_point start) {
   if (!enabled) return;
   const Usage& u = turn.usage();

@@ -45,4 +45,13 @@ ErrorReply error_reply_for_current_exception() {
   }
 }
 
+HttpError error_for(const RequestOutput& out) {
+  switch (out.error_kind) {
+    case RequestError::Invalid: return HttpError(400, out.error, "", out.error_param);
+    case RequestError::Unavailable: return HttpError(503, out.error, "unavailable");
+    case RequestError::Internal: break;
+  }
+  return HttpError(500, out.error, "internal_error");
+}
+
 }  // namespace pagellm::server

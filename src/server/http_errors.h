@@ -9,6 +9,10 @@
 
 #include "core/error.h"
 
+namespace pagellm {
+struct RequestOutput;
+}
+
 namespace pagellm::server {
 
 class HttpError : public Error {
@@ -42,5 +46,8 @@ nlohmann::json error_body(int status, const std::string& message, const std::str
 // and body. HttpError keeps its status; InvalidRequest, TemplateError and JSON
 // errors are 400; QueueFull and ShuttingDown 503; anything else 500.
 ErrorReply error_reply_for_current_exception();
+
+// A request the engine failed: 400 (with the field it names), 503 or 500.
+HttpError error_for(const RequestOutput& out);
 
 }  // namespace pagellm::server

@@ -26,15 +26,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // A failed request's output as an HTTP error: the client's fault (a grammar
 // that admits no output, or too complex to compile) is a 400 naming its field.
-HttpError error_for(const RequestOutput& out) {
-  switch (out.error_kind) {
-    case RequestError::Invalid: return HttpError(400, out.error, "", out.error_param);
-    case RequestError::Unavailable: return HttpError(503, out.error, "unavailable");
-    case RequestError::Internal: break;
-  }
-  return HttpError(500, out.error, "internal_error");
-}
-
 // echo with max_tokens 0: the one token the engine sampled is no part of the reply.
 void drop_completion_tokens(RequestOutput& out) {
   for (CompletionDelta& d : out.completions) {
