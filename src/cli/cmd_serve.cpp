@@ -144,6 +144,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   served.tokenizer = &async.tokenizer();
   served.vocab_size = async.model_config().n_vocab;
   served.max_model_len = async.max_model_len();
+  served.embed_task = config.embed_task;
 
   server::OpenAIServerOptions api_options;
   api_options.api_key = f.api_key;
