@@ -56,7 +56,11 @@ void Engine::load(const LoadProgress& progress) {
     drafts_ = std::make_unique<DraftPlanner>(config_.speculative, sched_config_, *proposer_, seq_owner_);
     metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_speculative_tokens), 0);
   }
-  pooling_ = model_pooling(config_.model, model_->gguf());
+  try {
+    pooling_ = model_pooling(config_.model, model_->gguf());
+  } catch (const Error& e) {
+    pooling_error_ = e.what();
+  }
   if (config_.pooling) pooling_.type = *config_.pooling;
   if (config_.pooling_normalize) pooling_.normalize = *config_.pooling_normalize;
   update_gauges();
@@ -78,6 +82,7 @@ void Engine::validate(const EngineRequest& req) const {
 void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
+  if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
   if (req.embed && req.params.n != 1) throw InvalidRequest("an embedding request has one sample", "n");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());

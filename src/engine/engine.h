@@ -231,6 +231,10 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   // How embedding requests are pooled: the model's files, then the config's overrides.
   const PoolingSpec& pooling() const { return pooling_; }
+  // Why this model's embeddings cannot be served (a pooling it has and the
+  // engine does not, e.g. a reranker's), or empty. Embedding requests are
+  // refused with it; generation is unaffected.
+  const std::string& pooling_error() const { return pooling_error_; }
   int32_t max_model_len() const { return sched_config_.max_model_len; }
   Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
@@ -320,6 +324,7 @@ class Engine {
   uint64_t next_request_num_ = 1;
   EngineMetrics metrics_;
   PoolingSpec pooling_;
+  std::string pooling_error_;
 };
 
 }  // namespace pagellm

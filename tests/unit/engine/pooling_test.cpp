@@ -160,6 +160,35 @@ TEST(ModelPooling, ReadsSentenceTransformersFiles) {
   }
 }
 
+// llama.cpp's <arch>.pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank.
+TEST(ModelPooling, ReadsGgufPoolingType) {
+  const fs::path dir = scratch("gguf");
+  auto with_type = [&](std::optional<uint32_t> type) {
+    GGUFWriter w;
+    w.set_string("general.architecture", "qwen3");
+    if (type) w.set_u32("qwen3.pooling_type", *type);
+    const std::string path = (dir / "m.gguf").string();
+    w.write(path);
+    return GGUFFile::open(path);
+  };
+  const std::pair<uint32_t, PoolingType> known[] = {
+      {1, PoolingType::Mean}, {2, PoolingType::Cls}, {3, PoolingType::Last}};
+  for (auto [t, want] : known) {
+    const auto f = with_type(t);
+    const PoolingSpec s = model_pooling("m.gguf", f.get());
+    EXPECT_EQ(s.type, want) << t;
+    EXPECT_TRUE(s.normalize);
+  }
+  EXPECT_EQ(model_pooling("m.gguf", with_type(std::nullopt).get()).type, PoolingType::Last);
+  EXPECT_EQ(model_pooling("m.gguf", with_type(0).get()).type, PoolingType::Last);
+  try {
+    model_pooling("m.gguf", with_type(4).get());
+    ADD_FAILURE() << "rank pooling was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+  }
+}
+
 // The tiny Qwen3 folder of the fixtures, with its sentence-transformers
 // files, served by an engine with a synthetic vocabulary of its size.
 struct Fixture {
@@ -318,6 +347,28 @@ TEST(EmbeddingsEngine, OverridesAndBadRequests) {
   EXPECT_THROW(engine.add_request(r), InvalidRequest);
   EXPECT_THROW(engine.add_request(embed_request("y", std::vector<int32_t>(256, 5))), InvalidRequest);
   EXPECT_THROW(engine.add_request(embed_request("z", {})), InvalidRequest);
+}
+
+// A model whose pooling is not served (here: a Dense module, as
+// EmbeddingGemma ships) still generates; embedding requests get its reason.
+TEST(EmbeddingsEngine, UnservedPoolingRefusesOnlyEmbeddings) {
+  const std::string name = "embed-tiny-qwen3-f32-last";
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  Fixture f = load_fixture(name, 64);
+  write_st_files(f.config.model, "pooling_mode_lasttoken", true, "sentence_transformers.models.Dense");
+  Engine engine(f.config);
+  EXPECT_NE(engine.pooling_error().find("Dense"), std::string::npos) << engine.pooling_error();
+  try {
+    engine.add_request(embed_request("e", {1, 2, 3}));
+    ADD_FAILURE() << "an embedding request was accepted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "model");
+  }
+  EngineRequest gen;
+  gen.id = "gen";
+  gen.prompt_ids = {1, 2, 3};
+  gen.params.max_tokens = 2;
+  run(engine, {gen});
 }
 
 }  // namespace
