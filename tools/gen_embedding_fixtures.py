@@ -11,7 +11,11 @@ token sequences one at a time. The tests regenerate the same folder from C++
 compare the vectors, so neither torch nor sentence-transformers is needed to
 run them.
 
-  /work/fixvenv/bin/python tools/gen_embedding_fixtures.py --pagellm build/pagellm
+  python3 tools/gen_embedding_fixtures.py --pagellm build/pagellm
+
+Needs torch, transformers and sentence-transformers (the fixtures: torch 2.15,
+transformers 5.24, sentence-transformers 6.3.0, which imports scipy and
+scikit-learn too).
 
 Fixtures: embed-<shape>-<type>-<pooling>.json
   {"tokens": [[...], ...], "embeddings": [[...], ...], "pooling", "normalize", "seed", "reference"}
