@@ -76,6 +76,8 @@ void pagellm_engine_destroy(pagellm_engine* engine);
 /* Longest sequence (prompt + output) and vocabulary size. Any thread. */
 int32_t pagellm_engine_max_model_len(const pagellm_engine* engine);
 int32_t pagellm_engine_vocab_size(const pagellm_engine* engine);
+/* The length of the vectors pagellm_embed writes (the model's hidden size). Any thread. */
+int32_t pagellm_engine_embedding_size(const pagellm_engine* engine);
 
 /* ---- requests */
 
@@ -116,6 +118,17 @@ typedef int (*pagellm_output_callback)(const pagellm_output* output, void* user_
 pagellm_status pagellm_generate(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
                                 size_t num_prompt_tokens, const char* sampling_json,
                                 pagellm_output_callback callback, void* user_data);
+
+/* An embedding request: the prompt (text when `prompt` is not NULL, else the
+ * token ids) runs prefill only, beside whatever else the engine runs, and its
+ * final hidden states are pooled as the model says (sentence-transformers
+ * files, a GGUF's pooling_type) or as the pooling / normalize options
+ * override. Blocks until done, then writes pagellm_engine_embedding_size()
+ * floats to `embedding` and that count to *dim; with less `capacity` it
+ * returns PAGELLM_ERR_BUFFER_TOO_SMALL (and *dim) before running anything.
+ * A bad prompt is PAGELLM_ERR_INVALID_ARGUMENT. Any thread. */
+pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
+                             size_t num_prompt_tokens, float* embedding, size_t capacity, size_t* dim);
 
 /* Requests added and not yet finished (pagellm_generate's included). Any thread. */
 size_t pagellm_num_unfinished(const pagellm_engine* engine);

@@ -11,12 +11,13 @@ AsyncLLM (AsyncLLMEngine) and AsyncEngineArgs."""
 from ._core import __version__
 from .async_llm import AsyncEngineArgs, AsyncLLM, AsyncLLMEngine, EngineArgs
 from .llm import LLM
-from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from .outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics,
+                      RequestOutput)
 from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
 from ._engine import Tokenizer
 
 __all__ = [
-    "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EngineArgs", "GuidedDecodingParams", "LLM",
+    "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EmbeddingOutput", "EmbeddingRequestOutput", "EngineArgs", "GuidedDecodingParams", "LLM",
     "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams",
     "Tokenizer", "__version__",
 ]

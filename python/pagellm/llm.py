@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence, Union
 from . import _core
 from ._engine import (PromptType, Tokenizer, engine_json, make_engine, normalize_prompts, params_list, prompt_ids,
                       render_chat)
-from .outputs import RequestOutput, RequestState
+from .outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, RequestState
 from .sampling_params import SamplingParams
 
 # How long one wait for outputs may hold the thread before Python checks for
@@ -69,6 +69,19 @@ class LLM:
             items.append({"prompt": text})
             ids.append(self._engine.encode(text, False))  # the template wrote the special tokens
         return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, None)
+
+    def embed(self, prompts: Union[PromptType, Sequence[PromptType]],
+              use_tqdm: bool = True) -> list[EmbeddingRequestOutput]:
+        """One pooled vector per prompt (`outputs.embedding`), pooled as the
+        model says (sentence-transformers files, a GGUF's pooling_type) or as
+        the pooling / normalize engine arguments override. Prefill only: the
+        prompts run through the same scheduler as generation."""
+        items = normalize_prompts(prompts)
+        ids = [prompt_ids(self._engine, p) for p in items]
+        request_ids = [str(next(self._ids)) for _ in items]
+        vectors = self._engine.embed(request_ids, ids) if items else []
+        return [EmbeddingRequestOutput(rid, pids, EmbeddingOutput(v))
+                for rid, pids, v in zip(request_ids, ids, vectors)]
 
     # ---- the rest of vLLM's LLM surface
 

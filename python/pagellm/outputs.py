@@ -62,6 +62,20 @@ class RequestOutput:
 
 
 @dataclass
+class EmbeddingOutput:
+    embedding: list[float]
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """LLM.embed's result per prompt (vLLM's shape): the vector is `outputs.embedding`."""
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: EmbeddingOutput
+    finished: bool = True
+
+
+@dataclass
 class _Sample:
     text: str = ""
     token_ids: list = field(default_factory=list)

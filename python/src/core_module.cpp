@@ -173,6 +173,37 @@ NB_MODULE(_core, m) {
           },
           nb::arg("ids"), nb::arg("prompts"), nb::arg("sampling_json"), nb::arg("sink"),
           "Queues requests (all or none); their outputs go to `sink`")
+      .def(
+          "embed",
+          [](EmbeddedEngine& e, const std::vector<std::string>& ids, std::vector<std::vector<int32_t>> prompts) {
+            if (ids.size() != prompts.size()) throw pagellm::InvalidRequest("embed: ids and prompts differ in length");
+            std::vector<pagellm::EngineRequest> reqs(ids.size());
+            for (size_t i = 0; i < ids.size(); ++i) {
+              reqs[i].id = ids[i];
+              reqs[i].prompt_ids = std::move(prompts[i]);
+              reqs[i].embed = true;
+            }
+            std::vector<std::vector<float>> vectors(ids.size());
+            nb::gil_scoped_release release;  // the engine's steps run meanwhile
+            const auto streams = e.submit(std::move(reqs));
+            for (size_t i = 0; i < streams.size(); ++i) {
+              for (;;) {
+                auto out = streams[i]->next(std::chrono::milliseconds(100));
+                if (!out) continue;
+                if (!out->error.empty() || (out->finished && out->embedding.empty())) {
+                  for (size_t k = i + 1; k < streams.size(); ++k) e.abort(streams[k]->id());
+                  if (out->error_kind == pagellm::RequestError::Invalid) throw pagellm::InvalidRequest(out->error);
+                  throw pagellm::Error(out->error.empty() ? "embed: the request was aborted" : out->error);
+                }
+                if (out->finished) {
+                  vectors[i] = std::move(out->embedding);
+                  break;
+                }
+              }
+            }
+            return vectors;
+          },
+          nb::arg("ids"), nb::arg("prompts"), "Pooled vectors of the prompts (embedding requests), in order")
       .def("abort", &EmbeddedEngine::abort, nb::arg("request_id"))
       .def(
           "shutdown",

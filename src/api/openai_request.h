@@ -42,6 +42,9 @@ struct ServedModel {
   bool enable_auto_tool_choice = false;
   const chat::ToolParser* tool_parser = nullptr;
   const chat::ReasoningParser* reasoning_parser = nullptr;
+  // --task embed: /v1/embeddings is served and the generation endpoints
+  // answer 400; generate (false): the reverse.
+  bool embed_task = false;
 
   bool answers_to(const std::string& model) const;
 };

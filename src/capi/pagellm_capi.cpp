@@ -220,6 +220,38 @@ pagellm_status pagellm_generate(pagellm_engine* engine, const char* prompt, cons
   });
 }
 
+int32_t pagellm_engine_embedding_size(const pagellm_engine* engine) {
+  return engine ? engine->engine->embedding_size() : 0;
+}
+
+pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
+                             size_t num_prompt_tokens, float* embedding, size_t capacity, size_t* dim) {
+  return guarded(PAGELLM_ERR_INTERNAL, [&] {
+    require(engine != nullptr && dim != nullptr, "engine or dim is NULL");
+    *dim = static_cast<size_t>(engine->engine->embedding_size());
+    if (!embedding || capacity < *dim)
+      return failed(PAGELLM_ERR_BUFFER_TOO_SMALL, "the vector does not fit: call again with *dim floats of room");
+    auto queue = std::make_shared<pagellm::OutputQueue>();
+    pagellm::EngineRequest req =
+        make_request(engine, "pagellm-embed-" + std::to_string(engine->next_generate_id.fetch_add(1)), prompt,
+                     prompt_token_ids, num_prompt_tokens, nullptr);
+    req.embed = true;
+    std::vector<pagellm::EngineRequest> reqs;
+    reqs.push_back(std::move(req));
+    engine->engine->submit(std::move(reqs), queue);
+    for (;;) {
+      auto o = queue->next(std::chrono::milliseconds(1000));
+      if (!o || !o->finished) continue;
+      if (o->error_kind == pagellm::RequestError::Invalid && !o->error.empty())
+        return failed(PAGELLM_ERR_INVALID_ARGUMENT, o->error.c_str());
+      if (!o->error.empty() || o->embedding.size() != *dim)
+        return failed(PAGELLM_ERR_INTERNAL, o->error.empty() ? "the request was aborted" : o->error.c_str());
+      std::copy(o->embedding.begin(), o->embedding.end(), embedding);
+      return PAGELLM_OK;
+    }
+  });
+}
+
 size_t pagellm_num_unfinished(const pagellm_engine* engine) { return engine ? engine->engine->num_in_flight() : 0; }
 
 void pagellm_output_free(pagellm_output* output) { delete output; }

@@ -111,12 +111,15 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
     ef.set("model", f.model_positional);
   }
   const EngineConfig config = ef.to_config();
+  if (config.embed_task && config.pipeline_parallel_size > 1)
+    fail("--task embed does not run under pipeline parallelism yet");
   run_worker_if_parallel(config);  // ranks > 0 of mpirun serve rank 0's steps and exit there
   const size_t max_request_bytes = static_cast<size_t>(parse_byte_size(f.max_request_bytes));
   PAGELLM_CHECK(max_request_bytes > 0, "--max-request-bytes must be positive");
 
   auto engine = std::make_unique<Engine>(config, load_progress_reporter());
   spdlog::info("{}", engine->describe());
+  if (config.embed_task && !engine->pooling_error().empty()) fail("--task embed: {}", engine->pooling_error());
   server::ServedModel served;
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);
@@ -144,6 +147,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   served.tokenizer = &async.tokenizer();
   served.vocab_size = async.model_config().n_vocab;
   served.max_model_len = async.max_model_len();
+  served.embed_task = config.embed_task;
 
   server::OpenAIServerOptions api_options;
   api_options.api_key = f.api_key;

@@ -61,6 +61,8 @@ class EmbeddedEngine {
   const Tokenizer& tokenizer() const { return engine_->tokenizer(); }
   int32_t max_model_len() const { return engine_->max_model_len(); }
   int32_t vocab_size() const { return served_.vocab_size; }
+  // The length of a pooled vector (the model's hidden size).
+  int32_t embedding_size() const { return engine_->model_config().n_embd; }
   std::string describe() const { return engine_->describe(); }
   size_t num_in_flight() const { return engine_->num_in_flight(); }
   // Counters and gauges (requests, tokens, KV usage, speculative decoding).

@@ -113,6 +113,8 @@ class AsyncEngine {
   const Tokenizer& tokenizer() const { return engine_->tokenizer(); }
   const ModelConfig& model_config() const { return engine_->model_config(); }
   int32_t max_model_len() const { return engine_->max_model_len(); }
+  const PoolingSpec& pooling() const { return engine_->pooling(); }
+  const std::string& pooling_error() const { return engine_->pooling_error(); }
   std::string describe() const { return description_; }
   // Snapshot taken after every step.
   EngineStats stats() const;

@@ -56,6 +56,13 @@ void Engine::load(const LoadProgress& progress) {
     drafts_ = std::make_unique<DraftPlanner>(config_.speculative, sched_config_, *proposer_, seq_owner_);
     metrics_.spec_decode_accepted_per_pos.assign(static_cast<size_t>(config_.speculative.num_speculative_tokens), 0);
   }
+  try {
+    pooling_ = model_pooling(config_.model, model_->gguf());
+  } catch (const Error& e) {
+    pooling_error_ = e.what();
+  }
+  if (config_.pooling) pooling_.type = *config_.pooling;
+  if (config_.pooling_normalize) pooling_.normalize = *config_.pooling_normalize;
   update_gauges();
 }
 
@@ -75,6 +82,11 @@ void Engine::validate(const EngineRequest& req) const {
 void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
+  if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
+  if (req.embed && config_.pipeline_parallel_size > 1)
+    throw InvalidRequest("embeddings are not served under pipeline parallelism (the last stage holds the hidden "
+                         "states)", "model");
+  if (req.embed && req.params.n != 1) throw InvalidRequest("an embedding request has one sample", "n");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
@@ -85,7 +97,7 @@ void Engine::validate_params(const EngineRequest& req) const {
     throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
                                      prompt, sched_config_.max_model_len), "prompt");
   // (With sliding KV eviction a sequence outgrows max_model_len by design.)
-  if (sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
+  if (!req.embed && sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
                                      "max_tokens is {} ({} in total); reduce the prompt or max_tokens",
                                      sched_config_.max_model_len, prompt, req.params.max_tokens,
@@ -110,6 +122,7 @@ void Engine::enqueue(EngineRequest req) {
   // same request samples the same tokens.
   if (!r->params.seed && (config_.seed || config_.deterministic)) r->params.seed = config_.seed.value_or(0);
   r->priority = req.priority;
+  r->embed = req.embed;
   r->prompt = std::move(req.prompt_ids);
   r->arrival = Clock::now();
   r->samples.resize(static_cast<size_t>(r->params.n));
@@ -140,6 +153,10 @@ void Engine::start(Request& r) {
     r.prompt_logprobs.resize(r.prompt.size() - 1);
     r.prompt_logprobs_done = r.prompt.size() < 2;
     first.needs_prompt_logits = !r.prompt_logprobs_done;
+  }
+  if (r.embed) {
+    r.pooler = Pooler(pooling_.type, model_->config().n_embd);
+    first.pool_rows = pool_rows(pooling_.type);
   }
   // The virtual engine with the fewest sequences.
   auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
@@ -285,6 +302,7 @@ void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& ou
     observe_forward(plan, static_cast<double>(f.submit_ns + t_forward - t_wait) * 1e-9);
     trace::Scope s("sample", "engine");
     for (size_t i = 0; i < runner_output_.prompt_entries.size(); ++i) record_prompt_logprobs(plan, i);
+    for (size_t i = 0; i < runner_output_.hidden_entries.size(); ++i) pool_entry(plan, i, touched);
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, scheduler, touched);
   }
   scheduler.on_step_done(plan);
@@ -389,8 +407,25 @@ void Engine::record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry) {
   }
 }
 
+// A chunk of an embedding request's prompt came back with its hidden rows;
+// the last chunk ends the request (no token is sampled).
+void Engine::pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<Request*>& touched) {
+  const ScheduledSeq& e = plan.seqs[runner_output_.hidden_entries[hidden_entry]];
+  const auto owner = seq_owner_.find(e.seq_id);
+  if (owner == seq_owner_.end()) return;  // aborted while the step was in flight
+  Request& r = *owner->second.first;
+  const int64_t d = model_->config().n_embd;
+  const float* rows = runner_output_.hidden.data() + runner_output_.hidden_first_row[hidden_entry] * d;
+  r.pooler.add(rows, e.start_pos + e.hidden_begin, e.num_hidden);
+  if (e.end_pos() < e.seq->num_prompt_tokens) return;
+  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, pooling_.normalize);
+  r.samples[0].pending_finish = FinishReason::Stop;
+  touched.push_back(&r);
+}
+
 RequestOutput Engine::collect(Request& r) {
   RequestOutput out = outputs_->collect(r);
+  if (out.finished) out.embedding = std::move(r.embedding);
   if (out.finished) {
     for (Sample& s : r.samples)
       if (s.seq) seq_owner_.erase(s.seq->id);

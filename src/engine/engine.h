@@ -33,6 +33,7 @@
 #include "backend/registry.h"
 #include "core/enum_names.h"
 #include "engine/metrics.h"
+#include "engine/pooling.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
@@ -118,6 +119,13 @@ struct EngineConfig {
   // Plain samples are drawn by the backend's sample op where it has one
   // (the logits stay on the device); false: rows always go to the host.
   bool device_sampling = true;
+  // Pooling (embedding requests): overrides of the model's own pooling and
+  // normalisation (engine/pooling.h's model_pooling).
+  std::optional<PoolingType> pooling;
+  std::optional<bool> pooling_normalize;
+  // What a server exposes: generate (completions, chat, ...) or embed
+  // (/v1/embeddings). The engine itself runs both kinds of requests.
+  bool embed_task = false;
 };
 
 // --kv-cache-dtype (core/enum_names.h).
@@ -133,6 +141,9 @@ struct EngineRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   int32_t priority = 0;
+  // An embedding request: its prompt is computed (prefill only, no token
+  // sampled) and pooled as the engine's pooling() says; params are unused.
+  bool embed = false;
 };
 
 struct TokenLogprob {
@@ -172,6 +183,8 @@ struct RequestOutput {
   // prompt is computed: the logprob of each prompt token after the first
   // (entry i: token i + 1), with prompt_logprobs top tokens. Empty otherwise.
   std::vector<TokenLogprob> prompt_logprobs;
+  // An embedding request's pooled vector, in its finished output.
+  std::vector<float> embedding;
   double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
 };
 
@@ -216,6 +229,12 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
+  // How embedding requests are pooled: the model's files, then the config's overrides.
+  const PoolingSpec& pooling() const { return pooling_; }
+  // Why this model's embeddings cannot be served (a pooling it has and the
+  // engine does not, e.g. a reranker's), or empty. Embedding requests are
+  // refused with it; generation is unaffected.
+  const std::string& pooling_error() const { return pooling_error_; }
   int32_t max_model_len() const { return sched_config_.max_model_len; }
   Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
@@ -268,6 +287,7 @@ class Engine {
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
   void sample_entry(const StepPlan& plan, size_t entry, const Scheduler& scheduler, std::vector<Request*>& touched);
   void record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry);
+  void pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<Request*>& touched);
   void release_sample(Sample& s);
   RequestOutput collect(Request& r);
   void update_gauges();
@@ -303,6 +323,8 @@ class Engine {
   SeqId next_seq_id_ = 1;
   uint64_t next_request_num_ = 1;
   EngineMetrics metrics_;
+  PoolingSpec pooling_;
+  std::string pooling_error_;
 };
 
 }  // namespace pagellm

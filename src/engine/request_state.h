@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/pooling.h"
 #include "engine/stop_checker.h"
 #include "sampling/sampler_rng.h"
 #include "scheduler/sequence.h"
@@ -59,6 +60,11 @@ struct RequestState {
   // prompt's chunks are computed; handed out once, when done.
   std::vector<TokenLogprob> prompt_logprobs;
   bool prompt_logprobs_done = false, prompt_logprobs_sent = false;
+  // An embedding request: its prompt's rows pooled as they come back; the
+  // vector once the prompt is computed.
+  bool embed = false;
+  Pooler pooler;
+  std::vector<float> embedding;
   int32_t ve = 0;  // its virtual engine (scheduler)
   EngineClock::time_point arrival;
   std::optional<EngineClock::time_point> first_scheduled, first_token;

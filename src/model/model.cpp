@@ -701,6 +701,18 @@ void Model::read_logits(float* logits) {
   }
 }
 
+void Model::final_hidden(const std::vector<int32_t>& rows, float* out) {
+  if (rows.empty()) return;
+  const int64_t d = cfg_.n_embd;
+  for (int32_t r : rows) PAGELLM_CHECK(r >= 0 && r < n_, "hidden row {} outside the batch", r);
+  // Every row at once (no gather buffer sized for them): a norm and a copy
+  // of [n, n_embd] are small next to the pass itself.
+  backend_.rms_norm(*buf_.x, output_norm_.get(), n_, d, cfg_.norm_eps, *buf_.x);
+  host_.resize(static_cast<size_t>(n_ * d));
+  to_host(*buf_.x, n_ * d, host_.data());
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(host_.data() + rows[i] * d, d, out + static_cast<int64_t>(i) * d);
+}
+
 bool Model::can_sample_on_device() const {
   if (geo_.tp || shard_.pp_size > 1) return false;
   if (cfg_.final_softcap > 0 && !softcap_on_device_) return false;

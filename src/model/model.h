@@ -108,6 +108,11 @@ class Model {
   // logits per row).
   void compute_logits(const std::vector<int32_t>& logits_rows);
   void read_logits(float* logits);
+  // Pooling: the final hidden states (after the output norm: what the
+  // output matrix multiplies) of the batch rows listed, [rows.size(),
+  // n_embd] to `out`. Normalises the pass's hidden states in place, so it
+  // comes after compute_logits / sample_on_device.
+  void final_hidden(const std::vector<int32_t>& rows, float* out);
   // One rank, and the backend has the sample op (and softcap where the model
   // caps its logits).
   bool can_sample_on_device() const;

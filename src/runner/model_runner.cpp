@@ -61,6 +61,9 @@ void ModelRunner::finish(Output& out) {
   out.first_row.swap(step->first_row);
   out.prompt_entries.swap(step->prompt_entries);
   out.prompt_first_row.swap(step->prompt_first_row);
+  out.hidden_entries.swap(step->hidden_entries);
+  out.hidden_first_row.swap(step->hidden_first_row);
+  out.hidden.swap(step->hidden);
   const ModelShard& sh = model_.shard();
   if (sh.pp_size > 1) {
     // Rank 0 is the first stage, never the last. Every step ends with the
@@ -81,6 +84,9 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
   step.first_row.clear();
   step.prompt_entries.clear();
   step.prompt_first_row.clear();
+  step.hidden_entries.clear();
+  step.hidden_first_row.clear();
+  step.hidden_rows.clear();
   // The plan's scheduler numbers its blocks from 1; they are blocks
   // block_shift + 1 on of the cache (0 stays the null block).
   auto shift = [block_shift](int32_t b) { return b == 0 ? b : b + block_shift; };
@@ -134,6 +140,14 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
       step.prompt_first_row.push_back(static_cast<int32_t>(m.logits_rows.size()));
       for (int32_t j = 0; j < s.num_prompt_logits; ++j) m.logits_rows.push_back(row + j);
     }
+    if (s.num_hidden > 0) {
+      PAGELLM_CHECK(s.hidden_begin >= 0 && s.hidden_begin + s.num_hidden <= s.num_new_tokens,
+                    "plan entry {}: hidden rows [{}, +{}) of {} tokens", i, s.hidden_begin, s.num_hidden,
+                    s.num_new_tokens);
+      step.hidden_entries.push_back(static_cast<int32_t>(i));
+      step.hidden_first_row.push_back(static_cast<int32_t>(step.hidden_rows.size()));
+      for (int32_t j = 0; j < s.num_hidden; ++j) step.hidden_rows.push_back(row + s.hidden_begin + j);
+    }
     row += s.num_new_tokens;
     if (s.sample) {
       step.entries.push_back(static_cast<int32_t>(i));
@@ -166,6 +180,10 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
   if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
   if (!m.state_copies.empty()) be.copy_states(m.state_copies);
   if (m.batch.seqs.empty()) be.synchronize();  // the moves are done before the next plan reuses their blocks
+  // (Workers never have hidden rows: rank 0's residual stream is whole
+  // under tensor parallelism; pipeline stages would need the last one's.)
+  PAGELLM_CHECK(step.hidden_rows.empty() || model_.shard().pp_size == 1,
+                "pooling (embeddings) is not served under pipeline parallelism");
   if (model_.shard().pp_size > 1) {
     pipeline_forward(m.batch, m.logits_rows, step);  // (block moves only: just the last stage's message)
     return;
@@ -179,10 +197,12 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
     step.logits.clear();
     step.tokens.resize(step.draws.size());
     model_.sample_on_device(step.draws, step.tokens.data());
-    return;
+  } else {
+    step.logits.resize(step.rows * static_cast<size_t>(model_.config().n_vocab));
+    model_.forward(m.batch, m.logits_rows, step.logits.data());
   }
-  step.logits.resize(step.rows * static_cast<size_t>(model_.config().n_vocab));
-  model_.forward(m.batch, m.logits_rows, step.logits.data());
+  step.hidden.resize(step.hidden_rows.size() * static_cast<size_t>(model_.config().n_embd));
+  model_.final_hidden(step.hidden_rows, step.hidden.data());
 }
 
 void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, Step& step) {

@@ -45,6 +45,10 @@ class ModelRunner {
     // the row of each one's first prompt position (its rows come just
     // before its sampling row, if any).
     std::vector<int32_t> prompt_entries, prompt_first_row;
+    // Pooling: indices into plan.seqs with num_hidden > 0, each one's first
+    // row in `hidden` ([rows, n_embd], final hidden states after the output norm).
+    std::vector<int32_t> hidden_entries, hidden_first_row;
+    std::vector<float> hidden;
     std::vector<float> logits;       // [rows, n_vocab]; empty when the device sampled
     std::vector<int32_t> tokens;     // per entry, when the device sampled (submit's draws)
     // Row j of entry i.
@@ -86,6 +90,8 @@ class ModelRunner {
   // A step between submit() and finish(); on a worker, the one it runs.
   struct Step {
     std::vector<int32_t> entries, first_row, prompt_entries, prompt_first_row;  // Output's
+    std::vector<int32_t> hidden_entries, hidden_first_row, hidden_rows;  // Output's, and the batch rows
+    std::vector<float> hidden;
     size_t rows = 0;                          // of logits
     std::vector<float> logits;                // computed here (one stage; else the last stage sends them)
     std::vector<SampleDraw> draws;            // sampled on the device instead ...

@@ -295,9 +295,10 @@ size_t Scheduler::next_waiting() const {
 }
 
 // A sequence past its window recomputes through the window, not from cached
-// blocks; one that needs its prompt's logits computes every prompt position.
+// blocks; one that needs its prompt's logits (or mean / first-row pooling)
+// computes every prompt position.
 PrefixMatch Scheduler::cached_prefix(const Sequence& seq) const {
-  if (seq.needs_prompt_logits) return {};
+  if (seq.needs_every_prompt_position()) return {};
   if (config_.kv_eviction == KvEviction::Sliding && seq.num_tokens() > config_.max_model_len) return {};
   return kv_.match_prefix(seq.token_ids);
 }

@@ -22,6 +22,12 @@ enum class SeqStatus : uint8_t {
   FinishedIgnored,  // refused (e.g. could never fit)
 };
 
+// Pooling (embedding requests): the final hidden rows a sequence's prompt
+// chunks hand back. Last: the last prompt position's; First and All: those
+// positions of every chunk (they compute every prompt position, never taken
+// from the prefix cache).
+enum class PoolRows : uint8_t { None, Last, First, All };
+
 inline bool is_finished(SeqStatus s) { return s >= SeqStatus::FinishedStopped; }
 const char* to_string(SeqStatus s);
 
@@ -47,6 +53,14 @@ struct Sequence {
   // step's plan asks for the rows of its prompt positions. The engine clears
   // it once it has them all.
   bool needs_prompt_logits = false;
+  // A pooling sequence is its prompt alone: it never samples, and the engine
+  // ends it once its prompt is computed. Each step's plan asks for the rows
+  // named here (ScheduledSeq::hidden_begin).
+  PoolRows pool_rows = PoolRows::None;
+  // Every prompt position must be computed (no prefix-cache hit).
+  bool needs_every_prompt_position() const {
+    return needs_prompt_logits || pool_rows == PoolRows::All || pool_rows == PoolRows::First;
+  }
 
   SeqStatus status = SeqStatus::Waiting;
   int32_t num_preemptions = 0;

@@ -47,7 +47,16 @@ StepPlan build_plan(const StepDecisions& decisions, const KVCacheManager& kv, in
     s.block_table = kv.block_table(seq.id);
     s.state_slot = kv.state_slot(seq.id);
     for (int gi = 1; gi < kv.num_groups(); ++gi) s.group_tables.push_back(kv.block_table(seq.id, gi));
-    s.sample = seq.num_computed_tokens + g.num_new_tokens == seq.num_tokens();
+    const bool reaches_end = seq.num_computed_tokens + g.num_new_tokens == seq.num_tokens();
+    s.sample = reaches_end && seq.pool_rows == PoolRows::None;
+    if (seq.pool_rows == PoolRows::All) {
+      s.num_hidden = g.num_new_tokens;
+    } else if (seq.pool_rows == PoolRows::Last && reaches_end) {
+      s.hidden_begin = g.num_new_tokens - 1;
+      s.num_hidden = 1;
+    } else if (seq.pool_rows == PoolRows::First && (s.start_pos == 0 || reaches_end)) {
+      s.num_hidden = 1;  // (the last chunk's too, unused: it tells the engine the prompt is done)
+    }
     s.draft_tokens.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + g.num_draft_tokens);
     // Positions [start, end) that score a prompt token (the last prompt position samples).
     if (seq.needs_prompt_logits) {

@@ -35,6 +35,9 @@ struct ScheduledSeq {
   // num_prompt_logits positions of this step (each scores the prompt token
   // after it), before the sampling rows. Never with drafts.
   int32_t num_prompt_logits = 0;
+  // Pooling: the runner also returns the final hidden rows (after the output
+  // norm) of positions start_pos + hidden_begin .. + num_hidden - 1.
+  int32_t hidden_begin = 0, num_hidden = 0;
   // Sliding KV eviction: keys [kv_sinks, kv_evicted_to) are gone (SeqInfo).
   int32_t kv_sinks = 0, kv_evicted_to = 0;
   int32_t state_slot = -1;  // linear-attention state (KVCacheManager::state_slot)

@@ -114,16 +114,27 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     ActiveRequest active(*this);
     authorize(req);
+    require_task(false, "/v1/completions");
     generate(req, res, false);
   });
   http.post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     ActiveRequest active(*this);
     authorize(req);
+    require_task(false, "/v1/chat/completions");
     generate(req, res, true);
   });
-  http.post("/v1/responses", bind(&OpenAIServer::responses));
+  auto generation = [this, bind](void (OpenAIServer::*fn)(const httplib::Request&, httplib::Response&),
+                                 const char* endpoint) {
+    return [this, endpoint, handler = bind(fn)](const httplib::Request& req, httplib::Response& res) {
+      authorize(req);
+      require_task(false, endpoint);
+      handler(req, res);
+    };
+  };
+  http.post("/v1/responses", generation(&OpenAIServer::responses, "/v1/responses"));
   http.get("/v1/responses/(.+)", bind(&OpenAIServer::get_response));
-  http.post("/v1/messages", bind(&OpenAIServer::messages));
+  http.post("/v1/messages", generation(&OpenAIServer::messages, "/v1/messages"));
+  http.post("/v1/embeddings", bind(&OpenAIServer::embeddings));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
   http.post("/tokenize", bind(&OpenAIServer::tokenize));

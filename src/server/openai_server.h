@@ -3,6 +3,7 @@
 //   GET  /v1/models, /v1/models/{id}
 //   POST /v1/responses (OpenAI Responses; GET /v1/responses/{id} when stored),
 //   POST /v1/messages (Anthropic Messages)
+//   POST /v1/embeddings (with --task embed; server/openai_embeddings.cpp)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
 // Handlers run on the HTTP thread pool; each generation request is a
@@ -68,6 +69,9 @@ class OpenAIServer {
   void responses(const httplib::Request& req, httplib::Response& res);
   void get_response(const httplib::Request& req, httplib::Response& res);
   void messages(const httplib::Request& req, httplib::Response& res);
+  void embeddings(const httplib::Request& req, httplib::Response& res);
+  // 400 naming the task when the endpoint is not the served task's.
+  void require_task(bool embed, const char* endpoint) const;
   void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
                 const std::function<void(const ChatTurn&)>& reply, httplib::Response& res);
   void list_models(const httplib::Request& req, httplib::Response& res);

@@ -117,3 +117,9 @@ def test_tokenize_errors(stories_server):
 def test_server_survives_bad_requests(stories_server):
     r = post(stories_server, "/v1/completions", {**OK, "temperature": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["text"]
+
+
+def test_embeddings_on_a_generation_server(stories_server):
+    """--task generate (the default): /v1/embeddings is a 400 that says what the model is served for."""
+    check_error(post(stories_server, "/v1/embeddings", {"input": "Once upon a time"}), 400,
+                contains="for generation")

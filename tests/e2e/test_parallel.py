@@ -355,3 +355,28 @@ def test_opencl_goes_through_the_host_collectives(tmp_path, how):
     ref = generate(model, batch)
     ranks, flags = PARALLEL[how]
     assert_close(ref, generate(model, batch, ranks, flags))
+
+
+def test_embeddings_under_tensor_parallelism():
+    """Rank 0 pools its own residual stream (whole under tensor parallelism): the vectors of one rank, up to
+    float rounding (the ranks sum their shares in another order)."""
+    stories = str(need(STORIES))
+    body = {"input": LONG_PROMPTS[:3] + ID_PROMPTS[:2], "encoding_format": "float"}
+
+    def vectors(ranks, flags):
+        port = free_port()
+        cmd = ["serve", stories, "--host", "127.0.0.1", "--port", str(port), "--threads", "1", "--exact-matmul",
+               "--max-model-len", "512", "--kv-cache-dtype", "f32", "--task", "embed", *flags]
+        server = Server(cmd=mpi(ranks, cmd) if ranks > 1 else [str(BIN), *cmd], port=port)
+        server.start(timeout=180)
+        try:
+            r = requests.post(server.url("/v1/embeddings"), json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            return [d["embedding"] for d in r.json()["data"]]
+        finally:
+            server.kill()
+
+    ranks, flags = PARALLEL["tp2"]
+    for one, many in zip(vectors(1, []), vectors(ranks, flags)):
+        assert len(one) == len(many)
+        assert max(abs(a - b) for a, b in zip(one, many)) < 1e-4

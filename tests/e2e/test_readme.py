@@ -72,3 +72,21 @@ def test_readme_responses_and_messages_examples(readme_server, must_contain):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "paris" in out.stdout.lower(), out.stdout
+
+
+def test_readme_embeddings_example():
+    """The embeddings example, run against the default model served with --task embed under the
+    example's model name (Gemma 3 270M is no embedding model: only the shapes are checked)."""
+    model = default_model_path()
+    if model is None:
+        pytest.skip("the default model is not installed (make setup)")
+    assert "serve Qwen3-Embedding-0.6B-Q8_0.gguf --task embed" in README.read_text()
+    s = Server(["--task", "embed", "--served-model-name", "Qwen3-Embedding-0.6B-Q8_0", "--max-model-len", "512",
+                "--kv-cache-memory", "64MiB"], model=model).start()
+    try:
+        code = run_with_port(code_block("python", "client.embeddings.create("), s.port)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines()[0] == "2 1.0", out.stdout
+    finally:
+        assert s.stop() == 0, s.output()

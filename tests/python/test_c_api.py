@@ -114,6 +114,28 @@ def test_errors(lib, engine):
     assert e.value is None
 
 
+def test_embed(lib, engine, llm):
+    """pagellm_embed: the vector LLM.embed gives for the same prompt (last token, normalised)."""
+    dim = ctypes.c_size_t()
+    n = lib.pagellm_engine_embedding_size(engine)
+    assert n > 0
+    small = (ctypes.c_float * 4)()
+    assert lib.pagellm_embed(engine, b"Once upon a time", None, ctypes.c_size_t(0), small, ctypes.c_size_t(4),
+                             ctypes.byref(dim)) == -5
+    assert dim.value == n
+    vec = (ctypes.c_float * n)()
+    assert lib.pagellm_embed(engine, b"Once upon a time", None, ctypes.c_size_t(0), vec, ctypes.c_size_t(n),
+                             ctypes.byref(dim)) == OK
+    want = llm.embed("Once upon a time")[0].outputs.embedding
+    assert max(abs(a - b) for a, b in zip(vec, want)) < 1e-5
+    assert abs(sum(x * x for x in vec) - 1) < 1e-4
+    ids = (ctypes.c_int32 * 2)(1, 10 ** 6)
+    assert lib.pagellm_embed(engine, None, ids, ctypes.c_size_t(2), vec, ctypes.c_size_t(n),
+                             ctypes.byref(dim)) == INVALID
+    assert b"vocabulary" in lib.pagellm_last_error()
+    assert lib.pagellm_num_unfinished(engine) == 0
+
+
 def test_c_example_through_pkg_config(tmp_path, stories_path):
     if not shutil.which("cc") or not shutil.which("pkg-config"):
         pytest.skip("needs cc and pkg-config")

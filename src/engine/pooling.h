@@ -1,0 +1,70 @@
+// Pooling (embedding requests): one vector per input from the model's final
+// hidden states (after the output norm, what the output matrix would
+// multiply), taken at the last prompt position, the first, or averaged over
+// all of them, then L2-normalised when the model says so. The scheduler and
+// runner only learn which rows are wanted (scheduler/sequence.h's PoolRows);
+// this file holds the arithmetic and where a model's pooling comes from.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/enum_names.h"
+#include "scheduler/sequence.h"
+
+namespace pagellm {
+
+class GGUFFile;
+
+enum class PoolingType : uint8_t { Last, Mean, Cls };
+inline constexpr EnumName<PoolingType> kPoolingTypeNames[] = {
+    {"last", PoolingType::Last}, {"mean", PoolingType::Mean}, {"cls", PoolingType::Cls}};
+
+struct PoolingSpec {
+  PoolingType type = PoolingType::Last;
+  bool normalize = true;
+};
+
+// The hidden rows a pooling type needs from the runner.
+PoolRows pool_rows(PoolingType type);
+
+// Accumulates one input's pooled vector as its prompt's chunks come back.
+class Pooler {
+ public:
+  Pooler() = default;
+  Pooler(PoolingType type, int32_t dim) : type_(type), dim_(dim), sum_(static_cast<size_t>(dim), 0.0) {}
+  // rows: [count, dim], the final hidden states of prompt positions
+  // first_pos .. first_pos + count - 1. A chunk from position 0 starts over
+  // (a sequence recomputed after preemption).
+  void add(const float* rows, int32_t first_pos, int32_t count);
+  // The pooled vector of a prompt of num_tokens tokens, normalised if asked.
+  // Throws Error when the rows it needs never came.
+  std::vector<float> result(int32_t num_tokens, bool normalize) const;
+
+ private:
+  PoolingType type_ = PoolingType::Last;
+  int32_t dim_ = 0;
+  std::vector<double> sum_;  // Mean: the sum so far; Last / Cls: the row
+  int32_t rows_ = 0;         // positions added (Mean), or 1 once the row came
+  int32_t last_pos_ = -1;    // the last position added
+};
+
+// x / ||x||_2 in place (a zero vector stays zero).
+void l2_normalize(std::span<float> x);
+
+// Matryoshka dimensions (OpenAI's `dimensions`): the first n values,
+// normalised again when the model normalises.
+std::vector<float> truncate_embedding(std::vector<float> v, int32_t n, bool normalize);
+
+// The model's pooling as sentence-transformers or llama.cpp would apply it:
+// a folder's modules.json / 1_Pooling/config.json / Normalize module, or a
+// GGUF file's <arch>.pooling_type (normalised, as llama.cpp's server does);
+// else last-token pooling, normalised (vLLM's default for decoder models).
+// Throws Error naming what it cannot serve (llama.cpp's rank pooling, a
+// sentence-transformers mode other than last / mean / cls).
+PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf);
+
+}  // namespace pagellm

@@ -1,0 +1,56 @@
+"""LLM.embed (vLLM's shape: outputs.embedding) on a tiny random Qwen3 GGUF
+(`pagellm make-dummy --shape tiny-qwen3 --seed 1`) against sentence-transformers'
+last-token, normalised vectors (tests/fixtures/hf/embed-tiny-qwen3-f32-last.json)."""
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from conftest import BIN, REPO
+from pagellm import LLM
+
+FIXTURE = REPO / "tests" / "fixtures" / "hf" / "embed-tiny-qwen3-f32-last.json"
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory):
+    if not BIN.exists():
+        pytest.skip(f"missing binary {BIN} (build first)")
+    model = tmp_path_factory.mktemp("tiny") / "tiny-qwen3-f32.gguf"
+    subprocess.run([str(BIN), "make-dummy", "--shape", "tiny-qwen3", "--type", "f32", "--seed", "1", "-o", str(model),
+                    "-t", "1"], check=True, capture_output=True, timeout=120)
+    return str(model)
+
+
+def cosine(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_embed_matches_sentence_transformers(tiny_qwen3):
+    ref = json.loads(FIXTURE.read_text())
+    llm = LLM(model=tiny_qwen3, num_threads=1, max_model_len=128, kv_cache_dtype="f32", max_num_batched_tokens=16)
+    outs = llm.embed([{"prompt_token_ids": t} for t in ref["tokens"]])
+    assert [o.prompt_token_ids for o in outs] == ref["tokens"]
+    for o, want in zip(outs, ref["embeddings"]):
+        assert o.finished and len(o.outputs.embedding) == 256
+        assert cosine(o.outputs.embedding, want) >= 0.9999
+    text = llm.embed("hello world")[0].outputs.embedding
+    assert abs(math.sqrt(sum(x * x for x in text)) - 1) < 1e-5
+    assert llm.embed([]) == []
+    with pytest.raises(ValueError):
+        llm.embed({"prompt_token_ids": [1, 100000]})
+    # generation still runs beside it
+    assert llm.generate("hello", use_tqdm=False)[0].outputs[0].token_ids
+
+
+def test_pooling_overrides(tiny_qwen3):
+    ref = json.loads(FIXTURE.read_text())
+    llm = LLM(model=tiny_qwen3, num_threads=1, max_model_len=128, kv_cache_dtype="f32", pooling="mean",
+              normalize=False)
+    one = ref["tokens"][0]  # one token: its mean is its last row, here not normalised
+    v = llm.embed({"prompt_token_ids": one})[0].outputs.embedding
+    n = math.sqrt(sum(x * x for x in v))
+    assert abs(n - 1) > 1e-3
+    assert max(abs(a / n - b) for a, b in zip(v, ref["embeddings"][0])) < 1e-5

@@ -1,0 +1,381 @@
+// Pooling (embedding requests): the Pooler against a scalar reference on
+// random hidden states, where a model's pooling comes from (sentence-
+// transformers files), and the engine's embeddings of a tiny Qwen3 folder
+// against sentence-transformers' (fixtures from tools/gen_embedding_fixtures.py):
+// chunked prefill, batches, a concurrent generation request, and a
+// prefix-cache hit that mean pooling must not take.
+#include "engine/pooling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "format/gguf.h"
+#include "model/dummy.h"
+#include "model/hf_writer.h"
+#include "test_paths.h"
+
+namespace pagellm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<float> random_rows(int32_t n, int32_t d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.5f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(n) * d);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The pooled vector in double: mean / last / first row, then / ||.||.
+std::vector<double> pool_ref(const std::vector<float>& rows, int32_t n, int32_t d, PoolingType type, bool normalize) {
+  std::vector<double> out(static_cast<size_t>(d), 0.0);
+  for (int32_t k = 0; k < d; ++k) {
+    if (type == PoolingType::Mean) {
+      for (int32_t i = 0; i < n; ++i) out[k] += rows[static_cast<size_t>(i) * d + k];
+      out[k] /= n;
+    } else {
+      out[k] = rows[static_cast<size_t>(type == PoolingType::Last ? n - 1 : 0) * d + k];
+    }
+  }
+  if (normalize) {
+    double ss = 0;
+    for (double x : out) ss += x * x;
+    for (double& x : out) x /= std::sqrt(ss);
+  }
+  return out;
+}
+
+TEST(Pooler, MatchesScalarReferenceOverChunks) {
+  const int32_t d = 48;
+  for (int32_t n : {1, 2, 17, 100}) {
+    const auto rows = random_rows(n, d, 7 + n);
+    for (PoolingType type : {PoolingType::Last, PoolingType::Mean, PoolingType::Cls}) {
+      for (bool normalize : {false, true}) {
+        for (int32_t chunk : {1, 7, n}) {
+          Pooler p(type, d);
+          // What the scheduler hands over per chunk (scheduler/step_decisions.cpp).
+          for (int32_t start = 0; start < n; start += chunk) {
+            const int32_t count = std::min(chunk, n - start);
+            const bool last_chunk = start + count == n;
+            if (type == PoolingType::Mean) p.add(rows.data() + static_cast<size_t>(start) * d, start, count);
+            else if (type == PoolingType::Last && last_chunk)
+              p.add(rows.data() + static_cast<size_t>(n - 1) * d, n - 1, 1);
+            else if (type == PoolingType::Cls && (start == 0 || last_chunk))
+              p.add(rows.data() + static_cast<size_t>(start) * d, start, 1);
+          }
+          const auto got = p.result(n, normalize);
+          const auto want = pool_ref(rows, n, d, type, normalize);
+          ASSERT_EQ(got.size(), want.size());
+          for (int32_t k = 0; k < d; ++k)
+            EXPECT_NEAR(got[k], want[k], 1e-6 * std::max(1.0, std::fabs(want[k])))
+                << "n " << n << " type " << static_cast<int>(type) << " chunk " << chunk << " k " << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(Pooler, RecomputeFromPositionZeroStartsOver) {
+  const int32_t d = 8, n = 10;
+  const auto rows = random_rows(n, d, 3);
+  const auto other = random_rows(4, d, 4);
+  Pooler p(PoolingType::Mean, d);
+  p.add(other.data(), 0, 4);  // a preempted first attempt
+  p.add(rows.data(), 0, n);
+  const auto got = p.result(n, false);
+  const auto want = pool_ref(rows, n, d, PoolingType::Mean, false);
+  for (int32_t k = 0; k < d; ++k) EXPECT_NEAR(got[k], want[k], 1e-6);
+  Pooler missing(PoolingType::Mean, d);
+  missing.add(rows.data(), 0, 3);
+  EXPECT_THROW(missing.result(n, false), Error);
+}
+
+TEST(Pooling, TruncateAndNormalize) {
+  auto v = random_rows(1, 32, 9);
+  const auto t = truncate_embedding(v, 5, true);
+  ASSERT_EQ(t.size(), 5u);
+  double ss = 0, ref_ss = 0;
+  for (float x : t) ss += static_cast<double>(x) * x;
+  EXPECT_NEAR(ss, 1.0, 1e-6);
+  for (int k = 0; k < 5; ++k) ref_ss += static_cast<double>(v[k]) * v[k];
+  for (int k = 0; k < 5; ++k) EXPECT_NEAR(t[k], v[k] / std::sqrt(ref_ss), 1e-6);
+  EXPECT_EQ(truncate_embedding(v, 3, false), std::vector<float>(v.begin(), v.begin() + 3));
+  EXPECT_THROW(truncate_embedding(v, 33, true), Error);
+  EXPECT_THROW(truncate_embedding(v, 0, true), Error);
+}
+
+// What tools/gen_embedding_fixtures.py adds to the folder.
+void write_st_files(const fs::path& dir, const std::string& mode_key, bool normalize, const std::string& extra = "") {
+  json modules = json::array({{{"idx", 0}, {"name", "0"}, {"path", ""}, {"type", "sentence_transformers.models.Transformer"}},
+                              {{"idx", 1}, {"name", "1"}, {"path", "1_Pooling"}, {"type", "sentence_transformers.models.Pooling"}}});
+  if (normalize)
+    modules.push_back({{"idx", 2}, {"name", "2"}, {"path", "2_Normalize"}, {"type", "sentence_transformers.models.Normalize"}});
+  if (!extra.empty()) modules.push_back({{"idx", 3}, {"name", "3"}, {"path", "3"}, {"type", extra}});
+  std::ofstream(dir / "modules.json") << modules.dump();
+  fs::create_directories(dir / "1_Pooling");
+  json pooling = {{"word_embedding_dimension", 256}, {"pooling_mode_cls_token", false},
+                  {"pooling_mode_mean_tokens", false}, {"pooling_mode_lasttoken", false}};
+  pooling[mode_key] = true;
+  std::ofstream(dir / "1_Pooling" / "config.json") << pooling.dump();
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::path(test::temp_dir()) / "pooling_test" / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+TEST(ModelPooling, ReadsSentenceTransformersFiles) {
+  const fs::path dir = scratch("st");
+  EXPECT_EQ(model_pooling(dir.string(), nullptr).type, PoolingType::Last);  // no files: vLLM's default
+  write_st_files(dir, "pooling_mode_mean_tokens", false);
+  PoolingSpec s = model_pooling(dir.string(), nullptr);
+  EXPECT_EQ(s.type, PoolingType::Mean);
+  EXPECT_FALSE(s.normalize);
+  write_st_files(dir, "pooling_mode_cls_token", true);
+  s = model_pooling(dir.string(), nullptr);
+  EXPECT_EQ(s.type, PoolingType::Cls);
+  EXPECT_TRUE(s.normalize);
+  std::ofstream(dir / "1_Pooling" / "config.json") << R"({"pooling_mode": "lasttoken"})";
+  EXPECT_EQ(model_pooling(dir.string(), nullptr).type, PoolingType::Last);
+  std::ofstream(dir / "1_Pooling" / "config.json") << R"({"pooling_mode_max_tokens": true})";
+  EXPECT_THROW(model_pooling(dir.string(), nullptr), Error);
+  write_st_files(dir, "pooling_mode_lasttoken", true, "sentence_transformers.models.Dense");
+  try {
+    model_pooling(dir.string(), nullptr);
+    ADD_FAILURE() << "a Dense module was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Dense"), std::string::npos) << e.what();
+  }
+}
+
+// llama.cpp's <arch>.pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank.
+TEST(ModelPooling, ReadsGgufPoolingType) {
+  const fs::path dir = scratch("gguf");
+  auto with_type = [&](std::optional<uint32_t> type) {
+    GGUFWriter w;
+    w.set_string("general.architecture", "qwen3");
+    if (type) w.set_u32("qwen3.pooling_type", *type);
+    const std::string path = (dir / "m.gguf").string();
+    w.write(path);
+    return GGUFFile::open(path);
+  };
+  const std::pair<uint32_t, PoolingType> known[] = {
+      {1, PoolingType::Mean}, {2, PoolingType::Cls}, {3, PoolingType::Last}};
+  for (auto [t, want] : known) {
+    const auto f = with_type(t);
+    const PoolingSpec s = model_pooling("m.gguf", f.get());
+    EXPECT_EQ(s.type, want) << t;
+    EXPECT_TRUE(s.normalize);
+  }
+  EXPECT_EQ(model_pooling("m.gguf", with_type(std::nullopt).get()).type, PoolingType::Last);
+  EXPECT_EQ(model_pooling("m.gguf", with_type(0).get()).type, PoolingType::Last);
+  try {
+    model_pooling("m.gguf", with_type(4).get());
+    ADD_FAILURE() << "rank pooling was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+  }
+}
+
+// The tiny Qwen3 folder of the fixtures, with its sentence-transformers
+// files, served by an engine with a synthetic vocabulary of its size.
+struct Fixture {
+  json meta;
+  EngineConfig config;
+};
+
+Fixture load_fixture(const std::string& name, int32_t max_batched_tokens, bool prefix_caching = true) {
+  Fixture f;
+  const std::string path = test::fixture("hf/" + name + ".json");
+  std::ifstream in(path);
+  if (!in.good()) return f;
+  f.meta = json::parse(in);
+  const fs::path dir = scratch(name);
+  ThreadPool pool(2);
+  const std::string shape = f.meta["shape"], type = f.meta["type"], pooling = f.meta["pooling"];
+  write_dummy_hf(dir.string(), DummySpec{shape, dtype_from_name(type), f.meta["seed"].get<uint64_t>()}, 1, pool);
+  write_st_files(dir, pooling == "last" ? "pooling_mode_lasttoken" : pooling == "mean" ? "pooling_mode_mean_tokens"
+                                                                                     : "pooling_mode_cls_token",
+                 f.meta["normalize"].get<bool>());
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  add_synthetic_vocab(w, 512);
+  const std::string vocab = (dir / "vocab.gguf").string();
+  w.write(vocab);
+  EngineConfig& c = f.config;
+  c.model = dir.string();
+  c.tokenizer = vocab;
+  c.backend_options["threads"] = "2";
+  if (type == "bf16") c.backend_options["exact_matmul"] = "1";  // float activations, as torch upcasts
+  c.kv_cache_dtype = DType::F32;
+  c.enable_prefix_caching = prefix_caching;
+  c.scheduler.max_model_len = 256;
+  c.scheduler.max_num_batched_tokens = max_batched_tokens;
+  return f;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += static_cast<double>(a[i]) * a[i], bb += b[i] * b[i];
+  return ab / std::sqrt(aa * bb);
+}
+
+// Runs the requests to the end; embeddings by request id (and, when asked,
+// their prompt tokens found in the prefix cache).
+std::map<std::string, std::vector<float>> run(Engine& engine, std::vector<EngineRequest> reqs,
+                                              std::map<std::string, int32_t>* cached = nullptr) {
+  for (auto& r : reqs) engine.add_request(std::move(r));
+  std::map<std::string, std::vector<float>> out;
+  while (engine.has_unfinished()) {
+    for (RequestOutput& o : engine.step()) {
+      EXPECT_TRUE(o.error.empty()) << o.error;
+      if (o.finished) out[o.request_id] = o.embedding;
+      if (o.finished && cached) (*cached)[o.request_id] = o.num_cached_tokens;
+    }
+    engine.check_invariants();
+  }
+  return out;
+}
+
+EngineRequest embed_request(const std::string& id, std::vector<int32_t> ids) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt_ids = std::move(ids);
+  r.embed = true;
+  return r;
+}
+
+class EmbeddingsVsSentenceTransformers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EmbeddingsVsSentenceTransformers, AloneChunkedAndBatched) {
+  const std::string name = GetParam();
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  // Chunks of 7 tokens: long inputs span several steps (mean pooling accumulates).
+  Fixture f = load_fixture(name, 7);
+  Engine engine(f.config);
+  const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
+  // Alone, one after another.
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto out = run(engine, {embed_request("a" + std::to_string(i), tokens[i])});
+    alone.push_back(out.at("a" + std::to_string(i)));
+    const double cos = cosine(alone.back(), want[i]);
+    double gap = 0;
+    for (size_t k = 0; k < want[i].size(); ++k) gap = std::max(gap, std::fabs(alone.back()[k] - want[i][k]));
+    EXPECT_GE(cos, 0.9999) << name << " input " << i;
+    std::printf("[ embed ] %s input %zu (%zu tokens): cosine %.8f, max abs gap %.2e\n", name.c_str(), i,
+                tokens[i].size(), cos, gap);
+  }
+  // All at once, with a generation request in the same steps.
+  std::vector<EngineRequest> batch;
+  for (size_t i = 0; i < tokens.size(); ++i) batch.push_back(embed_request("b" + std::to_string(i), tokens[i]));
+  EngineRequest gen;
+  gen.id = "chat";
+  gen.prompt_ids = tokens.back();
+  gen.params.max_tokens = 8;
+  gen.params.temperature = 0;
+  batch.insert(batch.begin() + 1, gen);
+  auto out = run(engine, std::move(batch));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto& b = out.at("b" + std::to_string(i));
+    ASSERT_EQ(b.size(), alone[i].size());
+    double gap = 0;
+    for (size_t k = 0; k < b.size(); ++k) {
+      EXPECT_NEAR(b[k], alone[i][k], 1e-5) << "input " << i << " k " << k;
+      gap = std::max(gap, static_cast<double>(std::fabs(b[k] - alone[i][k])));
+    }
+    std::printf("[ embed ] %s input %zu batched beside a generation request: max abs gap to alone %.2e\n",
+                name.c_str(), i, gap);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EmbeddingsVsSentenceTransformers,
+                         ::testing::Values("embed-tiny-qwen3-f32-last", "embed-tiny-qwen3-bf16-last",
+                                           "embed-tiny-qwen3-f32-mean"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// A generation request leaves the input's blocks in the prefix cache; the
+// mean-pooled embedding after it must still see every position.
+TEST(EmbeddingsEngine, MeanPoolingTakesNoPrefixCacheHit) {
+  const std::string name = "embed-tiny-qwen3-f32-mean";
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  Fixture f = load_fixture(name, 64);
+  Engine engine(f.config);
+  const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
+  EngineRequest gen;
+  gen.id = "gen";
+  gen.prompt_ids = tokens.back();
+  gen.params.max_tokens = 2;
+  run(engine, {gen});
+  std::map<std::string, int32_t> cached;
+  const auto got = run(engine, {embed_request("e", tokens.back())}, &cached).at("e");
+  EXPECT_GE(cosine(got, want.back()), 0.9999);
+  EXPECT_EQ(cached.at("e"), 0);
+  // Last-token pooling may take the hit: only the last position is needed.
+  f.config.pooling = PoolingType::Last;
+  Engine last(f.config);
+  run(last, {gen});
+  const auto hit = run(last, {embed_request("e", tokens.back())}, &cached);
+  EXPECT_EQ(cached.at("e"), 32);  // two full blocks of 16 of the 40 tokens
+  EXPECT_EQ(hit.at("e").size(), want.back().size());
+}
+
+TEST(EmbeddingsEngine, OverridesAndBadRequests) {
+  const std::string name = "embed-tiny-qwen3-f32-last";
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  Fixture f = load_fixture(name, 64);
+  f.config.pooling = PoolingType::Mean;
+  f.config.pooling_normalize = false;
+  Engine engine(f.config);
+  EXPECT_EQ(engine.pooling().type, PoolingType::Mean);
+  EXPECT_FALSE(engine.pooling().normalize);
+  EngineRequest r = embed_request("x", {1, 2, 3});
+  r.params.n = 2;
+  EXPECT_THROW(engine.add_request(r), InvalidRequest);
+  EXPECT_THROW(engine.add_request(embed_request("y", std::vector<int32_t>(256, 5))), InvalidRequest);
+  EXPECT_THROW(engine.add_request(embed_request("z", {})), InvalidRequest);
+}
+
+// A model whose pooling is not served (here: a Dense module, as
+// EmbeddingGemma ships) still generates; embedding requests get its reason.
+TEST(EmbeddingsEngine, UnservedPoolingRefusesOnlyEmbeddings) {
+  const std::string name = "embed-tiny-qwen3-f32-last";
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  Fixture f = load_fixture(name, 64);
+  write_st_files(f.config.model, "pooling_mode_lasttoken", true, "sentence_transformers.models.Dense");
+  Engine engine(f.config);
+  EXPECT_NE(engine.pooling_error().find("Dense"), std::string::npos) << engine.pooling_error();
+  try {
+    engine.add_request(embed_request("e", {1, 2, 3}));
+    ADD_FAILURE() << "an embedding request was accepted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "model");
+  }
+  EngineRequest gen;
+  gen.id = "gen";
+  gen.prompt_ids = {1, 2, 3};
+  gen.params.max_tokens = 2;
+  run(engine, {gen});
+}
+
+}  // namespace
+}  // namespace pagellm

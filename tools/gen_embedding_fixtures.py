@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Regenerates the embedding fixtures in tests/fixtures/hf/ (pooling models).
+
+`pagellm make-dummy --format hf` writes a tiny Qwen3 folder; this script adds
+the sentence-transformers files a Qwen3-Embedding checkpoint ships
+(modules.json, 1_Pooling/config.json, 2_Normalize) and a word-level tokenizer
+(sentence-transformers wants one to load; the inputs are token ids and never
+pass through it), loads the folder with sentence-transformers and pools fixed
+token sequences one at a time. The tests regenerate the same folder from C++
+(hf_writer + the same sentence-transformers files), load it with pagellm and
+compare the vectors, so neither torch nor sentence-transformers is needed to
+run them.
+
+  python3 tools/gen_embedding_fixtures.py --pagellm build/pagellm
+
+Needs torch, transformers and sentence-transformers (the fixtures: torch 2.15,
+transformers 5.24, sentence-transformers 6.3.0, which imports scipy and
+scikit-learn too).
+
+Fixtures: embed-<shape>-<type>-<pooling>.json
+  {"tokens": [[...], ...], "embeddings": [[...], ...], "pooling", "normalize", "seed", "reference"}
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+import sentence_transformers
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf")
+SEED = 1
+# (shape, weight type, sentence-transformers pooling mode, Normalize module)
+CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lasttoken", True),
+         ("tiny-qwen3", "f32", "mean", True)]
+POOLING_NAMES = {"lasttoken": "last", "mean": "mean", "cls": "cls"}
+
+
+def inputs():
+    """A few token sequences of different lengths: one past 2 KV blocks of 16 and a chunk."""
+    rng = np.random.default_rng(4321)
+    return [[1] + [int(t) for t in rng.integers(3, 512, size=n - 1)] for n in (1, 5, 23, 40)]
+
+
+def write_sentence_transformers_files(folder, mode, normalize, vocab_size):
+    """What a sentence-transformers checkpoint adds to the model folder (the C++ test writes the same)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+    with open(os.path.join(folder, "modules.json"), "w") as f:
+        json.dump(modules, f, indent=1)
+    os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
+    flags = {f"pooling_mode_{k}": False for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                                                  "weightedmean_tokens", "lasttoken")}
+    flags[{"lasttoken": "pooling_mode_lasttoken", "mean": "pooling_mode_mean_tokens",
+           "cls": "pooling_mode_cls_token"}[mode]] = True
+    with open(os.path.join(folder, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"word_embedding_dimension": 256, **flags, "include_prompt": True}, f, indent=1)
+    if normalize:
+        os.makedirs(os.path.join(folder, "2_Normalize"), exist_ok=True)
+    # A word-level tokenizer over the dummy's vocabulary (never used on text here).
+    tok = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t0").save_pretrained(folder)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pagellm", required=True, help="path to the pagellm binary")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    os.makedirs(OUT, exist_ok=True)
+    seqs = inputs()
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape, wtype, mode, normalize in CASES:
+            folder = os.path.join(tmp, f"{shape}-{wtype}-{mode}")
+            subprocess.run([args.pagellm, "make-dummy", "--format", "hf", "--shape", shape, "--type", wtype,
+                            "--seed", str(SEED), "-o", folder], check=True, capture_output=True)
+            with open(os.path.join(folder, "config.json")) as f:
+                vocab_size = json.load(f)["vocab_size"]
+            write_sentence_transformers_files(folder, mode, normalize, vocab_size)
+            model = SentenceTransformer(folder, device="cpu", model_kwargs={"dtype": torch.float32,
+                                                                            "attn_implementation": "eager"})
+            model.eval()
+            vectors = []
+            with torch.no_grad():
+                for ids in seqs:
+                    features = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids),
+                                                                                             dtype=torch.long)}
+                    vectors.append(model(features)["sentence_embedding"][0].float().tolist())
+            name = f"embed-{shape}-{wtype}-{POOLING_NAMES[mode]}"
+            meta = {"shape": shape, "type": wtype, "seed": SEED, "pooling": POOLING_NAMES[mode],
+                    "normalize": normalize, "tokens": seqs, "embeddings": vectors,
+                    "reference": f"sentence-transformers {sentence_transformers.__version__} (transformers "
+                                 f"{transformers.__version__}, torch {torch.__version__}), float32, eager attention"}
+            with open(os.path.join(OUT, name + ".json"), "w") as f:
+                json.dump(meta, f)
+            print(name, "norms:", [round(float(np.linalg.norm(v)), 4) for v in vectors])
+
+
+if __name__ == "__main__":
+    main()
