@@ -119,19 +119,9 @@ void OpenAIServer::run_turn(const GenerationRequest& g, const std::string& id,
     // A grammar that fails to compile is the client's fault: a 400 status,
     // not an error event after a 200.
     std::optional<GenerationJob::Item> first;
-    if (g.params.structured.active()) {
-      while (!first && !job->done()) {
-        first = job->next(options_.poll_interval);
-        if (!first && watch.gone()) {
-          job->abort();
-          res.status = 499;
-          return;
-        }
-      }
-      if (first && !first->output.error.empty()) {
-        job->abort();
-        throw error_for(first->output);
-      }
+    if (g.params.structured.active() && !read_first_output(*job, watch, options_.poll_interval, first)) {
+      res.status = 499;
+      return;
     }
     auto state = std::make_shared<TurnStream>(*this, std::move(job), std::move(turn), make_renderer(),
                                               std::move(watch), std::move(first), id, options_.log_requests);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "server/http_connections.h"
+#include "server/http_errors.h"
+
 namespace pagellm::server {
 
 GenerationJob::GenerationJob(AsyncEngine& engine, std::vector<EngineRequest> requests)
@@ -50,6 +53,22 @@ std::optional<GenerationJob::Item> GenerationJob::next(std::chrono::milliseconds
     const auto left = duration_cast<milliseconds>(deadline - now);
     if (auto out = streams_[wait_on]->next(std::min(left, kSlice))) return take(wait_on, std::move(*out));
   }
+}
+
+bool read_first_output(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
+                       std::optional<GenerationJob::Item>& first) {
+  while (!first && !job.done()) {
+    first = job.next(poll);
+    if (!first && watch.gone()) {
+      job.abort();
+      return false;
+    }
+  }
+  if (first && !first->output.error.empty()) {
+    job.abort();
+    throw error_for(first->output);
+  }
+  return true;
 }
 
 }  // namespace pagellm::server

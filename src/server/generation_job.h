@@ -41,4 +41,13 @@ class GenerationJob {
   size_t cursor_ = 0;  // round-robin start, so no prompt starves the others
 };
 
+class ClientWatch;
+
+// A stream's first output, read before its 200 goes out when a grammar is
+// still compiling: the compile may fail for the client's reasons, which is
+// a 400 status rather than an error event. Throws that error (HttpError);
+// returns false when the client left meanwhile (the job is aborted).
+bool read_first_output(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
+                       std::optional<GenerationJob::Item>& first);
+
 }  // namespace pagellm::server

@@ -162,20 +162,10 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
     // its first output, so that such a failure is a 400 status, not an
     // error event after a 200.
     std::optional<GenerationJob::Item> first;
-    if (g.params.structured.active()) {
-      while (!first && !job->done()) {
-        first = job->next(options_.poll_interval);
-        if (!first && watch.gone()) {
-          job->abort();
-          log.write("aborted (client disconnected)", {}, {});
-          res.status = 499;
-          return;
-        }
-      }
-      if (first && !first->output.error.empty()) {
-        job->abort();
-        throw error_for(first->output);
-      }
+    if (g.params.structured.active() && !read_first_output(*job, watch, options_.poll_interval, first)) {
+      log.write("aborted (client disconnected)", {}, {});
+      res.status = 499;
+      return;
     }
     StreamRenderer renderer(meta, g.prompts.size(), g.params.n, g.logprobs(), g.include_usage, std::move(echo),
                             std::move(piece), g.output, prompt_view(g));
