@@ -206,15 +206,10 @@ class SafetensorsSource : public TensorSource {
       return TensorData{"", t.type, {t.cols(), rows}, owned.data()};
     }
     if (tr == Transform::GateUpFirstHalf || tr == Transform::GateUpSecondHalf) {
-      // ne [in, 2 * ff, n_expert] -> [in, ff, n_expert]: each expert's first or second half of rows, in its type.
-      PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] % 2 == 0, "'{}': tensor {} is not fused experts [n_expert, "
-                    "2 * ff, in]", path, hf_name);
-      const int64_t ff = t.shape[1] / 2, experts = t.shape[2];
-      const size_t row_bytes = dtype_row_bytes(t.type, t.cols()), half = static_cast<size_t>(ff) * row_bytes;
-      auto& owned = owned_bytes_.emplace_back(static_cast<size_t>(experts) * half);
-      const auto* from = static_cast<const uint8_t*>(t.data) + (tr == Transform::GateUpSecondHalf ? half : 0);
-      for (int64_t e = 0; e < experts; ++e) std::memcpy(owned.data() + e * half, from + 2 * e * half, half);
-      return TensorData{"", t.type, {t.cols(), ff, experts}, owned.data()};
+      TensorData half = fused_experts_half(t, tr == Transform::GateUpSecondHalf, owned_bytes_.emplace_back(),
+                                           fmt::format("'{}': tensor {}", path, hf_name));
+      half.name.clear();
+      return half;
     }
     // Stacked experts: weights ne [out (x2 when fused), in, n_expert], biases
     // ne [out (x2), n_expert]; the result is GGUF's [in, out, n_expert] / [out, n_expert].
@@ -306,6 +301,18 @@ class SafetensorsSource : public TensorSource {
 };
 
 }  // namespace
+
+TensorData fused_experts_half(const TensorData& fused, bool second, std::vector<uint8_t>& owned,
+                              const std::string& what) {
+  PAGELLM_CHECK(fused.shape.size() == 3 && fused.shape[1] % 2 == 0,
+                "{} is not experts' gate and up rows [{}, 2 x ff, n_expert]", what, fused.cols());
+  const int64_t ff = fused.shape[1] / 2, experts = fused.shape[2];
+  const size_t half = static_cast<size_t>(ff) * dtype_row_bytes(fused.type, fused.cols());
+  owned.resize(half * static_cast<size_t>(experts));
+  const auto* from = static_cast<const uint8_t*>(fused.data) + (second ? half : 0);
+  for (int64_t e = 0; e < experts; ++e) std::memcpy(owned.data() + e * half, from + 2 * e * half, half);
+  return TensorData{fused.name, fused.type, {fused.cols(), ff, experts}, owned.data()};
+}
 
 std::unique_ptr<TensorSource> gguf_tensor_source(const GGUFFile& file) { return std::make_unique<GGUFSource>(file); }
 

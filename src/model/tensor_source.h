@@ -23,6 +23,13 @@ class TensorSource {
   virtual size_t count() const = 0;
 };
 
+// Experts that fuse gate and up rows ([cols, 2 * ff, n_expert]: each
+// expert's gate rows, then its up rows): every expert's first (gate) or
+// second (up) half, copied in its type into `owned`. Throws Error naming
+// `what` when the shape is not that.
+TensorData fused_experts_half(const TensorData& fused, bool second, std::vector<uint8_t>& owned,
+                              const std::string& what);
+
 std::unique_ptr<TensorSource> gguf_tensor_source(const GGUFFile& file);
 // A folder with config.json and model.safetensors or model.safetensors.index.json.
 std::unique_ptr<TensorSource> hf_tensor_source(const std::string& dir, const ModelConfig& cfg);

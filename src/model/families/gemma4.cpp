@@ -28,7 +28,6 @@
 #include <charconv>
 #include <cmath>
 
-#include <cstring>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -392,14 +391,9 @@ class ExpertScaleSource : public TensorSource {
     const std::string fused_name = name.substr(0, name.size() - (up ? kUp : kGate).size()) + ".ffn_gate_up_exps.weight";
     const TensorData* f = base_.find(fused_name);
     if (!f) return nullptr;
-    PAGELLM_CHECK(f->shape.size() == 3 && f->shape[1] % 2 == 0, "'{}' is not experts' gate and up rows [{}, 2 x ff, "
-                  "n_expert]", fused_name, f->cols());
-    const int64_t ff = f->shape[1] / 2, experts = f->shape[2];
-    const size_t half = static_cast<size_t>(ff) * dtype_row_bytes(f->type, f->cols());
-    std::vector<uint8_t>& out = bytes_.emplace_back(half * static_cast<size_t>(experts));
-    const auto* from = static_cast<const uint8_t*>(f->data) + (up ? half : 0);
-    for (int64_t e = 0; e < experts; ++e) std::memcpy(out.data() + e * half, from + 2 * e * half, half);
-    return &made_.emplace(name, TensorData{name, f->type, {f->cols(), ff, experts}, out.data()}).first->second;
+    TensorData h = fused_experts_half(*f, up, bytes_.emplace_back(), "'" + fused_name + "'");
+    h.name = name;
+    return &made_.emplace(name, std::move(h)).first->second;
   }
 
   const ModelConfig c_;
