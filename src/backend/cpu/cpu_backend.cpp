@@ -328,7 +328,9 @@ class CpuBackend : public Backend {
   void store_kv(int layer, Buffer& kb, const Buffer& vb, const RopeConfig* k_rope) override {
     Timer t(this, kAttention, "store_kv");
     const auto [group, slot] = kv_place(layer);
-    const auto [heads, hd] = kv_layer_shape(layer);
+    // Plain copies, not bindings: clang 14 cannot capture a structured binding in a lambda.
+    const auto shape = kv_layer_shape(layer);
+    const int heads = shape.first, hd = shape.second;
     const int row = heads * hd;
     float* k = f32(kb, batch_->n_tokens() * row);
     // v_is_k: the (rotated) key row is written again as its own value, in place: the same bytes.
