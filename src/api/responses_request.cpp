@@ -98,6 +98,22 @@ void add_item(const json& item, size_t index, json& messages) {
                                    "function_call_output and reasoning are)", where, cut_for_message(type)), "input");
 }
 
+// An input item as GET /v1/responses/{id}/input_items lists it: a message's
+// string content as one text part, a type and a status on every item (the
+// server adds ids).
+json listed_input_item(const json& item) {
+  json out = item;
+  if (!out.contains("type")) out["type"] = "message";
+  if (out["type"] == "message" && out.contains("content") && out["content"].is_string()) {
+    const bool assistant = out.value("role", "") == "assistant";
+    json part = {{"type", assistant ? "output_text" : "input_text"}, {"text", out["content"]}};
+    if (assistant) part["annotations"] = json::array();
+    out["content"] = json::array({std::move(part)});
+  }
+  if (!out.contains("status")) out["status"] = "completed";
+  return out;
+}
+
 // Responses' flat function tools -> chat's {"type": "function", "function": {...}}.
 ordered_json translate_tools(const json& body, std::string_view raw) {
   const json& tools = body["tools"];
@@ -208,11 +224,13 @@ ResponsesRequest parse_responses_request(const json& body, std::string_view raw,
   if (input.is_string()) {
     require_valid_utf8(input.get_ref<const std::string&>(), "input");
     r.conversation.push_back({{"role", "user"}, {"content", input}});
+    r.input_items.push_back(listed_input_item({{"role", "user"}, {"content", input}}));
   } else if (input.is_array()) {
     if (input.empty()) throw InvalidRequest("'input' must not be empty", "input");
     json added = json::array();
     for (size_t i = 0; i < input.size(); ++i) add_item(input[i], i, added);
     for (json& m : added) r.conversation.push_back(std::move(m));
+    for (const json& item : input) r.input_items.push_back(listed_input_item(item));
   } else {
     throw InvalidRequest("'input' must be a string or a list of input items", "input");
   }

@@ -33,6 +33,9 @@ struct ResponsesRequest {
   // The messages of the conversation so far without the instructions (the
   // stored history plus this input), for the response store.
   nlohmann::json conversation = nlohmann::json::array();
+  // This request's input as Responses items (GET .../input_items), oldest
+  // first, string contents as text parts; without ids (the server adds them).
+  nlohmann::json input_items = nlohmann::json::array();
   bool stream = false;
   bool store = true;
   std::string previous_response_id;  // empty: none

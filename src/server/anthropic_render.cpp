@@ -98,7 +98,9 @@ json anthropic_message(const AnthropicMeta& meta, const ChatTurn& turn) {
 std::string AnthropicStream::begin(const ChatTurn& turn) {
   json message = anthropic_message(meta_, turn);
   message["content"] = json::array();
-  return anthropic_event({{"type", "message_start"}, {"message", std::move(message)}});
+  // Anthropic's own streams send a ping after message_start; clients skip it.
+  return anthropic_event({{"type", "message_start"}, {"message", std::move(message)}}) +
+         anthropic_event({{"type", "ping"}});
 }
 
 std::string AnthropicStream::add(const std::vector<BlockEvent>& events, const ChatTurn& turn) {

@@ -1,6 +1,6 @@
-// POST /v1/responses (OpenAI Responses API, and GET /v1/responses/{id} of a
-// stored one) and POST /v1/messages (Anthropic
-// Messages API): each request is translated into a chat completions request
+// POST /v1/responses (OpenAI Responses API; GET, DELETE and .../input_items
+// of a stored one) and POST /v1/messages (Anthropic Messages API, and
+// /v1/messages/count_tokens): each request is translated into a chat completions request
 // (src/api/responses_request.h, anthropic_request.h) and runs as one
 // GenerationJob, exactly as /v1/chat/completions does; only the reply is told
 // in the API's own shapes (server/responses_render.h, anthropic_render.h).
@@ -8,6 +8,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <charconv>
 #include <ctime>
 #include <functional>
 
@@ -160,6 +162,19 @@ void OpenAIServer::run_turn(const GenerationRequest& g, const std::string& id,
   reply(turn);
 }
 
+namespace {
+
+// An input item's id: its kind's prefix and the response's own suffix.
+std::string input_item_id(const nlohmann::json& item, const std::string& response_id, size_t index) {
+  const std::string type = item.value("type", "message");
+  const char* prefix = type == "function_call" ? "fc" : type == "function_call_output" ? "fco"
+                       : type == "reasoning"   ? "rs" : "msg";
+  const std::string suffix = response_id.starts_with("resp_") ? response_id.substr(5) : response_id;
+  return fmt::format("{}_{}_{}", prefix, suffix, index);
+}
+
+}  // namespace
+
 void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res) {
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
@@ -180,11 +195,14 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
 
   ResponsesMeta meta{make_request_id("resp_"), static_cast<int64_t>(std::time(nullptr)), model_.name, r.store,
                      r.previous_response_id, r.echo};
-  auto remember = [this, meta, conversation = r.conversation](const ChatTurn& turn) {
+  nlohmann::json items = r.input_items;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!items[i].contains("id")) items[i]["id"] = input_item_id(items[i], meta.id, i);
+  auto remember = [this, meta, conversation = r.conversation, items](const ChatTurn& turn) {
     if (!meta.store) return;
     nlohmann::json all = conversation;
     for (nlohmann::json& m : responses_chat_messages(turn)) all.push_back(std::move(m));
-    response_store_.put(meta.id, std::move(all), responses_object(meta, turn));
+    response_store_.put(meta.id, std::move(all), responses_object(meta, turn), items);
   };
   auto make_renderer = [meta, remember] {
     auto s = std::make_shared<ResponsesStream>(meta);
@@ -199,18 +217,82 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
   }, res);
 }
 
+namespace {
+
+std::string stored_id(const httplib::Request& req) { return req.matches.size() > 1 ? std::string(req.matches[1]) : ""; }
+
+HttpError not_stored(const std::string& id) {
+  return HttpError(404, fmt::format("the response '{}' is not stored here (unknown, evicted, deleted, or made with "
+                                    "store: false)", sanitize_utf8(id)), "not_found");
+}
+
+}  // namespace
+
 void OpenAIServer::get_response(const httplib::Request& req, httplib::Response& res) {
-  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  const std::string id = stored_id(req);
   auto stored = response_store_.response(id);
-  if (!stored)
-    throw HttpError(404, fmt::format("the response '{}' is not stored here (unknown, evicted, or made with store: "
-                                     "false)", sanitize_utf8(id)), "not_found");
+  if (!stored) throw not_stored(id);
   res.set_content(dump_json(*stored), "application/json");
 }
 
-void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res) {
-  // Anthropic's clients read errors in Anthropic's shape.
+void OpenAIServer::delete_response(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = stored_id(req);
+  if (!response_store_.erase(id)) throw not_stored(id);
+  res.set_content(dump_json({{"id", id}, {"object", "response"}, {"deleted", true}}), "application/json");
+}
+
+// OpenAI's list shape: `order` desc (newest first, the default) or asc,
+// `limit` 1..100 (20), `after` an item id to continue from.
+void OpenAIServer::list_input_items(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = stored_id(req);
+  auto items = response_store_.input_items(id);
+  if (!items) throw not_stored(id);
+  const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+  if (order != "asc" && order != "desc") throw InvalidRequest("'order' must be \"asc\" or \"desc\"", "order");
+  int limit = 20;
+  if (req.has_param("limit")) {
+    const std::string text = req.get_param_value("limit");
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), limit);
+    if (ec != std::errc() || end != text.data() + text.size() || limit < 1 || limit > 100)
+      throw InvalidRequest("'limit' must be an integer from 1 to 100", "limit");
+  }
+  std::vector<nlohmann::json> list(items->begin(), items->end());
+  if (order == "desc") std::reverse(list.begin(), list.end());
+  size_t first = 0;
+  if (req.has_param("after")) {
+    const std::string after = req.get_param_value("after");
+    auto it = std::find_if(list.begin(), list.end(), [&](const nlohmann::json& item) { return item["id"] == after; });
+    if (it == list.end())
+      throw InvalidRequest(fmt::format("'after': no input item '{}' in this response", sanitize_utf8(after)), "after");
+    first = static_cast<size_t>(it - list.begin()) + 1;
+  }
+  nlohmann::json data = nlohmann::json::array();
+  for (size_t i = first; i < list.size() && data.size() < static_cast<size_t>(limit); ++i) data.push_back(list[i]);
+  const bool more = first + data.size() < list.size();
+  nlohmann::json out = {{"object", "list"}, {"data", data}, {"has_more", more}};
+  out["first_id"] = data.empty() ? nlohmann::json(nullptr) : data.front()["id"];
+  out["last_id"] = data.empty() ? nlohmann::json(nullptr) : data.back()["id"];
+  res.set_content(dump_json(out), "application/json");
+}
+
+// Anthropic's clients read errors in Anthropic's shape.
+void OpenAIServer::answer_as_anthropic(const httplib::Request& req, httplib::Response& res,
+                                       const std::function<void()>& handler) {
   try {
+    handler();
+  } catch (...) {
+    const ErrorReply reply = error_reply_for_current_exception();
+    const nlohmann::json& e = reply.body["error"];
+    std::string message = e["message"].get<std::string>();
+    spdlog::info("{} {} -> {}: {}", req.method, req.path, reply.status, message);
+    res.status = reply.status;
+    res.set_content(dump_json(anthropic_error_body(reply.status, message)), "application/json");
+    if (reply.status == 503) res.set_header("Retry-After", "1");
+  }
+}
+
+void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res) {
+  answer_as_anthropic(req, res, [&] {
     require_accepting();
     const nlohmann::json body = parse_json_body(req.body);
     check_model_field(body, model_);
@@ -228,15 +310,24 @@ void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res)
     run_turn(g, meta.id, make_renderer, [&](const ChatTurn& turn) {
       res.set_content(dump_json(anthropic_message(meta, turn)), "application/json");
     }, res);
-  } catch (...) {
-    const ErrorReply reply = error_reply_for_current_exception();
-    const nlohmann::json& e = reply.body["error"];
-    std::string message = e["message"].get<std::string>();
-    spdlog::info("{} {} -> {}: {}", req.method, req.path, reply.status, message);
-    res.status = reply.status;
-    res.set_content(dump_json(anthropic_error_body(reply.status, message)), "application/json");
-    if (reply.status == 503) res.set_header("Retry-After", "1");
-  }
+  });
+}
+
+// The prompt a Messages request would be (same template, tools and system
+// text), counted; nothing is generated. The body has no max_tokens.
+void OpenAIServer::count_message_tokens(const httplib::Request& req, httplib::Response& res) {
+  answer_as_anthropic(req, res, [&] {
+    require_accepting();
+    nlohmann::json body = parse_json_body(req.body);
+    check_model_field(body, model_);
+    if (!body.is_object()) throw InvalidRequest("the request body must be a JSON object");
+    // The raw text keeps the key order that tool schemas render in.
+    auto ordered = nlohmann::ordered_json::parse(req.body);
+    body["max_tokens"] = ordered["max_tokens"] = 1;
+    const AnthropicRequest r = parse_anthropic_request(body, ordered.dump());
+    const GenerationRequest g = parse_anthropic_chat(r, model_);
+    res.set_content(dump_json({{"input_tokens", g.prompts.front().ids.size()}}), "application/json");
+  });
 }
 
 }  // namespace pagellm::server

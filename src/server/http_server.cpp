@@ -137,12 +137,15 @@ void HttpServer::add(const std::string& method, const std::string& path, Handler
     impl_->Get(path, wrapped);
   else if (method == "POST")
     impl_->Post(path, wrapped);
+  else if (method == "DELETE")
+    impl_->Delete(path, wrapped);
   else
     fail("unsupported method {}", method);
 }
 
 void HttpServer::get(const std::string& path, Handler handler) { add("GET", path, std::move(handler)); }
 void HttpServer::post(const std::string& path, Handler handler) { add("POST", path, std::move(handler)); }
+void HttpServer::del(const std::string& path, Handler handler) { add("DELETE", path, std::move(handler)); }
 
 void HttpServer::bind() {
   if (options_.port == 0) {

@@ -46,6 +46,7 @@ class HttpServer {
   // worker streams.
   void get(const std::string& path, Handler handler);
   void post(const std::string& path, Handler handler);
+  void del(const std::string& path, Handler handler);
   // Runs on each request's head before its body is read; a refusal is
   // answered at once (authentication).
   void set_head_check(HttpConnections::HeadCheck check) { head_check_ = std::move(check); }

@@ -132,8 +132,11 @@ void OpenAIServer::register_routes(HttpServer& http) {
     };
   };
   http.post("/v1/responses", generation(&OpenAIServer::responses, "/v1/responses"));
-  http.get("/v1/responses/(.+)", bind(&OpenAIServer::get_response));
+  http.get("/v1/responses/([^/]+)", bind(&OpenAIServer::get_response));
+  http.del("/v1/responses/([^/]+)", bind(&OpenAIServer::delete_response));
+  http.get("/v1/responses/([^/]+)/input_items", bind(&OpenAIServer::list_input_items));
   http.post("/v1/messages", generation(&OpenAIServer::messages, "/v1/messages"));
+  http.post("/v1/messages/count_tokens", generation(&OpenAIServer::count_message_tokens, "/v1/messages/count_tokens"));
   http.post("/v1/embeddings", bind(&OpenAIServer::embeddings));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));

@@ -1,8 +1,9 @@
 // The OpenAI-compatible API over one AsyncEngine:
 //   POST /v1/completions, POST /v1/chat/completions   (JSON or SSE streaming)
 //   GET  /v1/models, /v1/models/{id}
-//   POST /v1/responses (OpenAI Responses; GET /v1/responses/{id} when stored),
-//   POST /v1/messages (Anthropic Messages)
+//   POST /v1/responses (OpenAI Responses; GET and DELETE /v1/responses/{id}
+//        and GET /v1/responses/{id}/input_items when stored),
+//   POST /v1/messages, /v1/messages/count_tokens (Anthropic Messages)
 //   POST /v1/embeddings (with --task embed; server/openai_embeddings.cpp)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
@@ -68,7 +69,11 @@ class OpenAIServer {
   // server/chat_dialects.cpp: requests translated into a chat request, replies in their API's shapes.
   void responses(const httplib::Request& req, httplib::Response& res);
   void get_response(const httplib::Request& req, httplib::Response& res);
+  void delete_response(const httplib::Request& req, httplib::Response& res);
+  void list_input_items(const httplib::Request& req, httplib::Response& res);
   void messages(const httplib::Request& req, httplib::Response& res);
+  void count_message_tokens(const httplib::Request& req, httplib::Response& res);
+  void answer_as_anthropic(const httplib::Request& req, httplib::Response& res, const std::function<void()>& handler);
   void embeddings(const httplib::Request& req, httplib::Response& res);
   // 400 naming the task when the endpoint is not the served task's.
   void require_task(bool embed, const char* endpoint) const;

@@ -174,8 +174,26 @@ def test_every_event_validates_against_the_clients_types(server, body):
     r = requests.post(server.url("/v1/messages"), headers={"x-api-key": KEY}, json={"model": MODEL, **body,
                                                                                     "stream": True},
                       stream=True, timeout=60)
+    seen = []
     for event, data in sse_events(r):
+        seen.append(event)
+        if event == "ping":  # Anthropic's keep-alive: not in the event union, the client skips it
+            assert data == {"type": "ping"}
+            continue
         assert events.validate_python(data).type == event
+    assert seen[:2] == ["message_start", "ping"]
     anthropic.types.Message.model_validate(
         requests.post(server.url("/v1/messages"), headers={"x-api-key": KEY}, json={"model": MODEL, **body},
                       timeout=60).json())
+
+
+def test_count_tokens_equals_the_prompt_of_a_message(client):
+    for kw in (dict(messages=ASK), dict(messages=ASK, system="Be brief."),
+               dict(messages=ASK, tools=[WEATHER], tool_choice={"type": "any"})):
+        counted = client.messages.count_tokens(model=MODEL, **kw).input_tokens
+        made = client.messages.create(model=MODEL, max_tokens=1, extra_body=GREEDY, **kw)
+        # Anthropic counts prompt tokens read from the cache apart from input_tokens
+        assert counted == made.usage.input_tokens + made.usage.cache_read_input_tokens > 0
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.count_tokens(model=MODEL, messages=[])
+    assert e.value.body["type"] == "error" and "messages" in e.value.message

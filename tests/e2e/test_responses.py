@@ -175,6 +175,34 @@ def test_store(client):
         client.responses.retrieve(unstored.id)
 
 
+def test_input_items_and_delete(client):
+    calls = [{"type": "message", "role": "user", "content": "What is the weather in Paris?"},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+             {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]
+    r = client.responses.create(model=MODEL, input=calls, max_output_tokens=2, tools=[WEATHER])
+    items = client.responses.input_items.list(r.id)  # newest first, as OpenAI lists them
+    assert [i.type for i in items.data] == ["function_call_output", "function_call", "message"]
+    assert items.data[2].content[0].type == "input_text"
+    assert items.data[2].content[0].text == "What is the weather in Paris?"
+    assert items.data[1].name == "get_weather" and items.data[0].output == "sunny"
+    assert len({i.id for i in items.data}) == 3 and not items.has_more
+    page = client.responses.input_items.list(r.id, order="asc", limit=2)
+    assert [i.type for i in page.data] == ["message", "function_call"] and page.has_more
+    rest = client.responses.input_items.list(r.id, order="asc", after=page.data[-1].id)
+    assert [i.type for i in rest.data] == ["function_call_output"]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.input_items.list(r.id, limit=0)
+    assert e.value.body["param"] == "limit"
+
+    client.responses.delete(r.id)
+    for gone in (lambda: client.responses.retrieve(r.id), lambda: client.responses.delete(r.id),
+                 lambda: client.responses.input_items.list(r.id)):
+        with pytest.raises(openai.NotFoundError):
+            gone()
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, previous_response_id=r.id)
+
+
 @pytest.mark.parametrize("body, param, words", [
     ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input", "image_generation_call"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input", "input_image"),

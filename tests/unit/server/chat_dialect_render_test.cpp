@@ -215,18 +215,20 @@ TEST(AnthropicRender, StopReasonsAndBlocks) {
   std::string sse = stream.begin(turn);
   sse += stream.add(turn.add(step("{\"x\": [1]}", 3, FinishReason::Stop)), turn);
   sse += stream.end(turn);
-  EXPECT_EQ(event_types(sse), (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
-                                                        "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(event_types(sse),
+            (std::vector<std::string>{"message_start", "ping", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}));
   const std::vector<json> data = event_data(sse);
   EXPECT_EQ(data[0]["message"]["usage"]["input_tokens"], 11);  // before the engine reported: the prompt's length
-  EXPECT_EQ(data[1]["content_block"]["type"], "tool_use");
-  EXPECT_EQ(data[1]["content_block"]["input"], json::object());
-  EXPECT_EQ(data[2]["delta"]["type"], "input_json_delta");
-  EXPECT_EQ(json::parse(data[2]["delta"]["partial_json"].get<std::string>()), json::parse(R"({"x": [1]})"));
-  EXPECT_EQ(data[4]["delta"]["stop_reason"], "tool_use");
+  EXPECT_EQ(data[1], json({{"type", "ping"}}));
+  EXPECT_EQ(data[2]["content_block"]["type"], "tool_use");
+  EXPECT_EQ(data[2]["content_block"]["input"], json::object());
+  EXPECT_EQ(data[3]["delta"]["type"], "input_json_delta");
+  EXPECT_EQ(json::parse(data[3]["delta"]["partial_json"].get<std::string>()), json::parse(R"({"x": [1]})"));
+  EXPECT_EQ(data[5]["delta"]["stop_reason"], "tool_use");
   const json m = anthropic_message({"msg_1", "m", 11}, turn);
   EXPECT_EQ(m["content"][0]["input"], json::parse(R"({"x": [1]})"));
-  EXPECT_EQ(m["content"][0]["id"], data[1]["content_block"]["id"]);
+  EXPECT_EQ(m["content"][0]["id"], data[2]["content_block"]["id"]);
 }
 
 TEST(AnthropicRender, ErrorShape) {
@@ -265,6 +267,20 @@ TEST(ResponseStore, LeastRecentlyUsedGoFirst) {
   ResponseStore none(0, 1 << 20);
   none.put("a", json::array());
   EXPECT_FALSE(none.get("a"));
+}
+
+TEST(ResponseStore, KeepsInputItemsAndForgetsOnErase) {
+  ResponseStore store(4, 1 << 20);
+  const json items = json::array({json{{"id", "msg_1"}, {"type", "message"}}});
+  store.put("r", json::array({1}), json{{"id", "r"}}, items);
+  EXPECT_EQ(*store.input_items("r"), items);
+  EXPECT_TRUE(store.erase("r"));
+  EXPECT_FALSE(store.erase("r"));
+  EXPECT_FALSE(store.get("r"));
+  EXPECT_FALSE(store.input_items("r"));
+  EXPECT_EQ(store.size(), 0u);
+  store.put("s", json::array({std::string(30, 's')}));  // the erased bytes were given back
+  EXPECT_TRUE(store.get("s"));
 }
 
 }  // namespace
