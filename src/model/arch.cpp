@@ -136,6 +136,30 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
 
 std::string layer_tensor_name(const TensorSpec& t, int il) { return "blk." + std::to_string(il) + "." + t.gguf; }
 
+namespace {
+
+// The expert whose own matrix `rest` ("mlp.experts.5.up_proj.weight") is, for
+// a spec stacking them as transformers 5 does ("mlp.experts.gate_up_proj"
+// halves, "mlp.experts.down_proj"); nullopt otherwise.
+std::optional<int> per_expert_index(const TensorSpec& t, const std::string& rest) {
+  if (!t.matrix) return std::nullopt;
+  const std::string_view stacked = t.hf;
+  const char* one = nullptr;
+  if (stacked.ends_with(".experts.gate_up_proj") && t.transform == Transform::GateUpFirstHalf) one = "gate_proj";
+  else if (stacked.ends_with(".experts.gate_up_proj") && t.transform == Transform::GateUpSecondHalf) one = "up_proj";
+  else if (stacked.ends_with(".experts.down_proj") && t.transform == Transform::None) one = "down_proj";
+  if (!one) return std::nullopt;
+  const std::string head(stacked.substr(0, stacked.rfind('.') + 1)), tail = std::string(".") + one + ".weight";
+  if (rest.size() <= head.size() + tail.size() || !rest.starts_with(head) || !rest.ends_with(tail))
+    return std::nullopt;
+  const std::string e = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+  if (e.empty() || e.size() > 6 || !std::all_of(e.begin(), e.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+    return std::nullopt;
+  return std::stoi(e);
+}
+
+}  // namespace
+
 std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name) {
   std::vector<HfTensor> found;
   std::string n = hf_name;
@@ -155,6 +179,8 @@ std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name) 
       const size_t at = pattern.find("{}");
       if (!t.experts || at == std::string_view::npos) {
         if (rest == t.hf) found.push_back(HfTensor{"blk." + index + "." + t.gguf, &t});
+        else if (auto e = per_expert_index(t, rest))
+          found.push_back(HfTensor{"blk." + index + "." + t.gguf + "[" + std::to_string(*e) + "]", &t, true});
         continue;
       }
       // "mlp.experts.{}.up_proj.weight": the digits in place of {} name the expert.

@@ -320,13 +320,20 @@ std::string layer_tensor_name(const TensorSpec& t, int il);
 struct HfTensor {
   std::string gguf;  // GGUF name ("blk.3.attn_q.weight")
   const TensorSpec* spec;
+  // One expert's own matrix standing in for a stacked spec (gguf ends in
+  // "[e]"): used as it is, without the spec's transform.
+  bool one_expert = false;
 };
 // HF parameter name -> its tensor, or nullopt when the model does not use it.
 // Accepts the prefixes multimodal checkpoints put before "model."
 // ("language_model.model.", "model.language_model.").
 std::optional<HfTensor> hf_tensor(const ArchInfo& a, const std::string& hf_name);
 // Every tensor an HF parameter holds: one, or two for a fused gate_up that
-// the table splits (gpt-oss), in table order.
+// the table splits (gpt-oss), in table order. A table stating experts
+// stacked as transformers 5 keeps them (".experts.gate_up_proj" split in
+// halves, ".experts.down_proj") also takes them one per expert, as released
+// checkpoints ship them (".experts.{e}.gate_proj.weight", "up_proj",
+// "down_proj"; transformers merges these on load the same way).
 std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name);
 
 }  // namespace pagellm

@@ -124,7 +124,7 @@ class SafetensorsSource : public TensorSource {
         for (const HfTensor& k : known) {
           PAGELLM_CHECK(!tensors_.contains(k.gguf), "'{}': tensor {} appears twice in the model's files", path,
                         hf_name);
-          TensorData part = transformed(t, *k.spec, hf_name, path, cfg);
+          TensorData part = k.one_expert ? t : transformed(t, *k.spec, hf_name, path, cfg);
           part.name = k.gguf;
           tensors_[k.gguf] = std::move(part);
         }

@@ -232,6 +232,60 @@ INSTANTIATE_TEST_SUITE_P(AllArchs, HFModelVsTransformers, ::testing::ValuesIn(hf
   return n;
 });
 
+// Released Qwen3.5-MoE checkpoints store each expert's gate, up and down
+// matrices apart (transformers merges them into gate_up_proj / down_proj on
+// load). The same folder with its stacked experts renamed into per-expert
+// views of the same bytes must compute transformers' logits too.
+TEST(HFModelFolder, QwenMoeExpertsOnePerMatrix) {
+  const std::string base = test::fixture("hf/hf-tiny-qwen35moe-f32");
+  REQUIRE_FILE(base + ".json");
+  const auto meta = read_json(base + ".json");
+  const auto ref = read_floats(base + ".bin");
+  const auto tokens = meta["tokens"].get<std::vector<int32_t>>();
+  const int n_vocab = meta["n_vocab"].get<int>();
+  ThreadPool pool(2);
+  const std::string dir = scratch("per-expert-qwen35moe");
+  write_dummy_hf(dir, DummySpec{"tiny-qwen35moe", DType::F32, meta["seed"].get<uint64_t>()}, 1, pool);
+  int split = 0;
+  test::edit_safetensors_header(dir + "/model.safetensors", [&](json& h) {
+    json out = json::object();
+    for (auto& [name, info] : h.items()) {
+      const bool gate_up = name.ends_with(".mlp.experts.gate_up_proj"), down = name.ends_with(".mlp.experts.down_proj");
+      if (!gate_up && !down) {
+        out[name] = info;
+        continue;
+      }
+      ++split;
+      const std::string stem = name.substr(0, name.rfind('.') + 1);  // "...mlp.experts."
+      const auto shape = info["shape"].get<std::vector<uint64_t>>();  // [E, rows, in]
+      const uint64_t experts = shape[0], rows = shape[1], in = shape[2], begin = info["data_offsets"][0];
+      const uint64_t part_rows = gate_up ? rows / 2 : rows, part_bytes = part_rows * in * sizeof(float);
+      uint64_t at = begin;
+      for (uint64_t e = 0; e < experts; ++e)
+        for (const char* part : gate_up ? std::vector<const char*>{"gate_proj", "up_proj"}
+                                        : std::vector<const char*>{"down_proj"}) {
+          out[fmt::format("{}{}.{}.weight", stem, e, part)] = {
+              {"dtype", "F32"}, {"shape", {part_rows, in}}, {"data_offsets", {at, at + part_bytes}}};
+          at += part_bytes;
+        }
+    }
+    h = out;
+  });
+  ASSERT_GT(split, 0);
+  CpuBackendOptions opts;
+  opts.threads = 2;
+  auto backend = make_cpu_backend(opts);
+  auto model = Model::load(dir, *backend);
+  const double gap = max_rel_gap(run_tokens(*model, tokens, static_cast<int>(tokens.size())), ref, n_vocab);
+  EXPECT_LE(gap, 1e-4);
+  std::printf("[ hf ] tiny-qwen35moe, experts one per matrix: max relative gap to transformers %.2e\n", gap);
+  // One expert's matrix missing is named.
+  test::edit_safetensors_header(dir + "/model.safetensors",
+                                [](json& h) { h.erase("model.layers.0.mlp.experts.1.up_proj.weight"); });
+  expect_error([&] { Model::load(dir, *backend); }, "blk.0.ffn_up_exps.weight[1]");
+  fs::remove_all(dir);
+}
+
 // The F32 folder and the GGUF-layout dummy are one function: hf_writer
 // un-permutes Llama Q/K (the loader then rotates halves) and writes Gemma
 // norms as w - 1 (the loader adds 1 back, exactly for w in [0.5, 2]).
