@@ -111,8 +111,6 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
     ef.set("model", f.model_positional);
   }
   const EngineConfig config = ef.to_config();
-  if (config.embed_task && config.pipeline_parallel_size > 1)
-    fail("--task embed does not run under pipeline parallelism yet");
   run_worker_if_parallel(config);  // ranks > 0 of mpirun serve rank 0's steps and exit there
   const size_t max_request_bytes = static_cast<size_t>(parse_byte_size(f.max_request_bytes));
   PAGELLM_CHECK(max_request_bytes > 0, "--max-request-bytes must be positive");

@@ -83,9 +83,6 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
   if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
-  if (req.embed && config_.pipeline_parallel_size > 1)
-    throw InvalidRequest("embeddings are not served under pipeline parallelism (the last stage holds the hidden "
-                         "states)", "model");
   if (req.embed && req.params.n != 1) throw InvalidRequest("an embedding request has one sample", "n");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());

@@ -69,8 +69,12 @@ void ModelRunner::finish(Output& out) {
     // Rank 0 is the first stage, never the last. Every step ends with the
     // last stage's message, empty when nothing
     // samples: rank 0 never runs more steps ahead than it has submitted.
-    out.logits.resize(step->rows * static_cast<size_t>(model_.config().n_vocab));
+    // The logits, then the pooled rows' hidden states.
+    const size_t logits_values = step->rows * static_cast<size_t>(model_.config().n_vocab);
+    out.logits.resize(logits_values + step->hidden_rows.size() * static_cast<size_t>(model_.config().n_embd));
     comm_->recv(out.logits.data(), out.logits.size() * sizeof(float), (sh.pp_size - 1) * sh.tp_size);
+    out.hidden.assign(out.logits.begin() + static_cast<std::ptrdiff_t>(logits_values), out.logits.end());
+    out.logits.resize(logits_values);
   } else {
     out.logits.swap(step->logits);
   }
@@ -113,6 +117,7 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
   batch.group_slots.clear();
   batch.seqs.resize(plan.seqs.size());
   m.logits_rows.clear();
+  m.hidden_rows.clear();
   int32_t row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
@@ -155,6 +160,7 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
       for (int32_t j = s.num_logits(); j >= 1; --j) m.logits_rows.push_back(row - j);
     }
   }
+  m.hidden_rows = step.hidden_rows;
   // New tokens always go to live blocks (never the null block).
   if (block_shift != 0) {
     for (int64_t& slot : batch.slot_mapping) slot += static_cast<int64_t>(block_shift) * plan.block_size;
@@ -180,12 +186,11 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
   if (!m.block_copies.empty()) be.copy_blocks(m.block_copies);
   if (!m.state_copies.empty()) be.copy_states(m.state_copies);
   if (m.batch.seqs.empty()) be.synchronize();  // the moves are done before the next plan reuses their blocks
-  // (Workers never have hidden rows: rank 0's residual stream is whole
-  // under tensor parallelism; pipeline stages would need the last one's.)
-  PAGELLM_CHECK(step.hidden_rows.empty() || model_.shard().pp_size == 1,
-                "pooling (embeddings) is not served under pipeline parallelism");
   if (model_.shard().pp_size > 1) {
-    pipeline_forward(m.batch, m.logits_rows, step);  // (block moves only: just the last stage's message)
+    // (Block moves only: just the last stage's message.) The last stage
+    // pools what rank 0 planned; rank 0's residual stream is whole under
+    // tensor parallelism alone, so there only rank 0 reads hidden rows.
+    pipeline_forward(m.batch, m.logits_rows, m.hidden_rows, step);
     return;
   }
   if (m.batch.seqs.empty()) return;
@@ -205,7 +210,8 @@ void ModelRunner::run(const StepMessage& m, Step& step) {
   model_.final_hidden(step.hidden_rows, step.hidden.data());
 }
 
-void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, Step& step) {
+void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows,
+                                   const std::vector<int32_t>& hidden_rows, Step& step) {
   const ShardGeometry& g = model_.geometry();
   // Global rank = stage * tp_size + tp_rank: each rank of a stage's tensor
   // parallel group talks to the rank with its tp_rank in the next stage.
@@ -221,7 +227,9 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
   constexpr int64_t kMinMicroBatchTokens = 64;
   const std::vector<int32_t> ends = batch.n_tokens() == 0 ? std::vector<int32_t>{}
                                     : micro_batch_ends(batch.n_tokens(), micro_batches_, kMinMicroBatchTokens);
-  std::vector<float> stage_logits;  // the last stage's logits of the whole step
+  // The last stage's logits of the whole step, then its pooled rows' hidden states.
+  std::vector<float> stage_logits;
+  const size_t logits_values = logits_rows.size() * static_cast<size_t>(vocab);
   if (g.last_stage) {
     // A buffer whose send has been received: rank 0 holds at most pp_size
     // steps in flight and takes their logits in order.
@@ -230,10 +238,11 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
       stage_logits.swap(sent_logits_.front().first);
       sent_logits_.pop_front();
     }
-    stage_logits.resize(logits_rows.size() * static_cast<size_t>(vocab));
+    stage_logits.resize(logits_values + hidden_rows.size() * static_cast<size_t>(d));
   }
   BatchInfo mb;
   std::vector<int32_t> rows, slots;  // a micro-batch's logits rows, and where they go in the step's
+  std::vector<int32_t> pooled, pooled_slots;  // the same for its hidden rows
   int32_t r0 = 0;
   for (const int32_t r1 : ends) {
     trace::Scope scope("micro-batch", "runner");
@@ -244,6 +253,13 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
       if (logits_rows[j] >= r0 && logits_rows[j] < r1) {
         rows.push_back(logits_rows[j] - r0);
         slots.push_back(static_cast<int32_t>(j));
+      }
+    pooled.clear();
+    pooled_slots.clear();
+    for (size_t j = 0; j < hidden_rows.size(); ++j)
+      if (hidden_rows[j] >= r0 && hidden_rows[j] < r1) {
+        pooled.push_back(hidden_rows[j] - r0);
+        pooled_slots.push_back(static_cast<int32_t>(j));
       }
     const size_t hidden_values = static_cast<size_t>((r1 - r0) * d);
     r0 = r1;
@@ -261,6 +277,12 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
     for (size_t j = 0; j < rows.size(); ++j)
       std::copy_n(scratch_.data() + static_cast<int64_t>(j) * vocab, vocab,
                   stage_logits.data() + static_cast<int64_t>(slots[j]) * vocab);
+    if (pooled.empty()) continue;
+    scratch_.resize(pooled.size() * static_cast<size_t>(d));
+    model_.final_hidden(pooled, scratch_.data());
+    for (size_t j = 0; j < pooled.size(); ++j)
+      std::copy_n(scratch_.data() + static_cast<int64_t>(j) * d, d,
+                  stage_logits.data() + logits_values + static_cast<int64_t>(pooled_slots[j]) * d);
   }
   // The last stage sends the step's logits at once, after its last
   // micro-batch (its tensor-parallel rank 0 does; all of them hold them);

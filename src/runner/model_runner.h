@@ -104,7 +104,8 @@ class ModelRunner {
   void build_message(const StepPlan& plan, int32_t block_shift, Step& step);
   void send_to_workers(const StepMessage& m, Step& step);
   void run(const StepMessage& m, Step& step);
-  void pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows, Step& step);
+  void pipeline_forward(const BatchInfo& batch, const std::vector<int32_t>& logits_rows,
+                        const std::vector<int32_t>& hidden_rows, Step& step);
 
   Model& model_;
   dist::Communicator* comm_;

@@ -76,6 +76,7 @@ std::vector<uint8_t> encode_step(const StepMessage& m) {
     for (const auto& table : s.group_tables) w.array(table);
   }
   w.array(m.logits_rows);
+  w.array(m.hidden_rows);
   return out;
 }
 
@@ -114,6 +115,7 @@ StepMessage decode_step(const std::vector<uint8_t>& bytes) {
     for (auto& table : s.group_tables) r.array(table);
   }
   r.array(m.logits_rows);
+  r.array(m.hidden_rows);
   PAGELLM_CHECK(r.at == bytes.size(), "step message with {} trailing bytes", bytes.size() - r.at);
   return m;
 }

@@ -17,6 +17,9 @@ struct StepMessage {
   BlockPairs swap_out, swap_in, block_copies, state_copies;
   BatchInfo batch;                  // empty: block moves only
   std::vector<int32_t> logits_rows;
+  // Batch rows whose final hidden states pooling wants: under pipeline
+  // parallelism the last stage sends them after the logits.
+  std::vector<int32_t> hidden_rows;
 };
 
 std::vector<uint8_t> encode_step(const StepMessage& m);

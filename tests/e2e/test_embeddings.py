@@ -112,10 +112,3 @@ def test_bad_requests_name_the_field(embed_server):
     e = error(requests.post(embed_server.url("/v1/completions"), json={"prompt": "hi"}, timeout=30))
     assert "embed" in e["message"]
     assert requests.get(embed_server.url("/health"), timeout=10).status_code == 200
-
-
-def test_refused_at_start_under_pipeline_parallelism(embed_server):
-    out = subprocess.run([str(BIN), "serve", str(embed_server.model), "--task", "embed", "--pipeline-parallel-size",
-                          "2"], capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0
-    assert "--task embed does not run under pipeline parallelism" in out.stdout + out.stderr

@@ -357,9 +357,11 @@ def test_opencl_goes_through_the_host_collectives(tmp_path, how):
     assert_close(ref, generate(model, batch, ranks, flags))
 
 
-def test_embeddings_under_tensor_parallelism():
-    """Rank 0 pools its own residual stream (whole under tensor parallelism): the vectors of one rank, up to
-    float rounding (the ranks sum their shares in another order)."""
+@pytest.mark.parametrize("how", ["tp2", "pp2"])
+def test_embeddings_under_parallelism(how):
+    """Tensor parallelism: rank 0 pools its own residual stream (whole there). Pipeline: the last stage sends
+    the pooled rows' hidden states after the step's logits, prompts cut into micro-batches. The vectors of
+    one rank, up to float rounding (the ranks sum their shares in another order)."""
     stories = str(need(STORIES))
     body = {"input": LONG_PROMPTS[:3] + ID_PROMPTS[:2], "encoding_format": "float"}
 
@@ -376,7 +378,7 @@ def test_embeddings_under_tensor_parallelism():
         finally:
             server.kill()
 
-    ranks, flags = PARALLEL["tp2"]
+    ranks, flags = PARALLEL[how]
     for one, many in zip(vectors(1, []), vectors(ranks, flags)):
         assert len(one) == len(many)
         assert max(abs(a - b) for a, b in zip(one, many)) < 1e-4

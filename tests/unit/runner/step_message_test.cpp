@@ -30,6 +30,7 @@ StepMessage sample_message() {
   b.state_slot = 2;
   m.batch.seqs = {a, b};
   m.logits_rows = {2, 3};
+  m.hidden_rows = {0, 1, 3};
   return m;
 }
 
@@ -52,6 +53,7 @@ TEST(StepMessage, RoundTrips) {
   EXPECT_EQ(d.batch.seqs[0].state_slot, -1);
   EXPECT_EQ(d.batch.seqs[1].state_slot, 2);
   EXPECT_EQ(d.logits_rows, m.logits_rows);
+  EXPECT_EQ(d.hidden_rows, m.hidden_rows);
   StepMessage stop;
   stop.kind = StepMessage::Shutdown;
   EXPECT_EQ(decode_step(encode_step(stop)).kind, StepMessage::Shutdown);
