@@ -150,8 +150,10 @@ PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf) {
     // llama.cpp's enum llama_pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank.
     if (t == 1) return {PoolingType::Mean, true};
     if (t == 2) return {PoolingType::Cls, true};
-    if (t == 3) return {PoolingType::Last, true};
-    PAGELLM_CHECK(t != 4, "{}: rank pooling (a reranker's) is not served yet", model_path);
+    // Rank (a reranker's): the pooled row feeds the score head
+    // (engine/score_head.h); a causal reranker's is its last token, as
+    // llama.cpp reads it.
+    if (t == 3 || t == 4) return {PoolingType::Last, true};
     return {};
   }
   std::error_code ec;
