@@ -15,6 +15,10 @@ trained here on the prompts' words (Qwen2's pre-tokenizer regex, "yes" and
       cls.output.weight and the rerank template) makes the GGUF kept as
       rerank-tiny-qwen3.gguf; `llama-server --rerank` scores the same pairs.
 
+  transformers' Qwen3ForSequenceClassification: the same layers with a random
+      one-label score.weight (make_folder's score_weight), on raw pairs (the
+      query's tokens then the document's, vLLM's text pair);
+
 The final norm's weight is scaled by NORM_SCALE (make_folder) so that the
 scores spread between 0 and 1. The tests rebuild the HF folder the same way
 (make_folder, with the tokenizer files kept
@@ -31,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -84,14 +89,39 @@ def scale_f32_tensor(path, name, factor):
         f.write(struct.pack(f"<{len(values)}f", *(v * factor for v in values)))
 
 
-def make_folder(pagellm, folder, files=None):
-    """The dummy's folder with the final norm scaled (and, given, the tokenizer files)."""
+def add_f32_tensor(path, name, rows):
+    """Appends an F32 tensor [len(rows), len(rows[0])] to a safetensors file (stdlib only)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    values = [v for r in rows for v in r]
+    header[name] = {"dtype": "F32", "shape": [len(rows), len(rows[0])],
+                    "data_offsets": [len(data), len(data) + 4 * len(values)]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data + struct.pack(f"<{len(values)}f", *values))
+
+
+def make_folder(pagellm, folder, files=None, score_weight=None):
+    """The dummy's folder with the final norm scaled (and, given, the tokenizer files); with score_weight, a
+    Qwen3ForSequenceClassification of one label with that score.weight row."""
     subprocess.run([pagellm, "make-dummy", "--format", "hf", "--shape", SHAPE, "--type", "f32", "--seed", str(SEED),
                     "-o", str(folder)], check=True, capture_output=True, timeout=120)
-    scale_f32_tensor(os.path.join(folder, "model.safetensors"), "model.norm.weight", NORM_SCALE)
+    weights = os.path.join(folder, "model.safetensors")
+    scale_f32_tensor(weights, "model.norm.weight", NORM_SCALE)
     for name, text in (files or {}).items():
         with open(os.path.join(folder, name), "w") as f:
             f.write(text)
+    if score_weight is not None:
+        add_f32_tensor(weights, "score.weight", [score_weight])
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        config.update(architectures=["Qwen3ForSequenceClassification"], id2label={"0": "LABEL_0"},
+                      label2id={"LABEL_0": 0})
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
 
 
 def pairs():
@@ -142,6 +172,24 @@ def transformers_scores(folder):
             ids.append(t)
             scores.append(float(torch.sigmoid(logits[yes] - logits[no])))
     return ids, scores, {"yes": yes, "no": no}
+
+
+def seq_cls_scores(folder):
+    """Qwen3ForSequenceClassification's logit of the raw pair (vLLM: the tokenizer's text pair) -> sigmoid."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
+                                                               attn_implementation="eager")
+    model.eval()
+    ids, scores = [], []
+    with torch.no_grad():
+        for q, d in pairs():
+            t = tokenizer(q, d)["input_ids"]
+            assert t == tokenizer(q)["input_ids"] + tokenizer(d, add_special_tokens=False)["input_ids"]
+            ids.append(t)
+            scores.append(float(torch.sigmoid(model(torch.tensor([t])).logits[0, 0])))
+    return ids, scores
 
 
 def convert(llama_cpp, folder, out):
@@ -222,11 +270,19 @@ def main():
         for name in ("tokenizer.json", "tokenizer_config.json", "README.md"):
             with open(os.path.join(folder, name)) as f:
                 files[name] = f.read()
+        # A sequence classifier of the same layers: a random score row.
+        rng = random.Random(SEED)
+        score_weight = [rng.gauss(0.0, 2.0) for _ in range(json.load(open(os.path.join(folder, "config.json")))
+                                                          ["hidden_size"])]
+        cls_folder = os.path.join(tmp, "seq-cls")
+        make_folder(args.pagellm, cls_folder, files, score_weight)
+        cls_ids, cls_scores = seq_cls_scores(cls_folder)
     meta = {"shape": SHAPE, "type": "f32", "seed": SEED, "norm_scale": NORM_SCALE, "files": files, "yes_no": yes_no,
             "query": QUERY, "documents": DOCUMENTS, "score_text_1": SCORE_TEXT_1, "score_text_2": SCORE_TEXT_2,
             "pairs": pairs(), "template": qwen3_reranker_template(), "token_ids": ids,
             "scores": scores, "llama_server_scores": llama_scores,
             "max_gap_transformers_llama_server": max(abs(a - b) for a, b in zip(scores, llama_scores)),
+            "seq_cls": {"score_weight": score_weight, "token_ids": cls_ids, "scores": cls_scores},
             "reference": f"transformers {transformers.__version__} (torch {torch.__version__}), float32, eager "
                          "attention: sigmoid(logit_yes - logit_no) at the last token; llama_server_scores: "
                          "llama.cpp b11434's converter and llama-server --rerank on rerank-tiny-qwen3.gguf"}
@@ -234,6 +290,7 @@ def main():
         json.dump(meta, f, indent=1)
     print("log-odds:", [round(math.log(s / (1 - s)), 4) for s in scores])
     print("scores:", [round(s, 6) for s in scores])
+    print("sequence classifier (raw pairs):", [round(s, 6) for s in cls_scores])
     print("llama-server:", [round(s, 6) for s in llama_scores], "max gap", meta["max_gap_transformers_llama_server"])
 
 

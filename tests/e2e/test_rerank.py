@@ -11,6 +11,9 @@ tests/fixtures/hf/rerank-tiny-qwen3.json:
     Qwen3-Reranker;
   - llama.cpp's converted GGUF (rank pooling, cls.output, the rerank
     template), whose llama-server --rerank scores the fixture also holds.
+  - a Qwen3ForSequenceClassification folder of the same layers with a random
+    one-label score.weight, on raw pairs (vLLM's text pair), against
+    transformers' AutoModelForSequenceClassification.
 Prefill in chunks of 16 tokens."""
 
 import json
@@ -52,6 +55,18 @@ def hf_server(tmp_path_factory, ref):
 
 
 @pytest.fixture(scope="module")
+def seq_cls_server(tmp_path_factory, ref):
+    """A Qwen3ForSequenceClassification folder (score.weight, one label): no flag, raw pairs."""
+    if not BIN.exists():
+        pytest.skip(f"missing binary {BIN} (build first)")
+    folder = tmp_path_factory.mktemp("rerank") / "seq-cls"
+    make_folder(str(BIN), str(folder), ref["files"], ref["seq_cls"]["score_weight"])
+    s = Server(["--runner", "pooling", *COMMON], model=folder).start()
+    yield s
+    assert s.stop() == 0, s.output()
+
+
+@pytest.fixture(scope="module")
 def gguf_server():
     if not BIN.exists():
         pytest.skip(f"missing binary {BIN} (build first)")
@@ -65,13 +80,14 @@ def rerank(server, **body):
     return requests.post(server.url("/v1/rerank"), json=body, timeout=60)
 
 
-def check_rerank(server, ref, want):
+def check_rerank(server, ref, want, token_ids=None):
     n = len(ref["documents"])
+    token_ids = token_ids or ref["token_ids"]
     r = rerank(server, model="tiny-rerank", query=ref["query"], documents=ref["documents"])
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["model"] == "tiny-rerank" and body["id"].startswith("rerank-")
-    assert body["usage"]["total_tokens"] == sum(len(t) for t in ref["token_ids"][:n])
+    assert body["usage"]["total_tokens"] == sum(len(t) for t in token_ids[:n])
     got = {x["index"]: x["relevance_score"] for x in body["results"]}
     for i in range(n):
         assert abs(got[i] - want[i]) < TOL, (i, got[i], want[i])
@@ -104,6 +120,12 @@ def test_converted_gguf_matches_transformers_and_llama_server(gguf_server, ref):
     check_rerank(gguf_server, ref, ref["scores"])
     check_rerank(gguf_server, ref, ref["llama_server_scores"])
     check_score(gguf_server, ref, ref["scores"])
+
+
+def test_sequence_classifier_matches_transformers(seq_cls_server, ref):
+    want = ref["seq_cls"]["scores"]
+    check_rerank(seq_cls_server, ref, want, ref["seq_cls"]["token_ids"])
+    check_score(seq_cls_server, ref, want)
 
 
 def test_top_n_documents_as_objects_and_concurrency(hf_server, ref):

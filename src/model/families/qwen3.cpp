@@ -14,7 +14,10 @@ void write_hf(const ModelConfig&, nlohmann::ordered_json& j) {
 }  // namespace
 
 ArchInfo qwen3() {
-  ArchInfo a = entry(Arch::Qwen3, "qwen3", "qwen3", {{"Qwen3ForCausalLM", HfSwa::UseFlag}});
+  // Qwen3ForSequenceClassification: the same layers under a score head
+  // (engine/score_head.h reads its score.weight; --task score).
+  ArchInfo a = entry(Arch::Qwen3, "qwen3", "qwen3",
+                     {{"Qwen3ForCausalLM", HfSwa::UseFlag}, {"Qwen3ForSequenceClassification", HfSwa::UseFlag}});
   a.qk_norm = true;
   a.hf.head_dim = 128;
   a.globals = globals(Transform::None);
