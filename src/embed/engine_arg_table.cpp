@@ -114,9 +114,9 @@ const std::vector<EngineArg> kEngineArgs = {
     {.name = "runner",
      .type = T::Choice,
      .choices = {"auto", "generate", "pooling"},
-     .help = "vLLM's spelling of --task: pooling is --task score for a reranker (a GGUF with rank pooling, "
-             "--hf-overrides naming a *ForSequenceClassification) and --task embed otherwise; generate and auto "
-             "are --task generate",
+     .help = "vLLM's spelling of --task: pooling is --task score for a reranker (a GGUF with rank pooling, a "
+             "*ForSequenceClassification folder or --hf-overrides naming one) and --task embed otherwise; generate "
+             "and auto are --task generate",
      .apply = [](EngineArgs& a, const json& v) {
        // After --convert classify (either order): that stays score.
        if (v.get<std::string>() == "pooling") {
@@ -151,7 +151,7 @@ const std::vector<EngineArg> kEngineArgs = {
      .type = T::Choice,
      .choices = {"last", "mean", "cls"},
      .help = "Embeddings: pool the last token, the mean of all tokens, or the first; by default the model's "
-             "(sentence-transformers files, the GGUF's pooling_type; else last)",
+             "(sentence-transformers files, the GGUF's pooling_type; else last). Scores: last unless given",
      .apply = [](EngineArgs& a, const json& v) { a.config.pooling = to_enum(kPoolingTypeNames, v); }},
     {.name = "normalize",
      .negation = "no-normalize",
