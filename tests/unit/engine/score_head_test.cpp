@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <unordered_map>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "format/gguf.h"
 #include "model/tensor_source.h"
 #include "test_paths.h"
@@ -229,6 +231,87 @@ TEST_F(ScoreModelSource, HfOverridesTakeLmHeadRows) {
   unknown["classifier_from_token"] = {"no-such-token-text", yes};
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, unknown, "auto", why), Error);
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, overrides, "/no/such/template", why), Error);
+}
+
+// Score requests through the engine: chunked prefill (chunks of 16), the
+// pairs alone and all at once beside a generation request.
+TEST(ScoreEngine, ConvertedRerankerMatchesTransformers) {
+  const std::string gguf = test::fixture("hf/rerank-tiny-qwen3.gguf");
+  REQUIRE_FILE(gguf);
+  std::ifstream in(test::fixture("hf/rerank-tiny-qwen3.json"));
+  const json meta = json::parse(in);
+  const auto tokens = meta["token_ids"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = meta["scores"].get<std::vector<double>>();
+  EngineConfig c;
+  c.model = gguf;
+  c.task = ServeTask::Pooling;  // --runner pooling: a rank GGUF is a score model
+  c.backend_options["threads"] = "2";
+  c.kv_cache_dtype = DType::F32;
+  c.scheduler.max_model_len = 256;
+  c.scheduler.max_num_batched_tokens = 16;
+  Engine engine(c);
+  ASSERT_EQ(engine.task(), ServeTask::Score) << engine.score_error();
+  auto score_request = [](const std::string& id, const std::vector<int32_t>& ids) {
+    EngineRequest r;
+    r.id = id;
+    r.prompt_ids = ids;
+    r.score = true;
+    return r;
+  };
+  auto run = [&](std::vector<EngineRequest> reqs) {
+    for (auto& r : reqs) engine.add_request(std::move(r));
+    std::map<std::string, float> out;
+    while (engine.has_unfinished())
+      for (RequestOutput& o : engine.step()) {
+        EXPECT_TRUE(o.error.empty()) << o.error;
+        if (o.finished && o.request_id != "gen") {
+          EXPECT_EQ(o.embedding.size(), 2u);  // P(yes), P(no)
+          out[o.request_id] = o.score;
+        }
+      }
+    return out;
+  };
+  std::vector<float> alone;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    alone.push_back(run({score_request("s", tokens[i])}).at("s"));
+    EXPECT_NEAR(alone[i], want[i], 1e-5) << i;
+  }
+  EngineRequest gen;
+  gen.id = "gen";
+  gen.prompt_ids = tokens[0];
+  gen.params.max_tokens = 4;
+  std::vector<EngineRequest> all = {gen};
+  for (size_t i = 0; i < tokens.size(); ++i) all.push_back(score_request("s" + std::to_string(i), tokens[i]));
+  const auto batched = run(std::move(all));
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_NEAR(batched.at("s" + std::to_string(i)), alone[i], 1e-6) << i;
+  // what a score request cannot be
+  EngineRequest two = score_request("x", tokens[0]);
+  two.params.n = 2;
+  EXPECT_THROW(engine.add_request(two), InvalidRequest);
+}
+
+TEST(ScoreEngine, ModelWithoutHeadRefusesScores) {
+  const std::string path = test::shared_data("models/stories260K.gguf");
+  REQUIRE_FILE(path);
+  EngineConfig c;
+  c.model = path;
+  c.task = ServeTask::Pooling;
+  c.backend_options["threads"] = "2";
+  c.scheduler.max_model_len = 256;
+  Engine engine(c);
+  EXPECT_EQ(engine.task(), ServeTask::Embed);
+  EXPECT_EQ(engine.score_model(), nullptr);
+  EngineRequest r;
+  r.id = "s";
+  r.prompt_ids = {1, 2, 3};
+  r.score = true;
+  try {
+    engine.add_request(r);
+    ADD_FAILURE() << "a score request was accepted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "model");
+    EXPECT_NE(std::string(e.what()).find("score head"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
