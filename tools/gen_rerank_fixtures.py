@@ -236,7 +236,8 @@ def llama_server_scores(server_bin, gguf_path):
             time.sleep(0.2)
         scores = []
         for q, d in pairs():  # one pair a request: the order of results is by score
-            scores.append(post_json(url + "/v1/rerank", {"query": q, "documents": [d]})["results"][0]["relevance_score"])
+            reply = post_json(url + "/v1/rerank", {"query": q, "documents": [d]})
+            scores.append(reply["results"][0]["relevance_score"])
         tokens = [post_json(url + "/tokenize", {"content": qwen3_reranker_template().format(query=q, document=d),
                                                 "parse_special": True})["tokens"] for q, d in pairs()]
         return scores, tokens

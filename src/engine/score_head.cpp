@@ -179,7 +179,8 @@ std::optional<ScoreModel> from_hf(const std::string& dir, const TensorSource& te
     for (const json& t : from) {
       PAGELLM_CHECK(t.is_string(), "classifier_from_token must list token texts");
       const auto id = tok.find_token(t.get<std::string>());
-      PAGELLM_CHECK(id.has_value(), "classifier_from_token: '{}' is not a token of the vocabulary", t.get<std::string>());
+      PAGELLM_CHECK(id.has_value(), "classifier_from_token: '{}' is not a token of the vocabulary",
+                    t.get<std::string>());
       ids.push_back(*id);
     }
     // The output matrix, or the embedding it is tied to.
