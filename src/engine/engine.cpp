@@ -189,9 +189,9 @@ void Engine::start(Request& r) {
     first.needs_prompt_logits = !r.prompt_logprobs_done;
   }
   if (r.embed) {
-    // A decoder reranker's score reads the last token (llama.cpp's rank
-    // pooling on a causal model, vLLM's); --pooling overrides both.
-    const PoolingType type = r.score ? config_.pooling.value_or(PoolingType::Last) : pooling_.type;
+    // A score reads the row its head wants (a decoder reranker's last
+    // token); --pooling overrides it.
+    const PoolingType type = r.score ? config_.pooling.value_or(score_model_->pooling) : pooling_.type;
     r.pooler = Pooler(type, model_->config().n_embd);
     first.pool_rows = pool_rows(type);
   }

@@ -109,6 +109,10 @@ std::optional<ScoreModel> from_gguf(const GGUFFile& gguf, const std::string& for
   };
   PAGELLM_CHECK(!tensor("cls.norm.weight"), "a rank model with a head norm (cls.norm) is not served yet");
   ScoreModel m;
+  // llama.cpp's rank pooling reads the last token of a causal model, else
+  // the first, or the mean when <arch>.classifier.pooling_type is mean (1).
+  if (!gguf.get_bool(arch + ".attention.causal", true))
+    m.pooling = gguf.get_int(arch + ".classifier.pooling_type", 2) == 1 ? PoolingType::Mean : PoolingType::Cls;
   // llama.cpp: the optional pooler dense layer takes tanh, then cls.output.
   if (auto w = tensor("cls.weight")) {
     auto b = tensor("cls.bias");

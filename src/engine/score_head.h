@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/enum_names.h"
+#include "engine/pooling.h"
 
 namespace pagellm {
 
@@ -80,6 +81,9 @@ const std::string& qwen3_reranker_template();
 struct ScoreModel {
   ScoreHead head;
   ScoreFormat format;
+  // The row the head reads: a causal model's last token; an encoder's first
+  // (or the mean, as a GGUF's <arch>.classifier.pooling_type may say).
+  PoolingType pooling = PoolingType::Last;
 };
 
 // The score head of a model and how its pairs are formatted, or nullopt when

@@ -186,6 +186,34 @@ TEST_F(ScoreModelSource, GgufRankHead) {
   EXPECT_TRUE(m->format.template_text.empty());
   m = find_score_model("m.gguf", f.get(), none_, *tok_, json::object(), "qwen3-reranker", why);
   EXPECT_EQ(m->format.template_text, qwen3_reranker_template());
+  EXPECT_EQ(m->head.output, HeadOutput::Softmax);
+  EXPECT_EQ(m->pooling, PoolingType::Last);  // a causal model's last token
+  // An encoder reranker (llama.cpp's BERT GGUFs): the pooler's dense layer
+  // with tanh, then one label; the first token, or the mean.
+  {
+    GGUFWriter w;
+    w.set_string("general.architecture", "bert");
+    w.set_u32("bert.pooling_type", 4);
+    w.set_bool("bert.attention.causal", false);
+    w.add_tensor("cls.weight", DType::F32, {16, 16}, bytes_of(random_values(16 * 16, rng)));
+    w.add_tensor("cls.bias", DType::F32, {16}, bytes_of(random_values(16, rng)));
+    w.add_tensor("cls.output.weight", DType::F32, {16, 1}, bytes_of(random_values(16, rng)));
+    const std::string path = (dir / "bert.gguf").string();
+    w.write(path);
+    auto b = GGUFFile::open(path);
+    m = find_score_model("bert.gguf", b.get(), none_, *tok_, json::object(), "auto", why);
+    ASSERT_TRUE(m.has_value());
+    ASSERT_EQ(m->head.layers.size(), 2u);
+    EXPECT_EQ(m->head.layers[0].activation, HeadActivation::Tanh);
+    EXPECT_EQ(m->head.layers[0].bias.size(), 16u);
+    EXPECT_EQ(m->head.output, HeadOutput::Sigmoid);
+    EXPECT_EQ(m->pooling, PoolingType::Cls);
+    w.set_u32("bert.classifier.pooling_type", 1);
+    w.write(path);
+    b = GGUFFile::open(path);
+    EXPECT_EQ(find_score_model("bert.gguf", b.get(), none_, *tok_, json::object(), "auto", why)->pooling,
+              PoolingType::Mean);
+  }
   // last pooling (an embedder): no head, and why
   f = write(3, false);
   EXPECT_FALSE(find_score_model("m.gguf", f.get(), none_, *tok_, json::object(), "auto", why).has_value());
