@@ -1,6 +1,6 @@
 // Score requests (--task score) and their responses, in the two shapes
 // vLLM serves:
-//  /v1/rerank, /rerank (Jina / Cohere): {model, query, documents: [string |
+//  /v1/rerank, /rerank, /v2/rerank (Jina / Cohere): {model, query, documents: [string |
 //    {"text": string}], top_n?, return_documents?} -> {id, model, usage:
 //    {total_tokens}, results: [{index, relevance_score, document?: {text}}]}
 //    sorted by score, best first;

@@ -135,8 +135,8 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.get("/v1/responses/(.+)", bind(&OpenAIServer::get_response));
   http.post("/v1/messages", generation(&OpenAIServer::messages, "/v1/messages"));
   http.post("/v1/embeddings", bind(&OpenAIServer::embeddings));
-  // vLLM serves both spellings of each (llama-server also /rerank).
-  for (const char* path : {"/v1/rerank", "/rerank"}) http.post(path, bind(&OpenAIServer::rerank));
+  // vLLM's spellings (/v2/rerank: Cohere's v2 client; llama-server also /rerank).
+  for (const char* path : {"/v1/rerank", "/rerank", "/v2/rerank"}) http.post(path, bind(&OpenAIServer::rerank));
   for (const char* path : {"/v1/score", "/score"}) http.post(path, bind(&OpenAIServer::score));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));

@@ -1,4 +1,4 @@
-// POST /v1/rerank, /rerank, /v1/score, /score (--task score): every (query,
+// POST /v1/rerank, /rerank, /v2/rerank, /v1/score, /score (--task score): every (query,
 // document) pair is one score request (prefill only) in the engine, batched
 // with whatever else runs; its pooled last hidden state goes through the
 // model's score head (engine/score_head.h).

@@ -4,7 +4,7 @@
 //   POST /v1/responses (OpenAI Responses; GET /v1/responses/{id} when stored),
 //   POST /v1/messages (Anthropic Messages)
 //   POST /v1/embeddings (with --task embed; server/openai_embeddings.cpp)
-//   POST /v1/rerank, /rerank, /v1/score, /score (with --task score; server/openai_score.cpp)
+//   POST /v1/rerank, /rerank, /v2/rerank, /v1/score, /score (with --task score; server/openai_score.cpp)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
 // Handlers run on the HTTP thread pool; each generation request is a

@@ -130,7 +130,8 @@ def test_sequence_classifier_matches_transformers(seq_cls_server, ref):
 
 def test_top_n_documents_as_objects_and_concurrency(hf_server, ref):
     docs = [{"text": d} for d in ref["documents"]]
-    r = rerank(hf_server, query=ref["query"], documents=docs, top_n=2, return_documents=False)
+    r = requests.post(hf_server.url("/v2/rerank"), json={"query": ref["query"], "documents": docs, "top_n": 2,
+                                                          "return_documents": False}, timeout=60)
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert len(results) == 2 and "document" not in results[0]
@@ -165,7 +166,7 @@ def test_bad_input_names_the_field(hf_server, ref):
 
 
 def test_rerank_on_a_generation_server(stories_server):
-    for path in ("/v1/rerank", "/rerank", "/v1/score", "/score"):
+    for path in ("/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score"):
         r = requests.post(stories_server.url(path), json={"query": "q", "documents": ["a"]}, timeout=30)
         e = error(r)
         assert "--task score" in e["message"] and e["param"] == "model", e
