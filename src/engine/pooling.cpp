@@ -150,10 +150,11 @@ PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf) {
     // llama.cpp's enum llama_pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank.
     if (t == 1) return {PoolingType::Mean, true};
     if (t == 2) return {PoolingType::Cls, true};
-    // Rank (a reranker's): the pooled row feeds the score head
-    // (engine/score_head.h); a causal reranker's is its last token, as
-    // llama.cpp reads it.
-    if (t == 3 || t == 4) return {PoolingType::Last, true};
+    if (t == 3) return {PoolingType::Last, true};
+    // Rank: a reranker, whose pooled row feeds its score head
+    // (engine/score_head.h); it has no embeddings to give.
+    PAGELLM_CHECK(t != 4, "{}: a reranker (rank pooling) gives scores, not embeddings: serve it with --task score "
+                  "(/v1/rerank, /v1/score)", model_path);
     return {};
   }
   std::error_code ec;

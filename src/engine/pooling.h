@@ -69,10 +69,11 @@ std::vector<float> truncate_embedding(std::vector<float> v, int32_t n, bool norm
 
 // The model's pooling as sentence-transformers or llama.cpp would apply it:
 // a folder's modules.json / 1_Pooling/config.json / Normalize module, or a
-// GGUF file's <arch>.pooling_type (normalised, as llama.cpp's server does;
-// rank, a reranker's, is the last token); else last-token pooling,
-// normalised (vLLM's default for decoder models). Throws Error naming what
-// it cannot serve (a sentence-transformers mode other than last / mean / cls).
+// GGUF file's <arch>.pooling_type (normalised, as llama.cpp's server does);
+// else last-token pooling, normalised (vLLM's default for decoder models).
+// Throws Error naming what it cannot serve (a reranker's rank pooling: its
+// scores are engine/score_head.h's; a sentence-transformers mode other than
+// last / mean / cls).
 PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf);
 
 }  // namespace pagellm

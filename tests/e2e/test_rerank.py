@@ -179,3 +179,8 @@ def test_score_task_refuses_what_it_cannot_build():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "--hf-overrides applies to Hugging Face folders" in out.stdout + out.stderr
+    # a reranker has no embeddings: --task embed says which task serves it
+    out = subprocess.run([str(BIN), "serve", str(model), "--task", "embed"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode != 0
+    assert "serve it with --task score" in out.stdout + out.stderr

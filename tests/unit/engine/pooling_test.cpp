@@ -171,9 +171,8 @@ TEST(ModelPooling, ReadsGgufPoolingType) {
     w.write(path);
     return GGUFFile::open(path);
   };
-  // Rank (a reranker's) pools the last token for the score head.
   const std::pair<uint32_t, PoolingType> known[] = {
-      {1, PoolingType::Mean}, {2, PoolingType::Cls}, {3, PoolingType::Last}, {4, PoolingType::Last}};
+      {1, PoolingType::Mean}, {2, PoolingType::Cls}, {3, PoolingType::Last}};
   for (auto [t, want] : known) {
     const auto f = with_type(t);
     const PoolingSpec s = model_pooling("m.gguf", f.get());
@@ -182,6 +181,13 @@ TEST(ModelPooling, ReadsGgufPoolingType) {
   }
   EXPECT_EQ(model_pooling("m.gguf", with_type(std::nullopt).get()).type, PoolingType::Last);
   EXPECT_EQ(model_pooling("m.gguf", with_type(0).get()).type, PoolingType::Last);
+  // Rank: a reranker's scores (engine/score_head.h), not embeddings.
+  try {
+    model_pooling("m.gguf", with_type(4).get());
+    ADD_FAILURE() << "rank pooling gave embeddings";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--task score"), std::string::npos) << e.what();
+  }
 }
 
 // The tiny Qwen3 folder of the fixtures, with its sentence-transformers
