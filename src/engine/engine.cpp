@@ -86,7 +86,7 @@ void Engine::load_score_model() {
     const TensorSource* tensors = dummy_source_ ? dummy_source_.get() : model_->tensors();
     PAGELLM_CHECK(tensors, "the model's tensors are not at hand for a score head");
     score_model_ = find_score_model(config_.model, model_->gguf(), *tensors, *tokenizer_, overrides,
-                                       config_.score_template, score_error_);
+                                    config_.score_template, score_error_);
     if (score_model_)
       PAGELLM_CHECK(score_model_->head.input_size() == model_->config().n_embd,
                     "the score head takes {} values; the model's hidden size is {}",

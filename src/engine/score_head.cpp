@@ -254,7 +254,11 @@ std::optional<ScoreModel> find_score_model(const std::string& model_path, const 
     PAGELLM_CHECK(overrides.empty(), "--hf-overrides applies to Hugging Face folders, not to a GGUF file");
     m = from_gguf(*gguf, format_option, why);
   } else if (fs::is_directory(model_path, ec)) {
-    m = from_hf(model_path, tensors, tokenizer, overrides, format_option, why);
+    try {
+      m = from_hf(model_path, tensors, tokenizer, overrides, format_option, why);
+    } catch (const json::exception& e) {  // a field of the wrong type
+      throw Error(fmt::format("{}: config.json with --hf-overrides: {}", model_path, e.what()));
+    }
   } else {
     why = "the model has no score head";
   }

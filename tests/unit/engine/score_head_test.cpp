@@ -255,6 +255,12 @@ TEST_F(ScoreModelSource, HfOverridesTakeLmHeadRows) {
   EXPECT_NE(why.find("--hf-overrides"), std::string::npos) << why;
   // what cannot be served is refused by name
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, json{{"num_labels", 3}}, "auto", why), Error);
+  json wrong_type = overrides;
+  wrong_type["is_original_qwen3_reranker"] = "yes";
+  EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, wrong_type, "auto", why), Error);
+  wrong_type = overrides;
+  wrong_type["architectures"] = "Qwen3ForSequenceClassification";  // not a list: no classifier named
+  EXPECT_FALSE(find_score_model(dir.string(), nullptr, src, *tok_, wrong_type, "auto", why).has_value());
   json unknown = overrides;
   unknown["classifier_from_token"] = {"no-such-token-text", yes};
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, unknown, "auto", why), Error);
