@@ -25,6 +25,10 @@ std::vector<float> ScoreHead::probabilities(std::span<const float> pooled) const
                 "head takes {}", pooled.size(), input_size());
   std::vector<double> x(pooled.begin(), pooled.end());
   for (const DenseLayer& l : layers) {
+    // (A file's layers may not chain: refused here rather than read past x.)
+    PAGELLM_CHECK(static_cast<int64_t>(x.size()) == l.in && l.weight.size() == static_cast<size_t>(l.in) * l.out &&
+                      (l.bias.empty() || l.bias.size() == static_cast<size_t>(l.out)),
+                  "score head: a layer of {} x {} after {} values", l.out, l.in, x.size());
     std::vector<double> y(static_cast<size_t>(l.out));
     for (int32_t o = 0; o < l.out; ++o) {
       const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;

@@ -115,6 +115,8 @@ TEST(ScoreHead, WrongInputSizeThrows) {
   ScoreHead h;
   h.layers.push_back(random_layer(8, 1, false, HeadActivation::None, rng));
   EXPECT_THROW(h.probabilities(std::vector<float>(7, 1.f)), Error);
+  h.layers.push_back(random_layer(3, 1, false, HeadActivation::None, rng));  // 1 output into a layer of 3 inputs
+  EXPECT_THROW(h.probabilities(std::vector<float>(8, 1.f)), Error);
 }
 
 fs::path scratch(const std::string& name) {
