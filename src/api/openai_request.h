@@ -42,9 +42,11 @@ struct ServedModel {
   bool enable_auto_tool_choice = false;
   const chat::ToolParser* tool_parser = nullptr;
   const chat::ReasoningParser* reasoning_parser = nullptr;
-  // --task embed: /v1/embeddings is served and the generation endpoints
-  // answer 400; generate (false): the reverse.
-  bool embed_task = false;
+  // --task embed: /v1/embeddings is served and the other endpoints answer
+  // 400; score: /v1/rerank and /v1/score; generate: the generation ones.
+  ServeTask task = ServeTask::Generate;
+  // With task score: how a query and a document become one prompt.
+  ScoreFormat score_format;
 
   bool answers_to(const std::string& model) const;
 };

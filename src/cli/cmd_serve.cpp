@@ -117,7 +117,9 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
 
   auto engine = std::make_unique<Engine>(config, load_progress_reporter());
   spdlog::info("{}", engine->describe());
-  if (config.embed_task && !engine->pooling_error().empty()) fail("--task embed: {}", engine->pooling_error());
+  if (engine->task() == ServeTask::Embed && !engine->pooling_error().empty())
+    fail("--task embed: {}", engine->pooling_error());
+  if (engine->task() == ServeTask::Score && !engine->score_model()) fail("--task score: {}", engine->score_error());
   server::ServedModel served;
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);
@@ -145,7 +147,8 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   served.tokenizer = &async.tokenizer();
   served.vocab_size = async.model_config().n_vocab;
   served.max_model_len = async.max_model_len();
-  served.embed_task = config.embed_task;
+  served.task = async.task();
+  if (const ScoreModel* score = async.score_model()) served.score_format = score->format;
 
   server::OpenAIServerOptions api_options;
   api_options.api_key = f.api_key;

@@ -107,20 +107,51 @@ const std::vector<EngineArg> kEngineArgs = {
     {.name = "task",
      .type = T::Choice,
      .default_text = "generate",
-     .choices = {"generate", "embed"},
-     .help = "generate (completions, chat, responses, messages) or embed (/v1/embeddings: pooled final hidden "
-             "states)",
-     .apply = [](EngineArgs& a, const json& v) { a.config.embed_task = v.get<std::string>() == "embed"; }},
+     .choices = {"generate", "embed", "score"},
+     .help = "generate (completions, chat, responses, messages), embed (/v1/embeddings: pooled final hidden "
+             "states) or score (/v1/rerank, /v1/score: a reranker's relevance scores)",
+     .apply = [](EngineArgs& a, const json& v) { a.config.task = to_enum(kServeTaskNames, v); }},
     {.name = "runner",
      .type = T::Choice,
      .choices = {"auto", "generate", "pooling"},
-     .help = "vLLM's spelling of --task: pooling is --task embed, generate and auto are --task generate",
-     .apply = [](EngineArgs& a, const json& v) { a.config.embed_task = v.get<std::string>() == "pooling"; }},
+     .help = "vLLM's spelling of --task: pooling is --task score for a reranker (a GGUF with rank pooling, a "
+             "*ForSequenceClassification folder or --hf-overrides naming one) and --task embed otherwise; generate "
+             "and auto are --task generate",
+     .apply = [](EngineArgs& a, const json& v) {
+       // After --convert classify (either order): that stays score.
+       if (v.get<std::string>() == "pooling") {
+         if (a.config.task != ServeTask::Score) a.config.task = ServeTask::Pooling;
+       } else {
+         a.config.task = ServeTask::Generate;
+       }
+     }},
+    {.name = "convert",
+     .type = T::Choice,
+     .choices = {"auto", "embed", "classify"},
+     .help = "vLLM's --convert with --runner pooling: embed is --task embed, classify is --task score",
+     .apply = [](EngineArgs& a, const json& v) {
+       const std::string c = v.get<std::string>();
+       if (c == "embed") a.config.task = ServeTask::Embed;
+       else if (c == "classify") a.config.task = ServeTask::Score;
+     }},
+    {.name = "hf-overrides",
+     .help = "vLLM's --hf-overrides, a JSON object over a Hugging Face folder's config.json; served keys: "
+             "architectures, classifier_from_token, is_original_qwen3_reranker (Qwen3-Reranker: "
+             "'{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"classifier_from_token\": [\"no\", "
+             "\"yes\"], \"is_original_qwen3_reranker\": true}')",
+     .apply = [](EngineArgs& a, const json& v) { a.config.hf_overrides = v.get<std::string>(); }},
+    {.name = "score-template",
+     .default_text = "auto",
+     .help = "Scores: how a query and a document become one prompt: auto (the GGUF's rerank template, or "
+             "Qwen3-Reranker's prompt when --hf-overrides says is_original_qwen3_reranker; else raw), raw (the "
+             "query's tokens then the document's, as vLLM: the client formats), qwen3-reranker, or a file whose "
+             "text has {query} and {document}",
+     .apply = [](EngineArgs& a, const json& v) { a.config.score_template = v.get<std::string>(); }},
     {.name = "pooling",
      .type = T::Choice,
      .choices = {"last", "mean", "cls"},
      .help = "Embeddings: pool the last token, the mean of all tokens, or the first; by default the model's "
-             "(sentence-transformers files, the GGUF's pooling_type; else last)",
+             "(sentence-transformers files, the GGUF's pooling_type; else last). Scores: last unless given",
      .apply = [](EngineArgs& a, const json& v) { a.config.pooling = to_enum(kPoolingTypeNames, v); }},
     {.name = "normalize",
      .negation = "no-normalize",

@@ -115,6 +115,8 @@ class AsyncEngine {
   int32_t max_model_len() const { return engine_->max_model_len(); }
   const PoolingSpec& pooling() const { return engine_->pooling(); }
   const std::string& pooling_error() const { return engine_->pooling_error(); }
+  const ScoreModel* score_model() const { return engine_->score_model(); }
+  ServeTask task() const { return engine_->task(); }
   std::string describe() const { return description_; }
   // Snapshot taken after every step.
   EngineStats stats() const;

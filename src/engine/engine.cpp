@@ -63,7 +63,38 @@ void Engine::load(const LoadProgress& progress) {
   }
   if (config_.pooling) pooling_.type = *config_.pooling;
   if (config_.pooling_normalize) pooling_.normalize = *config_.pooling_normalize;
+  load_score_model();
+  task_ = config_.task;
+  if (task_ == ServeTask::Pooling) task_ = score_model_ ? ServeTask::Score : ServeTask::Embed;
   update_gauges();
+}
+
+// The score head, built on the host from the model's own tensors (those of
+// the dummy source for dummy weights). A bad --hf-overrides, or a head the
+// model has and the engine cannot build, is remembered like a pooling it
+// cannot serve: score requests get the reason.
+void Engine::load_score_model() {
+  nlohmann::json overrides = nlohmann::json::object();
+  try {
+    if (!config_.hf_overrides.empty()) {
+      try {
+        overrides = nlohmann::json::parse(config_.hf_overrides);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(fmt::format("--hf-overrides is not valid JSON: {}", e.what()));
+      }
+    }
+    const TensorSource* tensors = dummy_source_ ? dummy_source_.get() : model_->tensors();
+    PAGELLM_CHECK(tensors, "the model's tensors are not at hand for a score head");
+    score_model_ = find_score_model(config_.model, model_->gguf(), *tensors, *tokenizer_, overrides,
+                                    config_.score_template, score_error_);
+    if (score_model_)
+      PAGELLM_CHECK(score_model_->head.input_size() == model_->config().n_embd,
+                    "the score head takes {} values; the model's hidden size is {}",
+                    score_model_->head.input_size(), model_->config().n_embd);
+  } catch (const Error& e) {
+    score_model_.reset();
+    score_error_ = e.what();
+  }
 }
 
 Scheduler& Engine::scheduler_of(const Request& r) { return *schedulers_[static_cast<size_t>(r.ve)]; }
@@ -82,8 +113,10 @@ void Engine::validate(const EngineRequest& req) const {
 void Engine::validate_params(const EngineRequest& req) const {
   if (req.id.empty()) throw InvalidRequest("request id must not be empty");
   const int32_t vocab = model_->config().n_vocab;
+  const bool pooled = req.embed || req.score;
   if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
-  if (req.embed && req.params.n != 1) throw InvalidRequest("an embedding request has one sample", "n");
+  if (req.score && !score_model_) throw InvalidRequest(score_error_, "model");
+  if (pooled && req.params.n != 1) throw InvalidRequest("an embedding or score request has one sample", "n");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
@@ -94,7 +127,7 @@ void Engine::validate_params(const EngineRequest& req) const {
     throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
                                      prompt, sched_config_.max_model_len), "prompt");
   // (With sliding KV eviction a sequence outgrows max_model_len by design.)
-  if (!req.embed && sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
+  if (!pooled && sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
                                      "max_tokens is {} ({} in total); reduce the prompt or max_tokens",
                                      sched_config_.max_model_len, prompt, req.params.max_tokens,
@@ -119,7 +152,8 @@ void Engine::enqueue(EngineRequest req) {
   // same request samples the same tokens.
   if (!r->params.seed && (config_.seed || config_.deterministic)) r->params.seed = config_.seed.value_or(0);
   r->priority = req.priority;
-  r->embed = req.embed;
+  r->embed = req.embed || req.score;
+  r->score = req.score;
   r->prompt = std::move(req.prompt_ids);
   r->arrival = Clock::now();
   r->samples.resize(static_cast<size_t>(r->params.n));
@@ -152,8 +186,11 @@ void Engine::start(Request& r) {
     first.needs_prompt_logits = !r.prompt_logprobs_done;
   }
   if (r.embed) {
-    r.pooler = Pooler(pooling_.type, model_->config().n_embd);
-    first.pool_rows = pool_rows(pooling_.type);
+    // A score reads the row its head wants (a decoder reranker's last
+    // token); --pooling overrides it.
+    const PoolingType type = r.score ? config_.pooling.value_or(score_model_->pooling) : pooling_.type;
+    r.pooler = Pooler(type, model_->config().n_embd);
+    first.pool_rows = pool_rows(type);
   }
   // The virtual engine with the fewest sequences.
   auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
@@ -415,13 +452,16 @@ void Engine::pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<R
   const float* rows = runner_output_.hidden.data() + runner_output_.hidden_first_row[hidden_entry] * d;
   r.pooler.add(rows, e.start_pos + e.hidden_begin, e.num_hidden);
   if (e.end_pos() < e.seq->num_prompt_tokens) return;
-  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, pooling_.normalize);
+  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, !r.score && pooling_.normalize);
+  if (r.score) r.embedding = score_model_->head.probabilities(r.embedding);
   r.samples[0].pending_finish = FinishReason::Stop;
   touched.push_back(&r);
 }
 
 RequestOutput Engine::collect(Request& r) {
   RequestOutput out = outputs_->collect(r);
+  if (out.finished && r.score && !r.embedding.empty())
+    out.score = r.embedding.at(static_cast<size_t>(score_model_->head.score_label));
   if (out.finished) out.embedding = std::move(r.embedding);
   if (out.finished) {
     for (Sample& s : r.samples)

@@ -34,6 +34,7 @@
 #include "core/enum_names.h"
 #include "engine/metrics.h"
 #include "engine/pooling.h"
+#include "engine/score_head.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
@@ -123,9 +124,15 @@ struct EngineConfig {
   // normalisation (engine/pooling.h's model_pooling).
   std::optional<PoolingType> pooling;
   std::optional<bool> pooling_normalize;
-  // What a server exposes: generate (completions, chat, ...) or embed
-  // (/v1/embeddings). The engine itself runs both kinds of requests.
-  bool embed_task = false;
+  // What a server exposes: generate (completions, chat, ...), embed
+  // (/v1/embeddings) or score (/v1/rerank, /v1/score); pooling: embed or
+  // score as the model is (vLLM's --runner pooling), which the engine
+  // decides at load (task()). The engine itself runs every kind of request.
+  ServeTask task = ServeTask::Generate;
+  // Score heads (engine/score_head.h): vLLM's --hf-overrides (a JSON object
+  // as text; empty: none) and how query / document pairs are formatted.
+  std::string hf_overrides;
+  std::string score_template = "auto";
 };
 
 // --kv-cache-dtype (core/enum_names.h).
@@ -144,6 +151,9 @@ struct EngineRequest {
   // An embedding request: its prompt is computed (prefill only, no token
   // sampled) and pooled as the engine's pooling() says; params are unused.
   bool embed = false;
+  // A score request: pooled the same way (the last token unless --pooling
+  // says otherwise, unnormalised), then through the model's score head.
+  bool score = false;
 };
 
 struct TokenLogprob {
@@ -183,8 +193,10 @@ struct RequestOutput {
   // prompt is computed: the logprob of each prompt token after the first
   // (entry i: token i + 1), with prompt_logprobs top tokens. Empty otherwise.
   std::vector<TokenLogprob> prompt_logprobs;
-  // An embedding request's pooled vector, in its finished output.
+  // An embedding request's pooled vector, in its finished output; a score
+  // request's probability per label of the score head.
   std::vector<float> embedding;
+  float score = 0;  // a score request's: the score label's probability
   double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
 };
 
@@ -235,6 +247,11 @@ class Engine {
   // engine does not, e.g. a reranker's), or empty. Embedding requests are
   // refused with it; generation is unaffected.
   const std::string& pooling_error() const { return pooling_error_; }
+  // The score head and pair format, or null (score_error() says why).
+  const ScoreModel* score_model() const { return score_model_ ? &*score_model_ : nullptr; }
+  const std::string& score_error() const { return score_error_; }
+  // config().task with pooling resolved to embed or score.
+  ServeTask task() const { return task_; }
   int32_t max_model_len() const { return sched_config_.max_model_len; }
   Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
@@ -274,6 +291,7 @@ class Engine {
   };
 
   void load(const LoadProgress& progress);
+  void load_score_model();
   Scheduler& scheduler_of(const Request& r);
   InFlight* in_flight_step(int32_t ve);  // its step in flight, or null
   void submit_step(int32_t ve, std::vector<RequestOutput>& outputs);
@@ -325,6 +343,9 @@ class Engine {
   EngineMetrics metrics_;
   PoolingSpec pooling_;
   std::string pooling_error_;
+  std::optional<ScoreModel> score_model_;
+  std::string score_error_;
+  ServeTask task_ = ServeTask::Generate;
 };
 
 }  // namespace pagellm

@@ -151,7 +151,10 @@ PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf) {
     if (t == 1) return {PoolingType::Mean, true};
     if (t == 2) return {PoolingType::Cls, true};
     if (t == 3) return {PoolingType::Last, true};
-    PAGELLM_CHECK(t != 4, "{}: rank pooling (a reranker's) is not served yet", model_path);
+    // Rank: a reranker, whose pooled row feeds its score head
+    // (engine/score_head.h); it has no embeddings to give.
+    PAGELLM_CHECK(t != 4, "{}: a reranker (rank pooling) gives scores, not embeddings: serve it with --task score "
+                  "(/v1/rerank, /v1/score)", model_path);
     return {};
   }
   std::error_code ec;

@@ -19,6 +19,14 @@ namespace pagellm {
 
 class GGUFFile;
 
+// What a server exposes (--task): generation, embeddings, or scores; pooling
+// (vLLM's --runner pooling): embed or score, as the model is.
+enum class ServeTask : uint8_t { Generate, Embed, Score, Pooling };
+inline constexpr EnumName<ServeTask> kServeTaskNames[] = {{"generate", ServeTask::Generate},
+                                                          {"embed", ServeTask::Embed},
+                                                          {"score", ServeTask::Score},
+                                                          {"pooling", ServeTask::Pooling}};
+
 enum class PoolingType : uint8_t { Last, Mean, Cls };
 inline constexpr EnumName<PoolingType> kPoolingTypeNames[] = {
     {"last", PoolingType::Last}, {"mean", PoolingType::Mean}, {"cls", PoolingType::Cls}};
@@ -63,8 +71,9 @@ std::vector<float> truncate_embedding(std::vector<float> v, int32_t n, bool norm
 // a folder's modules.json / 1_Pooling/config.json / Normalize module, or a
 // GGUF file's <arch>.pooling_type (normalised, as llama.cpp's server does);
 // else last-token pooling, normalised (vLLM's default for decoder models).
-// Throws Error naming what it cannot serve (llama.cpp's rank pooling, a
-// sentence-transformers mode other than last / mean / cls).
+// Throws Error naming what it cannot serve (a reranker's rank pooling: its
+// scores are engine/score_head.h's; a sentence-transformers mode other than
+// last / mean / cls).
 PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf);
 
 }  // namespace pagellm

@@ -63,6 +63,7 @@ struct RequestState {
   // An embedding request: its prompt's rows pooled as they come back; the
   // vector once the prompt is computed.
   bool embed = false;
+  bool score = false;  // ... then through the score head (embedding: its probabilities)
   Pooler pooler;
   std::vector<float> embedding;
   int32_t ve = 0;  // its virtual engine (scheduler)

@@ -85,6 +85,9 @@ class Model {
   std::vector<int32_t> kv_layer_windows() const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
+  // The tensors the model was loaded from (a score head's rows), or null
+  // when the caller's source was borrowed (from_source).
+  const TensorSource* tensors() const { return source_.get(); }
 
   // One forward pass. The KV cache must be allocated on the backend. Writes
   // the logits of the batch rows listed in logits_rows to `logits`

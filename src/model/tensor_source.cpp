@@ -76,8 +76,12 @@ class SafetensorsSource : public TensorSource {
     }
     // transformers ties lm_head to the embedding when the config says so; an
     // untied model without lm_head would get a random output matrix there.
+    // A sequence classifier has a score head (score.weight, read by
+    // engine/score_head.cpp) in place of lm_head: its embedding stands in,
+    // as llama.cpp does for a GGUF without output.weight.
     if (cfg.tie_word_embeddings) tensors_.erase("output.weight");
-    else PAGELLM_CHECK(tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight"),
+    else PAGELLM_CHECK(tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight") ||
+                           has_score_head_,
                        "'{}': config.json says tie_word_embeddings is false, but there is no lm_head.weight", dir);
   }
   const TensorData* find(const std::string& name) const override {
@@ -99,6 +103,7 @@ class SafetensorsSource : public TensorSource {
     for (auto& [hf_name, info] : header.items()) {
       if (hf_name == "__metadata__") continue;
       names.insert(hf_name);
+      if (hf_name == "score.weight") has_score_head_ = true;
       try {
         // Every entry is checked, used or not: a corrupt header is refused whole.
         const SafetensorsEntry e = parse_safetensors_entry(info, hf_name, data_size, path);
@@ -298,6 +303,7 @@ class SafetensorsSource : public TensorSource {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::vector<float>> owned_;
   std::unordered_map<std::string, TensorData> tensors_;
+  bool has_score_head_ = false;  // score.weight: a sequence classifier (no lm_head needed)
 };
 
 }  // namespace

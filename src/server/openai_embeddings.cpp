@@ -12,21 +12,49 @@
 
 namespace pagellm::server {
 
-void OpenAIServer::require_task(bool embed, const char* endpoint) const {
-  if (model_.embed_task == embed) return;
-  if (embed)
-    throw HttpError(400, fmt::format("{} needs a pooling model: this server serves the model for generation "
-                                     "(start it with --task embed)",
-                                     endpoint),
-                    "", "model");
-  throw HttpError(400, fmt::format("{} is a generation endpoint: this server serves the model for the embed task "
-                                   "(--task embed); use /v1/embeddings",
-                                   endpoint),
+namespace {
+
+// How the endpoint's task is asked for on the command line, and the server's
+// endpoints for a task.
+const char* task_flag(ServeTask t) {
+  switch (t) {
+    case ServeTask::Embed: return "--task embed";
+    case ServeTask::Score: return "--task score";
+    default: return "--task generate";
+  }
+}
+
+const char* task_purpose(ServeTask t) {
+  switch (t) {
+    case ServeTask::Embed: return "for embeddings";
+    case ServeTask::Score: return "for scores";
+    default: return "for generation";
+  }
+}
+
+const char* task_endpoints(ServeTask t) {
+  switch (t) {
+    case ServeTask::Embed: return "/v1/embeddings";
+    case ServeTask::Score: return "/v1/rerank and /v1/score";
+    default: return "/v1/completions, /v1/chat/completions, /v1/responses and /v1/messages";
+  }
+}
+
+}  // namespace
+
+void OpenAIServer::require_task(ServeTask task, const char* endpoint) const {
+  if (model_.task == task) return;
+  const char* what = task == ServeTask::Embed   ? "a pooling (embedding) model"
+                     : task == ServeTask::Score ? "a score model (a reranker)"
+                                                : "a generation model";
+  throw HttpError(400, fmt::format("{} needs {}: this server serves the model {} ({}: {}); start one with {}",
+                                   endpoint, what, task_purpose(model_.task), task_flag(model_.task),
+                                   task_endpoints(model_.task), task_flag(task)),
                   "", "model");
 }
 
 void OpenAIServer::embeddings(const httplib::Request& req, httplib::Response& res) {
-  require_task(true, "/v1/embeddings");
+  require_task(ServeTask::Embed, "/v1/embeddings");
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
   const api::EmbeddingRequest e = api::parse_embedding_request(body, model_, engine_.model_config().n_embd);

@@ -114,20 +114,20 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     ActiveRequest active(*this);
     authorize(req);
-    require_task(false, "/v1/completions");
+    require_task(ServeTask::Generate, "/v1/completions");
     generate(req, res, false);
   });
   http.post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     ActiveRequest active(*this);
     authorize(req);
-    require_task(false, "/v1/chat/completions");
+    require_task(ServeTask::Generate, "/v1/chat/completions");
     generate(req, res, true);
   });
   auto generation = [this, bind](void (OpenAIServer::*fn)(const httplib::Request&, httplib::Response&),
                                  const char* endpoint) {
     return [this, endpoint, handler = bind(fn)](const httplib::Request& req, httplib::Response& res) {
       authorize(req);
-      require_task(false, endpoint);
+      require_task(ServeTask::Generate, endpoint);
       handler(req, res);
     };
   };
@@ -138,6 +138,9 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.post("/v1/messages", generation(&OpenAIServer::messages, "/v1/messages"));
   http.post("/v1/messages/count_tokens", generation(&OpenAIServer::count_message_tokens, "/v1/messages/count_tokens"));
   http.post("/v1/embeddings", bind(&OpenAIServer::embeddings));
+  // vLLM's spellings (/v2/rerank: Cohere's v2 client; llama-server also /rerank).
+  for (const char* path : {"/v1/rerank", "/rerank", "/v2/rerank"}) http.post(path, bind(&OpenAIServer::rerank));
+  for (const char* path : {"/v1/score", "/score"}) http.post(path, bind(&OpenAIServer::score));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
   http.post("/tokenize", bind(&OpenAIServer::tokenize));

@@ -5,6 +5,7 @@
 //        and GET /v1/responses/{id}/input_items when stored),
 //   POST /v1/messages, /v1/messages/count_tokens (Anthropic Messages)
 //   POST /v1/embeddings (with --task embed; server/openai_embeddings.cpp)
+//   POST /v1/rerank, /rerank, /v2/rerank, /v1/score, /score (with --task score; server/openai_score.cpp)
 //   POST /tokenize, /detokenize                        (vLLM's shapes)
 //   GET  /health, /metrics (Prometheus), /version
 // Handlers run on the HTTP thread pool; each generation request is a
@@ -75,8 +76,13 @@ class OpenAIServer {
   void count_message_tokens(const httplib::Request& req, httplib::Response& res);
   void answer_as_anthropic(const httplib::Request& req, httplib::Response& res, const std::function<void()>& handler);
   void embeddings(const httplib::Request& req, httplib::Response& res);
+  // server/openai_score.cpp (--task score).
+  void rerank(const httplib::Request& req, httplib::Response& res);
+  void score(const httplib::Request& req, httplib::Response& res);
+  // Runs every prompt as a score request; the scores in prompt order.
+  std::vector<float> run_scores(const std::vector<std::vector<int32_t>>& prompts, const std::string& id);
   // 400 naming the task when the endpoint is not the served task's.
-  void require_task(bool embed, const char* endpoint) const;
+  void require_task(ServeTask task, const char* endpoint) const;
   void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
                 const std::function<void(const ChatTurn&)>& reply, httplib::Response& res);
   void list_models(const httplib::Request& req, httplib::Response& res);

@@ -90,3 +90,28 @@ def test_readme_embeddings_example():
         assert out.stdout.splitlines()[0] == "2 1.0", out.stdout
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_readme_rerank_example():
+    """The rerank and score curl examples, against the tiny reranker GGUF of the rerank fixtures served
+    under the example's model name (random weights: only the shapes and the order are checked)."""
+    text = README.read_text()
+    assert "serve qwen3-reranker-0.6b-q8_0.gguf --task score --served-model-name reranker" in text
+    block = code_block("sh", "curl -s http://127.0.0.1:8000/v1/rerank")
+    model = REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.gguf"
+    s = Server(["--task", "score", "--served-model-name", "reranker", "--max-model-len", "512"], model=model).start()
+    try:
+        cmd = "\n".join(line for line in block.splitlines() if not line.startswith("build/pagellm serve"))
+        out = subprocess.run(["bash", "-c", run_with_port(cmd, s.port)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        decoder, replies, at = json.JSONDecoder(), [], 0
+        while at < len(out.stdout):
+            reply, at = decoder.raw_decode(out.stdout, at)
+            replies.append(reply)
+        rerank, score = replies
+        assert rerank["model"] == "reranker" and len(rerank["results"]) == 2  # top_n
+        scores = [r["relevance_score"] for r in rerank["results"]]
+        assert scores == sorted(scores, reverse=True)
+        assert [d["index"] for d in score["data"]] == [0, 1] and score["object"] == "list"
+    finally:
+        assert s.stop() == 0, s.output()

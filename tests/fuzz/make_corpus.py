@@ -454,6 +454,10 @@ REQUESTS = [
                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "sun"}]}],
      "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"},
      "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    # Rerank and score bodies (vLLM's /v1/rerank and /v1/score)
+    {"model": "fuzz-model", "query": "capital of France?", "documents": ["Paris.", {"text": "{query} <s>"}],
+     "top_n": 1, "return_documents": False},
+    {"text_1": ["a", "b"], "text_2": ["c", "\u00e9{document}"]},
 ]
 
 

@@ -2,7 +2,8 @@
 // then both endpoints' parsers (sampling fields, prompts, chat messages
 // through a real template) down to EngineRequests, checked as the engine
 // checks them on submit; and the same body as a Responses API and as an
-// Anthropic Messages API request, translated and parsed as chat. The model is a synthetic SentencePiece vocabulary
+// Anthropic Messages API request, translated and parsed as chat; and as a
+// rerank and a score request, each pair formatted by a rerank template. The model is a synthetic SentencePiece vocabulary
 // (specials, 256 byte tokens, fillers) with Gemma 3's chat template.
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "api/anthropic_request.h"
 #include "api/openai_request.h"
 #include "api/responses_request.h"
+#include "api/score_request.h"
 #include "chat/chat_template.h"
 #include "common.h"
 #include "core/request_limits.h"
@@ -40,6 +42,7 @@ struct FakeModel {
     served.chat_template = std::make_shared<ChatTemplate>(builtin_chat_template("gemma3"));
     served.vocab_size = tokenizer->vocab_size();
     served.max_model_len = 512;
+    served.score_format.template_text = "<s>Query: {query}\nDocument: {document}</s>";
   }
 };
 
@@ -64,6 +67,20 @@ void check_like_the_engine(const EngineRequest& r, const api::ServedModel& m) {
   FUZZ_INVARIANT(!r.id.empty());
   r.params.validate(m.vocab_size);
   for (int32_t t : r.prompt_ids) FUZZ_INVARIANT(t >= 0 && t < m.vocab_size);
+}
+
+// What the score parsers promise: a prompt per pair, each non-empty, within
+// the context and the vocabulary; and a response for any scores.
+void check_scores(const api::ScoreRequest& r, const api::ServedModel& m, bool rerank) {
+  FUZZ_INVARIANT(!r.prompts.empty());
+  FUZZ_INVARIANT(!rerank || r.documents.size() == r.prompts.size());
+  for (const auto& p : r.prompts) {
+    FUZZ_INVARIANT(!p.empty() && static_cast<int64_t>(p.size()) < m.max_model_len);
+    for (int32_t t : p) FUZZ_INVARIANT(t >= 0 && t < m.vocab_size);
+  }
+  const std::vector<float> scores(r.prompts.size(), 0.5f);
+  if (rerank) api::rerank_response(r, scores, "rerank-fuzz", m.name).dump();
+  else api::score_response(r, scores, "score-fuzz", 0, m.name).dump();
 }
 
 }  // namespace
@@ -93,6 +110,8 @@ int request(const uint8_t* data, size_t size) {
     check_chat(api::parse_responses_chat(r, m), "resp_fuzz");
   });
   rejected([&] { check_chat(api::parse_anthropic_chat(api::parse_anthropic_request(body, raw), m), "msg_fuzz"); });
+  rejected([&] { check_scores(api::parse_rerank_request(body, m), m, true); });
+  rejected([&] { check_scores(api::parse_score_request(body, m), m, false); });
   return 0;
 }
 

@@ -60,7 +60,9 @@ json snapshot(const EngineArgs& a) {
           {"profile", c.profile},
           {"deterministic", c.deterministic},
           {"device_sampling", c.device_sampling},
-          {"embed_task", c.embed_task},
+          {"task", static_cast<int>(c.task)},
+          {"hf_overrides", c.hf_overrides},
+          {"score_template", c.score_template},
           {"pooling", c.pooling ? json(static_cast<int>(*c.pooling)) : json()},
           {"pooling_normalize", c.pooling_normalize ? json(*c.pooling_normalize) : json()},
           {"kv_cache_groups", c.kv_cache_groups},
@@ -93,7 +95,8 @@ Sample sample(const EngineArg& arg) {
   static const std::map<std::string, std::string> kText = {
       {"model", "m.gguf"},      {"tokenizer", "t.gguf"},   {"dummy-shape", "tiny-llama"},
       {"dummy-type", "f32"},    {"device", "opencl:1"},    {"pipeline-layer-partition", "3,2"},
-      {"trace", "trace.json"},  {"chat-template", "{{x}}"}, {"dtype", "auto"}};
+      {"trace", "trace.json"},  {"chat-template", "{{x}}"}, {"dtype", "auto"},
+      {"hf-overrides", "{}"},   {"score-template", "raw"}};
   switch (arg.type) {
     case ArgType::Int: {
       if (!arg.choices.empty()) {

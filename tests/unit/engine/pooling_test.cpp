@@ -181,11 +181,12 @@ TEST(ModelPooling, ReadsGgufPoolingType) {
   }
   EXPECT_EQ(model_pooling("m.gguf", with_type(std::nullopt).get()).type, PoolingType::Last);
   EXPECT_EQ(model_pooling("m.gguf", with_type(0).get()).type, PoolingType::Last);
+  // Rank: a reranker's scores (engine/score_head.h), not embeddings.
   try {
     model_pooling("m.gguf", with_type(4).get());
-    ADD_FAILURE() << "rank pooling was accepted";
+    ADD_FAILURE() << "rank pooling gave embeddings";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--task score"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,287 @@
+#include "engine/score_head.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/quant_blocks.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "model/tensor_source.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagellm {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::vector<float> ScoreHead::probabilities(std::span<const float> pooled) const {
+  PAGELLM_CHECK(!layers.empty(), "score head: no layers");
+  PAGELLM_CHECK(static_cast<int64_t>(pooled.size()) == input_size(), "score head: a pooled vector of {} values, the "
+                "head takes {}", pooled.size(), input_size());
+  std::vector<double> x(pooled.begin(), pooled.end());
+  for (const DenseLayer& l : layers) {
+    // (A file's layers may not chain: refused here rather than read past x.)
+    PAGELLM_CHECK(static_cast<int64_t>(x.size()) == l.in && l.weight.size() == static_cast<size_t>(l.in) * l.out &&
+                      (l.bias.empty() || l.bias.size() == static_cast<size_t>(l.out)),
+                  "score head: a layer of {} x {} after {} values", l.out, l.in, x.size());
+    std::vector<double> y(static_cast<size_t>(l.out));
+    for (int32_t o = 0; o < l.out; ++o) {
+      const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;
+      double acc = l.bias.empty() ? 0.0 : l.bias[o];
+      for (int32_t i = 0; i < l.in; ++i) acc += static_cast<double>(w[i]) * x[i];
+      switch (l.activation) {
+        case HeadActivation::None: break;
+        case HeadActivation::Tanh: acc = std::tanh(acc); break;
+        case HeadActivation::Gelu: acc = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0))); break;
+        case HeadActivation::Relu: acc = std::max(acc, 0.0); break;
+      }
+      y[o] = acc;
+    }
+    x = std::move(y);
+  }
+  std::vector<float> p(x.size());
+  if (output == HeadOutput::Sigmoid) {
+    for (size_t k = 0; k < x.size(); ++k) p[k] = static_cast<float>(1.0 / (1.0 + std::exp(-x[k])));
+  } else {
+    const double top = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (double v : x) sum += std::exp(v - top);
+    for (size_t k = 0; k < x.size(); ++k) p[k] = static_cast<float>(std::exp(x[k] - top) / sum);
+  }
+  return p;
+}
+
+namespace {
+
+void replace_all(std::string& s, const std::string& what, const std::string& with) {
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + with.size()))
+    s.replace(at, what.size(), with);
+}
+
+// Rows of a [rows, cols] tensor as F32.
+std::vector<float> tensor_rows(const TensorData& t, const std::vector<int64_t>& rows) {
+  PAGELLM_CHECK(t.shape.size() <= 2, "score head: tensor {} has {} dimensions", t.name, t.shape.size());
+  const int64_t cols = t.cols();
+  const size_t row_bytes = dtype_row_bytes(t.type, cols);
+  std::vector<float> out(rows.size() * static_cast<size_t>(cols));
+  for (size_t k = 0; k < rows.size(); ++k) {
+    PAGELLM_CHECK(rows[k] >= 0 && rows[k] < t.rows(), "score head: row {} of tensor {} ({} rows)", rows[k], t.name,
+                  t.rows());
+    dequantize_row_ref(t.type, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(rows[k]) * row_bytes,
+                       out.data() + k * static_cast<size_t>(cols), cols);
+  }
+  return out;
+}
+
+std::vector<int64_t> all_rows(const TensorData& t) {
+  std::vector<int64_t> rows(static_cast<size_t>(t.rows()));
+  for (int64_t r = 0; r < t.rows(); ++r) rows[static_cast<size_t>(r)] = r;
+  return rows;
+}
+
+DenseLayer dense_from(const TensorData& w, const TensorData* b, HeadActivation act) {
+  DenseLayer l;
+  l.in = static_cast<int32_t>(w.cols());
+  l.out = static_cast<int32_t>(w.rows());
+  l.weight = tensor_rows(w, all_rows(w));
+  if (b) {
+    PAGELLM_CHECK(b->shape.size() == 1 && b->cols() == l.out, "score head: bias {} has {} values for {} outputs",
+                  b->name, b->cols(), l.out);
+    l.bias = tensor_rows(*b, {0});
+  }
+  l.activation = act;
+  return l;
+}
+
+std::optional<ScoreModel> from_gguf(const GGUFFile& gguf, const std::string& format_option, std::string& why) {
+  const std::string arch = gguf.get_string("general.architecture", "");
+  // llama.cpp's enum llama_pooling_type: 4 is rank (a reranker's).
+  if (gguf.get_int(arch + ".pooling_type", -1) != 4) {
+    why = "the model has no score head (its GGUF's pooling_type is not rank, as llama.cpp's converter writes for "
+          "rerankers)";
+    return std::nullopt;
+  }
+  auto tensor = [&](const std::string& name) -> std::optional<TensorData> {
+    const GGUFTensorInfo* t = gguf.find_tensor(name);
+    if (!t) return std::nullopt;
+    return TensorData{t->name, t->type, t->shape, t->data};
+  };
+  PAGELLM_CHECK(!tensor("cls.norm.weight"), "a rank model with a head norm (cls.norm) is not served yet");
+  ScoreModel m;
+  // llama.cpp's rank pooling reads the last token of a causal model, else
+  // the first, or the mean when <arch>.classifier.pooling_type is mean (1).
+  if (!gguf.get_bool(arch + ".attention.causal", true))
+    m.pooling = gguf.get_int(arch + ".classifier.pooling_type", 2) == 1 ? PoolingType::Mean : PoolingType::Cls;
+  // llama.cpp: the optional pooler dense layer takes tanh, then cls.output.
+  if (auto w = tensor("cls.weight")) {
+    auto b = tensor("cls.bias");
+    m.head.layers.push_back(dense_from(*w, b ? &*b : nullptr, HeadActivation::Tanh));
+  }
+  if (auto w = tensor("cls.output.weight")) {
+    auto b = tensor("cls.output.bias");
+    m.head.layers.push_back(dense_from(*w, b ? &*b : nullptr, HeadActivation::None));
+  }
+  PAGELLM_CHECK(!m.head.layers.empty(), "a rank model without cls.weight or cls.output.weight");
+  // Two labels (Qwen3-Reranker's yes, no): llama.cpp's softmax, the first
+  // label's probability; one: a sigmoid (vLLM and transformers).
+  m.head.output = m.head.num_labels() > 1 ? HeadOutput::Softmax : HeadOutput::Sigmoid;
+  if (format_option == "auto") m.format.template_text = gguf.get_string("tokenizer.chat_template.rerank", "");
+  return m;
+}
+
+json read_config(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "config.json";
+  std::ifstream in(path);
+  PAGELLM_CHECK(in.good(), "cannot read {}", path.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  }
+}
+
+// A tensor the model's own source does not map (a classifier's score.weight),
+// read from the folder's safetensors files by its Hugging Face name.
+std::optional<DenseLayer> hf_dense(const std::string& dir, const std::string& name) {
+  const SafetensorsIndex index = read_safetensors_index(dir);
+  for (const std::string& f : index.files) {
+    const std::string path = (fs::path(dir) / f).string();
+    SafetensorsFile file(path);
+    if (!file.header().contains(name)) continue;
+    const SafetensorsEntry e = parse_safetensors_entry(file.header()[name], name, file.data_size(), path);
+    check_safetensors_entry_size(e, name, path);
+    PAGELLM_CHECK(e.shape.size() == 2, "'{}': {} has {} dimensions, expected 2", path, name, e.shape.size());
+    TensorData t{name, safetensors_dtype(e.dtype, path), {e.shape[1], e.shape[0]}, file.data() + e.begin};
+    return dense_from(t, nullptr, HeadActivation::None);  // copies: the file may close
+  }
+  return std::nullopt;
+}
+
+std::optional<ScoreModel> from_hf(const std::string& dir, const TensorSource& tensors, const Tokenizer& tok,
+                                  const json& overrides, const std::string& format_option, std::string& why) {
+  json cfg = read_config(dir);
+  for (const auto& [key, value] : overrides.items()) cfg[key] = value;
+  std::string arch;
+  if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty() &&
+      cfg["architectures"][0].is_string())
+    arch = cfg["architectures"][0].get<std::string>();
+  const std::string suffix = "ForSequenceClassification";
+  if (arch.size() < suffix.size() || arch.compare(arch.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    why = fmt::format("the model has no score head (its architecture is {}; a decoder reranker such as "
+                      "Qwen3-Reranker is served with --hf-overrides naming a *ForSequenceClassification "
+                      "architecture and classifier_from_token, as in vLLM)", arch.empty() ? "not given" : arch);
+    return std::nullopt;
+  }
+  ScoreModel m;
+  const bool qwen3_reranker = cfg.value("is_original_qwen3_reranker", false);
+  if (cfg.contains("classifier_from_token")) {
+    const json& from = cfg["classifier_from_token"];
+    PAGELLM_CHECK(from.is_array() && (from.size() == 1 || from.size() == 2),
+                  "classifier_from_token must list one or two tokens (vLLM: [\"no\", \"yes\"])");
+    std::vector<int64_t> ids;
+    for (const json& t : from) {
+      PAGELLM_CHECK(t.is_string(), "classifier_from_token must list token texts");
+      const auto id = tok.find_token(t.get<std::string>());
+      PAGELLM_CHECK(id.has_value(), "classifier_from_token: '{}' is not a token of the vocabulary",
+                    t.get<std::string>());
+      ids.push_back(*id);
+    }
+    // The output matrix, or the embedding it is tied to.
+    const TensorData* w = tensors.find("output.weight");
+    if (!w) w = tensors.find("token_embd.weight");
+    PAGELLM_CHECK(w, "classifier_from_token: the model has no output matrix");
+    const std::vector<float> rows = tensor_rows(*w, ids);
+    DenseLayer l;
+    l.in = static_cast<int32_t>(w->cols());
+    l.out = 1;
+    l.weight.assign(rows.begin(), rows.begin() + l.in);
+    // Two tokens (no, yes): the log-odds of the second, logit_yes - logit_no.
+    if (ids.size() == 2)
+      for (int32_t i = 0; i < l.in; ++i) l.weight[i] = rows[static_cast<size_t>(l.in + i)] - rows[i];
+    m.head.layers.push_back(std::move(l));
+  } else {
+    auto score = hf_dense(dir, "score.weight");
+    PAGELLM_CHECK(score.has_value(), "'{}': a {} without score.weight (nor classifier_from_token)", dir, arch);
+    PAGELLM_CHECK(score->out == 1, "'{}': score.weight has {} labels; scores come from one-label classifiers", dir,
+                  score->out);
+    m.head.layers.push_back(std::move(*score));
+  }
+  m.head.output = HeadOutput::Sigmoid;
+  if (format_option == "auto" && qwen3_reranker) m.format.template_text = qwen3_reranker_template();
+  return m;
+}
+
+}  // namespace
+
+const std::string& qwen3_reranker_template() {
+  static const std::string t =
+      "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+      "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a "
+      "web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: "
+      "{document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  return t;
+}
+
+std::vector<int32_t> ScoreFormat::tokens(const Tokenizer& tok, const std::string& query,
+                                         const std::string& document) const {
+  if (template_text.empty()) {
+    std::vector<int32_t> ids = tok.encode(query, true, false);
+    const std::vector<int32_t> doc = tok.encode(document, false, false);
+    ids.insert(ids.end(), doc.begin(), doc.end());
+    return ids;
+  }
+  // One substitution pass each, as llama-server does: a query that contains
+  // "{document}" is replaced too.
+  std::string text = template_text;
+  replace_all(text, "{query}", query);
+  replace_all(text, "{document}", document);
+  return tok.encode(text, false, true);
+}
+
+std::optional<ScoreModel> find_score_model(const std::string& model_path, const GGUFFile* gguf,
+                                           const TensorSource& tensors, const Tokenizer& tokenizer,
+                                           const json& overrides, const std::string& format_option,
+                                           std::string& why) {
+  PAGELLM_CHECK(overrides.is_object(), "--hf-overrides must be a JSON object");
+  for (const auto& [key, value] : overrides.items())
+    PAGELLM_CHECK(key == "architectures" || key == "classifier_from_token" || key == "is_original_qwen3_reranker",
+                  "--hf-overrides: '{}' is not served (architectures, classifier_from_token and "
+                  "is_original_qwen3_reranker are)", key);
+  std::optional<ScoreModel> m;
+  std::error_code ec;
+  if (gguf) {
+    PAGELLM_CHECK(overrides.empty(), "--hf-overrides applies to Hugging Face folders, not to a GGUF file");
+    m = from_gguf(*gguf, format_option, why);
+  } else if (fs::is_directory(model_path, ec)) {
+    try {
+      m = from_hf(model_path, tensors, tokenizer, overrides, format_option, why);
+    } catch (const json::exception& e) {  // a field of the wrong type
+      throw Error(fmt::format("{}: config.json with --hf-overrides: {}", model_path, e.what()));
+    }
+  } else {
+    why = "the model has no score head";
+  }
+  if (!m) return m;
+  if (format_option == "qwen3-reranker") {
+    m->format.template_text = qwen3_reranker_template();
+  } else if (format_option == "raw") {
+    m->format.template_text.clear();
+  } else if (format_option != "auto") {  // a file
+    std::ifstream in(format_option, std::ios::binary);
+    PAGELLM_CHECK(in.good(), "--score-template '{}': not auto, raw or qwen3-reranker, and no readable file",
+                  format_option);
+    m->format.template_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!m->format.template_text.empty())
+    PAGELLM_CHECK(m->format.template_text.find("{query}") != std::string::npos &&
+                      m->format.template_text.find("{document}") != std::string::npos,
+                  "a score template must contain {{query}} and {{document}}");
+  return m;
+}
+
+}  // namespace pagellm
