@@ -118,6 +118,9 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   auto engine = std::make_unique<Engine>(config, load_progress_reporter());
   spdlog::info("{}", engine->describe());
   if (config.embed_task && !engine->pooling_error().empty()) fail("--task embed: {}", engine->pooling_error());
+  if (!config.embed_task && engine->model_config().non_causal)
+    fail("{} is an encoder (bidirectional attention): it computes embeddings, not text; serve it with --task embed",
+         arch_name(engine->model_config().arch));
   server::ServedModel served;
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);

@@ -84,6 +84,10 @@ void Engine::validate_params(const EngineRequest& req) const {
   const int32_t vocab = model_->config().n_vocab;
   if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
   if (req.embed && req.params.n != 1) throw InvalidRequest("an embedding request has one sample", "n");
+  const bool encoder = model_->config().non_causal;
+  if (encoder && !req.embed)
+    throw InvalidRequest("this model is an encoder (bidirectional attention): it computes embeddings, not text; serve "
+                         "it with --task embed and use /v1/embeddings", "model");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
@@ -93,6 +97,11 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (prompt >= sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
                                      prompt, sched_config_.max_model_len), "prompt");
+  // An encoder's prompt is one step, whole (its tokens attend to each other).
+  if (encoder && prompt > sched_config_.max_num_batched_tokens)
+    throw InvalidRequest(fmt::format("the input has {} tokens; this encoder computes an input in one step of at most "
+                                     "{} tokens (--max-num-batched-tokens)", prompt,
+                                     sched_config_.max_num_batched_tokens), "input");
   // (With sliding KV eviction a sequence outgrows max_model_len by design.)
   if (!req.embed && sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
@@ -155,6 +164,7 @@ void Engine::start(Request& r) {
     r.pooler = Pooler(pooling_.type, model_->config().n_embd);
     first.pool_rows = pool_rows(pooling_.type);
   }
+  first.whole_prompt = model_->config().non_causal;
   // The virtual engine with the fewest sequences.
   auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
   r.ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),
