@@ -1,5 +1,6 @@
 #include "model/tensor_source.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -76,8 +77,12 @@ class SafetensorsSource : public TensorSource {
     }
     // transformers ties lm_head to the embedding when the config says so; an
     // untied model without lm_head would get a random output matrix there.
+    // (An encoder's table has no output matrix at all.)
+    const auto& globals = arch_info(cfg.arch).globals;
+    const bool has_output = std::any_of(globals.begin(), globals.end(),
+                                        [](const TensorSpec& t) { return t.slots[0] == Slot::Output; });
     if (cfg.tie_word_embeddings) tensors_.erase("output.weight");
-    else PAGELLM_CHECK(tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight"),
+    else PAGELLM_CHECK(!has_output || tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight"),
                        "'{}': config.json says tie_word_embeddings is false, but there is no lm_head.weight", dir);
   }
   const TensorData* find(const std::string& name) const override {
