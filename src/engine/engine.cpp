@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -17,10 +18,22 @@
 #include "engine/prompt_logprobs.h"
 #include "engine/request_state.h"
 #include "engine/step_sampler.h"
+#include "format/gguf.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler_rng.h"
 
 namespace pagellm {
+
+namespace {
+
+// Whether the model states its pooling (sentence-transformers' modules.json
+// beside an HF folder's config, or the GGUF's <arch>.pooling_type).
+bool pooling_stated(const std::string& model_path, const GGUFFile* gguf) {
+  if (gguf) return gguf->find(gguf->get_string("general.architecture") + ".pooling_type") != nullptr;
+  return std::filesystem::exists(std::filesystem::path(model_path) / "modules.json");
+}
+
+}  // namespace
 
 Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
 
@@ -58,6 +71,9 @@ void Engine::load(const LoadProgress& progress) {
   }
   try {
     pooling_ = model_pooling(config_.model, model_->gguf());
+    // An encoder that does not say pools its first ([CLS]) row, as vLLM pools
+    // BertModel; the last row is a decoder's default.
+    if (model_->config().non_causal && !pooling_stated(config_.model, model_->gguf())) pooling_.type = PoolingType::Cls;
   } catch (const Error& e) {
     pooling_error_ = e.what();
   }

@@ -30,7 +30,8 @@ def bert_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bert_server(bert_model):
-    s = Server(["--task", "embed", "--pooling", "cls", "--max-num-batched-tokens", "48", "--max-model-len", "128",
+    # No --pooling: an encoder without a stated pooling pools its [CLS] row.
+    s = Server(["--task", "embed", "--max-num-batched-tokens", "48", "--max-model-len", "128",
                 "--kv-cache-dtype", "f32", "--served-model-name", "tiny-bert"], model=bert_model).start()
     yield s
     assert s.stop() == 0, s.output()

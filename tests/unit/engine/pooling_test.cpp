@@ -531,9 +531,11 @@ TEST(EncoderEmbeddings, LlamaCppConvertedGgufMatchesSentenceTransformers) {
   Fixture f = load_fixture(name, 48);
   f.config.model = path;
   f.config.tokenizer = path;
-  f.config.pooling = PoolingType::Cls;  // the converter writes pooling_type only from modules.json
   f.config.scheduler.max_model_len = 128;
   Engine engine(f.config);
+  // The converter writes pooling_type only from modules.json: an encoder
+  // that does not say pools its [CLS] row.
+  EXPECT_EQ(engine.pooling().type, PoolingType::Cls);
   const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
   const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
   std::vector<EngineRequest> batch;
