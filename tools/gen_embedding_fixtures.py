@@ -138,6 +138,13 @@ def main():
             if encoder:
                 with open(os.path.join(folder, "tokenizer.json")) as f:
                     extra["tokenizer_json"] = json.load(f)
+                # transformers' own last hidden states, unnormalised: position 0 and the
+                # mean over positions (pooled vectors are normalised, which would hide a scale).
+                bert = model[0].auto_model
+                with torch.no_grad():
+                    hidden = [bert(input_ids=torch.tensor([ids])).last_hidden_state[0].double() for ids in seqs]
+                extra["hidden_first"] = [h[0].tolist() for h in hidden]
+                extra["hidden_mean"] = [h.mean(0).tolist() for h in hidden]
                 extra["texts"] = TEXTS
                 extra["text_ids"] = [model.tokenizer(t)["input_ids"] for t in TEXTS]
                 with torch.no_grad():

@@ -416,6 +416,26 @@ TEST_P(EncoderEmbeddingsVsSentenceTransformers, OneStepAloneBatchedNoPrefixCache
     for (size_t k = 0; k < b.size(); ++k) EXPECT_NEAR(b[k], alone[i][k], 1e-5) << "input " << i << " k " << k;
     EXPECT_EQ(cached.at("b" + std::to_string(i)), 0) << "input " << i;
   }
+  // Unnormalised: transformers' last hidden state at position 0 (CLS) or its
+  // mean over the positions, scale included.
+  if (f.meta.contains("hidden_first")) {
+    EngineConfig rc = f.config;
+    rc.pooling_normalize = false;
+    Engine raw(rc);
+    const bool cls = f.meta["pooling"] == "cls";
+    const auto hidden = f.meta[cls ? "hidden_first" : "hidden_mean"].get<std::vector<std::vector<double>>>();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string id = "r" + std::to_string(i);
+      const auto v = run(raw, {embed_request(id, tokens[i])}).at(id);
+      ASSERT_EQ(v.size(), hidden[i].size());
+      double d2 = 0, n2 = 0;
+      for (size_t k = 0; k < v.size(); ++k) d2 += (v[k] - hidden[i][k]) * (v[k] - hidden[i][k]), n2 += hidden[i][k] * hidden[i][k];
+      const double rel = std::sqrt(d2 / n2);
+      EXPECT_LT(rel, 1e-5) << name << " input " << i;
+      std::printf("[ embed ] %s input %zu: unnormalised, relative L2 gap to transformers' hidden state %.2e\n",
+                  name.c_str(), i, rel);
+    }
+  }
   // Text: the fixture's WordPiece tokenizer.json in the folder gives
   // transformers' ids ([CLS] ... [SEP]) and sentence-transformers' vectors.
   if (f.meta.contains("texts")) {
