@@ -15,6 +15,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -565,6 +566,22 @@ TEST(EncoderEmbeddings, LlamaCppConvertedGgufMatchesSentenceTransformers) {
     const double cos = cosine(out.at("c" + std::to_string(k)), want[k]);
     EXPECT_GE(cos, 0.9999) << "input " << k;
     std::printf("[ embed ] converted tiny-bert GGUF input %zu: cosine %.8f\n", k, cos);
+  }
+}
+
+// A device without non-causal attention (the C11 test plugin, as the OpenCL
+// one) refuses an encoder at load, naming what it lacks.
+TEST(EncoderEmbeddings, ADeviceWithoutNonCausalAttentionRefusesTheModel) {
+  load_backend_plugin(PAGELLM_TEST_PLUGIN_DIR "/libpagellm_backend_cscalar.so");
+  auto be = create_backend("cscalar");
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config("tiny-bert", 512);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-bert", DType::F32, 1}, pool);
+  try {
+    Model::from_source(cfg, *src, *be);
+    ADD_FAILURE() << "the cscalar device took an encoder";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-causal"), std::string::npos) << e.what();
   }
 }
 
