@@ -113,7 +113,9 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   // The classifier's labels (llama.cpp writes their names), else its rows.
   const GGUFTensorInfo* out = f.find_tensor("cls.output.weight");
   const GGUFValue* labels = f.find(a + "classifier.output_labels");
-  c.n_cls_out = labels ? static_cast<int>(labels->count) : out && out->shape.size() == 2 ? static_cast<int>(out->shape[1]) : 0;
+  const uint64_t n_out = labels ? labels->count : out && out->shape.size() == 2 ? static_cast<uint64_t>(out->shape[1]) : 0;
+  PAGELLM_CHECK(n_out <= 1 << 16, "'{}': a classifier of {} labels", f.path(), n_out);
+  c.n_cls_out = static_cast<int>(n_out);
 }
 
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
