@@ -85,6 +85,7 @@ enum {
   PGLB_FEATURE_LINEAR_ATTENTION = 1u << 7,
   PGLB_FEATURE_KV_V_IS_K = 1u << 8,         /* pglb_kv_spec.v_is_k */
   PGLB_FEATURE_KV_LAYER_SHAPES = 1u << 9,   /* pglb_kv_spec.layer_kv_heads / layer_head_dim */
+  PGLB_FEATURE_NON_CAUSAL_ATTENTION = 1u << 10,  /* pglb_attention_params.non_causal (encoders: BERT) */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -224,6 +225,9 @@ typedef enum pglb_op {
   /* Linear attention (Gated DeltaNet), with PGLB_FEATURE_LINEAR_ATTENTION */
   PGLB_OP_CAUSAL_CONV1D = 16,     /* depthwise causal conv + SiLU, continuing each sequence's conv state */
   PGLB_OP_GATED_DELTA_RULE = 17,  /* the gated delta rule recurrence over each sequence's tokens */
+  /* Encoders (BERT); optional (supports_op) */
+  PGLB_OP_LAYER_NORM = 18,        /* y[r] = (x[r] - mean) / sqrt(var + eps) * w + b; y may be x */
+  PGLB_OP_ACTIVATION = 19,        /* out = act(x); out may be x */
   PGLB_OP_COUNT
 } pglb_op;
 
@@ -231,7 +235,8 @@ typedef enum pglb_activation {
   PGLB_ACT_SILU = 0,
   PGLB_ACT_GELU_TANH = 1,
   PGLB_ACT_SWIGLU_OAI = 2,
-  PGLB_ACT_SIGMOID = 3 /* out = sigmoid(gate) * up */
+  PGLB_ACT_SIGMOID = 3, /* out = sigmoid(gate) * up */
+  PGLB_ACT_GELU_ERF = 4 /* x / 2 (1 + erf(x / sqrt 2)); PGLB_OP_ACTIVATION only */
 } pglb_activation;
 
 typedef struct pglb_embed_params {
@@ -306,6 +311,10 @@ typedef struct pglb_attention_params {
   int32_t sliding_window;            /* > 0: a query at p sees keys at p - window < j <= p */
   float softcap;                     /* > 0: scores = softcap * tanh(scores / softcap) */
   const pglb_weight* sinks;          /* [n_head] sink logits, may be null */
+  /* Appended; absent (older struct): 0. PGLB_FEATURE_NON_CAUSAL_ATTENTION:
+   * 1: every query sees every key of its sequence (the whole sequence is in
+   * the cache: its prompt is one step); sliding_window is then 0. */
+  int32_t non_causal;
 } pglb_attention_params;
 
 typedef struct pglb_glu_params {
@@ -385,6 +394,26 @@ typedef struct pglb_softcap_params {
   int64_t n;                         /* values */
   float cap;
 } pglb_softcap_params;
+
+/* LayerNorm over rows of dim values, population variance; w and b may be null. */
+typedef struct pglb_layer_norm_params {
+  size_t struct_size;
+  const pglb_buffer* x;
+  const pglb_weight* w;              /* [dim], may be null (1) */
+  const pglb_weight* b;              /* [dim], may be null (0) */
+  int64_t n_rows, dim;
+  float eps;
+  pglb_buffer* y;
+} pglb_layer_norm_params;
+
+/* out = act(x) elementwise over n values: SILU, GELU_TANH, GELU_ERF or SIGMOID. */
+typedef struct pglb_activation_params {
+  size_t struct_size;
+  const pglb_buffer* x;
+  int64_t n;                         /* values */
+  pglb_activation act;
+  pglb_buffer* out;
+} pglb_activation_params;
 
 /* Per channel c of x [n_tokens, conv_dim]: out = silu(bias[c] + sum_j
  * w[c * K + j] x[t - K + 1 + j][c]), inputs before a sequence's first token

@@ -32,7 +32,8 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
+from tokenizers import normalizers, pre_tokenizers, processors, decoders
+from tokenizers.models import WordLevel, WordPiece
 from transformers import PreTrainedTokenizerFast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,7 +41,9 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf")
 SEED = 1
 # (shape, weight type, sentence-transformers pooling mode, Normalize module)
 CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lasttoken", True),
-         ("tiny-qwen3", "f32", "mean", True)]
+         ("tiny-qwen3", "f32", "mean", True),
+         # An encoder (BertModel, bidirectional attention): CLS and mean pooling.
+         ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True)]
 POOLING_NAMES = {"lasttoken": "last", "mean": "mean", "cls": "cls"}
 
 
@@ -73,21 +76,54 @@ def write_sentence_transformers_files(folder, mode, normalize, vocab_size):
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t0").save_pretrained(folder)
 
 
+# Text through a BERT tokenizer: the encoder fixtures also carry a small
+# WordPiece tokenizer.json over the dummy's vocabulary ([CLS] ... [SEP] from a
+# TemplateProcessing post-processor, lower-casing BERT normalizer), a few
+# strings, the ids transformers' tokenizer gives them, and their vectors.
+TEXTS = ["Hello world!", "The quick brown foxes jumped over the lazy dogs.", "Ünïcode ACCENTS, digits 1234 and ?!",
+         "", "unbelievable tokenization"]
+
+
+def wordpiece_tokenizer(vocab_size):
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-")
+    words += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
+    words += ["hello", "world", "the", "quick", "brown", "fox", "jump", "over", "lazy", "dog", "un", "##believ",
+              "##able", "token", "##ization", "##es", "##ed", "##s", "and", "digits", "unicode", "accents", "##12",
+              "##34"]
+    words += [f"w{i}" for i in range(len(words), vocab_size)]
+    tok = Tokenizer(WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=None, clean_text=True,
+                                                handle_chinese_chars=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", required=True, help="path to the pagellm binary")
+    ap.add_argument("--only", default="", help="comma-separated shapes (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
     seqs = inputs()
     with tempfile.TemporaryDirectory() as tmp:
         for shape, wtype, mode, normalize in CASES:
+            if args.only and shape not in args.only.split(","):
+                continue
             folder = os.path.join(tmp, f"{shape}-{wtype}-{mode}")
             subprocess.run([args.pagellm, "make-dummy", "--format", "hf", "--shape", shape, "--type", wtype,
                             "--seed", str(SEED), "-o", folder], check=True, capture_output=True)
             with open(os.path.join(folder, "config.json")) as f:
                 vocab_size = json.load(f)["vocab_size"]
             write_sentence_transformers_files(folder, mode, normalize, vocab_size)
+            encoder = shape == "tiny-bert"
+            if encoder:
+                wordpiece_tokenizer(vocab_size).save_pretrained(folder)
             model = SentenceTransformer(folder, device="cpu", model_kwargs={"dtype": torch.float32,
                                                                             "attn_implementation": "eager"})
             model.eval()
@@ -98,8 +134,24 @@ def main():
                                                                                              dtype=torch.long)}
                     vectors.append(model(features)["sentence_embedding"][0].float().tolist())
             name = f"embed-{shape}-{wtype}-{POOLING_NAMES[mode]}"
+            extra = {}
+            if encoder:
+                with open(os.path.join(folder, "tokenizer.json")) as f:
+                    extra["tokenizer_json"] = json.load(f)
+                # transformers' own last hidden states, unnormalised: position 0 and the
+                # mean over positions (pooled vectors are normalised, which would hide a scale).
+                bert = model[0].auto_model
+                with torch.no_grad():
+                    hidden = [bert(input_ids=torch.tensor([ids])).last_hidden_state[0].double() for ids in seqs]
+                extra["hidden_first"] = [h[0].tolist() for h in hidden]
+                extra["hidden_mean"] = [h.mean(0).tolist() for h in hidden]
+                extra["texts"] = TEXTS
+                extra["text_ids"] = [model.tokenizer(t)["input_ids"] for t in TEXTS]
+                with torch.no_grad():
+                    extra["text_embeddings"] = [model.encode([t], convert_to_numpy=True)[0].astype(float).tolist()
+                                                for t in TEXTS]
             meta = {"shape": shape, "type": wtype, "seed": SEED, "pooling": POOLING_NAMES[mode],
-                    "normalize": normalize, "tokens": seqs, "embeddings": vectors,
+                    "normalize": normalize, "tokens": seqs, "embeddings": vectors, **extra,
                     "reference": f"sentence-transformers {sentence_transformers.__version__} (transformers "
                                  f"{transformers.__version__}, torch {torch.__version__}), float32, eager attention"}
             with open(os.path.join(OUT, name + ".json"), "w") as f:

@@ -110,7 +110,7 @@ const char* op_name(pglb_op op) {
                                       "rope",           "store_kv",    "attention",   "glu",
                                       "add",            "gather_rows", "moe_route",   "matmul_experts",
                                       "moe_combine",    "scale_rows_sigmoid", "softcap", "sample",
-                                      "causal_conv1d",  "gated_delta_rule"};
+                                      "causal_conv1d",  "gated_delta_rule", "layer_norm", "activation"};
   static_assert(sizeof names / sizeof names[0] == PGLB_OP_COUNT, "a name for every op");
   return op >= 0 && op < PGLB_OP_COUNT ? names[op] : "unknown op";
 }
@@ -129,6 +129,8 @@ bool Backend::supports_op(const OpQuery& q) const {
       return q.n_operands == 0 || supports_weight(static_cast<DType>(q.types[0]));
     case PGLB_OP_SOFTCAP:
     case PGLB_OP_SAMPLE:
+    case PGLB_OP_LAYER_NORM:
+    case PGLB_OP_ACTIVATION:
       return false;
     default:
       return q.op >= 0 && q.op < PGLB_OP_COUNT;
@@ -136,6 +138,12 @@ bool Backend::supports_op(const OpQuery& q) const {
 }
 
 void Backend::softcap(Buffer&, int64_t, float) { fail("the {} backend has no softcap op", name()); }
+void Backend::layer_norm(const Buffer&, const Weight*, const Weight*, int64_t, int64_t, float, Buffer&) {
+  fail("the {} backend has no layer_norm op", name());
+}
+void Backend::activation(const Buffer&, int64_t, Activation, Buffer&) {
+  fail("the {} backend has no activation op", name());
+}
 void Backend::scale(Buffer& x, int64_t n, float s) {
   std::vector<float> host(static_cast<size_t>(n));
   copy_to_host(x, 0, host.size() * sizeof(float), host.data());

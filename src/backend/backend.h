@@ -88,7 +88,9 @@ using BufferPtr = std::unique_ptr<Buffer>;
 // SwigluOai is gpt-oss's clamped form: gate clamped above at 7, up to [-7, 7],
 // act(g) * (up + 1) with act(g) = g * sigmoid(1.702 g). Sigmoid is a plain
 // gate, sigmoid(g) * up (Qwen3.5's gated attention output).
-enum class Activation { Silu, GeluTanh, SwigluOai, Sigmoid };
+// GeluErf is transformers' "gelu" (BERT), only as a plain activation
+// (Backend::activation), never in glu.
+enum class Activation { Silu, GeluTanh, SwigluOai, Sigmoid, GeluErf };
 
 // Mixture-of-experts routing: how router logits become each token's experts
 // and their weights (Mixtral / Qwen-MoE: softmax; DeepSeek V3 style: sigmoid).
@@ -153,6 +155,10 @@ struct AttentionConfig {
   // [n_head] per-head logits of a "sink": one more key, with a zero value,
   // in every softmax (gpt-oss). Feature::AttentionSinks; null: none.
   const Weight* sinks = nullptr;
+  // Feature::NonCausalAttention: every query sees every key of its sequence
+  // (an encoder's bidirectional attention; the sequence's whole prompt is in
+  // the cache, computed in this one step). No sliding window with it.
+  bool non_causal = false;
 };
 
 // Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) keep no
@@ -290,6 +296,7 @@ enum class Feature {
   LinearAttention,
   KvVIsK,  // KVCacheSpec::v_is_k
   KvLayerShapes,  // KVCacheSpec::layer_kv_heads / layer_head_dim
+  NonCausalAttention,  // AttentionConfig::non_causal
 };
 
 // (source, destination) block pairs.
@@ -432,6 +439,12 @@ class Backend {
   // ---- optional ops (supports_op says; the defaults throw)
   // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).
   virtual void softcap(Buffer& x, int64_t n, float cap);
+  // y[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w + b for rows of
+  // length dim (w, b may be null); y may be x (BERT's norms).
+  virtual void layer_norm(const Buffer& x, const Weight* w, const Weight* b, int64_t n_rows, int64_t dim, float eps,
+                          Buffer& y);
+  // out = act(x) over n values; out may be x (Silu, GeluTanh, GeluErf, Sigmoid).
+  virtual void activation(const Buffer& x, int64_t n, Activation act, Buffer& out);
   // x *= s over n values (Gemma 4's per-layer output scale). The default
   // goes through host memory, so every backend runs it; a backend may do it in place.
   virtual void scale(Buffer& x, int64_t n, float s);

@@ -173,6 +173,7 @@ class CBackend final : public Backend {
       case Feature::LinearAttention: bit = PGLB_FEATURE_LINEAR_ATTENTION; break;
       case Feature::KvVIsK: bit = PGLB_FEATURE_KV_V_IS_K; break;
       case Feature::KvLayerShapes: bit = PGLB_FEATURE_KV_LAYER_SHAPES; break;
+      case Feature::NonCausalAttention: bit = PGLB_FEATURE_NON_CAUSAL_ATTENTION; break;
     }
     return (features_ & bit) != 0;
   }
@@ -373,7 +374,8 @@ class CBackend final : public Backend {
   }
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override {
     pglb_attention_params p{sizeof p, layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
-                            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks)};
+                            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks),
+                            cfg.non_causal ? 1 : 0};
     enqueue(PGLB_OP_ATTENTION, &p, "attention");
   }
   void glu(const Buffer& gate, const Buffer& up, int64_t n, Activation act, Buffer& out) override {
@@ -442,6 +444,15 @@ class CBackend final : public Backend {
                                    cfg.n_v_heads,  cfg.head_k_dim, cfg.head_v_dim, cfg.scale,
                                    h(out),         cfg.v_heads_tiled ? 1 : 0};
     enqueue(PGLB_OP_GATED_DELTA_RULE, &p, "gated_delta_rule");
+  }
+  void layer_norm(const Buffer& x, const Weight* w, const Weight* b, int64_t n_rows, int64_t dim, float eps,
+                  Buffer& y) override {
+    pglb_layer_norm_params p{sizeof p, h(x), h(w), h(b), n_rows, dim, eps, h(y)};
+    enqueue(PGLB_OP_LAYER_NORM, &p, "layer_norm");
+  }
+  void activation(const Buffer& x, int64_t n, Activation act, Buffer& out) override {
+    pglb_activation_params p{sizeof p, h(x), n, static_cast<pglb_activation>(act), h(out)};
+    enqueue(PGLB_OP_ACTIVATION, &p, "activation");
   }
   void softcap(Buffer& x, int64_t n, float cap) override {
     pglb_softcap_params p{sizeof p, h(x), n, cap};

@@ -144,6 +144,7 @@ void run_op(Backend& be, pglb_op op, const void* params) {
       c.sliding_window = p.sliding_window;
       c.softcap = p.softcap;
       c.sinks = weight_or_null(p.sinks);
+      c.non_causal = p.non_causal != 0;
       return be.attention(p.layer, buf(p.q, "attention"), buf(p.out, "attention"), c);
     }
     case PGLB_OP_GLU: {
@@ -206,6 +207,18 @@ void run_op(Backend& be, pglb_op op, const void* params) {
                                  buf(p.b, "gated_delta_rule"), weight(p.ssm_a, "gated_delta_rule"),
                                  weight(p.dt_bias, "gated_delta_rule"), cfg, buf(p.out, "gated_delta_rule"));
     }
+    case PGLB_OP_LAYER_NORM: {
+      const auto p = read_struct<pglb_layer_norm_params>(params, "layer_norm");
+      return be.layer_norm(buf(p.x, "layer_norm"), weight_or_null(p.w), weight_or_null(p.b), p.n_rows, p.dim, p.eps,
+                           buf(p.y, "layer_norm"));
+    }
+    case PGLB_OP_ACTIVATION: {
+      const auto p = read_struct<pglb_activation_params>(params, "activation");
+      if (p.act != PGLB_ACT_SILU && p.act != PGLB_ACT_GELU_TANH && p.act != PGLB_ACT_GELU_ERF &&
+          p.act != PGLB_ACT_SIGMOID)
+        fail("activation: unsupported activation {}", int(p.act));
+      return be.activation(buf(p.x, "activation"), p.n, static_cast<Activation>(p.act), buf(p.out, "activation"));
+    }
     case PGLB_OP_SOFTCAP: {
       const auto p = read_struct<pglb_softcap_params>(params, "softcap");
       return be.softcap(buf(p.x, "softcap"), p.n, p.cap);
@@ -256,6 +269,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::LinearAttention)) bits |= PGLB_FEATURE_LINEAR_ATTENTION;
     if (be.supports(Feature::KvVIsK)) bits |= PGLB_FEATURE_KV_V_IS_K;
     if (be.supports(Feature::KvLayerShapes)) bits |= PGLB_FEATURE_KV_LAYER_SHAPES;
+    if (be.supports(Feature::NonCausalAttention)) bits |= PGLB_FEATURE_NON_CAUSAL_ATTENTION;
   });
   return bits;
 }

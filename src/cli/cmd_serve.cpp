@@ -120,6 +120,9 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   if (engine->task() == ServeTask::Embed && !engine->pooling_error().empty())
     fail("--task embed: {}", engine->pooling_error());
   if (engine->task() == ServeTask::Score && !engine->score_model()) fail("--task score: {}", engine->score_error());
+  if (engine->task() == ServeTask::Generate && engine->model_config().non_causal)
+    fail("{} is an encoder (bidirectional attention): it computes embeddings or scores, not text; serve it with "
+         "--task embed (or --task score)", arch_name(engine->model_config().arch));
   server::ServedModel served;
   served.name = f.served_model_name.empty() ? default_served_name(config) : f.served_model_name;
   if (!config.model.empty() && config.model != served.name) served.aliases.push_back(config.model);

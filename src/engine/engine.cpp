@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -17,10 +18,22 @@
 #include "engine/prompt_logprobs.h"
 #include "engine/request_state.h"
 #include "engine/step_sampler.h"
+#include "format/gguf.h"
 #include "runner/model_runner.h"
 #include "sampling/sampler_rng.h"
 
 namespace pagellm {
+
+namespace {
+
+// Whether the model states its pooling (sentence-transformers' modules.json
+// beside an HF folder's config, or the GGUF's <arch>.pooling_type).
+bool pooling_stated(const std::string& model_path, const GGUFFile* gguf) {
+  if (gguf) return gguf->find(gguf->get_string("general.architecture") + ".pooling_type") != nullptr;
+  return std::filesystem::exists(std::filesystem::path(model_path) / "modules.json");
+}
+
+}  // namespace
 
 Engine::Engine(const EngineConfig& config, const LoadProgress& progress) : config_(config) { load(progress); }
 
@@ -58,6 +71,9 @@ void Engine::load(const LoadProgress& progress) {
   }
   try {
     pooling_ = model_pooling(config_.model, model_->gguf());
+    // An encoder that does not say pools its first ([CLS]) row, as vLLM pools
+    // BertModel; the last row is a decoder's default.
+    if (model_->config().non_causal && !pooling_stated(config_.model, model_->gguf())) pooling_.type = PoolingType::Cls;
   } catch (const Error& e) {
     pooling_error_ = e.what();
   }
@@ -117,6 +133,10 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (req.embed && !pooling_error_.empty()) throw InvalidRequest(pooling_error_, "model");
   if (req.score && !score_model_) throw InvalidRequest(score_error_, "model");
   if (pooled && req.params.n != 1) throw InvalidRequest("an embedding or score request has one sample", "n");
+  const bool encoder = model_->config().non_causal;
+  if (encoder && !pooled)
+    throw InvalidRequest("this model is an encoder (bidirectional attention): it computes embeddings or scores, not "
+                         "text; serve it with --task embed and use /v1/embeddings", "model");
   req.params.validate(vocab);
   structured::validate(req.params.structured, config_.grammar.limits, req.params.structured.field.c_str());
   if (req.prompt_ids.empty()) throw InvalidRequest("the prompt is empty", "prompt");
@@ -126,6 +146,11 @@ void Engine::validate_params(const EngineRequest& req) const {
   if (prompt >= sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("the prompt has {} tokens; this model's maximum context length is {} tokens",
                                      prompt, sched_config_.max_model_len), "prompt");
+  // An encoder's prompt is one step, whole (its tokens attend to each other).
+  if (encoder && prompt > sched_config_.max_num_batched_tokens)
+    throw InvalidRequest(fmt::format("the input has {} tokens; this encoder computes an input in one step of at most "
+                                     "{} tokens (--max-num-batched-tokens)", prompt,
+                                     sched_config_.max_num_batched_tokens), "input");
   // (With sliding KV eviction a sequence outgrows max_model_len by design.)
   if (!pooled && sched_config_.kv_eviction == KvEviction::None && prompt + req.params.max_tokens > sched_config_.max_model_len)
     throw InvalidRequest(fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens and "
@@ -192,6 +217,7 @@ void Engine::start(Request& r) {
     r.pooler = Pooler(type, model_->config().n_embd);
     first.pool_rows = pool_rows(type);
   }
+  first.whole_prompt = model_->config().non_causal;
   // The virtual engine with the fewest sequences.
   auto queued = [](const std::unique_ptr<Scheduler>& s) { return s->num_running() + s->num_waiting(); };
   r.ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),

@@ -39,7 +39,7 @@ const std::vector<ArchInfo>& all_archs() {
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
                                               family::qwen35(), family::qwen35moe(), family::deepseek2(), family::glm4moe(),
-                                              family::qwen3next(), family::gemma4()};
+                                              family::qwen3next(), family::gemma4(), family::bert()};
   return archs;
 }
 
@@ -167,7 +167,8 @@ std::vector<HfTensor> hf_tensors(const ArchInfo& a, const std::string& hf_name) 
   for (const char* p : {"language_model.model.", "model.language_model."})
     if (n.starts_with(p)) n = "model." + n.substr(std::string(p).size());
   if (n == "language_model.lm_head.weight") n = "lm_head.weight";
-  static const std::string layers = "model.layers.";
+  if (a.hf_base_prefix && n.starts_with(a.hf_base_prefix)) n = n.substr(std::string(a.hf_base_prefix).size());
+  const std::string layers = a.hf_layers;
   if (n.starts_with(layers)) {
     size_t i = layers.size();
     while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;

@@ -51,6 +51,10 @@ enum class Slot {
   // norm, the experts' pre and post norms (the expert scales are folded into
   // the experts' down projections at load).
   RouterInScale, PostFfnNorm1, FfnNorm2, PostFfnNorm2,
+  // Encoders (BERT): the learned position table and the token-type table
+  // (both kept on the host: the model adds a row of each per token), the
+  // embeddings' LayerNorm, and the biases of the LayerNorms and FFN.
+  PosEmbd, TokTypes, TokEmbdNorm, TokEmbdNormBias, AttnNormBias, FfnNormBias, UpBias, DownBias,
   // Read (and checked) but not uploaded: what derived weights are made from.
   Unused,
 };
@@ -232,6 +236,14 @@ struct ArchInfo {
   int gguf_sliding_window = 0;     // window when a GGUF with swa layers omits it (0: no window key read)
   bool attn_sinks = false;         // a learned sink logit per head (gpt-oss)
   bool attn_out_gate = false;      // q_proj also gives a sigmoid output gate per head (Qwen3.5)
+  bool non_causal = false;         // bidirectional attention: an encoder (ModelConfig::non_causal)
+  // HF parameter names: where the layers are ("encoder.layer." for BERT),
+  // and a prefix a task head's class puts before the base model's names
+  // ("bert." in BertForSequenceClassification), or null.
+  const char* hf_layers = "model.layers.";
+  const char* hf_base_prefix = nullptr;
+  // Backend ops the family's layer runs beyond every family's (asked at load).
+  std::vector<pglb_op> extra_ops;
   bool moe = false;            // layers may be Mixture-of-Experts (n_expert > 0)
   bool moe_only = false;       // ... and must be (Qwen-MoE files always have experts)
   bool moe_norm_topk = false;  // renormalise the chosen experts' weights when the file does not say

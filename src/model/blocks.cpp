@@ -38,6 +38,7 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
   ac.sliding_window = swa ? c.sliding_window : 0;
   ac.softcap = c.attn_softcap;
   ac.sinks = A.sinks.get();
+  ac.non_causal = c.non_causal;
   be.attention(kv_layer, *buf.q, *buf.attn, ac);
   if (A.wq_gate) {
     be.matmul(*A.wq_gate, *buf.h, n, *buf.qgate);

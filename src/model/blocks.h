@@ -19,6 +19,7 @@ namespace pagellm {
 // tensors a family has is its table (model/families/<family>.cpp).
 struct AttnWeights {
   std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> norm_b;               // [n_embd] LayerNorm bias (BERT), optional
   std::unique_ptr<Weight> wq, wk, wv, wo;       // [n_head*hd, n_embd] ... [n_embd, n_head*hd]
   std::unique_ptr<Weight> bq, bk, bv, bo;       // optional biases
   std::unique_ptr<Weight> q_norm, k_norm;       // [head_dim], optional
@@ -53,6 +54,8 @@ struct LinearAttnWeights {
 
 struct FfnWeights {
   std::unique_ptr<Weight> norm;                 // [n_embd]
+  std::unique_ptr<Weight> norm_b;               // [n_embd] LayerNorm bias (BERT), optional
+  std::unique_ptr<Weight> up_b, down_b;         // [n_ff], [n_embd] biases (BERT), optional
   std::unique_ptr<Weight> gate, up, down;       // [n_ff, n_embd] x2, [n_embd, n_ff] (dense)
   std::unique_ptr<Weight> post_norm;            // [n_embd], optional
   // Mixture of experts (moe_ffn_block).

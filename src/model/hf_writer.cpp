@@ -359,7 +359,7 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
   add(embd, embd.gguf, embd.hf, -1);
   for (int il = 0; il < c.n_layer; ++il)
     for (const TensorSpec& spec : arch.layer)
-      add(spec, layer_tensor_name(spec, il), fmt::format("model.layers.{}.{}", il, spec.hf), il);
+      add(spec, layer_tensor_name(spec, il), fmt::format("{}{}.{}", arch.hf_layers, il, spec.hf), il);
   for (size_t k = 1; k < arch.globals.size(); ++k)
     add(arch.globals[k], arch.globals[k].gguf, arch.globals[k].hf, -1);
   return out;

@@ -103,12 +103,18 @@ std::unique_ptr<Weight>& Model::slot(Slot s, int il) {
     case Slot::PleTokEmbd: return ple_tok_embd_;
     case Slot::PleModelProj: return ple_model_proj_;
     case Slot::PleProjNorm: return ple_proj_norm_;
+    case Slot::TokEmbdNorm: return tok_norm_;
+    case Slot::TokEmbdNormBias: return tok_norm_b_;
     default: break;
   }
   AttnWeights& A = layers_.at(il).attn;
   FfnWeights& F = layers_.at(il).ffn;
   switch (s) {
     case Slot::AttnNorm: return A.norm;
+    case Slot::AttnNormBias: return A.norm_b;
+    case Slot::FfnNormBias: return F.norm_b;
+    case Slot::UpBias: return F.up_b;
+    case Slot::DownBias: return F.down_b;
     case Slot::Q: return A.wq;
     case Slot::K: return A.wk;
     case Slot::V: return A.wv;
@@ -234,6 +240,16 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       fail("the {} backend cannot run the {} op, which every {} forward pass needs", backend_.name(), op_name(op),
            arch.gguf_name);
   }
+  if (c.non_causal && !backend_.supports(Feature::NonCausalAttention))
+    fail("the {} backend does not support non-causal (bidirectional) attention, which the encoder {} uses; use "
+         "--device cpu", backend_.name(), arch.gguf_name);
+  for (pglb_op op : arch.extra_ops)
+    if (!backend_.supports_op(op_query(op)))
+      fail("the {} backend cannot run the {} op, which every {} forward pass needs; use --device cpu", backend_.name(),
+           op_name(op), arch.gguf_name);
+  if (c.non_causal)
+    PAGELLM_CHECK(!geo_.tp && shard_.pp_size == 1, "encoders ({}) do not run under tensor or pipeline parallelism yet",
+                  arch.gguf_name);
   if (c.n_linear_layers() > 0) {
     PAGELLM_CHECK(!geo_.tp, "{}'s linear-attention (Gated DeltaNet) layers do not run under tensor parallelism yet",
                   arch.gguf_name);
@@ -349,6 +365,18 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         return;
       }
       if (spec.slots[0] == Slot::Unused) return;  // read only to derive others (checked above)
+      if (spec.slots[0] == Slot::PosEmbd || spec.slots[0] == Slot::TokTypes) {
+        // Kept on the host as F32 (Model::add_positions); token type 0's row only.
+        const int64_t rows = spec.slots[0] == Slot::TokTypes ? 1 : t->rows(), cols = t->cols();
+        std::vector<float>& dst = spec.slots[0] == Slot::TokTypes ? type_row_ : pos_table_;
+        dst.resize(static_cast<size_t>(rows * cols));
+        const size_t rb = dtype_row_bytes(t->type, cols);
+        for (int64_t r = 0; r < rows; ++r)
+          dequantize_row_ref(t->type, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r) * rb,
+                             dst.data() + r * cols, cols);
+        weight_bytes_ += t->bytes();
+        return;
+      }
       const size_t row_bytes = dtype_row_bytes(t->type, t->cols());
       // A fused tensor is uploaded as one Weight per row range.
       int64_t row0 = 0;
@@ -398,6 +426,10 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   PAGELLM_CHECK(!rope_short_ == !rope_long_, "LongRoPE needs both rope_factors_short.weight and "
                 "rope_factors_long.weight; the model has only one");
   PAGELLM_CHECK(!(rope_long_ && rope_freqs_), "the model has both rope_freqs.weight and LongRoPE factors");
+  if (!type_row_.empty()) {
+    PAGELLM_CHECK(!pos_table_.empty(), "the model has a token-type table but no position table");
+    for (size_t i = 0; i < pos_table_.size(); ++i) pos_table_[i] += type_row_[i % type_row_.size()];
+  }
   set_context_length(c.n_ctx_train);
   for (LayerWeights& L : layers_) {
     for (auto [from, to] : {std::pair{&L.attn.q_absorb, &L.attn.q_absorb_view}, {&L.attn.o_absorb, &L.attn.o_absorb_view}}) {
@@ -412,6 +444,12 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       for (const auto& w : *from) to->push_back(w.get());
     }
   }
+}
+
+const TensorData* Model::file_tensor(const std::string& gguf_name) const {
+  if (derived_)
+    if (const TensorData* t = derived_->find(gguf_name)) return t;
+  return source_ ? source_->find(gguf_name) : nullptr;
 }
 
 void Model::set_context_length(int n_ctx) {
@@ -594,6 +632,7 @@ void Model::forward(const BatchInfo& batch, const std::vector<int32_t>& logits_r
 void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   n_ = batch.n_tokens();
   PAGELLM_CHECK(n_ > 0, "empty batch");
+  if (!pos_table_.empty()) positions_ = batch.positions;
   ensure_buffers(n_, std::max<int64_t>(m, 1));
   if (!geo_.tp) {
     backend_.set_batch(batch);
@@ -616,6 +655,7 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
 void Model::embed() {
   backend_.embed(*tok_embd_, cfg_.embd_scale, *buf_.x);
   if (cfg_.n_embd_per_layer > 0) per_layer_inputs();
+  if (!pos_table_.empty()) add_positions();
   if (!geo_.tp) return;
   const int64_t d = cfg_.n_embd;
   host_.resize(static_cast<size_t>(n_ * d));
@@ -624,6 +664,21 @@ void Model::embed() {
     if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * d, d, 0.0f);
   tp_comm_->all_reduce_sum(host_.data(), host_.size());
   hidden_from_host(host_.data());
+}
+
+// An encoder's input: token embedding + position row (+ type 0's row, folded
+// into the table at load), then the embeddings' LayerNorm.
+void Model::add_positions() {
+  const int64_t d = cfg_.n_embd, rows = static_cast<int64_t>(pos_table_.size()) / d;
+  host_.resize(static_cast<size_t>(n_ * d));
+  for (int64_t i = 0; i < n_; ++i) {
+    const int32_t pos = positions_[static_cast<size_t>(i)];
+    PAGELLM_CHECK(pos >= 0 && pos < rows, "position {} is outside the model's {} learned positions", pos, rows);
+    std::copy_n(pos_table_.data() + pos * d, d, host_.data() + i * d);
+  }
+  from_host(host_.data(), *buf_.h, n_ * d);
+  backend_.add(*buf_.x, *buf_.h, n_ * d);
+  if (tok_norm_) backend_.layer_norm(*buf_.x, tok_norm_.get(), tok_norm_b_.get(), n_, d, cfg_.norm_eps, *buf_.x);
 }
 
 // Gemma 4's per-layer inputs, all layers' at once: (norm(proj(x) / sqrt(d))
@@ -707,7 +762,8 @@ void Model::final_hidden(const std::vector<int32_t>& rows, float* out) {
   for (int32_t r : rows) PAGELLM_CHECK(r >= 0 && r < n_, "hidden row {} outside the batch", r);
   // Every row at once (no gather buffer sized for them): a norm and a copy
   // of [n, n_embd] are small next to the pass itself.
-  backend_.rms_norm(*buf_.x, output_norm_.get(), n_, d, cfg_.norm_eps, *buf_.x);
+  // (An encoder has no final norm: its last layer ends with one.)
+  if (output_norm_) backend_.rms_norm(*buf_.x, output_norm_.get(), n_, d, cfg_.norm_eps, *buf_.x);
   host_.resize(static_cast<size_t>(n_ * d));
   to_host(*buf_.x, n_ * d, host_.data());
   for (size_t i = 0; i < rows.size(); ++i) std::copy_n(host_.data() + rows[i] * d, d, out + static_cast<int64_t>(i) * d);

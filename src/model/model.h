@@ -83,6 +83,11 @@ class Model {
   // Per cache layer of the whole model (each layer that keeps its own K/V,
   // ModelConfig::kv_source): 0 for full attention, else its sliding window.
   std::vector<int32_t> kv_layer_windows() const;
+  // A tensor of the model's file by its GGUF name, as the file holds it (host
+  // memory, valid while the model lives), or null: what the forward pass does
+  // not upload, such as BERT's sequence-classification head ("cls.weight",
+  // "cls.bias", "cls.output.weight", "cls.output.bias").
+  const TensorData* file_tensor(const std::string& gguf_name) const;
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
   // The tensors the model was loaded from (a score head's rows), or null
@@ -177,6 +182,14 @@ class Model {
   // Per-layer embeddings (Gemma 4): the table [n_vocab, n_layer * P], the
   // input embedding's projection [n_layer * P, n_embd] and its norm [P].
   std::unique_ptr<Weight> ple_tok_embd_, ple_model_proj_, ple_proj_norm_;
+  // Encoders (BERT): the embeddings' LayerNorm, and on the host the learned
+  // position table [n_ctx_train, n_embd] with token type 0's row folded in
+  // (added to each token's embedding by its position: a small host copy
+  // rather than a backend op), and the pass's positions.
+  std::unique_ptr<Weight> tok_norm_, tok_norm_b_;
+  std::vector<float> pos_table_, type_row_;
+  std::vector<int32_t> positions_;
+  void add_positions();
   std::vector<LayerWeights> layers_;
 
   Buffers buf_;  // activations, grown on demand

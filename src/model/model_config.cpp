@@ -32,6 +32,7 @@ void finalize_config(ModelConfig& c, bool gguf_layout) {
   if (a.qkv_bias) c.qkv_bias = true;
   if (a.qk_norm) c.qk_norm = true;
   if (a.attn_out_gate) c.attn_out_gate = true;
+  if (a.non_causal) c.non_causal = true;
   if (a.post_norms) c.post_norms = true;
   c.act = a.act;
   if (a.embd_scale_sqrt) c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -651,8 +652,9 @@ ModelConfig config_from_hf_json(const std::string& path) {
     // family; refuse configs that ask for something else.
     const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string(d.hidden_act)));
     // gpt-oss's experts apply their own clamped SwiGLU whatever hidden_act says (its file checks the constants).
-    const bool act_ok = info.act == Activation::GeluTanh ? act == "gelu_pytorch_tanh" || act == "gelu_tanh"
-                                                         : act == "silu";
+    const bool act_ok = info.act == Activation::GeluTanh  ? act == "gelu_pytorch_tanh" || act == "gelu_tanh"
+                        : info.act == Activation::GeluErf ? act == "gelu"
+                                                          : act == "silu";
     PAGELLM_CHECK(act_ok, "'{}': activation '{}' is not supported for {}", path, act, a);
     PAGELLM_CHECK(!j.value("attention_bias", false) || info.qkv_bias,
                   "'{}': attention_bias (biases on q/k/v/o projections) is not supported for {}", path, a);

@@ -15,7 +15,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4, Bert };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -79,6 +79,13 @@ struct ModelConfig {
   // the attention output is multiplied by its sigmoid before o_proj.
   bool attn_out_gate = false;
   bool post_norms = false;      // norms after attention and FFN outputs (Gemma 3)
+  // Bidirectional attention (encoders: BERT): every token attends to every
+  // token of its sequence. Such a model's prompt is computed whole, in one
+  // step, never from the prefix cache (a prefix's K/V depend on what follows
+  // it), and it generates nothing: it serves embeddings only.
+  bool non_causal = false;
+  int n_token_types = 0;        // rows of an encoder's token-type table (BERT's type_vocab_size); 0: none
+  int n_cls_out = 0;            // a sequence-classification head's outputs (labels), read by name; 0: none
   float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
   Activation act = Activation::Silu;
   float final_softcap = 0;

@@ -1,5 +1,6 @@
 #include "model/tensor_source.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -78,9 +79,13 @@ class SafetensorsSource : public TensorSource {
     // untied model without lm_head would get a random output matrix there.
     // A sequence classifier has a score head (score.weight, read by
     // engine/score_head.cpp) in place of lm_head: its embedding stands in,
-    // as llama.cpp does for a GGUF without output.weight.
+    // as llama.cpp does for a GGUF without output.weight. (An encoder's
+    // table has no output matrix at all.)
+    const auto& globals = arch_info(cfg.arch).globals;
+    const bool has_output = std::any_of(globals.begin(), globals.end(),
+                                        [](const TensorSpec& t) { return t.slots[0] == Slot::Output; });
     if (cfg.tie_word_embeddings) tensors_.erase("output.weight");
-    else PAGELLM_CHECK(tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight") ||
+    else PAGELLM_CHECK(!has_output || tensors_.contains("output.weight") || !tensors_.contains("token_embd.weight") ||
                            has_score_head_,
                        "'{}': config.json says tie_word_embeddings is false, but there is no lm_head.weight", dir);
   }

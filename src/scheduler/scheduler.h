@@ -263,7 +263,7 @@ class Scheduler {
 
   // 4. composition: the tokens (and drafts) a running sequence computes now.
   TokenGrant compose_running(Sequence* seq, bool decode, int32_t decodes_to_come, int32_t budget) const;
-  TokenLimits token_limits() const;
+  TokenLimits token_limits(const Sequence& seq) const;
   int32_t budget_for(const Sequence& seq, const StepDecisions& step) const;
   int32_t window_tokens() const;
   // 2. capacity: KV slots for a composed grant, preempting as the pool needs.

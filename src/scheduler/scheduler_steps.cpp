@@ -88,7 +88,7 @@ TokenGrant Scheduler::compose_running(Sequence* seq, bool decode, int32_t decode
     room -= waiting_tokens_shorter_than(waiting_, free_seats, behind);
   }
   TokenGrant want{.seq = seq};
-  want.num_new_tokens = tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, room);
+  want.num_new_tokens = tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, room);
   if (decode && want.num_new_tokens > 0 && !seq->spec_token_ids.empty()) {
     want.num_draft_tokens = drafts_to_verify(
         static_cast<int32_t>(seq->spec_token_ids.size()), budget - want.num_new_tokens, decodes_to_come,
@@ -97,9 +97,11 @@ TokenGrant Scheduler::compose_running(Sequence* seq, bool decode, int32_t decode
   return want;
 }
 
-TokenLimits Scheduler::token_limits() const {
+// A whole-prompt sequence (an encoder's) is never chunked: it waits until
+// its prompt fits a step's budget.
+TokenLimits Scheduler::token_limits(const Sequence& seq) const {
   return {.max_model_len = config_.max_model_len,
-          .chunked_prefill = config_.enable_chunked_prefill,
+          .chunked_prefill = config_.enable_chunked_prefill && !seq.whole_prompt,
           .long_prefill_threshold = config_.long_prefill_token_threshold,
           .sliding = config_.kv_eviction == KvEviction::Sliding,
           .window_tokens = window_tokens()};
@@ -217,7 +219,7 @@ void Scheduler::resume_swapped(StepDecisions& step) {
   while (!swapped_.empty() && step.budget > 0 && num_running() < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
     const int32_t n =
-        tokens_to_compute(token_limits(), seq->num_tokens(), seq->num_computed_tokens, budget_for(*seq, step));
+        tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, budget_for(*seq, step));
     if (n == 0 || !swap_in(seq, step)) break;
     swapped_.pop_front();
     step.joined.push_back(seq);
@@ -248,7 +250,7 @@ bool Scheduler::swap_in(Sequence* seq, StepDecisions& step) {
   blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
   host_blocks_.erase(it);
   // The tokens are back: full blocks join the prefix cache again.
-  kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+  if (!seq->whole_prompt) kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
   seq->status = SeqStatus::Running;
   insert_running(seq);
   return true;
@@ -268,7 +270,7 @@ void Scheduler::admit_waiting(StepDecisions& step) {
     std::optional<SlotAllocation> alloc;
     if (num_running() < config_.max_num_seqs) {
       match = cached_prefix(*seq);
-      n = tokens_to_compute(token_limits(), seq->num_tokens(), match.num_tokens, budget_for(*seq, step));
+      n = tokens_to_compute(token_limits(*seq), seq->num_tokens(), match.num_tokens, budget_for(*seq, step));
       if (n == 0) break;  // does not fit the budget whole (chunked prefill off)
       alloc = allocate_admission(*seq, match, n);
     }

@@ -57,9 +57,13 @@ struct Sequence {
   // ends it once its prompt is computed. Each step's plan asks for the rows
   // named here (ScheduledSeq::hidden_begin).
   PoolRows pool_rows = PoolRows::None;
+  // The prompt is computed in one step, whole (no chunks), and neither taken
+  // from nor given to the prefix cache: a model with bidirectional attention
+  // (an encoder), whose K/V at a position depend on the tokens after it.
+  bool whole_prompt = false;
   // Every prompt position must be computed (no prefix-cache hit).
   bool needs_every_prompt_position() const {
-    return needs_prompt_logits || pool_rows == PoolRows::All || pool_rows == PoolRows::First;
+    return needs_prompt_logits || whole_prompt || pool_rows == PoolRows::All || pool_rows == PoolRows::First;
   }
 
   SeqStatus status = SeqStatus::Waiting;

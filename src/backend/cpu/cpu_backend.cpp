@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/c_export.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/encoder_ops.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/linear_attention.h"
 #include "backend/cpu/moe.h"
@@ -121,7 +122,7 @@ class CpuBackend : public Backend {
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
            f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
-           f == Feature::KvVIsK || f == Feature::KvLayerShapes;
+           f == Feature::KvVIsK || f == Feature::KvLayerShapes || f == Feature::NonCausalAttention;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -534,7 +535,30 @@ class CpuBackend : public Backend {
   }
 
   bool supports_op(const OpQuery& q) const override {
-    return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || Backend::supports_op(q);
+    return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || q.op == PGLB_OP_LAYER_NORM ||
+           q.op == PGLB_OP_ACTIVATION || Backend::supports_op(q);
+  }
+
+  void layer_norm(const Buffer& xb, const Weight* w, const Weight* bias, int64_t n_rows, int64_t dim, float eps,
+                  Buffer& yb) override {
+    Timer t(this, kOther, "layer_norm");
+    const float* x = f32(xb, n_rows * dim);
+    float* y = f32(yb, n_rows * dim);
+    for (const Weight* v : {w, bias})
+      if (v) PAGELLM_CHECK(v->cols == dim, "norm weight '{}' has {} values, rows have {}", v->name, v->cols, dim);
+    const float* wv = w ? as_cpu(*w).vec.data() : nullptr;
+    const float* bv = bias ? as_cpu(*bias).vec.data() : nullptr;
+    pool_.parallel_for(
+        n_rows, [&](int64_t b, int64_t e) { cpu::layer_norm_rows(x + b * dim, wv, bv, e - b, dim, eps, y + b * dim); },
+        1, min_rows(dim));
+  }
+
+  void activation(const Buffer& xb, int64_t n, Activation act, Buffer& outb) override {
+    Timer t(this, kOther, "activation");
+    const float* x = f32(xb, n);
+    float* out = f32(outb, n);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) { cpu::activate(x + b, e - b, act, out + b); }, 64,
+                       kMinParallelElements);
   }
 
   void scale(Buffer& xb, int64_t n, float s) override {
@@ -767,6 +791,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
                 "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
                 "per KV head (<= 128)", D, kv_cfg_.block_size, G);
+  PAGELLM_CHECK(!cfg.non_causal || cfg.sliding_window == 0, "non-causal attention with a sliding window");
   const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
   if (sinks)
     PAGELLM_CHECK(cfg.sinks->cols == cfg.n_head, "attention sinks '{}' have {} values for {} heads", cfg.sinks->name,
@@ -792,8 +817,10 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
     const auto& s = batch_->seqs[si];
     for (int32_t t0 = 0; t0 < s.q_len; t0 += tile_tokens) {
       const int32_t nt = std::min(tile_tokens, s.q_len - t0);
-      const int64_t pos0 = s.ctx_len - s.q_len + t0;
-      const int64_t j1 = pos0 + nt;
+      // Non-causal: every key of the sequence, and the tile masks as if each
+      // row sat at the last position (the kernels' mask is j <= position).
+      const int64_t pos0 = cfg.non_causal ? s.ctx_len - 1 : s.ctx_len - s.q_len + t0;
+      const int64_t j1 = cfg.non_causal ? s.ctx_len : pos0 + nt;
       const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos0 - cfg.sliding_window + 1) : 0;
       // Key ranges: [j0, j1), or with evicted keys the sinks and what follows the gap.
       int64_t ranges[2][2] = {{j0, j1}, {0, 0}};

@@ -15,6 +15,7 @@ ArchInfo qwen3moe();
 ArchInfo gemma2();
 ArchInfo gemma3();
 ArchInfo gemma4();
+ArchInfo bert();
 ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers

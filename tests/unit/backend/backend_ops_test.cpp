@@ -252,6 +252,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
   ac.scale = 1.0f / std::sqrt(static_cast<float>(D));
   ac.sliding_window = c.window;
   ac.softcap = c.softcap;
+  ac.non_causal = c.non_causal;
   std::vector<float> sinks;
   std::unique_ptr<Weight> sink_w;
   if (c.sinks) {
@@ -276,7 +277,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
         std::vector<double> w;
         std::vector<int> js;
         double mx = -1e300;
-        for (int j = 0; j <= p; ++j) {
+        for (int j = 0; j <= (c.non_causal ? ctx - 1 : p); ++j) {
           if (c.window > 0 && j <= p - c.window) continue;
           if (j >= c.evict_sinks && j < c.evict_to) continue;
           const float* kr = k.data() + ((fill_start[si] + j) * c.n_kv + g) * D;
@@ -327,6 +328,22 @@ TEST_P(BackendOps, PagedAttentionMatchesReference) {
       {12, 1, 64, 32, 0, 0, true, {{2, 33}, {9, 9}}},
   };
   uint32_t seed = 100;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+// Bidirectional attention (encoders): each sequence's whole prompt in one
+// step, every query over every key, whatever its tile; GQA and MHA, F16 and
+// F32 caches, several sequences in one batch.
+TEST_P(BackendOps, NonCausalAttentionSeesEveryKey) {
+  if (!be_->supports(Feature::NonCausalAttention)) GTEST_SKIP() << "no non-causal attention";
+  std::vector<AttnCase> cases = {
+      {4, 4, 64, 16, 0, 0, false, {{37, 37}}},
+      {8, 2, 64, 16, 0, 0, true, {{70, 70}, {1, 1}, {5, 5}}},
+      {12, 4, 32, 32, 0, 0, true, {{9, 9}, {40, 40}}},
+      {6, 1, 128, 16, 0, 0, false, {{2, 2}, {33, 33}}},
+  };
+  for (auto& c : cases) c.non_causal = true;
+  uint32_t seed = 500;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
 }
 
@@ -525,6 +542,67 @@ TEST_P(BackendOps, RmsNormWithAndWithoutWeightInPlace) {
         for (int i = 0; i < dim; ++i) ref[r * dim + i] = x[r * dim + i] * inv * (weighted ? wv[i] : 1.0);
       }
       EXPECT_LT(rel_l2(got, ref), 1e-6) << "weighted " << weighted << " in place " << in_place;
+    }
+}
+
+// LayerNorm (BERT): mean and population variance per row, then weight and
+// bias, each optional; rows with a large mean next to their spread.
+TEST_P(BackendOps, LayerNormWithWeightAndBias) {
+  if (!be_->supports_op(op_query(PGLB_OP_LAYER_NORM))) GTEST_SKIP() << "no layer_norm op";
+  const int rows = 29, dim = 384;
+  auto x = randn(rows * dim, 11, 3.0f);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < dim; ++i) x[r * dim + i] += static_cast<float>(r) - 10.0f;
+  const auto wv = randn(dim, 12), bv = randn(dim, 13);
+  auto w = upload_weight("norm.weight", DType::F32, {dim}, wv.data());
+  auto b = upload_weight("norm.bias", DType::F32, {dim}, bv.data());
+  for (bool affine : {true, false})
+    for (bool in_place : {false, true}) {
+      auto xb = put(x);
+      auto yb = in_place ? BufferPtr{} : zeros_like(x.size());
+      Buffer& y = in_place ? *xb : *yb;
+      be_->layer_norm(*xb, affine ? w.get() : nullptr, affine ? b.get() : nullptr, rows, dim, 1e-12f, y);
+      const auto got = get(y, x.size());
+      std::vector<double> ref(x.size());
+      for (int r = 0; r < rows; ++r) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; ++i) mean += x[r * dim + i];
+        mean /= dim;
+        for (int i = 0; i < dim; ++i) var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean);
+        const double inv = 1.0 / std::sqrt(var / dim + 1e-12);
+        for (int i = 0; i < dim; ++i)
+          ref[r * dim + i] = (x[r * dim + i] - mean) * inv * (affine ? wv[i] : 1.0) + (affine ? bv[i] : 0.0);
+      }
+      EXPECT_LT(rel_l2(got, ref), 1e-6) << "affine " << affine << " in place " << in_place;
+    }
+}
+
+// The plain activation op: transformers' erf GELU ("gelu", BERT), the tanh
+// GELU, SiLU and the sigmoid, in place and not.
+TEST_P(BackendOps, ActivationMatchesFormulas) {
+  if (!be_->supports_op(op_query(PGLB_OP_ACTIVATION))) GTEST_SKIP() << "no activation op";
+  const int n = 1003;
+  const auto x = randn(n, 21, 4.0f);
+  for (Activation act : {Activation::GeluErf, Activation::GeluTanh, Activation::Silu, Activation::Sigmoid})
+    for (bool in_place : {false, true}) {
+      auto xb = put(x);
+      auto ob = in_place ? BufferPtr{} : zeros_like(x.size());
+      Buffer& out = in_place ? *xb : *ob;
+      be_->activation(*xb, n, act, out);
+      const auto got = get(out, x.size());
+      std::vector<double> ref(x.size());
+      for (int i = 0; i < n; ++i) {
+        const double v = x[i];
+        switch (act) {
+          case Activation::GeluErf: ref[i] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); break;
+          case Activation::GeluTanh:
+            ref[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+            break;
+          case Activation::Silu: ref[i] = v / (1 + std::exp(-v)); break;
+          default: ref[i] = 1 / (1 + std::exp(-v)); break;
+        }
+      }
+      EXPECT_LT(rel_l2(got, ref), 1e-6) << static_cast<int>(act) << " in place " << in_place;
     }
 }
 

@@ -109,6 +109,7 @@ struct AttnCase {
   // Sliding KV eviction: keys [evict_sinks, evict_to) of every sequence are gone.
   int evict_sinks = 0, evict_to = 0;
   bool v_is_k = false;  // no V stored: the values are the keys (an MLA latent), where the backend can
+  bool non_causal = false;  // every query sees every key of its sequence (an encoder's attention)
 };
 
 inline void PrintTo(const AttnCase& c, std::ostream* os) {

@@ -14,12 +14,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "format/gguf.h"
 #include "model/dummy.h"
 #include "model/hf_writer.h"
+#include "model/model.h"
 #include "test_paths.h"
 
 namespace pagellm {
@@ -376,6 +379,211 @@ TEST(EmbeddingsEngine, UnservedPoolingRefusesOnlyEmbeddings) {
   gen.prompt_ids = {1, 2, 3};
   gen.params.max_tokens = 2;
   run(engine, {gen});
+}
+
+// An encoder (tiny BertModel, bidirectional attention): each input in one
+// step, alone and batched, equals sentence-transformers' vector; a prompt
+// already in the prefix cache is computed again; generation is refused (the
+// model computes embeddings only), and an input longer than a step's token
+// budget is refused rather than chunked.
+class EncoderEmbeddingsVsSentenceTransformers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EncoderEmbeddingsVsSentenceTransformers, OneStepAloneBatchedNoPrefixCache) {
+  const std::string name = GetParam();
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  Fixture f = load_fixture(name, 48);
+  f.config.scheduler.max_model_len = 128;  // the tiny model's learned positions
+  Engine engine(f.config);
+  EXPECT_TRUE(engine.model_config().non_causal);
+  const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
+  std::map<std::string, int32_t> cached;
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string id = "a" + std::to_string(i);
+    alone.push_back(run(engine, {embed_request(id, tokens[i])}, &cached).at(id));
+    const double cos = cosine(alone.back(), want[i]);
+    double gap = 0;
+    for (size_t k = 0; k < want[i].size(); ++k) gap = std::max(gap, std::fabs(alone.back()[k] - want[i][k]));
+    EXPECT_GE(cos, 0.9999) << name << " input " << i;
+    std::printf("[ embed ] %s input %zu (%zu tokens): cosine %.8f, max abs gap %.2e\n", name.c_str(), i,
+                tokens[i].size(), cos, gap);
+  }
+  std::vector<EngineRequest> batch;
+  for (size_t i = 0; i < tokens.size(); ++i) batch.push_back(embed_request("b" + std::to_string(i), tokens[i]));
+  const auto out = run(engine, std::move(batch), &cached);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto& b = out.at("b" + std::to_string(i));
+    ASSERT_EQ(b.size(), alone[i].size());
+    for (size_t k = 0; k < b.size(); ++k) EXPECT_NEAR(b[k], alone[i][k], 1e-5) << "input " << i << " k " << k;
+    EXPECT_EQ(cached.at("b" + std::to_string(i)), 0) << "input " << i;
+  }
+  // Unnormalised: transformers' last hidden state at position 0 (CLS) or its
+  // mean over the positions, scale included.
+  if (f.meta.contains("hidden_first")) {
+    EngineConfig rc = f.config;
+    rc.pooling_normalize = false;
+    Engine raw(rc);
+    const bool cls = f.meta["pooling"] == "cls";
+    const auto hidden = f.meta[cls ? "hidden_first" : "hidden_mean"].get<std::vector<std::vector<double>>>();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string id = "r" + std::to_string(i);
+      const auto v = run(raw, {embed_request(id, tokens[i])}).at(id);
+      ASSERT_EQ(v.size(), hidden[i].size());
+      double d2 = 0, n2 = 0;
+      for (size_t k = 0; k < v.size(); ++k) d2 += (v[k] - hidden[i][k]) * (v[k] - hidden[i][k]), n2 += hidden[i][k] * hidden[i][k];
+      const double rel = std::sqrt(d2 / n2);
+      EXPECT_LT(rel, 1e-5) << name << " input " << i;
+      std::printf("[ embed ] %s input %zu: unnormalised, relative L2 gap to transformers' hidden state %.2e\n",
+                  name.c_str(), i, rel);
+    }
+  }
+  // Text: the fixture's WordPiece tokenizer.json in the folder gives
+  // transformers' ids ([CLS] ... [SEP]) and sentence-transformers' vectors.
+  if (f.meta.contains("texts")) {
+    std::ofstream(fs::path(f.config.model) / "tokenizer.json") << f.meta["tokenizer_json"].dump();
+    EngineConfig tc = f.config;
+    tc.tokenizer.clear();  // the folder's own
+    Engine text_engine(tc);
+    const auto texts = f.meta["texts"].get<std::vector<std::string>>();
+    const auto ids = f.meta["text_ids"].get<std::vector<std::vector<int32_t>>>();
+    const auto text_want = f.meta["text_embeddings"].get<std::vector<std::vector<double>>>();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got_ids = text_engine.tokenizer().encode(texts[i], true, false);
+      EXPECT_EQ(got_ids, ids[i]) << "'" << texts[i] << "'";
+      const std::string id = "t" + std::to_string(i);
+      const auto v = run(text_engine, {embed_request(id, got_ids)}).at(id);
+      const double cos = cosine(v, text_want[i]);
+      EXPECT_GE(cos, 0.9999) << "'" << texts[i] << "'";
+      std::printf("[ embed ] %s text %zu (%zu tokens): cosine %.8f\n", name.c_str(), i, got_ids.size(), cos);
+    }
+  }
+  EngineRequest gen;
+  gen.id = "gen";
+  gen.prompt_ids = tokens.back();
+  gen.params.max_tokens = 2;
+  try {
+    engine.add_request(gen);
+    ADD_FAILURE() << "a generation request was accepted by an encoder";
+  } catch (const InvalidRequest& e) {
+    EXPECT_NE(std::string(e.what()).find("--task embed"), std::string::npos) << e.what();
+  }
+  try {
+    engine.add_request(embed_request("long", std::vector<int32_t>(60, 5)));
+    ADD_FAILURE() << "an input over the step's budget was accepted";
+  } catch (const InvalidRequest& e) {
+    EXPECT_EQ(e.param(), "input") << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderEmbeddingsVsSentenceTransformers,
+                         ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// llama.cpp's converter on the tiny BERT's HF folder
+// (tools/gen_convert_fixtures.py): its tensors are the ones pagellm's GGUF
+// dummy holds (names, shapes, checksums), and a GGUF with the converter's
+// metadata (bert.attention.layer_norm_epsilon, attention.causal false,
+// token_type_count) gives sentence-transformers' CLS vectors.
+TEST(EncoderEmbeddings, LlamaCppConvertedGgufMatchesSentenceTransformers) {
+  const std::string conv = test::fixture("models/converted-tiny-bert.json");
+  const std::string name = "embed-tiny-bert-f32-cls";
+  REQUIRE_FILE(conv);
+  REQUIRE_FILE(test::fixture("hf/" + name + ".json"));
+  std::ifstream in(conv);
+  const json meta = json::parse(in);
+  const int n_vocab = meta["n_vocab"].get<int>();
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config("tiny-bert", n_vocab);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-bert", DType::F32, meta["seed"].get<uint64_t>()}, pool);
+  GGUFWriter w;
+  for (const auto& t : meta["tensors"]) {
+    const std::string tname = t["name"].get<std::string>();
+    const TensorData* d = src->find(tname);
+    ASSERT_TRUE(d) << tname << " (the converter writes it; pagellm's GGUF has no such tensor)";
+    ASSERT_EQ(d->type, DType::F32) << tname;
+    EXPECT_EQ(d->shape, t["shape"].get<std::vector<int64_t>>()) << tname;
+    const auto* v = static_cast<const float*>(d->data);
+    double sumsq = 0;
+    for (int64_t k = 0; k < d->cols() * d->rows(); ++k) sumsq += double(v[k]) * v[k];
+    const double want = t["sumsq"].get<double>();
+    EXPECT_NEAR(sumsq, want, 1e-6 * want + 1e-9) << tname;
+    w.add_tensor(tname, DType::F32, d->shape,
+                 std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v),
+                                      reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
+  }
+  EXPECT_EQ(src->count(), meta["tensors"].size()) << "the same set of tensors";
+  for (const auto& [key, kv] : meta["metadata"].items()) {
+    const std::string type = kv["type"].get<std::string>();
+    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
+    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
+    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
+    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
+    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
+    else FAIL() << key << ": metadata type " << type << " not handled here";
+  }
+  // A sequence-classification head as llama.cpp's converter writes one
+  // (BertForSequenceClassification, 3 labels): read by name, not run.
+  std::vector<float> head(256 * 3);
+  for (size_t k = 0; k < head.size(); ++k) head[k] = static_cast<float>(k % 17) * 0.01f - 0.08f;
+  w.add_tensor("cls.output.weight", DType::F32, {256, 3},
+               std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(head.data()),
+                                    reinterpret_cast<const uint8_t*>(head.data() + head.size())));
+  w.set_string_array("bert.classifier.output_labels", {"a", "b", "c"});
+  add_synthetic_vocab(w, n_vocab);
+  const fs::path dir = scratch("converted-tiny-bert");
+  const std::string path = (dir / "converted.gguf").string();
+  w.write(path);
+  {
+    auto backend = make_cpu_backend(2);
+    auto model = Model::load(path, *backend);
+    EXPECT_EQ(model->config().n_cls_out, 3);
+    const TensorData* t = model->file_tensor("cls.output.weight");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->shape, (std::vector<int64_t>{256, 3}));
+    EXPECT_EQ(static_cast<const float*>(t->data)[20], head[20]);
+    EXPECT_FALSE(model->file_tensor("cls.weight"));
+  }
+
+  Fixture f = load_fixture(name, 48);
+  f.config.model = path;
+  f.config.tokenizer = path;
+  f.config.scheduler.max_model_len = 128;
+  Engine engine(f.config);
+  // The converter writes pooling_type only from modules.json: an encoder
+  // that does not say pools its [CLS] row.
+  EXPECT_EQ(engine.pooling().type, PoolingType::Cls);
+  const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
+  std::vector<EngineRequest> batch;
+  for (size_t k = 0; k < tokens.size(); ++k) batch.push_back(embed_request("c" + std::to_string(k), tokens[k]));
+  const auto out = run(engine, std::move(batch));
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const double cos = cosine(out.at("c" + std::to_string(k)), want[k]);
+    EXPECT_GE(cos, 0.9999) << "input " << k;
+    std::printf("[ embed ] converted tiny-bert GGUF input %zu: cosine %.8f\n", k, cos);
+  }
+}
+
+// A device without non-causal attention (the C11 test plugin, as the OpenCL
+// one) refuses an encoder at load, naming what it lacks.
+TEST(EncoderEmbeddings, ADeviceWithoutNonCausalAttentionRefusesTheModel) {
+  load_backend_plugin(PAGELLM_TEST_PLUGIN_DIR "/libpagellm_backend_cscalar.so");
+  auto be = create_backend("cscalar");
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config("tiny-bert", 512);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-bert", DType::F32, 1}, pool);
+  try {
+    Model::from_source(cfg, *src, *be);
+    ADD_FAILURE() << "the cscalar device took an encoder";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-causal"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

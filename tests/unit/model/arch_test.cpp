@@ -92,7 +92,14 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
         hf.replace(hf.find("{}"), 2, "37");
         want += "[37]";
       }
-      for (const char* prefix : {"model.layers.", "language_model.model.layers.", "model.language_model.layers."}) {
+      // Decoders: their layers under "model.layers." (multimodal classes nest
+      // them); BERT: under "encoder.layer.", with "bert." before it in task classes.
+      std::vector<std::string> prefixes = {a.hf_layers};
+      if (std::string(a.hf_layers) == "model.layers.")
+        prefixes = {"model.layers.", "language_model.model.layers.", "model.language_model.layers."};
+      else if (a.hf_base_prefix)
+        prefixes.push_back(std::string(a.hf_base_prefix) + a.hf_layers);
+      for (const std::string& prefix : prefixes) {
         // A fused gate_up maps to both halves, in table order.
         const auto all = hf_tensors(a, std::string(prefix) + "11." + hf);
         const auto got = std::find_if(all.begin(), all.end(), [&](const HfTensor& h) { return h.spec == &t; });
@@ -116,6 +123,13 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
     EXPECT_FALSE(hf_tensor(a, "model.layers.x.self_attn.q_proj.weight"));
     EXPECT_FALSE(hf_tensor(a, "model.layers.0.unknown.weight"));
   }
+  // BertForSequenceClassification: the encoder under "bert.", its head by llama.cpp's names.
+  const ArchInfo& bert = arch_info(Arch::Bert);
+  EXPECT_EQ(hf_tensor(bert, "bert.embeddings.word_embeddings.weight")->gguf, "token_embd.weight");
+  EXPECT_EQ(hf_tensor(bert, "bert.pooler.dense.weight")->gguf, "cls.weight");
+  EXPECT_EQ(hf_tensor(bert, "classifier.weight")->gguf, "cls.output.weight");
+  EXPECT_EQ(hf_tensor(bert, "classifier.bias")->gguf, "cls.output.bias");
+  EXPECT_FALSE(hf_tensor(bert, "bert.embeddings.position_ids"));
   // Llama calls the FFN norm post_attention_layernorm; Gemma has both norms.
   EXPECT_EQ(hf_tensor(arch_info(Arch::Llama), "model.layers.0.post_attention_layernorm.weight")->gguf,
             "blk.0.ffn_norm.weight");

@@ -99,5 +99,41 @@ TEST(SchedulerPromptLogits, RowCapBoundsThoseSequencesTogether) {
       Error);
 }
 
+// A whole-prompt sequence (an encoder's: bidirectional attention) is computed
+// in one step, never chunked, never taken from the prefix cache, and its
+// blocks never join it.
+TEST(SchedulerWholePrompt, OneStepNoChunksNoPrefixCache) {
+  FakeEngine e(sched_config(48), kv_config(100));
+  const auto prompt = tokens(40);
+  e.add(1, prompt, 1);
+  e.run_to_completion();
+  const int32_t cached = e.sched.kv_stats().cached_blocks;
+  EXPECT_EQ(cached, 2);
+
+  // A plain prompt takes 20 of the budget of 48 first: the whole prompt of
+  // 40 does not fit beside it and waits for a step of its own.
+  e.add(2, tokens(20, 500), 1);
+  Sequence* whole = e.add(3, prompt, 1);
+  whole->whole_prompt = true;
+  std::vector<StepPlan> plans;
+  while (e.sched.has_unfinished()) plans.push_back(e.step());
+  EXPECT_EQ(whole->num_cached_tokens, 0);
+  int entries = 0;
+  for (const StepPlan& plan : plans)
+    for (const ScheduledSeq& s : plan.seqs)
+      if (s.seq_id == 3 && s.start_pos < 40) {
+        ++entries;
+        EXPECT_EQ(s.start_pos, 0);
+        EXPECT_EQ(s.num_new_tokens, 40);
+      }
+  EXPECT_EQ(entries, 1);
+
+  // A new whole prompt of its own tokens leaves no reusable blocks behind.
+  e.add(4, tokens(40, 900), 1)->whole_prompt = true;
+  const int32_t before = e.sched.kv_stats().cached_blocks;
+  e.run_to_completion();
+  EXPECT_EQ(e.sched.kv_stats().cached_blocks, before);
+}
+
 }  // namespace
 }  // namespace pagellm
