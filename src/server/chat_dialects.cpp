@@ -135,24 +135,10 @@ void OpenAIServer::run_turn(const GenerationRequest& g, const std::string& id,
     });
     return;
   }
-  auto last_check = Clock::now();
-  while (!job->done()) {
-    auto item = job->next(options_.poll_interval);
-    if (Clock::now() - last_check >= options_.poll_interval) {
-      last_check = Clock::now();
-      if (watch.gone()) {
-        job->abort();
-        log_turn(options_.log_requests, id, "aborted (client disconnected)", turn, start);
-        res.status = 499;
-        return;
-      }
-    }
-    if (!item) continue;
-    if (!item->output.error.empty()) {
-      job->abort();
-      throw error_for(item->output);
-    }
-    turn.add(item->output);
+  if (!collect_outputs(*job, watch, options_.poll_interval, [&](GenerationJob::Item& item) { turn.add(item.output); })) {
+    log_turn(options_.log_requests, id, "aborted (client disconnected)", turn, start);
+    res.status = 499;
+    return;
   }
   if (turn.finish() == FinishReason::Abort) {
     log_turn(options_.log_requests, id, "aborted (shutdown)", turn, start);

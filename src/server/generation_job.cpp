@@ -71,4 +71,26 @@ bool read_first_output(GenerationJob& job, ClientWatch& watch, std::chrono::mill
   return true;
 }
 
+bool collect_outputs(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
+                     const std::function<void(GenerationJob::Item&)>& take) {
+  auto last_check = std::chrono::steady_clock::now();
+  while (!job.done()) {
+    auto item = job.next(poll);
+    if (std::chrono::steady_clock::now() - last_check >= poll) {
+      last_check = std::chrono::steady_clock::now();
+      if (watch.gone()) {
+        job.abort();
+        return false;
+      }
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      job.abort();
+      throw error_for(item->output);
+    }
+    take(*item);
+  }
+  return true;
+}
+
 }  // namespace pagellm::server

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -49,5 +50,13 @@ class ClientWatch;
 // returns false when the client left meanwhile (the job is aborted).
 bool read_first_output(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
                        std::optional<GenerationJob::Item>& first);
+
+// Reads a job's outputs until every prompt is done, handing each to `take`.
+// Once per poll interval, busy or not, it looks for a client that left:
+// then the job is aborted and it returns false. An output that carries an
+// error aborts the job and is thrown (error_for: 400 naming its field, 503
+// or 500). For replies sent whole; streams write as they read.
+bool collect_outputs(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
+                     const std::function<void(GenerationJob::Item&)>& take);
 
 }  // namespace pagellm::server

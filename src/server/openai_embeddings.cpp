@@ -6,6 +6,7 @@
 
 #include "api/embedding_request.h"
 #include "server/generation_job.h"
+#include "server/http_connections.h"
 #include "server/http_errors.h"
 #include "server/openai_response.h"
 #include "server/openai_server.h"
@@ -70,20 +71,17 @@ void OpenAIServer::embeddings(const httplib::Request& req, httplib::Response& re
     requests.push_back(std::move(r));
   }
   GenerationJob job(engine_, std::move(requests));
+  ClientWatch watch = ClientWatch::current();
   std::vector<std::vector<float>> vectors(e.inputs.size());
-  while (!job.done()) {
-    auto item = job.next(options_.poll_interval);
-    if (!item) continue;
-    const RequestOutput& out = item->output;
-    if (!out.error.empty()) {
-      job.abort();
-      if (out.error_kind == RequestError::Invalid) throw HttpError(400, out.error, "", "input");
-      throw HttpError(out.error_kind == RequestError::Unavailable ? 503 : 500, out.error);
-    }
-    if (!out.finished) continue;
-    if (out.embedding.empty())
+  const bool complete = collect_outputs(job, watch, options_.poll_interval, [&](GenerationJob::Item& item) {
+    if (!item.output.finished) return;
+    if (item.output.embedding.empty())
       throw HttpError(503, "the request was aborted: the server is shutting down", "shutting_down");
-    vectors[item->prompt_index] = out.embedding;
+    vectors[item.prompt_index] = std::move(item.output.embedding);
+  });
+  if (!complete) {
+    res.status = 499;  // the client left: nobody reads it
+    return;
   }
   if (e.dimensions)
     for (auto& v : vectors) v = truncate_embedding(std::move(v), *e.dimensions, engine_.pooling().normalize);

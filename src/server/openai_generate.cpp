@@ -182,27 +182,15 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
 
   ResponseCollector collector(meta, g.prompts.size(), g.params.n, g.logprobs(), std::move(echo), g.output,
                               prompt_view(g));
-  auto last_check = Clock::now();
-  while (!job->done()) {
-    auto item = job->next(options_.poll_interval);
-    // Look for a vanished client once per poll interval, busy or not.
-    if (Clock::now() - last_check >= options_.poll_interval) {
-      last_check = Clock::now();
-      if (watch.gone()) {
-        job->abort();
-        log.write("aborted (client disconnected)", collector.usage(), collector.choices());
-        res.status = 499;  // nginx's "client closed request": nobody reads it
-        return;
-      }
-    }
-    if (!item) continue;
-    if (!item->output.error.empty()) {
-      job->abort();
-      throw error_for(item->output);
-    }
-    log.saw(item->output);
-    if (g.prompt_only) drop_completion_tokens(item->output);
-    collector.add(item->prompt_index, item->output);
+  const bool complete = collect_outputs(*job, watch, options_.poll_interval, [&](GenerationJob::Item& item) {
+    log.saw(item.output);
+    if (g.prompt_only) drop_completion_tokens(item.output);
+    collector.add(item.prompt_index, item.output);
+  });
+  if (!complete) {
+    log.write("aborted (client disconnected)", collector.usage(), collector.choices());
+    res.status = 499;  // nginx's "client closed request": nobody reads it
+    return;
   }
   for (const ChoiceState& c : collector.choices())
     if (c.finish == FinishReason::Abort) {

@@ -9,13 +9,15 @@
 
 #include "api/score_request.h"
 #include "server/generation_job.h"
+#include "server/http_connections.h"
 #include "server/http_errors.h"
 #include "server/openai_response.h"
 #include "server/openai_server.h"
 
 namespace pagellm::server {
 
-std::vector<float> OpenAIServer::run_scores(const std::vector<std::vector<int32_t>>& prompts, const std::string& id) {
+std::optional<std::vector<float>> OpenAIServer::run_scores(const std::vector<std::vector<int32_t>>& prompts,
+                                                            const std::string& id) {
   std::vector<EngineRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
     EngineRequest r;
@@ -25,22 +27,15 @@ std::vector<float> OpenAIServer::run_scores(const std::vector<std::vector<int32_
     requests.push_back(std::move(r));
   }
   GenerationJob job(engine_, std::move(requests));
+  ClientWatch watch = ClientWatch::current();
   std::vector<float> scores(prompts.size());
-  while (!job.done()) {
-    auto item = job.next(options_.poll_interval);
-    if (!item) continue;
-    const RequestOutput& out = item->output;
-    if (!out.error.empty()) {
-      job.abort();
-      if (out.error_kind == RequestError::Invalid)
-        throw HttpError(400, out.error, "", out.error_param.empty() ? "model" : out.error_param);
-      throw HttpError(out.error_kind == RequestError::Unavailable ? 503 : 500, out.error);
-    }
-    if (!out.finished) continue;
-    if (out.embedding.empty())
+  const bool complete = collect_outputs(job, watch, options_.poll_interval, [&](GenerationJob::Item& item) {
+    if (!item.output.finished) return;
+    if (item.output.embedding.empty())
       throw HttpError(503, "the request was aborted: the server is shutting down", "shutting_down");
-    scores[item->prompt_index] = out.score;
-  }
+    scores[item.prompt_index] = item.output.score;
+  });
+  if (!complete) return std::nullopt;  // the client left: the job is aborted
   return scores;
 }
 
@@ -50,10 +45,14 @@ void OpenAIServer::rerank(const httplib::Request& req, httplib::Response& res) {
   const nlohmann::json body = parse_json_body(req.body);
   const api::ScoreRequest s = api::parse_rerank_request(body, model_);
   const std::string id = make_request_id("rerank-");
-  const std::vector<float> scores = run_scores(s.prompts, id);
+  const auto scores = run_scores(s.prompts, id);
+  if (!scores) {
+    res.status = 499;  // nobody reads it
+    return;
+  }
   if (options_.log_requests)
-    spdlog::info("{} rerank: {} documents, {} tokens", id, scores.size(), api::total_tokens(s));
-  res.set_content(dump_json(api::rerank_response(s, scores, id, model_.name)), "application/json");
+    spdlog::info("{} rerank: {} documents, {} tokens", id, scores->size(), api::total_tokens(s));
+  res.set_content(dump_json(api::rerank_response(s, *scores, id, model_.name)), "application/json");
 }
 
 void OpenAIServer::score(const httplib::Request& req, httplib::Response& res) {
@@ -62,10 +61,14 @@ void OpenAIServer::score(const httplib::Request& req, httplib::Response& res) {
   const nlohmann::json body = parse_json_body(req.body);
   const api::ScoreRequest s = api::parse_score_request(body, model_);
   const std::string id = make_request_id("score-");
-  const std::vector<float> scores = run_scores(s.prompts, id);
-  if (options_.log_requests) spdlog::info("{} score: {} pairs, {} tokens", id, scores.size(), api::total_tokens(s));
+  const auto scores = run_scores(s.prompts, id);
+  if (!scores) {
+    res.status = 499;
+    return;
+  }
+  if (options_.log_requests) spdlog::info("{} score: {} pairs, {} tokens", id, scores->size(), api::total_tokens(s));
   res.set_content(
-      dump_json(api::score_response(s, scores, id, static_cast<int64_t>(std::time(nullptr)), model_.name)),
+      dump_json(api::score_response(s, *scores, id, static_cast<int64_t>(std::time(nullptr)), model_.name)),
       "application/json");
 }
 

@@ -80,7 +80,9 @@ class OpenAIServer {
   void rerank(const httplib::Request& req, httplib::Response& res);
   void score(const httplib::Request& req, httplib::Response& res);
   // Runs every prompt as a score request; the scores in prompt order.
-  std::vector<float> run_scores(const std::vector<std::vector<int32_t>>& prompts, const std::string& id);
+  // Every pair's score, in order; nothing when the client left (the job is aborted).
+  std::optional<std::vector<float>> run_scores(const std::vector<std::vector<int32_t>>& prompts,
+                                               const std::string& id);
   // 400 naming the task when the endpoint is not the served task's.
   void require_task(ServeTask task, const char* endpoint) const;
   void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
