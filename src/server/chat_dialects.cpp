@@ -75,33 +75,18 @@ struct TurnStream {
 
 bool run_turn_stream(TurnStream& s, httplib::DataSink& sink, std::chrono::milliseconds poll) {
   auto write = [&](const std::string& data) { return data.empty() || sink.write(data.data(), data.size()); };
-  auto client_gone = [&] {
-    s.job->abort();
+  const StreamEvents events{[&] { return s.renderer.begin(s.turn); },
+                            [&](GenerationJob::Item& item) { return s.renderer.add(s.turn.add(item.output), s.turn); },
+                            [&] { return s.renderer.end(s.turn); },
+                            [&](const HttpError& e) { return s.renderer.error(e); }};
+  const StreamEnd end = stream_outputs(*s.job, s.first, s.watch, poll, write, events);
+  if (end == StreamEnd::ClientGone) {
     log_turn(s.log, s.id, "aborted (client disconnected)", s.turn, s.start);
     return false;
-  };
-  if (!write(s.renderer.begin(s.turn))) return client_gone();
-  auto last_check = Clock::now();
-  while (s.first || !s.job->done()) {
-    auto item = s.first ? std::exchange(s.first, std::nullopt) : s.job->next(poll);
-    if (Clock::now() - last_check >= poll) {
-      last_check = Clock::now();
-      if (s.watch.gone([&] { return write(": keep-alive\n\n"); })) return client_gone();
-    }
-    if (!item) continue;
-    if (!item->output.error.empty()) {
-      s.job->abort();
-      write(s.renderer.error(error_for(item->output)));
-      sink.done();
-      log_turn(s.log, s.id, "failed", s.turn, s.start);
-      return true;
-    }
-    if (!write(s.renderer.add(s.turn.add(item->output), s.turn))) return client_gone();
   }
-  if (!write(s.renderer.end(s.turn))) return client_gone();
   sink.done();
-  if (s.renderer.done && s.turn.finish() != FinishReason::Abort) s.renderer.done(s.turn);
-  log_turn(s.log, s.id, "streamed", s.turn, s.start);
+  if (end == StreamEnd::Finished && s.renderer.done && s.turn.finish() != FinishReason::Abort) s.renderer.done(s.turn);
+  log_turn(s.log, s.id, end == StreamEnd::Failed ? "failed" : "streamed", s.turn, s.start);
   return true;
 }
 

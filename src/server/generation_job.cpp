@@ -1,6 +1,7 @@
 #include "server/generation_job.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "server/http_connections.h"
 #include "server/http_errors.h"
@@ -91,6 +92,36 @@ bool collect_outputs(GenerationJob& job, ClientWatch& watch, std::chrono::millis
     take(*item);
   }
   return true;
+}
+
+StreamEnd stream_outputs(GenerationJob& job, std::optional<GenerationJob::Item>& first, ClientWatch& watch,
+                         std::chrono::milliseconds poll, const std::function<bool(const std::string&)>& write,
+                         const StreamEvents& events) {
+  auto gone = [&] {
+    job.abort();
+    return StreamEnd::ClientGone;
+  };
+  if (!write(events.begin())) return gone();
+  auto last_check = std::chrono::steady_clock::now();
+  while (first || !job.done()) {
+    auto item = first ? std::exchange(first, std::nullopt) : job.next(poll);
+    // Failed writes show most disconnects; this also catches them while
+    // nothing is written (queued, long prefill, text held back). An SSE
+    // comment tells a client that half-closed from one that left.
+    if (std::chrono::steady_clock::now() - last_check >= poll) {
+      last_check = std::chrono::steady_clock::now();
+      if (watch.gone([&] { return write(": keep-alive\n\n"); })) return gone();
+    }
+    if (!item) continue;
+    if (!item->output.error.empty()) {
+      job.abort();
+      write(events.error(error_for(item->output)));
+      return StreamEnd::Failed;
+    }
+    if (!write(events.add(*item))) return gone();
+  }
+  if (!write(events.end())) return gone();
+  return StreamEnd::Finished;
 }
 
 }  // namespace pagellm::server

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/async_engine.h"
@@ -58,5 +59,25 @@ bool read_first_output(GenerationJob& job, ClientWatch& watch, std::chrono::mill
 // or 500). For replies sent whole; streams write as they read.
 bool collect_outputs(GenerationJob& job, ClientWatch& watch, std::chrono::milliseconds poll,
                      const std::function<void(GenerationJob::Item&)>& take);
+
+class HttpError;
+
+// What a streamed reply writes: its opening, each output, its end, or an
+// error event in place of the rest (each may be "": nothing to write).
+struct StreamEvents {
+  std::function<std::string()> begin;
+  std::function<std::string(GenerationJob::Item&)> add;
+  std::function<std::string()> end;
+  std::function<std::string(const HttpError&)> error;
+};
+enum class StreamEnd { Finished, Failed, ClientGone };
+// Streams a job through `write` (false: the client is gone): `first` (an
+// output read before the stream began) and then the job's outputs, with the
+// client probed once per poll interval by an SSE comment. An output's error
+// aborts the job and ends the stream with events.error (Failed); a client
+// that leaves aborts it (ClientGone). The caller ends the HTTP stream.
+StreamEnd stream_outputs(GenerationJob& job, std::optional<GenerationJob::Item>& first, ClientWatch& watch,
+                         std::chrono::milliseconds poll, const std::function<bool(const std::string&)>& write,
+                         const StreamEvents& events);
 
 }  // namespace pagellm::server

@@ -98,39 +98,24 @@ struct StreamingReply {
 
 bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::milliseconds poll) {
   auto write = [&](const std::string& data) { return data.empty() || sink.write(data.data(), data.size()); };
-  auto client_gone = [&] {
-    s.job->abort();
+  const StreamEvents events{
+      [&] { return s.renderer.begin(); },
+      [&](GenerationJob::Item& item) {
+        s.log.saw(item.output);
+        if (s.prompt_only) drop_completion_tokens(item.output);
+        return s.renderer.add(item.prompt_index, item.output);
+      },
+      [&] { return s.renderer.end(); },
+      [&](const HttpError& e) {
+        return s.renderer.error(error_body(e.status(), e.what(), e.param(), e.code())) + std::string(kSseDone);
+      }};
+  const StreamEnd end = stream_outputs(*s.job, s.first, s.watch, poll, write, events);
+  if (end == StreamEnd::ClientGone) {
     s.log.write("aborted (client disconnected)", s.renderer.usage(), s.renderer.choices());
     return false;  // httplib closes the connection
-  };
-  if (!write(s.renderer.begin())) return client_gone();
-  auto last_check = Clock::now();
-  while (s.first || !s.job->done()) {
-    auto item = s.first ? std::exchange(s.first, std::nullopt) : s.job->next(poll);
-    // Failed writes show most disconnects; this also catches them while
-    // nothing is written (queued, long prefill, text held back).
-    if (Clock::now() - last_check >= poll) {
-      last_check = Clock::now();
-      // An SSE comment tells a client that half-closed from one that left.
-      if (s.watch.gone([&] { return write(": keep-alive\n\n"); })) return client_gone();
-    }
-    if (!item) continue;
-    if (!item->output.error.empty()) {
-      s.job->abort();
-      const HttpError e = error_for(item->output);
-      write(s.renderer.error(error_body(e.status(), e.what(), e.param(), e.code())));
-      write(kSseDone);
-      sink.done();
-      s.log.write("failed", s.renderer.usage(), s.renderer.choices());
-      return true;
-    }
-    s.log.saw(item->output);
-    if (s.prompt_only) drop_completion_tokens(item->output);
-    if (!write(s.renderer.add(item->prompt_index, item->output))) return client_gone();
   }
-  if (!write(s.renderer.end())) return client_gone();
   sink.done();
-  s.log.write("streamed", s.renderer.usage(), s.renderer.choices());
+  s.log.write(end == StreamEnd::Failed ? "failed" : "streamed", s.renderer.usage(), s.renderer.choices());
   return true;
 }
 
