@@ -18,7 +18,7 @@ import pytest
 import requests
 
 import prom
-from conftest import BIN, STORIES, Server, default_model_path, free_port
+from conftest import BIN, REPO, STORIES, Server, default_model_path, free_port
 from test_devices import needs_opencl
 
 MPIRUN = shutil.which("mpirun")
@@ -306,6 +306,29 @@ def test_prompt_logprobs_under_parallelism(how):
             assert a.keys() == b.keys()
             for k in a:
                 assert b[k]["logprob"] == pytest.approx(a[k]["logprob"], abs=1e-4)
+
+
+@pytest.mark.parametrize("how", ["tp2", "pp2"])
+def test_rerank_under_parallelism(how):
+    """A score request's pooled row comes back through the ranks like an embedding's: the tiny reranker's
+    scores (llama.cpp's converted GGUF of tests/fixtures/hf/rerank-tiny-qwen3.json) equal transformers'."""
+    ref = json.loads((REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.json").read_text())
+    model = need(REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.gguf")
+    ranks, flags = PARALLEL[how]
+    port = free_port()
+    cmd = ["serve", str(model), "--task", "score", "--host", "127.0.0.1", "--port", str(port), "--threads", "1",
+           "--exact-matmul", "--max-model-len", "256", "--kv-cache-dtype", "f32", *flags]
+    server = Server(cmd=mpi(ranks, cmd), port=port)
+    server.start(timeout=180)
+    try:
+        r = requests.post(server.url("/v1/rerank"), json={"query": ref["query"], "documents": ref["documents"]},
+                          timeout=120)
+        assert r.status_code == 200, r.text
+        got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    finally:
+        server.kill()
+    for i, want in enumerate(ref["scores"][:len(ref["documents"])]):
+        assert got[i] == pytest.approx(want, abs=1e-4)
 
 
 def test_launch_errors_are_clear(tmp_path):
