@@ -130,6 +130,14 @@ pagellm_status pagellm_generate(pagellm_engine* engine, const char* prompt, cons
 pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
                              size_t num_prompt_tokens, float* embedding, size_t capacity, size_t* dim);
 
+/* A score request (a reranker's: a model with a score head, see the README's
+ * "Rerank and score"): the (query, document) pair becomes one prompt as the
+ * model's score format says, runs prefill only, and its score (the score
+ * label's probability) goes to *score. Blocks until done. A model without a
+ * score head, or a pair over the context, is PAGELLM_ERR_INVALID_ARGUMENT.
+ * Any thread. */
+pagellm_status pagellm_score(pagellm_engine* engine, const char* query, const char* document, float* score);
+
 /* Requests added and not yet finished (pagellm_generate's included). Any thread. */
 size_t pagellm_num_unfinished(const pagellm_engine* engine);
 

@@ -12,12 +12,13 @@ from ._core import __version__
 from .async_llm import AsyncEngineArgs, AsyncLLM, AsyncLLMEngine, EngineArgs
 from .llm import LLM
 from .outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics,
-                      RequestOutput)
+                      RequestOutput, ScoringOutput, ScoringRequestOutput)
 from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
 from ._engine import Tokenizer
 
 __all__ = [
     "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EmbeddingOutput", "EmbeddingRequestOutput", "EngineArgs", "GuidedDecodingParams", "LLM",
-    "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams",
+    "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind", "SamplingParams", "ScoringOutput",
+    "ScoringRequestOutput", "StructuredOutputsParams",
     "Tokenizer", "__version__",
 ]

@@ -10,7 +10,8 @@ from typing import Any, Optional, Sequence, Union
 from . import _core
 from ._engine import (PromptType, Tokenizer, engine_json, make_engine, normalize_prompts, params_list, prompt_ids,
                       render_chat)
-from .outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, RequestState
+from .outputs import (EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, RequestState, ScoringOutput,
+                      ScoringRequestOutput)
 from .sampling_params import SamplingParams
 
 # How long one wait for outputs may hold the thread before Python checks for
@@ -82,6 +83,26 @@ class LLM:
         vectors = self._engine.embed(request_ids, ids) if items else []
         return [EmbeddingRequestOutput(rid, pids, EmbeddingOutput(v))
                 for rid, pids, v in zip(request_ids, ids, vectors)]
+
+    def score(self, data_1: Union[str, Sequence[str]], data_2: Union[str, Sequence[str]],
+              use_tqdm: bool = True) -> list[ScoringRequestOutput]:
+        """Scores of (query, document) pairs with a reranker (a model with a
+        score head: `task="score"`), as vLLM's LLM.score pairs them: one text
+        against each of a list, or two lists of one length pair by pair. Each
+        pair is formatted as the model's score template says and runs prefill
+        only through the same scheduler as generation."""
+        first = [data_1] if isinstance(data_1, str) else list(data_1)
+        second = [data_2] if isinstance(data_2, str) else list(data_2)
+        if not all(isinstance(t, str) for t in first + second):
+            raise TypeError("score takes texts: a string or a list of strings on each side")
+        if len(first) == 1:
+            first = first * len(second)
+        if len(first) != len(second):
+            raise ValueError(f"data_1 has {len(first)} texts and data_2 {len(second)}: give one, or as many")
+        ids = [self._engine.score_prompt(q, d) for q, d in zip(first, second)]
+        request_ids = [str(next(self._ids)) for _ in ids]
+        scores = self._engine.score(request_ids, ids) if ids else []
+        return [ScoringRequestOutput(rid, pids, ScoringOutput(s)) for rid, pids, s in zip(request_ids, ids, scores)]
 
     # ---- the rest of vLLM's LLM surface
 

@@ -76,6 +76,20 @@ class EmbeddingRequestOutput:
 
 
 @dataclass
+class ScoringOutput:
+    score: float
+
+
+@dataclass
+class ScoringRequestOutput:
+    """LLM.score's result per pair (vLLM's shape): the score is `outputs.score`."""
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: ScoringOutput
+    finished: bool = True
+
+
+@dataclass
 class _Sample:
     text: str = ""
     token_ids: list = field(default_factory=list)

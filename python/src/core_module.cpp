@@ -42,6 +42,39 @@ nb::str text_of(const std::string& s) {
   return nb::steal<nb::str>(o);
 }
 
+// Runs pooled requests (embedding or score) to their ends, with the GIL
+// released; their finished outputs in order. The first failure aborts the
+// rest and is raised.
+std::vector<pagellm::RequestOutput> pooled_outputs(EmbeddedEngine& e, const std::vector<std::string>& ids,
+                                                   std::vector<std::vector<int32_t>> prompts, bool score) {
+  if (ids.size() != prompts.size()) throw pagellm::InvalidRequest("ids and prompts differ in length");
+  std::vector<pagellm::EngineRequest> reqs(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    reqs[i].id = ids[i];
+    reqs[i].prompt_ids = std::move(prompts[i]);
+    (score ? reqs[i].score : reqs[i].embed) = true;
+  }
+  std::vector<pagellm::RequestOutput> outs(ids.size());
+  nb::gil_scoped_release release;  // the engine's steps run meanwhile
+  const auto streams = e.submit(std::move(reqs));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    for (;;) {
+      auto out = streams[i]->next(std::chrono::milliseconds(100));
+      if (!out) continue;
+      if (!out->error.empty() || (out->finished && out->embedding.empty())) {
+        for (size_t k = i + 1; k < streams.size(); ++k) e.abort(streams[k]->id());
+        if (out->error_kind == pagellm::RequestError::Invalid) throw pagellm::InvalidRequest(out->error);
+        throw pagellm::Error(out->error.empty() ? "the request was aborted" : out->error);
+      }
+      if (out->finished) {
+        outs[i] = std::move(*out);
+        break;
+      }
+    }
+  }
+  return outs;
+}
+
 nb::object text_or_none(const char* s) { return s ? nb::object(nb::str(s)) : nb::object(nb::none()); }
 
 nb::object stop_reason(const api::StopReason& r) {
@@ -176,34 +209,22 @@ NB_MODULE(_core, m) {
       .def(
           "embed",
           [](EmbeddedEngine& e, const std::vector<std::string>& ids, std::vector<std::vector<int32_t>> prompts) {
-            if (ids.size() != prompts.size()) throw pagellm::InvalidRequest("embed: ids and prompts differ in length");
-            std::vector<pagellm::EngineRequest> reqs(ids.size());
-            for (size_t i = 0; i < ids.size(); ++i) {
-              reqs[i].id = ids[i];
-              reqs[i].prompt_ids = std::move(prompts[i]);
-              reqs[i].embed = true;
-            }
-            std::vector<std::vector<float>> vectors(ids.size());
-            nb::gil_scoped_release release;  // the engine's steps run meanwhile
-            const auto streams = e.submit(std::move(reqs));
-            for (size_t i = 0; i < streams.size(); ++i) {
-              for (;;) {
-                auto out = streams[i]->next(std::chrono::milliseconds(100));
-                if (!out) continue;
-                if (!out->error.empty() || (out->finished && out->embedding.empty())) {
-                  for (size_t k = i + 1; k < streams.size(); ++k) e.abort(streams[k]->id());
-                  if (out->error_kind == pagellm::RequestError::Invalid) throw pagellm::InvalidRequest(out->error);
-                  throw pagellm::Error(out->error.empty() ? "embed: the request was aborted" : out->error);
-                }
-                if (out->finished) {
-                  vectors[i] = std::move(out->embedding);
-                  break;
-                }
-              }
-            }
+            std::vector<std::vector<float>> vectors;
+            for (pagellm::RequestOutput& out : pooled_outputs(e, ids, std::move(prompts), false))
+              vectors.push_back(std::move(out.embedding));
             return vectors;
           },
           nb::arg("ids"), nb::arg("prompts"), "Pooled vectors of the prompts (embedding requests), in order")
+      .def(
+          "score",
+          [](EmbeddedEngine& e, const std::vector<std::string>& ids, std::vector<std::vector<int32_t>> prompts) {
+            std::vector<float> scores;
+            for (const pagellm::RequestOutput& out : pooled_outputs(e, ids, std::move(prompts), true))
+              scores.push_back(out.score);
+            return scores;
+          },
+          nb::arg("ids"), nb::arg("prompts"), "Scores of the prompts (score requests: a reranker's), in order")
+      .def("score_prompt", &EmbeddedEngine::score_prompt, nb::arg("query"), nb::arg("document"))
       .def("abort", &EmbeddedEngine::abort, nb::arg("request_id"))
       .def(
           "shutdown",

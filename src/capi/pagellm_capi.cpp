@@ -224,6 +224,28 @@ int32_t pagellm_engine_embedding_size(const pagellm_engine* engine) {
   return engine ? engine->engine->embedding_size() : 0;
 }
 
+namespace {
+
+// Runs one pooled request (embedding or score) to its end; the finished output.
+pagellm::RequestOutput run_pooled(pagellm_engine* engine, pagellm::EngineRequest req) {
+  auto queue = std::make_shared<pagellm::OutputQueue>();
+  std::vector<pagellm::EngineRequest> reqs;
+  reqs.push_back(std::move(req));
+  engine->engine->submit(std::move(reqs), queue);
+  for (;;) {
+    auto o = queue->next(std::chrono::milliseconds(1000));
+    if (o && o->finished) return std::move(*o);
+  }
+}
+
+pagellm_status pooled_failure(const pagellm::RequestOutput& o) {
+  if (o.error_kind == pagellm::RequestError::Invalid && !o.error.empty())
+    return failed(PAGELLM_ERR_INVALID_ARGUMENT, o.error.c_str());
+  return failed(PAGELLM_ERR_INTERNAL, o.error.empty() ? "the request was aborted" : o.error.c_str());
+}
+
+}  // namespace
+
 pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
                              size_t num_prompt_tokens, float* embedding, size_t capacity, size_t* dim) {
   return guarded(PAGELLM_ERR_INTERNAL, [&] {
@@ -231,24 +253,31 @@ pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const i
     *dim = static_cast<size_t>(engine->engine->embedding_size());
     if (!embedding || capacity < *dim)
       return failed(PAGELLM_ERR_BUFFER_TOO_SMALL, "the vector does not fit: call again with *dim floats of room");
-    auto queue = std::make_shared<pagellm::OutputQueue>();
     pagellm::EngineRequest req =
         make_request(engine, "pagellm-embed-" + std::to_string(engine->next_generate_id.fetch_add(1)), prompt,
                      prompt_token_ids, num_prompt_tokens, nullptr);
     req.embed = true;
-    std::vector<pagellm::EngineRequest> reqs;
-    reqs.push_back(std::move(req));
-    engine->engine->submit(std::move(reqs), queue);
-    for (;;) {
-      auto o = queue->next(std::chrono::milliseconds(1000));
-      if (!o || !o->finished) continue;
-      if (o->error_kind == pagellm::RequestError::Invalid && !o->error.empty())
-        return failed(PAGELLM_ERR_INVALID_ARGUMENT, o->error.c_str());
-      if (!o->error.empty() || o->embedding.size() != *dim)
-        return failed(PAGELLM_ERR_INTERNAL, o->error.empty() ? "the request was aborted" : o->error.c_str());
-      std::copy(o->embedding.begin(), o->embedding.end(), embedding);
-      return PAGELLM_OK;
-    }
+    const pagellm::RequestOutput o = run_pooled(engine, std::move(req));
+    if (!o.error.empty() || o.embedding.size() != *dim) return pooled_failure(o);
+    std::copy(o.embedding.begin(), o.embedding.end(), embedding);
+    return PAGELLM_OK;
+  });
+}
+
+pagellm_status pagellm_score(pagellm_engine* engine, const char* query, const char* document, float* score) {
+  return guarded(PAGELLM_ERR_INTERNAL, [&] {
+    require(engine != nullptr && query != nullptr && document != nullptr && score != nullptr,
+            "engine, query, document or score is NULL");
+    require_utf8(query, "query");
+    require_utf8(document, "document");
+    std::vector<int32_t> ids = engine->engine->score_prompt(query, document);
+    pagellm::EngineRequest req = engine->engine->make_request(
+        "pagellm-score-" + std::to_string(engine->next_generate_id.fetch_add(1)), std::move(ids), nullptr);
+    req.score = true;
+    const pagellm::RequestOutput o = run_pooled(engine, std::move(req));
+    if (!o.error.empty() || o.embedding.empty()) return pooled_failure(o);
+    *score = o.score;
+    return PAGELLM_OK;
   });
 }
 

@@ -109,6 +109,12 @@ std::vector<int32_t> EmbeddedEngine::encode(const std::string& text, bool add_sp
   return tokenizer().encode(text, add_special, /*parse_special=*/true);
 }
 
+std::vector<int32_t> EmbeddedEngine::score_prompt(const std::string& query, const std::string& document) const {
+  const ScoreModel* m = engine_->score_model();
+  if (!m) throw InvalidRequest(engine_->score_error(), "model");
+  return m->format.tokens(tokenizer(), query, document);
+}
+
 std::string EmbeddedEngine::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   check_token_ids(ids, tokenizer().vocab_size(), "token", "token_ids");
   return tokenizer().decode(ids, skip_special);

@@ -50,6 +50,9 @@ class EmbeddedEngine {
   // Text -> ids as a prompt is tokenized (add_special: BOS as the vocabulary
   // says; special-token text is recognised).
   std::vector<int32_t> encode(const std::string& text, bool add_special) const;
+  // The prompt of a (query, document) pair as the model's score format makes
+  // it (score requests); InvalidRequest when the model has no score head.
+  std::vector<int32_t> score_prompt(const std::string& query, const std::string& document) const;
   // Throws InvalidRequest for ids outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
 

@@ -116,6 +116,7 @@ class AsyncEngine {
   const PoolingSpec& pooling() const { return engine_->pooling(); }
   const std::string& pooling_error() const { return engine_->pooling_error(); }
   const ScoreModel* score_model() const { return engine_->score_model(); }
+  const std::string& score_error() const { return engine_->score_error(); }
   ServeTask task() const { return engine_->task(); }
   std::string describe() const { return description_; }
   // Snapshot taken after every step.

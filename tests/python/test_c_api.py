@@ -2,6 +2,7 @@
 C example built against an installed copy through pkg-config."""
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,27 @@ def test_embed(lib, engine, llm):
     assert lib.pagellm_embed(engine, None, ids, ctypes.c_size_t(2), vec, ctypes.c_size_t(n),
                              ctypes.byref(dim)) == INVALID
     assert b"vocabulary" in lib.pagellm_last_error()
+    assert lib.pagellm_num_unfinished(engine) == 0
+
+
+def test_score(lib, engine):
+    """pagellm_score: the tiny reranker's scores (tests/fixtures/hf/rerank-tiny-qwen3.json: transformers'
+    sigmoid(l_yes - l_no) on llama.cpp's converted GGUF); a model without a score head is refused."""
+    ref = json.loads((REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.json").read_text())
+    e = ctypes.c_void_p()
+    gguf = REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.gguf"
+    assert lib.pagellm_engine_create(str(gguf).encode(), b'{"task": "score", "num_threads": 1, "max_model_len": 256, '
+                                     b'"kv_cache_dtype": "f32"}', ctypes.byref(e)) == OK
+    score = ctypes.c_float()
+    try:
+        for doc, want in zip(ref["documents"], ref["scores"]):
+            assert lib.pagellm_score(e, ref["query"].encode(), doc.encode(), ctypes.byref(score)) == OK
+            assert abs(score.value - want) < 1e-4
+        assert lib.pagellm_score(e, b"q", "caf\u00e9".encode("latin-1"), ctypes.byref(score)) == INVALID
+        assert b"'document' is not valid UTF-8" in lib.pagellm_last_error()
+    finally:
+        lib.pagellm_engine_destroy(e)
+    assert lib.pagellm_score(engine, b"q", b"d", ctypes.byref(score)) == INVALID  # stories has no score head
     assert lib.pagellm_num_unfinished(engine) == 0
 
 

@@ -54,3 +54,27 @@ def test_pooling_overrides(tiny_qwen3):
     n = math.sqrt(sum(x * x for x in v))
     assert abs(n - 1) > 1e-3
     assert max(abs(a / n - b) for a, b in zip(v, ref["embeddings"][0])) < 1e-5
+
+
+def test_score_matches_transformers():
+    """LLM.score (vLLM's shape: outputs.score) on the tiny reranker GGUF of tests/fixtures/hf/rerank-tiny-qwen3.json,
+    one query against each document, and pair by pair."""
+    ref = json.loads((REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.json").read_text())
+    gguf = str(REPO / "tests" / "fixtures" / "hf" / "rerank-tiny-qwen3.gguf")
+    llm = LLM(model=gguf, task="score", num_threads=1, max_model_len=256, kv_cache_dtype="f32")
+    n = len(ref["documents"])
+    outs = llm.score(ref["query"], ref["documents"])
+    assert [o.prompt_token_ids for o in outs] == ref["token_ids"][:n]
+    for o, want in zip(outs, ref["scores"][:n]):
+        assert o.finished and abs(o.outputs.score - want) < 1e-4
+    pairs = llm.score([ref["query"]] * 2, ref["documents"][:2])
+    assert [p.outputs.score for p in pairs] == pytest.approx([o.outputs.score for o in outs[:2]], abs=1e-6)
+    with pytest.raises(ValueError):
+        llm.score([ref["query"]] * 2, ref["documents"][:3])
+    assert llm.score("q", []) == []
+
+
+def test_score_needs_a_score_head(tiny_qwen3):
+    llm = LLM(model=tiny_qwen3, num_threads=1, max_model_len=128)
+    with pytest.raises(ValueError):
+        llm.score("query", "document")
