@@ -73,10 +73,14 @@ SchedulerConfig resolve_scheduler_config(const EngineConfig& c, Model& model) {
   return s;
 }
 
-// One row per sampling sequence, and one more per draft it verifies.
+// One row per sampling sequence, one more per draft it verifies, and the
+// prompt-logprob rows a step may add (max_prompt_logit_rows, the cap under
+// chunked prefill; without chunking a prompt's rows come whole and are not
+// planned for).
 int64_t logits_rows_per_step(const EngineConfig& c, const SchedulerConfig& s) {
   const int64_t per_seq = 1 + (c.speculative.enabled() ? c.speculative.num_speculative_tokens : 0);
-  return std::min<int64_t>(s.max_num_batched_tokens, int64_t{s.max_num_seqs} * per_seq);
+  return std::min<int64_t>(s.max_num_batched_tokens,
+                           int64_t{s.max_num_seqs} * per_seq + std::max(0, s.max_prompt_logit_rows));
 }
 
 int32_t num_virtual_engines(const EngineConfig& c) {
