@@ -478,8 +478,9 @@ void Engine::pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<R
   const float* rows = runner_output_.hidden.data() + runner_output_.hidden_first_row[hidden_entry] * d;
   r.pooler.add(rows, e.start_pos + e.hidden_begin, e.num_hidden);
   if (e.end_pos() < e.seq->num_prompt_tokens) return;
-  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, !r.score && pooling_.normalize);
+  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, false);
   if (r.score) r.embedding = score_model_->head.probabilities(r.embedding);
+  else r.embedding = finish_embedding(pooling_, std::move(r.embedding));
   r.samples[0].pending_finish = FinishReason::Stop;
   touched.push_back(&r);
 }
