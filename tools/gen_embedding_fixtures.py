@@ -49,7 +49,7 @@ CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lastt
          ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True),
          # EmbeddingGemma (Gemma3TextModel, bidirectional, a symmetric window of 8 on the local layers):
          # mean pooling, then two Dense modules (256 -> 512 -> 256, no bias, identity), then Normalize.
-         ("tiny-embeddinggemma", "f32", "mean", True)]
+         ("tiny-embeddinggemma", "f32", "mean", True), ("tiny-embeddinggemma", "bf16", "mean", True)]
 # EmbeddingGemma's Dense modules: (folder, in, out, salt); 768 -> 3072 -> 768 in the real model.
 DENSE = {"tiny-embeddinggemma": [("2_Dense", 256, 512, 2), ("3_Dense", 512, 256, 3)]}
 POOLING_NAMES = {"lasttoken": "last", "mean": "mean", "cls": "cls"}

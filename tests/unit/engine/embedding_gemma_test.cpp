@@ -272,21 +272,31 @@ std::string synthetic_vocab(const fs::path& dir) {
   return vocab;
 }
 
-TEST(EmbeddingGemma, HfFolderMatchesSentenceTransformers) {
-  REQUIRE_FILE(test::fixture(std::string("hf/") + kFixture + ".json"));
-  std::ifstream in(test::fixture(std::string("hf/") + kFixture + ".json"));
+// F32 and BF16 weights (BF16: float activations, as torch upcasts them).
+class EmbeddingGemmaHf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EmbeddingGemmaHf, FolderMatchesSentenceTransformers) {
+  const bool bf16 = GetParam() == DType::BF16;
+  const std::string name = std::string("hf/embed-tiny-embeddinggemma-") + (bf16 ? "bf16" : "f32") + "-mean.json";
+  REQUIRE_FILE(test::fixture(name));
+  std::ifstream in(test::fixture(name));
   const json meta = json::parse(in);
   EXPECT_EQ(meta["hf_sliding_window"], 5);  // transformers' own: 8 // 2 + 1
   ThreadPool pool(2);
-  const fs::path dir = scratch("hf");
-  write_dummy_hf(dir.string(), DummySpec{"tiny-embeddinggemma", DType::F32, meta["seed"].get<uint64_t>()}, 1, pool);
+  const fs::path dir = scratch(bf16 ? "hf-bf16" : "hf-f32");
+  write_dummy_hf(dir.string(), DummySpec{"tiny-embeddinggemma", GetParam(), meta["seed"].get<uint64_t>()}, 1, pool);
   write_st_files(dir, fixture_dense(meta));
-  Engine engine(engine_config(dir.string(), synthetic_vocab(dir)));
+  EngineConfig config = engine_config(dir.string(), synthetic_vocab(dir));
+  if (bf16) config.backend_options["exact_matmul"] = "1";
+  Engine engine(config);
   EXPECT_TRUE(engine.model_config().non_causal);
   EXPECT_EQ(engine.pooling().type, PoolingType::Mean);
   EXPECT_EQ(engine.pooling().dense.size(), 2u);
-  check_vectors(engine, meta, "tiny-embeddinggemma HF folder");
+  check_vectors(engine, meta, std::string("tiny-embeddinggemma HF folder ") + (bf16 ? "BF16" : "F32"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, EmbeddingGemmaHf, ::testing::Values(DType::F32, DType::BF16),
+                         [](const auto& info) { return std::string(info.param == DType::BF16 ? "bf16" : "f32"); });
 
 // llama.cpp's converter (--sentence-transformers-dense-modules) on the same
 // folder: gemma-embedding, its layer tensors those of pagellm's GGUF dummy,
