@@ -71,6 +71,10 @@ void Engine::load(const LoadProgress& progress) {
   }
   try {
     pooling_ = model_pooling(config_.model, model_->gguf());
+    if (!pooling_.dense.empty())
+      PAGELLM_CHECK(pooling_.dense.front().in == model_->config().n_embd,
+                    "the model's first dense projection takes {} values, its hidden size is {}",
+                    pooling_.dense.front().in, model_->config().n_embd);
     // An encoder that does not say pools its first ([CLS]) row, as vLLM pools
     // BertModel; the last row is a decoder's default.
     if (model_->config().non_causal && !pooling_stated(config_.model, model_->gguf())) pooling_.type = PoolingType::Cls;

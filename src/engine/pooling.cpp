@@ -146,6 +146,13 @@ PoolingType st_pooling_type(const fs::path& config_path) {
                           mode));
 }
 
+// Each layer takes what the one before gives.
+void check_dense_chain(const std::vector<PoolingDense>& layers, const std::string& where) {
+  for (size_t k = 1; k < layers.size(); ++k)
+    PAGELLM_CHECK(layers[k].in == layers[k - 1].out, "{}: dense layer {} takes {} values, the one before gives {}",
+                  where, k + 1, layers[k].in, layers[k - 1].out);
+}
+
 // A float matrix or vector as F32 (a Dense module's or a GGUF's tensor).
 std::vector<float> to_f32(DType type, const void* data, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
@@ -217,6 +224,7 @@ std::vector<PoolingDense> gguf_dense(const GGUFFile& gguf) {
                          l.weight.data() + static_cast<size_t>(o) * l.in, l.in);
     layers.push_back(std::move(l));
   }
+  check_dense_chain(layers, gguf.path());
   return layers;
 }
 
@@ -244,6 +252,7 @@ std::optional<PoolingSpec> st_pooling(const fs::path& folder) {
     }
   }
   PAGELLM_CHECK(type.has_value(), "{}: no Pooling module", modules_path.string());
+  check_dense_chain(dense, modules_path.string());
   return PoolingSpec{*type, normalize, std::move(dense)};
 }
 

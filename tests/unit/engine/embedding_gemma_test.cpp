@@ -154,6 +154,14 @@ TEST(EmbeddingGemmaPooling, BadDenseModulesAreErrors) {
   }
   fs::remove(dir / "2_Dense" / "model.safetensors");
   EXPECT_THROW(model_pooling(dir.string(), nullptr), Error);
+  // Layers that do not chain: an Error at load, not at the first request.
+  write_st_files(dir, {{"2_Dense", 8, 4, 2}, {"3_Dense", 5, 3, 3}});
+  try {
+    model_pooling(dir.string(), nullptr);
+    ADD_FAILURE() << "dense layers that do not chain were read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("takes 5 values"), std::string::npos) << e.what();
+  }
 }
 
 ModelConfig config_of(const json& j, const fs::path& dir) {
