@@ -86,6 +86,8 @@ enum {
   PGLB_FEATURE_KV_V_IS_K = 1u << 8,         /* pglb_kv_spec.v_is_k */
   PGLB_FEATURE_KV_LAYER_SHAPES = 1u << 9,   /* pglb_kv_spec.layer_kv_heads / layer_head_dim */
   PGLB_FEATURE_NON_CAUSAL_ATTENTION = 1u << 10,  /* pglb_attention_params.non_causal (encoders: BERT) */
+  /* pglb_attention_params.non_causal with a sliding_window: keys at |p - j| < sliding_window (EmbeddingGemma) */
+  PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION = 1u << 11,
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -313,7 +315,8 @@ typedef struct pglb_attention_params {
   const pglb_weight* sinks;          /* [n_head] sink logits, may be null */
   /* Appended; absent (older struct): 0. PGLB_FEATURE_NON_CAUSAL_ATTENTION:
    * 1: every query sees every key of its sequence (the whole sequence is in
-   * the cache: its prompt is one step); sliding_window is then 0. */
+   * the cache: its prompt is one step); a sliding_window with it (only with
+   * PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION) keeps keys at |p - j| < window. */
   int32_t non_causal;
 } pglb_attention_params;
 

@@ -57,11 +57,15 @@ SHAPES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3"
           "tiny-qwen2moe", "tiny-qwen3moe", "tiny-qwen3-yarn", "tiny-phi3-longrope", "tiny-gptoss", "tiny-qwen35",
           "tiny-qwen35moe", "tiny-deepseek3",
           "tiny-glm4moe", "tiny-qwen3next", "tiny-gemma4", "tiny-gemma4g",
-          "tiny-gemma4moe", "tiny-bert"]
+          "tiny-gemma4moe", "tiny-bert", "tiny-embeddinggemma"]
 # Encoders: llama.cpp computes embeddings, not logits, on them; their fixture
 # holds the layout and metadata only, and the C++ test compares the converted
 # file's embeddings with sentence-transformers' (tools/gen_embedding_fixtures.py).
-ENCODERS = {"tiny-bert"}
+ENCODERS = {"tiny-bert", "tiny-embeddinggemma"}
+# Shapes whose folder gets sentence-transformers' files (tools/gen_embedding_fixtures.py), converted with
+# --sentence-transformers-dense-modules: EmbeddingGemma's Dense modules become dense_2 / dense_3, which
+# pagellm's GGUF dummy does not hold (the C++ test makes them as the fixture script does).
+ST_DENSE = {"tiny-embeddinggemma"}
 SEED = 1
 N_TOKENS = 40
 
@@ -84,7 +88,7 @@ def synthetic_vocab(writer, n_vocab):
     writer.add_eos_token_id(2)
 
 
-def convert(llama_cpp, hf_dir, out):
+def convert(llama_cpp, hf_dir, out, dense_modules=False):
     import gguf
     import torch
     import convert_hf_to_gguf as conv
@@ -101,7 +105,9 @@ def convert(llama_cpp, hf_dir, out):
     cls.no_mtp = True  # Qwen3.5: the dummies have no multi-token-prediction block (older trees ignore this)
     with torch.inference_mode():
         # "dummy model": llama.cpp applies Phi-3 token rules to names with "phi3".
-        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model", hparams=hparams).write()
+        extra = {"sentence_transformers_dense_modules": True} if dense_modules else {}
+        cls(Path(hf_dir), gguf.LlamaFileType.ALL_F32, Path(out), model_name="dummy model", hparams=hparams,
+            **extra).write()
 
 
 def build_runner(llama_cpp, build, out_dir):
@@ -154,7 +160,13 @@ def one_shape(args, shape):
             n_vocab = json.load(f)["vocab_size"]
         with open(os.path.join(hf, "tokenizer.json"), "w") as f:
             json.dump({"model": {"vocab": {f"t{i}": i for i in range(n_vocab)}}, "added_tokens": []}, f)
-        convert(args.llama_cpp, hf, converted)
+        if shape in ST_DENSE:
+            sys.path.insert(0, HERE)
+            import gen_embedding_fixtures as emb
+            emb.write_sentence_transformers_files(hf, "mean", True, n_vocab, emb.DENSE[shape])
+            with open(os.path.join(hf, "tokenizer.json"), "w") as f:  # (the call above wrote its own)
+                json.dump({"model": {"vocab": {f"t{i}": i for i in range(n_vocab)}}, "added_tokens": []}, f)
+        convert(args.llama_cpp, hf, converted, shape in ST_DENSE)
         conv_r, ours_r = gguf.GGUFReader(converted), gguf.GGUFReader(ours)
         ours_t = {t.name: np.array(t.data, dtype=np.float64) for t in ours_r.tensors}
         ours_shape = {t.name: list(t.shape) for t in ours_r.tensors}
@@ -164,6 +176,8 @@ def one_shape(args, shape):
             tensors.append({"name": t.name, "type": t.tensor_type.name, "shape": [int(d) for d in t.shape],
                             "sum": float(x.sum()), "sumsq": float((x * x).sum())})
             o = ours_t.get(t.name)
+            if o is None and shape in ST_DENSE and t.name.startswith("dense_"):
+                continue  # a sentence-transformers module's, checked by its checksum
             if o is None and t.name.endswith(".ffn_gate_up_exps.weight"):
                 # Gemma 4: llama.cpp fuses each expert's gate and up rows; pagellm's GGUF keeps them apart.
                 layer = t.name[: -len(".ffn_gate_up_exps.weight")]

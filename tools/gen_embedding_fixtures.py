@@ -21,8 +21,11 @@ Fixtures: embed-<shape>-<type>-<pooling>.json
   {"tokens": [[...], ...], "embeddings": [[...], ...], "pooling", "normalize", "seed", "reference"}
 """
 import argparse
+import array
 import json
+import math
 import os
+import struct
 import subprocess
 import tempfile
 
@@ -43,7 +46,12 @@ SEED = 1
 CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lasttoken", True),
          ("tiny-qwen3", "f32", "mean", True),
          # An encoder (BertModel, bidirectional attention): CLS and mean pooling.
-         ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True)]
+         ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True),
+         # EmbeddingGemma (Gemma3TextModel, bidirectional, a symmetric window of 8 on the local layers):
+         # mean pooling, then two Dense modules (256 -> 512 -> 256, no bias, identity), then Normalize.
+         ("tiny-embeddinggemma", "f32", "mean", True), ("tiny-embeddinggemma", "bf16", "mean", True)]
+# EmbeddingGemma's Dense modules: (folder, in, out, salt); 768 -> 3072 -> 768 in the real model.
+DENSE = {"tiny-embeddinggemma": [("2_Dense", 256, 512, 2), ("3_Dense", 512, 256, 3)]}
 POOLING_NAMES = {"lasttoken": "last", "mean": "mean", "cls": "cls"}
 
 
@@ -53,12 +61,37 @@ def inputs():
     return [[1] + [int(t) for t in rng.integers(3, 512, size=n - 1)] for n in (1, 5, 23, 40)]
 
 
-def write_sentence_transformers_files(folder, mode, normalize, vocab_size):
+def dense_weight(n_in, n_out, salt):
+    """A Dense module's [out, in] weights, row-major: fixed values from an integer hash (the C++ and e2e tests
+    compute the same)."""
+    return [math.sin(1.7 * ((o * 131 + i * 71 + salt * 17) % 997)) / math.sqrt(n_in)
+            for o in range(n_out) for i in range(n_in)]
+
+
+def write_dense_module(folder, path, n_in, n_out, salt):
+    """A sentence-transformers Dense module as EmbeddingGemma ships it: no bias, identity activation."""
+    os.makedirs(os.path.join(folder, path), exist_ok=True)
+    with open(os.path.join(folder, path, "config.json"), "w") as f:
+        json.dump({"in_features": n_in, "out_features": n_out, "bias": False,
+                   "activation_function": "torch.nn.modules.linear.Identity"}, f)
+    data = array.array("f", dense_weight(n_in, n_out, salt)).tobytes()
+    header = json.dumps({"linear.weight": {"dtype": "F32", "shape": [n_out, n_in],
+                                           "data_offsets": [0, len(data)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(os.path.join(folder, path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + data)
+
+
+def write_sentence_transformers_files(folder, mode, normalize, vocab_size, dense=()):
     """What a sentence-transformers checkpoint adds to the model folder (the C++ test writes the same)."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    for path, n_in, n_out, salt in dense:
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": path,
+                        "type": "sentence_transformers.models.Dense"})
+        write_dense_module(folder, path, n_in, n_out, salt)
     if normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
                         "type": "sentence_transformers.models.Normalize"})
     with open(os.path.join(folder, "modules.json"), "w") as f:
         json.dump(modules, f, indent=1)
@@ -70,7 +103,7 @@ def write_sentence_transformers_files(folder, mode, normalize, vocab_size):
     with open(os.path.join(folder, "1_Pooling", "config.json"), "w") as f:
         json.dump({"word_embedding_dimension": 256, **flags, "include_prompt": True}, f, indent=1)
     if normalize:
-        os.makedirs(os.path.join(folder, "2_Normalize"), exist_ok=True)
+        os.makedirs(os.path.join(folder, modules[-1]["path"]), exist_ok=True)
     # A word-level tokenizer over the dummy's vocabulary (never used on text here).
     tok = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t0").save_pretrained(folder)
@@ -120,7 +153,7 @@ def main():
                             "--seed", str(SEED), "-o", folder], check=True, capture_output=True)
             with open(os.path.join(folder, "config.json")) as f:
                 vocab_size = json.load(f)["vocab_size"]
-            write_sentence_transformers_files(folder, mode, normalize, vocab_size)
+            write_sentence_transformers_files(folder, mode, normalize, vocab_size, DENSE.get(shape, ()))
             encoder = shape == "tiny-bert"
             if encoder:
                 wordpiece_tokenizer(vocab_size).save_pretrained(folder)
@@ -135,6 +168,12 @@ def main():
                     vectors.append(model(features)["sentence_embedding"][0].float().tolist())
             name = f"embed-{shape}-{wtype}-{POOLING_NAMES[mode]}"
             extra = {}
+            if shape in DENSE:
+                # The model as transformers loaded it: bidirectional, and the window it masks with.
+                cfg = model[0].auto_model.config
+                extra["dense"] = [list(d) for d in DENSE[shape]]
+                extra["hf_sliding_window"] = cfg.sliding_window
+                extra["use_bidirectional_attention"] = cfg.use_bidirectional_attention
             if encoder:
                 with open(os.path.join(folder, "tokenizer.json")) as f:
                     extra["tokenizer_json"] = json.load(f)

@@ -150,14 +150,16 @@ double rope_pair_frequencies(const RopeConfig& cfg, const float* factors, std::v
 struct AttentionConfig {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;        // applied to q.k
-  int sliding_window = 0;    // > 0: a query at position p sees keys at p - window < j <= p
+  // > 0: a query at position p sees keys at p - window < j <= p; with
+  // non_causal (Feature::SymmetricWindowAttention), keys at |p - j| < window.
+  int sliding_window = 0;
   float softcap = 0.0f;      // > 0: scores = softcap * tanh(scores / softcap)
   // [n_head] per-head logits of a "sink": one more key, with a zero value,
   // in every softmax (gpt-oss). Feature::AttentionSinks; null: none.
   const Weight* sinks = nullptr;
   // Feature::NonCausalAttention: every query sees every key of its sequence
   // (an encoder's bidirectional attention; the sequence's whole prompt is in
-  // the cache, computed in this one step). No sliding window with it.
+  // the cache, computed in this one step), or those in its symmetric window.
   bool non_causal = false;
 };
 
@@ -297,6 +299,7 @@ enum class Feature {
   KvVIsK,  // KVCacheSpec::v_is_k
   KvLayerShapes,  // KVCacheSpec::layer_kv_heads / layer_head_dim
   NonCausalAttention,  // AttentionConfig::non_causal
+  SymmetricWindowAttention,  // AttentionConfig::non_causal with a sliding_window (EmbeddingGemma)
 };
 
 // (source, destination) block pairs.

@@ -174,6 +174,7 @@ class CBackend final : public Backend {
       case Feature::KvVIsK: bit = PGLB_FEATURE_KV_V_IS_K; break;
       case Feature::KvLayerShapes: bit = PGLB_FEATURE_KV_LAYER_SHAPES; break;
       case Feature::NonCausalAttention: bit = PGLB_FEATURE_NON_CAUSAL_ATTENTION; break;
+      case Feature::SymmetricWindowAttention: bit = PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION; break;
     }
     return (features_ & bit) != 0;
   }

@@ -270,6 +270,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::KvVIsK)) bits |= PGLB_FEATURE_KV_V_IS_K;
     if (be.supports(Feature::KvLayerShapes)) bits |= PGLB_FEATURE_KV_LAYER_SHAPES;
     if (be.supports(Feature::NonCausalAttention)) bits |= PGLB_FEATURE_NON_CAUSAL_ATTENTION;
+    if (be.supports(Feature::SymmetricWindowAttention)) bits |= PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION;
   });
   return bits;
 }

@@ -71,6 +71,10 @@ void Engine::load(const LoadProgress& progress) {
   }
   try {
     pooling_ = model_pooling(config_.model, model_->gguf());
+    if (!pooling_.dense.empty())
+      PAGELLM_CHECK(pooling_.dense.front().in == model_->config().n_embd,
+                    "the model's first dense projection takes {} values, its hidden size is {}",
+                    pooling_.dense.front().in, model_->config().n_embd);
     // An encoder that does not say pools its first ([CLS]) row, as vLLM pools
     // BertModel; the last row is a decoder's default.
     if (model_->config().non_causal && !pooling_stated(config_.model, model_->gguf())) pooling_.type = PoolingType::Cls;
@@ -478,8 +482,9 @@ void Engine::pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<R
   const float* rows = runner_output_.hidden.data() + runner_output_.hidden_first_row[hidden_entry] * d;
   r.pooler.add(rows, e.start_pos + e.hidden_begin, e.num_hidden);
   if (e.end_pos() < e.seq->num_prompt_tokens) return;
-  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, !r.score && pooling_.normalize);
+  r.embedding = r.pooler.result(e.seq->num_prompt_tokens, false);
   if (r.score) r.embedding = score_model_->head.probabilities(r.embedding);
+  else r.embedding = finish_embedding(pooling_, std::move(r.embedding));
   r.samples[0].pending_finish = FinishReason::Stop;
   touched.push_back(&r);
 }

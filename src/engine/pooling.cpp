@@ -1,14 +1,18 @@
 #include "engine/pooling.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant_blocks.h"
 #include "format/gguf.h"
+#include "format/safetensors.h"
 
 namespace pagellm {
 
@@ -67,6 +71,26 @@ void l2_normalize(std::span<float> x) {
   for (float& v : x) v = static_cast<float>(v / norm);
 }
 
+std::vector<float> finish_embedding(const PoolingSpec& spec, std::vector<float> pooled) {
+  std::vector<double> x(pooled.begin(), pooled.end());
+  for (const PoolingDense& l : spec.dense) {
+    PAGELLM_CHECK(static_cast<size_t>(l.in) == x.size() && l.weight.size() == static_cast<size_t>(l.in) * l.out &&
+                      (l.bias.empty() || l.bias.size() == static_cast<size_t>(l.out)),
+                  "embedding dense layer of {} x {} after {} values", l.out, l.in, x.size());
+    std::vector<double> y(static_cast<size_t>(l.out));
+    for (int32_t o = 0; o < l.out; ++o) {
+      const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;
+      double acc = l.bias.empty() ? 0.0 : l.bias[o];
+      for (int32_t i = 0; i < l.in; ++i) acc += static_cast<double>(w[i]) * x[i];
+      y[o] = l.tanh ? std::tanh(acc) : acc;
+    }
+    x = std::move(y);
+  }
+  std::vector<float> out(x.begin(), x.end());
+  if (spec.normalize) l2_normalize(out);
+  return out;
+}
+
 std::vector<float> truncate_embedding(std::vector<float> v, int32_t n, bool normalize) {
   PAGELLM_CHECK(n >= 1 && static_cast<size_t>(n) <= v.size(), "dimensions {} outside [1, {}]", n, v.size());
   v.resize(static_cast<size_t>(n));
@@ -122,6 +146,88 @@ PoolingType st_pooling_type(const fs::path& config_path) {
                           mode));
 }
 
+// Each layer takes what the one before gives.
+void check_dense_chain(const std::vector<PoolingDense>& layers, const std::string& where) {
+  for (size_t k = 1; k < layers.size(); ++k)
+    PAGELLM_CHECK(layers[k].in == layers[k - 1].out, "{}: dense layer {} takes {} values, the one before gives {}",
+                  where, k + 1, layers[k].in, layers[k - 1].out);
+}
+
+// A float matrix or vector as F32 (a Dense module's or a GGUF's tensor).
+std::vector<float> to_f32(DType type, const void* data, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row_ref(type, data, out.data(), n);
+  return out;
+}
+
+// A sentence-transformers Dense module: config.json (in_features,
+// out_features, bias, activation_function) and model.safetensors
+// (linear.weight [out, in], linear.bias).
+PoolingDense st_dense(const fs::path& dir) {
+  const fs::path config_path = dir / "config.json";
+  const json cfg = read_json(config_path);
+  PoolingDense l;
+  try {
+    l.in = cfg.at("in_features").get<int32_t>();
+    l.out = cfg.at("out_features").get<int32_t>();
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: in_features / out_features: {}", config_path.string(), e.what()));
+  }
+  PAGELLM_CHECK(l.in >= 1 && l.out >= 1 && l.in <= (1 << 20) && l.out <= (1 << 20), "{}: a dense layer of {} x {}",
+                config_path.string(), l.out, l.in);
+  // The module's default activation is tanh; EmbeddingGemma names the identity.
+  const std::string act = cfg.value("activation_function", "torch.nn.modules.activation.Tanh");
+  if (act == "torch.nn.modules.activation.Tanh") l.tanh = true;
+  else PAGELLM_CHECK(act == "torch.nn.modules.linear.Identity", "{}: activation_function '{}' is not served "
+                     "(Identity and Tanh are)", config_path.string(), act);
+  PAGELLM_CHECK(!cfg.value("use_residual", false), "{}: use_residual is not served", config_path.string());
+  const std::string path = (dir / "model.safetensors").string();
+  PAGELLM_CHECK(fs::exists(path), "{}: a Dense module without model.safetensors (pytorch_model.bin is not read)",
+                dir.string());
+  SafetensorsFile file(path);
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape) -> std::vector<float> {
+    if (!file.header().contains(name)) return {};
+    try {
+      const SafetensorsEntry e = parse_safetensors_entry(file.header()[name], name, file.data_size(), path);
+      check_safetensors_entry_size(e, name, path);
+      PAGELLM_CHECK(e.shape == shape, "'{}': {} has shape [{}], expected [{}]", path, name, fmt::join(e.shape, ", "),
+                    fmt::join(shape, ", "));
+      return to_f32(safetensors_dtype(e.dtype, path), file.data() + e.begin, static_cast<int64_t>(e.elements));
+    } catch (const json::exception& e) {
+      throw Error(fmt::format("'{}': {}: {}", path, name, e.what()));
+    }
+  };
+  l.weight = tensor("linear.weight", {l.out, l.in});
+  PAGELLM_CHECK(!l.weight.empty(), "'{}': no linear.weight", path);
+  l.bias = tensor("linear.bias", {l.out});
+  PAGELLM_CHECK(!cfg.value("bias", true) || !l.bias.empty(), "'{}': config.json says bias, and there is no linear.bias",
+                path);
+  return l;
+}
+
+// llama.cpp's converter writes EmbeddingGemma's Dense modules (with
+// --sentence-transformers-dense-modules) as dense_2.weight [in, out] and
+// dense_3.weight, identity activation, no bias.
+std::vector<PoolingDense> gguf_dense(const GGUFFile& gguf) {
+  std::vector<PoolingDense> layers;
+  for (const char* name : {"dense_2.weight", "dense_3.weight"}) {
+    const GGUFTensorInfo* t = gguf.find_tensor(name);
+    if (!t) continue;
+    PAGELLM_CHECK(t->shape.size() == 2, "{}: {} has {} dimensions, expected 2", gguf.path(), name, t->shape.size());
+    PoolingDense l;
+    l.in = static_cast<int32_t>(t->shape[0]);
+    l.out = static_cast<int32_t>(t->shape[1]);
+    l.weight.resize(static_cast<size_t>(l.in) * l.out);
+    const size_t row_bytes = dtype_row_bytes(t->type, l.in);
+    for (int32_t o = 0; o < l.out; ++o)
+      dequantize_row_ref(t->type, t->data + static_cast<size_t>(o) * row_bytes,
+                         l.weight.data() + static_cast<size_t>(o) * l.in, l.in);
+    layers.push_back(std::move(l));
+  }
+  check_dense_chain(layers, gguf.path());
+  return layers;
+}
+
 std::optional<PoolingSpec> st_pooling(const fs::path& folder) {
   const fs::path modules_path = folder / "modules.json";
   if (!fs::exists(modules_path)) return std::nullopt;
@@ -129,16 +235,25 @@ std::optional<PoolingSpec> st_pooling(const fs::path& folder) {
   PAGELLM_CHECK(modules.is_array(), "{}: expected a list of modules", modules_path.string());
   std::optional<PoolingType> type;
   bool normalize = false;
+  std::vector<PoolingDense> dense;
   for (const json& m : modules) {
     const std::string kind = m.value("type", ""), path = m.value("path", "");
-    if (ends_with(kind, ".Pooling")) type = st_pooling_type(folder / path / "config.json");
-    else if (ends_with(kind, ".Normalize")) normalize = true;
-    else if (!ends_with(kind, ".Transformer"))
-      throw Error(fmt::format("{}: module '{}' is not served (Transformer, Pooling and Normalize are)",
+    if (ends_with(kind, ".Pooling")) {
+      type = st_pooling_type(folder / path / "config.json");
+    } else if (ends_with(kind, ".Dense")) {
+      PAGELLM_CHECK(type.has_value() && !normalize, "{}: a Dense module must come after Pooling and before "
+                    "Normalize", modules_path.string());
+      dense.push_back(st_dense(folder / path));
+    } else if (ends_with(kind, ".Normalize")) {
+      normalize = true;
+    } else if (!ends_with(kind, ".Transformer")) {
+      throw Error(fmt::format("{}: module '{}' is not served (Transformer, Pooling, Dense and Normalize are)",
                               modules_path.string(), kind));
+    }
   }
   PAGELLM_CHECK(type.has_value(), "{}: no Pooling module", modules_path.string());
-  return PoolingSpec{*type, normalize};
+  check_dense_chain(dense, modules_path.string());
+  return PoolingSpec{*type, normalize, std::move(dense)};
 }
 
 }  // namespace
@@ -148,14 +263,14 @@ PoolingSpec model_pooling(const std::string& model_path, const GGUFFile* gguf) {
     const std::string arch = gguf->get_string("general.architecture", "");
     const int64_t t = gguf->get_int(arch + ".pooling_type", -1);
     // llama.cpp's enum llama_pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank.
-    if (t == 1) return {PoolingType::Mean, true};
-    if (t == 2) return {PoolingType::Cls, true};
-    if (t == 3) return {PoolingType::Last, true};
+    if (t == 1) return {PoolingType::Mean, true, gguf_dense(*gguf)};
+    if (t == 2) return {PoolingType::Cls, true, gguf_dense(*gguf)};
+    if (t == 3) return {PoolingType::Last, true, gguf_dense(*gguf)};
     // Rank: a reranker, whose pooled row feeds its score head
     // (engine/score_head.h); it has no embeddings to give.
     PAGELLM_CHECK(t != 4, "{}: a reranker (rank pooling) gives scores, not embeddings: serve it with --task score "
                   "(/v1/rerank, /v1/score)", model_path);
-    return {};
+    return {PoolingType::Last, true, gguf_dense(*gguf)};
   }
   std::error_code ec;
   if (fs::is_directory(model_path, ec))

@@ -1,7 +1,8 @@
 // Pooling (embedding requests): one vector per input from the model's final
 // hidden states (after the output norm, what the output matrix would
 // multiply), taken at the last prompt position, the first, or averaged over
-// all of them, then L2-normalised when the model says so. The scheduler and
+// all of them, then through the model's dense projections if it has any
+// (EmbeddingGemma), then L2-normalised when the model says so. The scheduler and
 // runner only learn which rows are wanted (scheduler/sequence.h's PoolRows);
 // this file holds the arithmetic and where a model's pooling comes from.
 #pragma once
@@ -31,10 +32,28 @@ enum class PoolingType : uint8_t { Last, Mean, Cls };
 inline constexpr EnumName<PoolingType> kPoolingTypeNames[] = {
     {"last", PoolingType::Last}, {"mean", PoolingType::Mean}, {"cls", PoolingType::Cls}};
 
+// A sentence-transformers Dense module after the pooling (EmbeddingGemma's
+// 2_Dense and 3_Dense; llama.cpp's dense_2 / dense_3 tensors): y = act(W x + b).
+struct PoolingDense {
+  int32_t in = 0, out = 0;
+  std::vector<float> weight;  // [out, in] row-major
+  std::vector<float> bias;    // [out], or empty
+  bool tanh = false;          // the activation: tanh, else the identity
+};
+
 struct PoolingSpec {
   PoolingType type = PoolingType::Last;
   bool normalize = true;
+  std::vector<PoolingDense> dense;  // applied in order to the pooled vector
+
+  // The length of the vectors it gives for a model of hidden size n_embd.
+  int32_t output_size(int32_t n_embd) const { return dense.empty() ? n_embd : dense.back().out; }
 };
+
+// A pooled vector through the spec's dense layers (in double, on the host:
+// a few small matrices per input), then normalised if the spec says so.
+// Throws Error when the sizes do not chain.
+std::vector<float> finish_embedding(const PoolingSpec& spec, std::vector<float> pooled);
 
 // The hidden rows a pooling type needs from the runner.
 PoolRows pool_rows(PoolingType type);
@@ -68,8 +87,11 @@ void l2_normalize(std::span<float> x);
 std::vector<float> truncate_embedding(std::vector<float> v, int32_t n, bool normalize);
 
 // The model's pooling as sentence-transformers or llama.cpp would apply it:
-// a folder's modules.json / 1_Pooling/config.json / Normalize module, or a
-// GGUF file's <arch>.pooling_type (normalised, as llama.cpp's server does);
+// a folder's modules.json / 1_Pooling/config.json / Dense modules (their
+// config.json and model.safetensors) / Normalize module, or a GGUF file's
+// <arch>.pooling_type (normalised, as llama.cpp's server does) and its
+// dense_2 / dense_3 tensors (llama.cpp's converter with
+// --sentence-transformers-dense-modules);
 // else last-token pooling, normalised (vLLM's default for decoder models).
 // Throws Error naming what it cannot serve (a reranker's rank pooling: its
 // scores are engine/score_head.h's; a sentence-transformers mode other than

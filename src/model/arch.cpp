@@ -39,7 +39,8 @@ const std::vector<ArchInfo>& all_archs() {
                                               family::qwen2moe(), family::qwen3moe(), family::gemma2(),
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
                                               family::qwen35(), family::qwen35moe(), family::deepseek2(), family::glm4moe(),
-                                              family::qwen3next(), family::gemma4(), family::bert()};
+                                              family::qwen3next(), family::gemma4(), family::bert(),
+                                              family::gemma_embedding()};
   return archs;
 }
 

@@ -35,7 +35,7 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
   ac.n_head_kv = n_head_kv;
   ac.head_dim = hd;
   ac.scale = c.attn_scale;
-  ac.sliding_window = swa ? c.sliding_window : 0;
+  ac.sliding_window = swa ? c.attention_window() : 0;
   ac.softcap = c.attn_softcap;
   ac.sinks = A.sinks.get();
   ac.non_causal = c.non_causal;

@@ -243,6 +243,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   if (c.non_causal && !backend_.supports(Feature::NonCausalAttention))
     fail("the {} backend does not support non-causal (bidirectional) attention, which the encoder {} uses; use "
          "--device cpu", backend_.name(), arch.gguf_name);
+  if (c.non_causal && c.sliding_window > 0 && !backend_.supports(Feature::SymmetricWindowAttention))
+    fail("the {} backend does not support bidirectional sliding-window attention, which {} uses; use --device cpu",
+         backend_.name(), arch.gguf_name);
   for (pglb_op op : arch.extra_ops)
     if (!backend_.supports_op(op_query(op)))
       fail("the {} backend cannot run the {} op, which every {} forward pass needs; use --device cpu", backend_.name(),
@@ -462,8 +465,10 @@ void Model::set_context_length(int n_ctx) {
 
 std::vector<int32_t> Model::kv_layer_windows() const {
   std::vector<int32_t> w;
+  // An encoder's sliding layers keep every key: its whole prompt is one
+  // step, and a window reaching forward needs keys past the query anyway.
   for (int l = 0; l < cfg_.n_layer; ++l)
-    if (!cfg_.layer_reuses_kv(l)) w.push_back(cfg_.is_swa[l] ? cfg_.sliding_window : 0);
+    if (!cfg_.layer_reuses_kv(l)) w.push_back(cfg_.is_swa[l] && !cfg_.non_causal ? cfg_.sliding_window : 0);
   return w;
 }
 

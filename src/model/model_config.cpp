@@ -706,9 +706,17 @@ ModelConfig config_from_hf_json(const std::string& path) {
     switch (swa_rule) {
       case HfSwa::None: break;
       case HfSwa::Pattern: {
-        PAGELLM_CHECK(!(j.contains("use_bidirectional_attention") && j["use_bidirectional_attention"].is_boolean() &&
-                        j["use_bidirectional_attention"].get<bool>()),
-                      "'{}': use_bidirectional_attention is not supported", path);
+        // Bidirectional attention (EmbeddingGemma's Gemma3TextModel) is its
+        // own family: a class of causal models does not take it, and it needs it.
+        const bool bidirectional = j.contains("use_bidirectional_attention") &&
+                                   j["use_bidirectional_attention"].is_boolean() &&
+                                   j["use_bidirectional_attention"].get<bool>();
+        PAGELLM_CHECK(bidirectional || !info.non_causal,
+                      "'{}': a bidirectional model's config.json without use_bidirectional_attention: true (a causal "
+                      "base model of this class is not served)", path);
+        PAGELLM_CHECK(!bidirectional || info.non_causal,
+                      "'{}': use_bidirectional_attention is not supported for this class (Gemma3TextModel takes it)",
+                      path);
         PAGELLM_CHECK(local.freq_scale == 1.0f, "'{}': scaled RoPE on sliding-window layers is not supported", path);
         c.rope_swa_base = local.freq_base;
         c.sliding_window =

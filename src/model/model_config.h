@@ -15,7 +15,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4, Bert };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4, Bert, GemmaEmbedding };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -68,7 +68,9 @@ struct ModelConfig {
 
   // Attention.
   float attn_scale = 0;         // 1/sqrt(head_dim) unless the family says otherwise
-  int sliding_window = 0;       // tokens, for layers with is_swa[il]
+  // Tokens, for layers with is_swa[il]: as config.json and GGUF files state
+  // it (attention_window() is what the attention op gets).
+  int sliding_window = 0;
   std::vector<bool> is_swa;     // [n_layer]
   float attn_softcap = 0;
 
@@ -84,6 +86,11 @@ struct ModelConfig {
   // step, never from the prefix cache (a prefix's K/V depend on what follows
   // it), and it generates nothing: it serves embeddings only.
   bool non_causal = false;
+  // The sliding layers' window as AttentionConfig takes it: causal, a query
+  // at p sees p - W < j <= p; bidirectional (EmbeddingGemma), |p - j| <= W / 2,
+  // i.e. |p - j| < W / 2 + 1 (transformers' Gemma3TextConfig turns W into
+  // W // 2 + 1, llama.cpp's symmetric SWA masks |p - j| > W / 2).
+  int attention_window() const { return non_causal && sliding_window > 0 ? sliding_window / 2 + 1 : sliding_window; }
   int n_token_types = 0;        // rows of an encoder's token-type table (BERT's type_vocab_size); 0: none
   int n_cls_out = 0;            // a sequence-classification head's outputs (labels), read by name; 0: none
   float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))

@@ -58,7 +58,7 @@ void OpenAIServer::embeddings(const httplib::Request& req, httplib::Response& re
   require_task(ServeTask::Embed, "/v1/embeddings");
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
-  const api::EmbeddingRequest e = api::parse_embedding_request(body, model_, engine_.model_config().n_embd);
+  const api::EmbeddingRequest e = api::parse_embedding_request(body, model_, engine_.pooling().output_size(engine_.model_config().n_embd));
   const std::string id = make_request_id("embd-");
   std::vector<EngineRequest> requests;
   int64_t prompt_tokens = 0;

@@ -122,7 +122,8 @@ class CpuBackend : public Backend {
   bool supports(Feature f) const override {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
            f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
-           f == Feature::KvVIsK || f == Feature::KvLayerShapes || f == Feature::NonCausalAttention;
+           f == Feature::KvVIsK || f == Feature::KvLayerShapes || f == Feature::NonCausalAttention ||
+           f == Feature::SymmetricWindowAttention;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -791,7 +792,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
                 "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
                 "per KV head (<= 128)", D, kv_cfg_.block_size, G);
-  PAGELLM_CHECK(!cfg.non_causal || cfg.sliding_window == 0, "non-causal attention with a sliding window");
+  const int ahead = cfg.non_causal && cfg.sliding_window > 0 ? cfg.sliding_window - 1 : 0;
   const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
   if (sinks)
     PAGELLM_CHECK(cfg.sinks->cols == cfg.n_head, "attention sinks '{}' have {} values for {} heads", cfg.sinks->name,
@@ -819,8 +820,13 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int32_t nt = std::min(tile_tokens, s.q_len - t0);
       // Non-causal: every key of the sequence, and the tile masks as if each
       // row sat at the last position (the kernels' mask is j <= position).
-      const int64_t pos0 = cfg.non_causal ? s.ctx_len - 1 : s.ctx_len - s.q_len + t0;
-      const int64_t j1 = cfg.non_causal ? s.ctx_len : pos0 + nt;
+      // Non-causal with a window: each row at its own position, seeing
+      // window - 1 keys either side of it (|p - j| < window).
+      const bool symmetric = cfg.non_causal && cfg.sliding_window > 0;
+      const int64_t pos0 = cfg.non_causal && !symmetric ? s.ctx_len - 1 : s.ctx_len - s.q_len + t0;
+      const int64_t j1 = symmetric     ? std::min<int64_t>(s.ctx_len, pos0 + nt - 1 + cfg.sliding_window)
+                         : cfg.non_causal ? s.ctx_len
+                                          : pos0 + nt;
       const int64_t j0 = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos0 - cfg.sliding_window + 1) : 0;
       // Key ranges: [j0, j1), or with evicted keys the sinks and what follows the gap.
       int64_t ranges[2][2] = {{j0, j1}, {0, 0}};
@@ -875,7 +881,8 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
                      v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, D,
                      batch_->seqs[w.seq].table(group).data(), heads_per_block};
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
-                         q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap};
+                         q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap,
+                         ahead};
       float* p = partials_.data() + u * unit_floats;
       const size_t rows = static_cast<size_t>(w.n_tokens) * G;
       ops_->attend(tile, kv, w.g, cpu::AttnPartial{p, p + rows, p + 2 * rows});

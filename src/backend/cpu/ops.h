@@ -27,9 +27,12 @@ struct AttnTile {
   int64_t q_stride;     // floats between consecutive tokens' q
   int n_tokens, group;
   int64_t pos0;
-  int64_t j0, j1;       // key positions to visit; each row still masks j > its position
+  int64_t j0, j1;       // key positions to visit; each row still masks j > its position + ahead
   int window;           // > 0: row at position p only sees keys j > p - window
   float scale, softcap;
+  // Keys after a row's position it also sees: j <= p + ahead. 0: causal;
+  // window - 1: a symmetric window (bidirectional sliding layers).
+  int ahead = 0;
 };
 
 // Element type of a KV cache. I8 holds round(x / s) per element and a float

@@ -179,8 +179,10 @@ static float dot(const float* a, const float* b, int64_t n) {
   return s + dot_q(a + i, b + i, static_cast<int>(n - i));
 }
 
-// Whether key j is visible to a query at position p.
-static inline bool key_visible(int64_t j, int64_t p, int window) { return j <= p && (window <= 0 || j > p - window); }
+// Whether key j is visible to a query at position p (AttnTile's window and ahead).
+static inline bool key_visible(int64_t j, int64_t p, int window, int ahead) {
+  return j <= p + ahead && (window <= 0 || j > p - window);
+}
 
 static inline float cap_score(float s, float softcap) { return softcap > 0.0f ? softcap * std::tanh(s / softcap) : s; }
 
@@ -446,14 +448,14 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       // Visibility is an interval of positions, so the block's two ends tell
       // whether every key is visible (decode, most of prefill); then the max
       // is a vector max (the same value: max is exact in any order).
-      if (a.softcap <= 0.0f && key_visible(j, p, a.window) && key_visible(j + cnt - 1, p, a.window)) {
+      if (a.softcap <= 0.0f && key_visible(j, p, a.window, a.ahead) && key_visible(j + cnt - 1, p, a.window, a.ahead)) {
         for (int k = cnt; k < cnt8; ++k) s[k] = -INFINITY;
         __m256 m8 = _mm256_set1_ps(mx);
         for (int k = 0; k < cnt8; k += 8) m8 = _mm256_max_ps(m8, _mm256_load_ps(s + k));
         mx = hmax8(m8);
       } else {
         for (int k = 0; k < cnt8; ++k) {
-          if (k >= cnt || !key_visible(j + k, p, a.window)) {
+          if (k >= cnt || !key_visible(j + k, p, a.window, a.ahead)) {
             s[k] = -INFINITY;
             continue;
           }
@@ -508,7 +510,7 @@ static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     float* acc = out.acc + r * D;
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
     for (int64_t j = a.j0; j < a.j1; ++j) {
-      if (!key_visible(j, p, a.window)) continue;
+      if (!key_visible(j, p, a.window, a.ahead)) continue;
       const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.block_heads + g) * B + j % B;
       const float ks = kv.k_scale ? kv.k_scale[slot] : 1.0f, vs = kv.v_scale ? kv.v_scale[slot] : 1.0f;
       const float s = cap_score(dot_q(q, kc + slot * D, D) * ks * a.scale, a.softcap);

@@ -14,6 +14,7 @@ ArchInfo qwen2moe();
 ArchInfo qwen3moe();
 ArchInfo gemma2();
 ArchInfo gemma3();
+ArchInfo gemma_embedding();  // EmbeddingGemma: Gemma 3 with bidirectional attention (in gemma3.cpp)
 ArchInfo gemma4();
 ArchInfo bert();
 ArchInfo phi3();

@@ -1,19 +1,25 @@
 // Gemma 3: Gemma 2's layer with q/k norms instead of softcaps; five local
 // layers (their own unscaled RoPE base) to each global one. The multimodal
 // class's text_config is read as the text model.
+//
+// EmbeddingGemma is the same layer stack with bidirectional attention
+// (Gemma3TextModel, use_bidirectional_attention: true; llama.cpp's
+// gemma-embedding): the full layers see the whole input, the sliding layers
+// a symmetric window (ModelConfig::attention_window). Its mean pooling and
+// dense projections are sentence-transformers modules (engine/pooling.h).
 #include "model/families/common.h"
 #include "model/families/families.h"
 
 namespace pagellm::family {
 namespace {
 
-void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) { write_hf_gemma(c, j, true); }
+void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
+  write_hf_gemma(c, j, true);
+  if (c.non_causal) j["use_bidirectional_attention"] = true;
+}
 
-}  // namespace
-
-ArchInfo gemma3() {
-  ArchInfo a = entry(Arch::Gemma3, "gemma3", "gemma3_text",
-                     {{"Gemma3ForCausalLM", HfSwa::Pattern}, {"Gemma3ForConditionalGeneration", HfSwa::Pattern}});
+// What both entries share.
+void gemma3_layers(ArchInfo& a) {
   a.qk_norm = true;
   a.post_norms = true;
   a.act = Activation::GeluTanh;
@@ -39,9 +45,36 @@ ArchInfo gemma3() {
   a.globals = globals(Transform::NormPlusOne);
   a.layer = gemma_layer(true);
   a.write_hf = write_hf;
+}
+
+}  // namespace
+
+ArchInfo gemma3() {
+  ArchInfo a = entry(Arch::Gemma3, "gemma3", "gemma3_text",
+                     {{"Gemma3ForCausalLM", HfSwa::Pattern}, {"Gemma3ForConditionalGeneration", HfSwa::Pattern}});
+  gemma3_layers(a);
   a.dummy_shapes = {
       {"gemma3-270m", 262144, 640, 18, 4, 1, 256, 2048, 32768, 1000000.f, 1e-6f, true, 512},
       {"tiny-gemma3", 512, 256, 6, 2, 1, 128, 512, 512, 1000000.f, 1e-6f, true, 32},
+  };
+  return a;
+}
+
+ArchInfo gemma_embedding() {
+  ArchInfo a = entry(Arch::GemmaEmbedding, "gemma-embedding", "gemma3_text", {{"Gemma3TextModel", HfSwa::Pattern}});
+  gemma3_layers(a);
+  a.non_causal = true;
+  // A base model's names: "layers.N.", "embed_tokens.weight", "norm.weight";
+  // files saved from a task class carry "model." first, which is dropped.
+  a.hf_layers = "layers.";
+  a.hf_base_prefix = "model.";
+  for (TensorSpec& t : a.globals)
+    if (std::string_view(t.hf).starts_with("model.")) t.hf += std::string_view("model.").size();
+  a.dummy_shapes = {
+      {"embeddinggemma-300m", 262144, 768, 24, 3, 1, 256, 1152, 2048, 1000000.f, 1e-6f, true, 512},
+      // A window of 8 (each local query sees 4 keys either side) against
+      // inputs of 1 to 40 tokens.
+      {"tiny-embeddinggemma", 512, 256, 6, 2, 1, 128, 512, 512, 1000000.f, 1e-6f, true, 8},
   };
   return a;
 }

@@ -279,6 +279,7 @@ void check_attention(BackendOps& t, Backend& be, const AttnCase& c, uint32_t see
         double mx = -1e300;
         for (int j = 0; j <= (c.non_causal ? ctx - 1 : p); ++j) {
           if (c.window > 0 && j <= p - c.window) continue;
+          if (c.non_causal && c.window > 0 && j >= p + c.window) continue;  // symmetric: |p - j| < window
           if (j >= c.evict_sinks && j < c.evict_to) continue;
           const float* kr = k.data() + ((fill_start[si] + j) * c.n_kv + g) * D;
           double s = 0;
@@ -344,6 +345,22 @@ TEST_P(BackendOps, NonCausalAttentionSeesEveryKey) {
   };
   for (auto& c : cases) c.non_causal = true;
   uint32_t seed = 500;
+  for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
+}
+
+// Bidirectional sliding windows (EmbeddingGemma's local layers): a query at
+// p sees keys at |p - j| < window; windows shorter and longer than a tile
+// and a block, prompts shorter and longer than the window, GQA and MHA.
+TEST_P(BackendOps, NonCausalAttentionSymmetricWindow) {
+  if (!be_->supports(Feature::SymmetricWindowAttention)) GTEST_SKIP() << "no symmetric-window attention";
+  std::vector<AttnCase> cases = {
+      {4, 1, 64, 16, 5, 0, false, {{37, 37}, {3, 3}}},
+      {8, 2, 64, 16, 17, 0, true, {{70, 70}, {1, 1}, {16, 16}}},
+      {3, 3, 32, 32, 1, 0, false, {{9, 9}}},
+      {6, 1, 128, 16, 40, 0, false, {{2, 2}, {100, 100}}},
+  };
+  for (auto& c : cases) c.non_causal = true;
+  uint32_t seed = 600;
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
 }
 
