@@ -346,6 +346,9 @@ bool decoder_is_byte_level(const json& d, int depth = 0) {
 struct Template {
   bool found = false;
   std::vector<int32_t> prefix, suffix;
+  // The pair template's specials before $A, between $A and $B, after $B.
+  bool pair_found = false;
+  std::vector<int32_t> pair_prefix, pair_middle, pair_suffix;
 };
 
 // A post-processor id is added to every encoded prompt: one past the
@@ -365,15 +368,7 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
     for (const auto& sub : p.at("processors")) parse_post_processor(sub, vocab, tpl, depth + 1);
   } else if (type == "TemplateProcessing") {
     tpl.found = true;
-    tpl.prefix.clear();
-    tpl.suffix.clear();
-    bool after_text = false;
-    for (const auto& item : p.at("single")) {
-      if (item.contains("Sequence")) {
-        after_text = true;
-        continue;
-      }
-      if (!item.contains("SpecialToken")) continue;
+    auto special_ids = [&](const json& item) {
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       std::vector<int32_t> ids;
       if (p.contains("special_tokens") && p.at("special_tokens").contains(name)) {
@@ -383,13 +378,35 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
       } else {
         fail("tokenizer.json: TemplateProcessing names unknown token '{}'", name);
       }
-      auto& dst = after_text ? tpl.suffix : tpl.prefix;
-      dst.insert(dst.end(), ids.begin(), ids.end());
-    }
+      return ids;
+    };
+    // Each template's specials, by how many texts ($A, $B) come before them.
+    auto parse = [&](const json& items, std::vector<std::vector<int32_t>*> parts) {
+      for (auto* part : parts) part->clear();
+      size_t texts = 0;
+      for (const auto& item : items) {
+        if (item.contains("Sequence")) {
+          texts = std::min(texts + 1, parts.size() - 1);
+          continue;
+        }
+        if (!item.contains("SpecialToken")) continue;
+        const std::vector<int32_t> ids = special_ids(item);
+        parts[texts]->insert(parts[texts]->end(), ids.begin(), ids.end());
+      }
+    };
+    parse(p.at("single"), {&tpl.prefix, &tpl.suffix});
+    tpl.pair_found = p.contains("pair") && p.at("pair").is_array();
+    if (tpl.pair_found) parse(p.at("pair"), {&tpl.pair_prefix, &tpl.pair_middle, &tpl.pair_suffix});
   } else if (type == "BertProcessing" || type == "RobertaProcessing") {
     tpl.found = true;
     tpl.prefix = {vocab_token_id(p.at("cls").at(1), vocab)};
     tpl.suffix = {vocab_token_id(p.at("sep").at(1), vocab)};
+    // Pairs: BERT [CLS] a [SEP] b [SEP], RoBERTa <s> a </s></s> b </s>.
+    tpl.pair_found = true;
+    tpl.pair_prefix = tpl.prefix;
+    tpl.pair_middle = tpl.suffix;
+    if (type == "RobertaProcessing") tpl.pair_middle.push_back(tpl.suffix.front());
+    tpl.pair_suffix = tpl.suffix;
   } else if (type == "ByteLevel") {
     // offsets only
   } else {
@@ -542,6 +559,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       add_bos = !tpl.prefix.empty();
       add_eos = !tpl.suffix.empty();
       if (bos < 0 && add_bos) bos = tpl.prefix.front();
+      if (tpl.pair_found) t->set_pair_template(tpl.pair_prefix, tpl.pair_middle, tpl.pair_suffix);
     } else {
       add_bos = config.value("add_bos_token", false) && bos >= 0;
       add_eos = config.value("add_eos_token", false) && eos >= 0;
