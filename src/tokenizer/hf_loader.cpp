@@ -481,9 +481,25 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
         added.push_back(a);
       }
     }
-    if (model_type != "BPE" && model_type != "WordPiece")
-      fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece)", model_type);
-    load_vocab(tj, added, *t);
+    if (model_type != "BPE" && model_type != "WordPiece" && model_type != "Unigram")
+      fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece, Unigram)", model_type);
+    if (model_type == "Unigram") {
+      // Unigram's vocab is a list of [piece, score]: ids are positions.
+      TokenizerJson pieces;
+      std::vector<float> scores;
+      if (!model.contains("vocab") || !model.at("vocab").is_array()) fail("Unigram model.vocab must be a list");
+      for (const json& e : model.at("vocab")) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
+          fail("Unigram model.vocab entries must be [piece, score]");
+        pieces.vocab.emplace_back(e[0].get<std::string>(), static_cast<int64_t>(pieces.vocab.size()));
+        scores.push_back(e[1].get<float>());
+      }
+      pieces.has_vocab = true;
+      load_vocab(pieces, added, *t);
+      std::copy(scores.begin(), scores.end(), t->vocab.score.begin());
+    } else {
+      load_vocab(tj, added, *t);
+    }
 
     const std::string unk_text = model.contains("unk_token") && model.at("unk_token").is_string()
                                      ? model.at("unk_token").get<std::string>()
@@ -493,7 +509,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     if (byte_fallback)
       for (int32_t id : tok::find_byte_tokens(t->vocab))
         if (id >= 0 && t->vocab.type[id] == TokenType::Normal) t->vocab.type[id] = TokenType::Byte;
-    const int32_t unk = unk_text.empty() ? -1 : t->vocab.find(unk_text);
+    int32_t unk = unk_text.empty() ? -1 : t->vocab.find(unk_text);
+    if (model_type == "Unigram" && model.contains("unk_id") && model.at("unk_id").is_number_integer()) {
+      unk = model.at("unk_id").get<int32_t>();
+      if (unk < 0 || unk >= t->vocab.size()) fail("Unigram unk_id {} is outside the vocabulary", unk);
+    }
     if (unk >= 0 && t->vocab.type[unk] == TokenType::Normal) t->vocab.type[unk] = TokenType::Unknown;
 
     parse_normalizer(j.contains("normalizer") ? j.at("normalizer") : json(), t->normalizers);
@@ -526,6 +546,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       t->description = fmt::format("Hugging Face BPE{}, {} tokens, {} merges", pre.byte_level ? " (byte-level)" : "",
                                    t->vocab.size(), bpe->merge_count());
       t->model = std::move(bpe);
+    } else if (model_type == "Unigram") {
+      t->model = std::make_unique<tok::UnigramModel>(t->vocab, unk, byte_fallback);
+      t->description = fmt::format("Hugging Face Unigram, {} tokens", t->vocab.size());
     } else {
       const std::string prefix = model.value("continuing_subword_prefix", std::string("##"));
       t->model = std::make_unique<tok::WordPieceModel>(t->vocab, unk, /*gguf_style=*/false, prefix,
