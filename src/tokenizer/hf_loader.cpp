@@ -267,6 +267,13 @@ void parse_normalizer(const json& n, std::vector<NormalizerStep>& out, int depth
     out.push_back(s);
   } else if (type == "Precompiled" && (!n.contains("precompiled_charsmap") || n.at("precompiled_charsmap").is_null())) {
     // empty charsmap: nothing to do
+  } else if (type == "Precompiled") {
+    const json& map = n.at("precompiled_charsmap");
+    if (!map.is_string()) fail("tokenizer.json: Precompiled precompiled_charsmap must be a base64 string");
+    NormalizerStep s{NormalizerStep::Kind::Precompiled, "", ""};
+    s.charsmap = std::make_shared<const tok::PrecompiledCharsmap>(
+        tok::PrecompiledCharsmap::from_base64(map.get<std::string>()));
+    out.push_back(s);
   } else {
     fail("tokenizer.json: unsupported normalizer '{}'", type);
   }

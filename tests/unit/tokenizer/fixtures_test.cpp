@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -132,6 +133,32 @@ TEST(TokenizerUnigram, EncodesLikeTokenizers) {
   EXPECT_EQ(tok->segment_separator(), *tok->find_token("</s>"));
   for (const char* text : {"Hello world", "caf\xc3\xa9 na\xc3\xafve"})
     EXPECT_EQ(tok->decode(tok->encode(text, false, false), false), std::string(" ") + text);
+}
+
+// The same model behind XLM-R's normalizer: a Precompiled charsmap (a small
+// one sentencepiece compiled from rules: full-width forms, ligatures,
+// composed accents, circled digits, NBSP) then runs of spaces collapsed.
+TEST(TokenizerUnigram, PrecompiledCharsmapLikeTokenizers) {
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/hf_unigram.json")))["charsmap"];
+  const std::filesystem::path file = std::filesystem::path(test::temp_dir()) / "unigram-charsmap-tokenizer.json";
+  {
+    std::ofstream out(file);
+    out << fixture["tokenizer_json"].dump();
+  }
+  auto tok = Tokenizer::from_hf_dir(file.string());
+  EXPECT_EQ(check_cases(*tok, fixture, "unigram charsmap"), 0) << tok->describe();
+  // A map that is not one is an Error naming it, never a read past its bytes.
+  json broken = fixture["tokenizer_json"];
+  for (const char* bad : {"AAAA", "////////////", "not base64!"}) {
+    broken["normalizer"]["normalizers"][0]["precompiled_charsmap"] = bad;
+    std::ofstream(file) << broken.dump();
+    try {
+      Tokenizer::from_hf_dir(file.string());
+      ADD_FAILURE() << "accepted charsmap " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("charsmap"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
