@@ -356,6 +356,9 @@ LoadedModel load_model_and_tokenizer(const EngineConfig& c, Backend& backend, co
   } else {
     fail("unknown load format '{}' (auto or dummy)", c.load_format);
   }
+  // An encoder with token types reads a pair's second text as type 1 (every
+  // rank's model: their embeddings must agree).
+  lm.model->set_segment_separator(lm.tokenizer->segment_separator());
   return lm;
 }
 

@@ -45,7 +45,9 @@ std::vector<float> ScoreHead::probabilities(std::span<const float> pooled) const
     x = std::move(y);
   }
   std::vector<float> p(x.size());
-  if (output == HeadOutput::Sigmoid) {
+  if (output == HeadOutput::Identity) {
+    for (size_t k = 0; k < x.size(); ++k) p[k] = static_cast<float>(x[k]);
+  } else if (output == HeadOutput::Sigmoid) {
     for (size_t k = 0; k < x.size(); ++k) p[k] = static_cast<float>(1.0 / (1.0 + std::exp(-x[k])));
   } else {
     const double top = *std::max_element(x.begin(), x.end());
@@ -100,10 +102,15 @@ DenseLayer dense_from(const TensorData& w, const TensorData* b, HeadActivation a
 
 std::optional<ScoreModel> from_gguf(const GGUFFile& gguf, const std::string& format_option, std::string& why) {
   const std::string arch = gguf.get_string("general.architecture", "");
-  // llama.cpp's enum llama_pooling_type: 4 is rank (a reranker's).
-  if (gguf.get_int(arch + ".pooling_type", -1) != 4) {
+  // llama.cpp's enum llama_pooling_type: 4 is rank (a reranker's). An
+  // encoder's sequence classifier (BertForSequenceClassification) is written
+  // without it, with its labels: llama-server scores it under --rerank.
+  const bool encoder = !gguf.get_bool(arch + ".attention.causal", true);
+  const bool classifier = encoder && gguf.find(arch + ".classifier.output_labels") &&
+                          gguf.find_tensor("cls.output.weight");
+  if (gguf.get_int(arch + ".pooling_type", -1) != 4 && !classifier) {
     why = "the model has no score head (its GGUF's pooling_type is not rank, as llama.cpp's converter writes for "
-          "rerankers)";
+          "rerankers, nor has it a sequence classifier's labels)";
     return std::nullopt;
   }
   auto tensor = [&](const std::string& name) -> std::optional<TensorData> {
@@ -115,7 +122,15 @@ std::optional<ScoreModel> from_gguf(const GGUFFile& gguf, const std::string& for
   ScoreModel m;
   // llama.cpp's rank pooling reads the last token of a causal model, else
   // the first, or the mean when <arch>.classifier.pooling_type is mean (1).
-  if (!gguf.get_bool(arch + ".attention.causal", true))
+  // An encoder's classifier reads its first token through a dense layer and
+  // tanh (BERT's pooler, RoBERTa's classifier.dense) before cls.output;
+  // llama.cpp b11434's converter drops BERT's pooler, so such a file cannot
+  // give the model's scores: refused rather than served wrong.
+  PAGELLM_CHECK(!encoder || !tensor("cls.output.weight") || tensor("cls.weight"),
+                "'{}': an encoder's classifier without its pooler (cls.weight; llama.cpp's converter leaves BERT's "
+                "pooler.dense out): its scores would not be the model's; serve the Hugging Face folder instead",
+                gguf.path());
+  if (encoder)
     m.pooling = gguf.get_int(arch + ".classifier.pooling_type", 2) == 1 ? PoolingType::Mean : PoolingType::Cls;
   // llama.cpp: the optional pooler dense layer takes tanh, then cls.output.
   if (auto w = tensor("cls.weight")) {
@@ -204,6 +219,17 @@ std::optional<ScoreModel> from_hf(const std::string& dir, const TensorSource& te
     if (ids.size() == 2)
       for (int32_t i = 0; i < l.in; ++i) l.weight[i] = rows[static_cast<size_t>(l.in + i)] - rows[i];
     m.head.layers.push_back(std::move(l));
+  } else if (const TensorData* out = tensors.find("cls.output.weight")) {
+    // An encoder cross-encoder (BertForSequenceClassification): the pooler,
+    // tanh(dense(first token)), then the classifier, as the model's tensor
+    // source names them (cls.weight, cls.output.weight: llama.cpp's names).
+    const TensorData* pooler = tensors.find("cls.weight");
+    PAGELLM_CHECK(pooler, "'{}': a {} with a classifier but no pooler (cls.weight)", dir, arch);
+    m.head.layers.push_back(dense_from(*pooler, tensors.find("cls.bias"), HeadActivation::Tanh));
+    m.head.layers.push_back(dense_from(*out, tensors.find("cls.output.bias"), HeadActivation::None));
+    PAGELLM_CHECK(m.head.num_labels() == 1, "'{}': the classifier has {} labels; scores come from one-label "
+                  "classifiers", dir, m.head.num_labels());
+    m.pooling = PoolingType::Cls;
   } else {
     auto score = hf_dense(dir, "score.weight");
     PAGELLM_CHECK(score.has_value(), "'{}': a {} without score.weight (nor classifier_from_token)", dir, arch);
@@ -211,7 +237,19 @@ std::optional<ScoreModel> from_hf(const std::string& dir, const TensorSource& te
                   score->out);
     m.head.layers.push_back(std::move(*score));
   }
+  // One label: a sigmoid, sentence-transformers' CrossEncoder default and
+  // vLLM's; a config that names Identity as the cross-encoder's activation
+  // (sentence_transformers.activation_fn, or the older
+  // sbert_ce_default_activation_function, as ms-marco-MiniLM's does) gets the
+  // raw logit, as both then give.
   m.head.output = HeadOutput::Sigmoid;
+  std::string activation;
+  if (cfg.contains("sentence_transformers") && cfg["sentence_transformers"].is_object())
+    activation = cfg["sentence_transformers"].value("activation_fn", std::string());
+  if (activation.empty() && cfg.contains("sbert_ce_default_activation_function") &&
+      cfg["sbert_ce_default_activation_function"].is_string())
+    activation = cfg["sbert_ce_default_activation_function"].get<std::string>();
+  if (activation.ends_with(".Identity")) m.head.output = HeadOutput::Identity;
   if (format_option == "auto" && qwen3_reranker) m.format.template_text = qwen3_reranker_template();
   return m;
 }
@@ -229,12 +267,7 @@ const std::string& qwen3_reranker_template() {
 
 std::vector<int32_t> ScoreFormat::tokens(const Tokenizer& tok, const std::string& query,
                                          const std::string& document) const {
-  if (template_text.empty()) {
-    std::vector<int32_t> ids = tok.encode(query, true, false);
-    const std::vector<int32_t> doc = tok.encode(document, false, false);
-    ids.insert(ids.end(), doc.begin(), doc.end());
-    return ids;
-  }
+  if (template_text.empty()) return tok.encode_pair(query, document);
   // One substitution pass each, as llama-server does: a query that contains
   // "{document}" is replaced too.
   std::string text = template_text;

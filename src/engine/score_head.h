@@ -43,8 +43,9 @@ struct DenseLayer {
   HeadActivation activation = HeadActivation::None;
 };
 
-// Turns the last layer's outputs into probabilities.
-enum class HeadOutput : uint8_t { Sigmoid, Softmax };
+// Turns the last layer's outputs into probabilities (Identity: the raw
+// logits, for a cross-encoder whose config asks for them).
+enum class HeadOutput : uint8_t { Sigmoid, Softmax, Identity };
 
 struct ScoreHead {
   std::vector<DenseLayer> layers;
@@ -63,14 +64,14 @@ struct ScoreHead {
 //  auto: the model's own (a GGUF's tokenizer.chat_template.rerank as
 //        llama-server applies it; Qwen3-Reranker's for a folder whose
 //        overrides say is_original_qwen3_reranker); else raw;
-//  raw: the query's tokens then the document's (vLLM: the client formats);
+//  raw: the tokenizer's text pair (Tokenizer::encode_pair: BERT's [CLS] q
+//       [SEP] d [SEP]; a decoder's query tokens then the document's, as vLLM);
 //  qwen3-reranker: Qwen3-Reranker's prompt with its default instruction;
 //  a file's path: its text, with {query} and {document} in it.
 struct ScoreFormat {
   std::string template_text;  // empty: raw
   // The prompt of one pair, tokenized: a template's text with special tokens
-  // parsed and nothing added (llama-server's way); raw: the query with the
-  // tokenizer's specials (BOS where it adds one), then the document without.
+  // parsed and nothing added (llama-server's way); raw: the tokenizer's pair.
   std::vector<int32_t> tokens(const Tokenizer& tok, const std::string& query, const std::string& document) const;
 };
 

@@ -129,6 +129,7 @@ bool tensor_required(const TensorSpec& t, const ModelConfig& c, int il) {
     case Need::IfOwnKv:
     case Need::IfOwnV:
     case Need::IfPle: return true;
+    case Need::IfClassifier: return c.n_cls_out > 0;
     case Need::IfChoiceBias: return c.moe() && c.expert_choice_bias;
     case Need::Derived: return false;  // served by ArchInfo::derive_tensors, never by a file
   }

@@ -79,6 +79,7 @@ enum class Need {
   IfOwnKv,         // required in layers that keep their own K/V, absent in those that reuse another's (kv_source)
   IfOwnV,          // IfOwnKv, and absent where values are the keys (ModelConfig::layer_v_is_k)
   IfPle,           // required with per-layer embeddings (n_embd_per_layer > 0), absent otherwise
+  IfClassifier,    // a sequence classifier's head (n_cls_out > 0): required, else loaded when present
   // Not in files: computed at load from the layer's other tensors
   // (ArchInfo::derive_tensors); no HF name, no dummy values.
   Derived,

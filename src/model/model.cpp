@@ -369,9 +369,9 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
       if (spec.slots[0] == Slot::Unused) return;  // read only to derive others (checked above)
       if (spec.slots[0] == Slot::PosEmbd || spec.slots[0] == Slot::TokTypes) {
-        // Kept on the host as F32 (Model::add_positions); token type 0's row only.
-        const int64_t rows = spec.slots[0] == Slot::TokTypes ? 1 : t->rows(), cols = t->cols();
-        std::vector<float>& dst = spec.slots[0] == Slot::TokTypes ? type_row_ : pos_table_;
+        // Kept on the host as F32 (Model::add_positions).
+        const int64_t rows = t->rows(), cols = t->cols();
+        std::vector<float>& dst = spec.slots[0] == Slot::TokTypes ? type_table_ : pos_table_;
         dst.resize(static_cast<size_t>(rows * cols));
         const size_t rb = dtype_row_bytes(t->type, cols);
         for (int64_t r = 0; r < rows; ++r)
@@ -429,10 +429,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   PAGELLM_CHECK(!rope_short_ == !rope_long_, "LongRoPE needs both rope_factors_short.weight and "
                 "rope_factors_long.weight; the model has only one");
   PAGELLM_CHECK(!(rope_long_ && rope_freqs_), "the model has both rope_freqs.weight and LongRoPE factors");
-  if (!type_row_.empty()) {
-    PAGELLM_CHECK(!pos_table_.empty(), "the model has a token-type table but no position table");
-    for (size_t i = 0; i < pos_table_.size(); ++i) pos_table_[i] += type_row_[i % type_row_.size()];
-  }
+  PAGELLM_CHECK(type_table_.empty() || !pos_table_.empty(), "the model has a token-type table but no position table");
   set_context_length(c.n_ctx_train);
   for (LayerWeights& L : layers_) {
     for (auto [from, to] : {std::pair{&L.attn.q_absorb, &L.attn.q_absorb_view}, {&L.attn.o_absorb, &L.attn.o_absorb_view}}) {
@@ -638,6 +635,7 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   n_ = batch.n_tokens();
   PAGELLM_CHECK(n_ > 0, "empty batch");
   if (!pos_table_.empty()) positions_ = batch.positions;
+  find_segments(batch);
   ensure_buffers(n_, std::max<int64_t>(m, 1));
   if (!geo_.tp) {
     backend_.set_batch(batch);
@@ -671,15 +669,45 @@ void Model::embed() {
   hidden_from_host(host_.data());
 }
 
-// An encoder's input: token embedding + position row (+ type 0's row, folded
-// into the table at load), then the embeddings' LayerNorm.
+// Each token's type (segment): 0, or 1 after the first separator of its
+// sequence, as BERT's tokenizer marks a pair ([CLS] a [SEP] b [SEP]: b and
+// its [SEP] are type 1). Derived here rather than carried with the request:
+// an encoder computes each prompt whole in one step (whole-prompt
+// sequences), so every sequence of the batch starts at its position 0 and
+// its first separator is in view. A single text has no token after its
+// [SEP], so it stays type 0, as the tokenizer gives it.
+void Model::find_segments(const BatchInfo& batch) {
+  segments_.clear();
+  if (type_table_.size() < 2 * static_cast<size_t>(cfg_.n_embd) || segment_separator_ < 0) return;
+  segments_.assign(static_cast<size_t>(n_), 0);
+  for (const SeqInfo& s : batch.seqs) {
+    PAGELLM_CHECK(s.q_start >= 0 && s.q_len >= 0 && s.q_start + s.q_len <= n_, "a sequence outside the batch");
+    if (s.q_len == 0) continue;
+    PAGELLM_CHECK(batch.positions[static_cast<size_t>(s.q_start)] == 0,
+                  "an encoder with token types computes each prompt whole (a sequence starts at position {})",
+                  batch.positions[static_cast<size_t>(s.q_start)]);
+    int32_t segment = 0;
+    for (int32_t i = s.q_start; i < s.q_start + s.q_len; ++i) {
+      segments_[static_cast<size_t>(i)] = segment;
+      if (batch.token_ids[static_cast<size_t>(i)] == segment_separator_) segment = 1;
+    }
+  }
+}
+
+// An encoder's input: token embedding + position row + token-type row, then
+// the embeddings' LayerNorm.
 void Model::add_positions() {
   const int64_t d = cfg_.n_embd, rows = static_cast<int64_t>(pos_table_.size()) / d;
   host_.resize(static_cast<size_t>(n_ * d));
   for (int64_t i = 0; i < n_; ++i) {
     const int32_t pos = positions_[static_cast<size_t>(i)];
     PAGELLM_CHECK(pos >= 0 && pos < rows, "position {} is outside the model's {} learned positions", pos, rows);
-    std::copy_n(pos_table_.data() + pos * d, d, host_.data() + i * d);
+    float* dst = host_.data() + i * d;
+    std::copy_n(pos_table_.data() + pos * d, d, dst);
+    if (type_table_.empty()) continue;
+    const int64_t type = segments_.empty() ? 0 : segments_[static_cast<size_t>(i)];
+    const float* row = type_table_.data() + type * d;
+    for (int64_t k = 0; k < d; ++k) dst[k] += row[k];
   }
   from_host(host_.data(), *buf_.h, n_ * d);
   backend_.add(*buf_.x, *buf_.h, n_ * d);

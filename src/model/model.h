@@ -88,6 +88,10 @@ class Model {
   // not upload, such as BERT's sequence-classification head ("cls.weight",
   // "cls.bias", "cls.output.weight", "cls.output.bias").
   const TensorData* file_tensor(const std::string& gguf_name) const;
+  // An encoder with two or more token types (BERT's pairs): the token after
+  // whose first occurrence in a sequence its tokens are type 1 (the
+  // tokenizer's pair separator, [SEP]); -1 (the default): all type 0.
+  void set_segment_separator(int32_t token) { segment_separator_ = token; }
   // The GGUF file the model came from (its tokenizer metadata), or null.
   const GGUFFile* gguf() const { return gguf_.get(); }
   // The tensors the model was loaded from (a score head's rows), or null
@@ -183,13 +187,16 @@ class Model {
   // input embedding's projection [n_layer * P, n_embd] and its norm [P].
   std::unique_ptr<Weight> ple_tok_embd_, ple_model_proj_, ple_proj_norm_;
   // Encoders (BERT): the embeddings' LayerNorm, and on the host the learned
-  // position table [n_ctx_train, n_embd] with token type 0's row folded in
-  // (added to each token's embedding by its position: a small host copy
-  // rather than a backend op), and the pass's positions.
+  // position table [n_ctx_train, n_embd] and the token-type table [types,
+  // n_embd] (added to each token's embedding by its position and segment: a
+  // small host copy rather than a backend op), and the pass's positions and
+  // segments.
   std::unique_ptr<Weight> tok_norm_, tok_norm_b_;
-  std::vector<float> pos_table_, type_row_;
-  std::vector<int32_t> positions_;
+  std::vector<float> pos_table_, type_table_;
+  std::vector<int32_t> positions_, segments_;
+  int32_t segment_separator_ = -1;
   void add_positions();
+  void find_segments(const BatchInfo& batch);
   std::vector<LayerWeights> layers_;
 
   Buffers buf_;  // activations, grown on demand

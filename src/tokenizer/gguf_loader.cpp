@@ -143,6 +143,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& f) {
     t->model = std::make_unique<tok::WordPieceModel>(t->vocab, unk, /*gguf_style=*/true);
     t->piece_style = tok::PieceStyle::WordPieceGguf;
     if (sep >= 0) t->suffix_ids.push_back(sep);
+    // Pairs as BERT's tokenizer joins them: [CLS] a [SEP] b [SEP].
+    if (sep >= 0 && bos >= 0) t->set_pair_template({bos}, {sep}, {sep});
     t->description = fmt::format("WordPiece, {} tokens", n);
   } else {
     fail("'{}': unsupported tokenizer model '{}' (tokenizer.ggml.model; supported: llama, gpt2, gemma4, bert)",

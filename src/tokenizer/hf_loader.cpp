@@ -267,6 +267,13 @@ void parse_normalizer(const json& n, std::vector<NormalizerStep>& out, int depth
     out.push_back(s);
   } else if (type == "Precompiled" && (!n.contains("precompiled_charsmap") || n.at("precompiled_charsmap").is_null())) {
     // empty charsmap: nothing to do
+  } else if (type == "Precompiled") {
+    const json& map = n.at("precompiled_charsmap");
+    if (!map.is_string()) fail("tokenizer.json: Precompiled precompiled_charsmap must be a base64 string");
+    NormalizerStep s{NormalizerStep::Kind::Precompiled, "", ""};
+    s.charsmap = std::make_shared<const tok::PrecompiledCharsmap>(
+        tok::PrecompiledCharsmap::from_base64(map.get<std::string>()));
+    out.push_back(s);
   } else {
     fail("tokenizer.json: unsupported normalizer '{}'", type);
   }
@@ -346,6 +353,9 @@ bool decoder_is_byte_level(const json& d, int depth = 0) {
 struct Template {
   bool found = false;
   std::vector<int32_t> prefix, suffix;
+  // The pair template's specials before $A, between $A and $B, after $B.
+  bool pair_found = false;
+  std::vector<int32_t> pair_prefix, pair_middle, pair_suffix;
 };
 
 // A post-processor id is added to every encoded prompt: one past the
@@ -365,15 +375,7 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
     for (const auto& sub : p.at("processors")) parse_post_processor(sub, vocab, tpl, depth + 1);
   } else if (type == "TemplateProcessing") {
     tpl.found = true;
-    tpl.prefix.clear();
-    tpl.suffix.clear();
-    bool after_text = false;
-    for (const auto& item : p.at("single")) {
-      if (item.contains("Sequence")) {
-        after_text = true;
-        continue;
-      }
-      if (!item.contains("SpecialToken")) continue;
+    auto special_ids = [&](const json& item) {
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       std::vector<int32_t> ids;
       if (p.contains("special_tokens") && p.at("special_tokens").contains(name)) {
@@ -383,13 +385,35 @@ void parse_post_processor(const json& p, const tok::Vocabulary& vocab, Template&
       } else {
         fail("tokenizer.json: TemplateProcessing names unknown token '{}'", name);
       }
-      auto& dst = after_text ? tpl.suffix : tpl.prefix;
-      dst.insert(dst.end(), ids.begin(), ids.end());
-    }
+      return ids;
+    };
+    // Each template's specials, by how many texts ($A, $B) come before them.
+    auto parse = [&](const json& items, std::vector<std::vector<int32_t>*> parts) {
+      for (auto* part : parts) part->clear();
+      size_t texts = 0;
+      for (const auto& item : items) {
+        if (item.contains("Sequence")) {
+          texts = std::min(texts + 1, parts.size() - 1);
+          continue;
+        }
+        if (!item.contains("SpecialToken")) continue;
+        const std::vector<int32_t> ids = special_ids(item);
+        parts[texts]->insert(parts[texts]->end(), ids.begin(), ids.end());
+      }
+    };
+    parse(p.at("single"), {&tpl.prefix, &tpl.suffix});
+    tpl.pair_found = p.contains("pair") && p.at("pair").is_array();
+    if (tpl.pair_found) parse(p.at("pair"), {&tpl.pair_prefix, &tpl.pair_middle, &tpl.pair_suffix});
   } else if (type == "BertProcessing" || type == "RobertaProcessing") {
     tpl.found = true;
     tpl.prefix = {vocab_token_id(p.at("cls").at(1), vocab)};
     tpl.suffix = {vocab_token_id(p.at("sep").at(1), vocab)};
+    // Pairs: BERT [CLS] a [SEP] b [SEP], RoBERTa <s> a </s></s> b </s>.
+    tpl.pair_found = true;
+    tpl.pair_prefix = tpl.prefix;
+    tpl.pair_middle = tpl.suffix;
+    if (type == "RobertaProcessing") tpl.pair_middle.push_back(tpl.suffix.front());
+    tpl.pair_suffix = tpl.suffix;
   } else if (type == "ByteLevel") {
     // offsets only
   } else {
@@ -464,9 +488,25 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
         added.push_back(a);
       }
     }
-    if (model_type != "BPE" && model_type != "WordPiece")
-      fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece)", model_type);
-    load_vocab(tj, added, *t);
+    if (model_type != "BPE" && model_type != "WordPiece" && model_type != "Unigram")
+      fail("unsupported tokenizer model '{}' (supported: BPE, WordPiece, Unigram)", model_type);
+    if (model_type == "Unigram") {
+      // Unigram's vocab is a list of [piece, score]: ids are positions.
+      TokenizerJson pieces;
+      std::vector<float> scores;
+      if (!model.contains("vocab") || !model.at("vocab").is_array()) fail("Unigram model.vocab must be a list");
+      for (const json& e : model.at("vocab")) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number())
+          fail("Unigram model.vocab entries must be [piece, score]");
+        pieces.vocab.emplace_back(e[0].get<std::string>(), static_cast<int64_t>(pieces.vocab.size()));
+        scores.push_back(e[1].get<float>());
+      }
+      pieces.has_vocab = true;
+      load_vocab(pieces, added, *t);
+      std::copy(scores.begin(), scores.end(), t->vocab.score.begin());
+    } else {
+      load_vocab(tj, added, *t);
+    }
 
     const std::string unk_text = model.contains("unk_token") && model.at("unk_token").is_string()
                                      ? model.at("unk_token").get<std::string>()
@@ -476,7 +516,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
     if (byte_fallback)
       for (int32_t id : tok::find_byte_tokens(t->vocab))
         if (id >= 0 && t->vocab.type[id] == TokenType::Normal) t->vocab.type[id] = TokenType::Byte;
-    const int32_t unk = unk_text.empty() ? -1 : t->vocab.find(unk_text);
+    int32_t unk = unk_text.empty() ? -1 : t->vocab.find(unk_text);
+    if (model_type == "Unigram" && model.contains("unk_id") && model.at("unk_id").is_number_integer()) {
+      unk = model.at("unk_id").get<int32_t>();
+      if (unk < 0 || unk >= t->vocab.size()) fail("Unigram unk_id {} is outside the vocabulary", unk);
+    }
     if (unk >= 0 && t->vocab.type[unk] == TokenType::Normal) t->vocab.type[unk] = TokenType::Unknown;
 
     parse_normalizer(j.contains("normalizer") ? j.at("normalizer") : json(), t->normalizers);
@@ -509,6 +553,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       t->description = fmt::format("Hugging Face BPE{}, {} tokens, {} merges", pre.byte_level ? " (byte-level)" : "",
                                    t->vocab.size(), bpe->merge_count());
       t->model = std::move(bpe);
+    } else if (model_type == "Unigram") {
+      t->model = std::make_unique<tok::UnigramModel>(t->vocab, unk, byte_fallback);
+      t->description = fmt::format("Hugging Face Unigram, {} tokens", t->vocab.size());
     } else {
       const std::string prefix = model.value("continuing_subword_prefix", std::string("##"));
       t->model = std::make_unique<tok::WordPieceModel>(t->vocab, unk, /*gguf_style=*/false, prefix,
@@ -542,6 +589,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& where) {
       add_bos = !tpl.prefix.empty();
       add_eos = !tpl.suffix.empty();
       if (bos < 0 && add_bos) bos = tpl.prefix.front();
+      if (tpl.pair_found) t->set_pair_template(tpl.pair_prefix, tpl.pair_middle, tpl.pair_suffix);
     } else {
       add_bos = config.value("add_bos_token", false) && bos >= 0;
       add_eos = config.value("add_eos_token", false) && eos >= 0;

@@ -289,3 +289,87 @@ void WordPieceModel::encode(std::string_view word, Workspace& ws, std::vector<in
 }
 
 }  // namespace pagellm::tok
+
+// ---------------------------------------------------------------- Unigram
+
+namespace pagellm::tok {
+
+UnigramModel::UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback)
+    : vocab_(vocab), unk_id_(unk_id), byte_fallback_(byte_fallback), byte_tokens_(find_byte_tokens(vocab)) {
+  float min_score = 0;
+  bool any = false;
+  // Every piece of the model's vocabulary is in the lattice, specials
+  // included (HF's trie holds them: "<s>" written as text is that piece).
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (vocab.text[id].empty()) continue;
+    max_piece_bytes_ = std::max(max_piece_bytes_, vocab.text[id].size());
+    min_score = any ? std::min(min_score, vocab.score[id]) : vocab.score[id];
+    any = true;
+  }
+  unk_score_ = min_score - 10.0f;  // HF's and SentencePiece's unknown-piece penalty
+}
+
+void UnigramModel::encode(std::string_view piece, Workspace&, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  // best[i]: the best segmentation of piece[0, i) (byte offsets at character
+  // starts): its score, the start of its last piece and that piece's id
+  // (-1: unk).
+  struct Best {
+    double score = 0;
+    size_t start = 0;
+    int32_t id = -1;
+    bool reached = false;
+  };
+  const size_t n = piece.size();
+  std::vector<Best> best(n + 1);
+  best[0].reached = true;
+  size_t pos = 0;
+  while (pos < n) {
+    size_t char_len = unicode::valid_char_len(piece, pos);
+    if (char_len == 0) char_len = 1;  // a stray byte is a character of its own
+    if (best[pos].reached) {
+      bool single = false;
+      auto offer = [&](size_t end, int32_t id, double score) {
+        const double total = best[pos].score + score;
+        if (!best[end].reached || total > best[end].score) best[end] = {total, pos, id, true};
+      };
+      // Every piece starting here, shortest first (HF's trie order).
+      for (size_t end = pos + char_len; end <= n && end - pos <= max_piece_bytes_;) {
+        const int32_t id = vocab_.find(piece.substr(pos, end - pos));
+        if (id >= 0) {
+          offer(end, id, vocab_.score[id]);
+          single = single || end == pos + char_len;
+        }
+        const size_t next = unicode::valid_char_len(piece, end);
+        end += next == 0 ? 1 : next;
+      }
+      if (!single) offer(pos + char_len, -1, unk_score_);
+    }
+    pos += char_len;
+  }
+  // Back from the end, then forward: unks fuse (or fall back to bytes).
+  std::vector<std::pair<size_t, size_t>> spans;  // [start, end)
+  std::vector<int32_t> ids;
+  for (size_t end = n; end > 0; end = best[end].start) {
+    spans.push_back({best[end].start, end});
+    ids.push_back(best[end].id);
+  }
+  for (size_t k = spans.size(); k-- > 0;) {
+    const int32_t id = ids[k];
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    size_t begin = spans[k].first, end = spans[k].second;
+    while (k > 0 && ids[k - 1] < 0) end = spans[--k].second;
+    bool bytes = byte_fallback_;
+    for (size_t b = begin; bytes && b < end; ++b) bytes = byte_tokens_[static_cast<unsigned char>(piece[b])] >= 0;
+    if (bytes) {
+      for (size_t b = begin; b < end; ++b) out.push_back(byte_tokens_[static_cast<unsigned char>(piece[b])]);
+    } else if (unk_id_ >= 0) {
+      out.push_back(unk_id_);
+    }
+  }
+}
+
+}  // namespace pagellm::tok

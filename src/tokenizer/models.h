@@ -127,4 +127,23 @@ class WordPieceModel final : public Model {
   size_t max_token_len_ = 0;
 };
 
+// SentencePiece Unigram (Hugging Face "Unigram", llama.cpp's UGM): the
+// segmentation of highest total piece score (Viterbi over the piece lattice;
+// ties keep the longest last piece, as HF's lattice does). A character no
+// piece starts with becomes unk, scored min_score - 10; adjacent unks fuse
+// into one (HF's fuse_unk), or become byte tokens <0xNN> with byte_fallback.
+class UnigramModel final : public Model {
+ public:
+  UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback);
+  void encode(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const override;
+
+ private:
+  const Vocabulary& vocab_;
+  int32_t unk_id_;
+  bool byte_fallback_;
+  std::vector<int32_t> byte_tokens_;
+  size_t max_piece_bytes_ = 0;
+  float unk_score_ = 0;
+};
+
 }  // namespace pagellm::tok

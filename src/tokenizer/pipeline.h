@@ -49,6 +49,10 @@ class PipelineTokenizer final : public Tokenizer {
   // Builds the special-token matcher from token types: control / unknown
   // tokens need parse_special, user-defined ones always match.
   void build_special_matcher_from_types();
+  // The pair template (Tokenizer::encode_pair): prefix a middle b suffix.
+  void set_pair_template(std::vector<int32_t> prefix, std::vector<int32_t> middle, std::vector<int32_t> suffix) {
+    pair_ = {true, std::move(prefix), std::move(middle), std::move(suffix)};
+  }
 
  private:
   void encode_segment(std::string_view segment, bool is_first, Workspace& ws, std::vector<int32_t>& out) const;

@@ -132,6 +132,9 @@ void apply_normalizers(const std::vector<NormalizerStep>& steps, std::string& te
       case NormalizerStep::Kind::Bert:
         bert_normalize(s.bert, text);
         break;
+      case NormalizerStep::Kind::Precompiled:
+        s.charsmap->normalize(text);
+        break;
     }
   }
 }

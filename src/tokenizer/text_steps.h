@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/charsmap.h"
 #include "tokenizer/regex_split.h"
 
 namespace pagellm::tok {
@@ -29,6 +30,7 @@ struct NormalizerStep {
     Lowercase,
     Strip,             // whitespace on the left (first_only=true) / right (flag)
     Bert,
+    Precompiled,       // SentencePiece's charsmap (charsmap)
   };
   NormalizerStep(Kind k, std::string a_ = {}, std::string b_ = {}) : kind(k), a(std::move(a_)), b(std::move(b_)) {}
   Kind kind;
@@ -37,6 +39,7 @@ struct NormalizerStep {
   bool first_only = false;
   bool strip_left = false, strip_right = false;
   BertOptions bert;
+  std::shared_ptr<const PrecompiledCharsmap> charsmap;  // Precompiled
 };
 
 // Applies the steps to one segment of input. is_first: the segment starts the input text.

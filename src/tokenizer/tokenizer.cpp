@@ -10,6 +10,23 @@
 
 namespace pagellm {
 
+std::vector<int32_t> Tokenizer::encode_pair(std::string_view first, std::string_view second) const {
+  if (!pair_.found) {
+    std::vector<int32_t> ids = encode(first, true, false);
+    const std::vector<int32_t> more = encode(second, false, false);
+    ids.insert(ids.end(), more.begin(), more.end());
+    return ids;
+  }
+  std::vector<int32_t> ids = pair_.prefix;
+  for (const auto* part : {&first, &second}) {
+    const std::vector<int32_t> text = encode(*part, false, false);
+    ids.insert(ids.end(), text.begin(), text.end());
+    const std::vector<int32_t>& after = part == &first ? pair_.middle : pair_.suffix;
+    ids.insert(ids.end(), after.begin(), after.end());
+  }
+  return ids;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) {

@@ -54,6 +54,16 @@ class Tokenizer {
   // BERT and NFC-normalizing tokenizers see U+FFFD instead.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const = 0;
 
+  // A text pair as the tokenizer's pair template joins one (what a
+  // cross-encoder reads: BERT [CLS] a [SEP] b [SEP], RoBERTa / XLM-R <s> a
+  // </s></s> b </s>); specials in the texts stay plain text. A tokenizer
+  // without a pair template: a with add_special's tokens, then b without
+  // (the two texts' tokens joined, as vLLM joins a decoder's pair).
+  std::vector<int32_t> encode_pair(std::string_view first, std::string_view second) const;
+  // The first token between a pair's two texts (BERT's [SEP]), after which
+  // the second segment (token type 1) begins; -1 without a pair template.
+  int32_t segment_separator() const { return pair_.found && !pair_.middle.empty() ? pair_.middle.front() : -1; }
+
   // The bytes token `id` stands for in text (throws InvalidRequest for an id
   // outside [0, vocab_size())): SentencePiece's U+2581 becomes a
   // space, byte tokens <0xAB> become the byte, byte-level BPE symbols map back
@@ -98,6 +108,12 @@ class Tokenizer {
   bool add_bos_ = false, add_eos_ = false;
   std::vector<int32_t> eog_ids_;
   std::string chat_template_;
+  // The pair template: prefix first middle second suffix.
+  struct PairTemplate {
+    bool found = false;
+    std::vector<int32_t> prefix, middle, suffix;
+  };
+  PairTemplate pair_;
 };
 
 // Turns a stream of generated ids into text deltas, never emitting half a

@@ -28,11 +28,14 @@ std::vector<TensorSpec> bert_globals() {
           vec("token_embd_norm.weight", "embeddings.LayerNorm.weight", embd_vec, Slot::TokEmbdNorm),
           vec("token_embd_norm.bias", "embeddings.LayerNorm.bias", embd_vec, Slot::TokEmbdNormBias),
           // BertForSequenceClassification's head (pooler: tanh(dense(CLS)), then
-          // the classifier): checked and kept in the file, read by name
-          // (Model::file_tensor) by whatever scores with it; not uploaded.
+          // the classifier): checked and kept in the file, read by name by the
+          // score head (engine/score_head.cpp, which refuses a classifier
+          // without its pooler: llama.cpp b11434's converter leaves BERT's
+          // pooler.dense out, and such a file still serves embeddings); not
+          // uploaded.
           mat("cls.weight", "pooler.dense.weight", embd_sq, Slot::Unused, Need::Optional),
           vec("cls.bias", "pooler.dense.bias", embd_vec, Slot::Unused, Need::Optional),
-          mat("cls.output.weight", "classifier.weight", cls_mat, Slot::Unused, Need::Optional),
+          mat("cls.output.weight", "classifier.weight", cls_mat, Slot::Unused, Need::IfClassifier),
           vec("cls.output.bias", "classifier.bias", cls_vec, Slot::Unused, Need::Optional)};
 }
 
@@ -97,9 +100,13 @@ void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   const std::string pos = j.value("position_embedding_type", std::string("absolute"));
   PAGELLM_CHECK(pos == "absolute", "'{}': position_embedding_type '{}' is not supported (absolute is)", path, pos);
   PAGELLM_CHECK(!j.value("is_decoder", false), "'{}': a BERT decoder (is_decoder) is not supported", path);
-  // transformers' num_labels is the size of id2label (2 unless the config says).
-  c.n_cls_out = j.contains("id2label") && j["id2label"].is_object() ? static_cast<int>(j["id2label"].size()) : 2;
-  PAGELLM_CHECK(c.n_cls_out >= 1 && c.n_cls_out <= 1 << 16, "'{}': id2label has {} labels", path, c.n_cls_out);
+  // A sequence classifier's labels: transformers' num_labels is the size of
+  // id2label (2 unless the config says); a BertModel has none.
+  const bool classifier = j.contains("architectures") && j["architectures"].is_array() &&
+                          !j["architectures"].empty() && j["architectures"][0] == "BertForSequenceClassification";
+  c.n_cls_out = !classifier ? 0 : j.contains("id2label") && j["id2label"].is_object() ? static_cast<int>(j["id2label"].size()) : 2;
+  PAGELLM_CHECK(!classifier || (c.n_cls_out >= 1 && c.n_cls_out <= 1 << 16), "'{}': id2label has {} labels", path,
+                c.n_cls_out);
 }
 
 void read_gguf(const GGUFFile& f, ModelConfig& c) {
@@ -115,6 +122,7 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   const GGUFValue* labels = f.find(a + "classifier.output_labels");
   const uint64_t n_out = labels ? labels->count : out && out->shape.size() == 2 ? static_cast<uint64_t>(out->shape[1]) : 0;
   PAGELLM_CHECK(n_out <= 1 << 16, "'{}': a classifier of {} labels", f.path(), n_out);
+
   c.n_cls_out = static_cast<int>(n_out);
 }
 
@@ -127,9 +135,24 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["type_vocab_size"] = c.n_token_types;
   j["position_embedding_type"] = "absolute";
   j["pad_token_id"] = 0;
+  if (c.n_cls_out > 0) {  // a cross-encoder: BertForSequenceClassification with its labels
+    j["architectures"] = nlohmann::ordered_json::array({"BertForSequenceClassification"});
+    nlohmann::ordered_json labels, ids;
+    for (int k = 0; k < c.n_cls_out; ++k) {
+      labels[std::to_string(k)] = "LABEL_" + std::to_string(k);
+      ids["LABEL_" + std::to_string(k)] = k;
+    }
+    j["id2label"] = labels;
+    j["label2id"] = ids;
+  }
 }
 
 void tiny_extras(ModelConfig& c) { c.n_token_types = 2; }
+// A cross-encoder (BertForSequenceClassification, one label: a relevance score).
+void tiny_reranker_extras(ModelConfig& c) {
+  c.n_token_types = 2;
+  c.n_cls_out = 1;
+}
 
 }  // namespace
 
@@ -157,6 +180,8 @@ ArchInfo bert() {
   a.write_hf = write_hf;
   a.dummy_shapes = {
       {"tiny-bert", 512, 256, 2, 4, 4, 64, 512, 128, 10000.f, 1e-12f, false, 0, 0, 0, 0, 0, tiny_extras},
+      {"tiny-bert-reranker", 512, 64, 2, 4, 4, 16, 128, 128, 10000.f, 1e-12f, false, 0, 0, 0, 0, 0,
+       tiny_reranker_extras},
       // bge-small-en-v1.5 / all-MiniLM-L12's shape (384 wide, 12 layers).
       {"bge-small", 30522, 384, 12, 12, 12, 32, 1536, 512, 10000.f, 1e-12f, false, 0, 0, 0, 0, 0, tiny_extras},
   };

@@ -62,6 +62,7 @@ std::vector<double> head_ref(const ScoreHead& h, const std::vector<float>& x0) {
     }
     x = y;
   }
+  if (h.output == HeadOutput::Identity) return x;
   if (h.output == HeadOutput::Sigmoid) {
     for (double& v : x) v = 1 / (1 + std::exp(-v));
   } else {
@@ -74,7 +75,7 @@ std::vector<double> head_ref(const ScoreHead& h, const std::vector<float>& x0) {
 
 TEST(ScoreHead, MatchesScalarReference) {
   std::mt19937 rng(7);
-  for (HeadOutput output : {HeadOutput::Sigmoid, HeadOutput::Softmax})
+  for (HeadOutput output : {HeadOutput::Sigmoid, HeadOutput::Softmax, HeadOutput::Identity})
     for (HeadActivation act : {HeadActivation::Tanh, HeadActivation::Gelu, HeadActivation::Relu}) {
       ScoreHead h;
       h.layers.push_back(random_layer(48, 24, true, act, rng));
@@ -216,6 +217,32 @@ TEST_F(ScoreModelSource, GgufRankHead) {
     EXPECT_EQ(find_score_model("bert.gguf", b.get(), none_, *tok_, json::object(), "auto", why)->pooling,
               PoolingType::Mean);
   }
+  // A converted BertForSequenceClassification: no rank pooling, its labels
+  // instead; a file without the pooler (llama.cpp b11434 drops it) is refused.
+  for (bool pooler : {true, false}) {
+    GGUFWriter w;
+    w.set_string("general.architecture", "bert");
+    w.set_bool("bert.attention.causal", false);
+    w.set_string_array("bert.classifier.output_labels", {"LABEL_0"});
+    if (pooler) w.add_tensor("cls.weight", DType::F32, {16, 16}, bytes_of(random_values(16 * 16, rng)));
+    w.add_tensor("cls.output.weight", DType::F32, {16, 1}, bytes_of(random_values(16, rng)));
+    const std::string path = (dir / "bert-cls.gguf").string();
+    w.write(path);
+    auto b = GGUFFile::open(path);
+    if (!pooler) {
+      try {
+        find_score_model("bert-cls.gguf", b.get(), none_, *tok_, json::object(), "auto", why);
+        ADD_FAILURE() << "a classifier without its pooler was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("pooler"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    m = find_score_model("bert-cls.gguf", b.get(), none_, *tok_, json::object(), "auto", why);
+    ASSERT_TRUE(m.has_value()) << why;
+    EXPECT_EQ(m->head.layers.size(), 2u);
+    EXPECT_EQ(m->pooling, PoolingType::Cls);
+  }
   // last pooling (an embedder): no head, and why
   f = write(3, false);
   EXPECT_FALSE(find_score_model("m.gguf", f.get(), none_, *tok_, json::object(), "auto", why).has_value());
@@ -267,6 +294,46 @@ TEST_F(ScoreModelSource, HfOverridesTakeLmHeadRows) {
   unknown["classifier_from_token"] = {"no-such-token-text", yes};
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, unknown, "auto", why), Error);
   EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, overrides, "/no/such/template", why), Error);
+}
+
+// BertForSequenceClassification's folder: the pooler (tanh) and the
+// classifier as the model's tensor source names them; sigmoid, or the raw
+// logit where the config names Identity as the cross-encoder's activation.
+TEST_F(ScoreModelSource, HfBertCrossEncoder) {
+  const fs::path dir = scratch("bert-hf");
+  const int32_t d = 8;
+  std::mt19937 rng(11);
+  const std::vector<float> pw = random_values(d * d, rng), pb = random_values(d, rng), cw = random_values(d, rng),
+                           cb = random_values(1, rng);
+  MapSource src;
+  src.tensors["cls.weight"] = TensorData{"cls.weight", DType::F32, {d, d}, pw.data()};
+  src.tensors["cls.bias"] = TensorData{"cls.bias", DType::F32, {d}, pb.data()};
+  src.tensors["cls.output.weight"] = TensorData{"cls.output.weight", DType::F32, {d, 1}, cw.data()};
+  src.tensors["cls.output.bias"] = TensorData{"cls.output.bias", DType::F32, {1}, cb.data()};
+  json cfg = {{"architectures", {"BertForSequenceClassification"}}};
+  std::ofstream(dir / "config.json") << cfg.dump();
+  std::string why;
+  auto m = find_score_model(dir.string(), nullptr, src, *tok_, json::object(), "auto", why);
+  ASSERT_TRUE(m.has_value()) << why;
+  ASSERT_EQ(m->head.layers.size(), 2u);
+  EXPECT_EQ(m->head.layers[0].activation, HeadActivation::Tanh);
+  EXPECT_EQ(m->head.layers[0].weight, pw);
+  EXPECT_EQ(m->head.layers[1].bias, cb);
+  EXPECT_EQ(m->head.output, HeadOutput::Sigmoid);
+  EXPECT_EQ(m->pooling, PoolingType::Cls);
+  const std::vector<float> x = random_values(d, rng);
+  ScoreHead raw = m->head;
+  raw.output = HeadOutput::Identity;
+  const double logit = head_ref(raw, x)[0];
+  EXPECT_NEAR(m->head.score(x), 1.0 / (1.0 + std::exp(-logit)), 1e-6);
+  cfg["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity";  // ms-marco-MiniLM's
+  std::ofstream(dir / "config.json") << cfg.dump();
+  m = find_score_model(dir.string(), nullptr, src, *tok_, json::object(), "auto", why);
+  EXPECT_EQ(m->head.output, HeadOutput::Identity);
+  EXPECT_NEAR(m->head.score(x), logit, 1e-5);
+  // a classifier without the pooler: refused by name
+  src.tensors.erase("cls.weight");
+  EXPECT_THROW(find_score_model(dir.string(), nullptr, src, *tok_, json::object(), "auto", why), Error);
 }
 
 // Score requests through the engine: chunked prefill (chunks of 16), the

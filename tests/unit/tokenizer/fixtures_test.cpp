@@ -2,8 +2,11 @@
 // `tokenizers` on tokenizer.json files and llama.cpp on the Gemma 3 vocabulary.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "format/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -106,6 +109,56 @@ TEST(TokenizerGemma4, EncodesLikeLlamaCpp) {
   // Decoding gives the text back (spaces from U+2581, bytes from <0xNN>).
   for (const char* text : {"Hello world", "  double  spaces  ", "a\n\nb", "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac"})
     EXPECT_EQ(tok->decode(tok->encode(text, false, false), false), text);
+}
+
+// A SentencePiece Unigram tokenizer (XLM-R's layout: Metaspace, pieces with
+// log-probability scores, unk; NFC standing in for its Precompiled charsmap)
+// trained by tokenizers' UnigramTrainer, and the ids tokenizers gives
+// (tools/gen_unigram_fixtures.py): accents, CJK, unknown characters, spaces,
+// the empty string; and text pairs through its pair template.
+TEST(TokenizerUnigram, EncodesLikeTokenizers) {
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/hf_unigram.json")));
+  const std::filesystem::path file = std::filesystem::path(test::temp_dir()) / "unigram-tokenizer.json";
+  {
+    std::ofstream out(file);
+    out << fixture["tokenizer_json"].dump();
+  }
+  auto tok = Tokenizer::from_hf_dir(file.string());
+  EXPECT_NE(tok->describe().find("Unigram"), std::string::npos) << tok->describe();
+  EXPECT_EQ(check_cases(*tok, fixture, "unigram"), 0) << tok->describe();
+  for (const auto& p : fixture["pairs"])
+    EXPECT_EQ(tok->encode_pair(p["a"].get<std::string>(), p["b"].get<std::string>()),
+              p["ids"].get<std::vector<int32_t>>())
+        << p["a"] << " / " << p["b"];
+  EXPECT_EQ(tok->segment_separator(), *tok->find_token("</s>"));
+  for (const char* text : {"Hello world", "caf\xc3\xa9 na\xc3\xafve"})
+    EXPECT_EQ(tok->decode(tok->encode(text, false, false), false), std::string(" ") + text);
+}
+
+// The same model behind XLM-R's normalizer: a Precompiled charsmap (a small
+// one sentencepiece compiled from rules: full-width forms, ligatures,
+// composed accents, circled digits, NBSP) then runs of spaces collapsed.
+TEST(TokenizerUnigram, PrecompiledCharsmapLikeTokenizers) {
+  const json fixture = json::parse(test::read_file(test::fixture("tokenizer/hf_unigram.json")))["charsmap"];
+  const std::filesystem::path file = std::filesystem::path(test::temp_dir()) / "unigram-charsmap-tokenizer.json";
+  {
+    std::ofstream out(file);
+    out << fixture["tokenizer_json"].dump();
+  }
+  auto tok = Tokenizer::from_hf_dir(file.string());
+  EXPECT_EQ(check_cases(*tok, fixture, "unigram charsmap"), 0) << tok->describe();
+  // A map that is not one is an Error naming it, never a read past its bytes.
+  json broken = fixture["tokenizer_json"];
+  for (const char* bad : {"AAAA", "////////////", "not base64!"}) {
+    broken["normalizer"]["normalizers"][0]["precompiled_charsmap"] = bad;
+    std::ofstream(file) << broken.dump();
+    try {
+      Tokenizer::from_hf_dir(file.string());
+      ADD_FAILURE() << "accepted charsmap " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("charsmap"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

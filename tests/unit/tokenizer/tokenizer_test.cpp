@@ -316,7 +316,12 @@ TEST(TokenizerErrors, MissingOrBadVocabularies) {
   {
     std::ofstream(dir + "/tokenizer.json") << "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, ";
     EXPECT_THROW(Tokenizer::load(dir + "/tokenizer.json"), Error);
-    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})";
+    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "WordLevel", "vocab": {"a": 0}}})";
+    EXPECT_THROW(Tokenizer::load(dir), Error);
+    // Unigram: a list of [piece, score]; unk_id inside it
+    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": [["a"]]}})";
+    EXPECT_THROW(Tokenizer::load(dir), Error);
+    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "Unigram", "unk_id": 5, "vocab": [["a", -1.0]]}})";
     EXPECT_THROW(Tokenizer::load(dir), Error);
   }
   REQUIRE_VOCAB("gpt-2");

