@@ -5,11 +5,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/quant_blocks.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
@@ -103,15 +103,8 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  PAGELLM_CHECK(in.good(), "cannot read {}", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: {}", path.string(), e.what()));
-  }
-}
+// config.json and sentence-transformers' files, parsed within the limits every JSON file we read has.
+json read_json(const fs::path& path) { return read_json_file_bounded(path.string(), kConfigJsonLimits); }
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/quant_blocks.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
@@ -150,14 +151,7 @@ std::optional<ScoreModel> from_gguf(const GGUFFile& gguf, const std::string& for
 }
 
 json read_config(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "config.json";
-  std::ifstream in(path);
-  PAGELLM_CHECK(in.good(), "cannot read {}", path.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: {}", path.string(), e.what()));
-  }
+  return read_json_file_bounded((fs::path(dir) / "config.json").string(), kConfigJsonLimits);
 }
 
 // A tensor the model's own source does not map (a classifier's score.weight),
