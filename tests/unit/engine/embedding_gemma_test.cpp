@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/pooling.h"
 #include "format/gguf.h"
+#include "model/model_test_util.h"
 #include "model/dummy.h"
 #include "model/hf_writer.h"
 #include "model/model_config.h"
@@ -347,16 +348,8 @@ TEST(EmbeddingGemma, LlamaCppConvertedGgufMatchesSentenceTransformers) {
   }
   EXPECT_EQ(dense.size(), 2u);
   EXPECT_EQ(from_dummy, src->count()) << "the same set of layer tensors";
-  for (const auto& [key, kv] : meta["metadata"].items()) {
-    const std::string type = kv["type"].get<std::string>();
-    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
-    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
-    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
-    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
-    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
-    else if (type == "array:BOOL") w.set_bool_array(key, kv["value"].get<std::vector<bool>>());
-    else FAIL() << key << ": metadata type " << type << " not handled here";
-  }
+  const std::string unset = test::set_converter_metadata(w, meta["metadata"]);
+  ASSERT_TRUE(unset.empty()) << "metadata type not handled here: " << unset;
   EXPECT_EQ(meta["metadata"]["general.architecture"]["value"], "gemma-embedding");
   EXPECT_EQ(meta["metadata"]["gemma-embedding.attention.sliding_window"]["value"], 8);
   add_synthetic_vocab(w, meta["n_vocab"].get<int>());

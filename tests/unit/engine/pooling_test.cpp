@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "format/gguf.h"
+#include "model/model_test_util.h"
 #include "model/dummy.h"
 #include "model/hf_writer.h"
 #include "model/model.h"
@@ -518,15 +519,8 @@ TEST(EncoderEmbeddings, LlamaCppConvertedGgufMatchesSentenceTransformers) {
                                       reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
   }
   EXPECT_EQ(src->count(), meta["tensors"].size()) << "the same set of tensors";
-  for (const auto& [key, kv] : meta["metadata"].items()) {
-    const std::string type = kv["type"].get<std::string>();
-    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
-    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
-    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
-    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
-    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
-    else FAIL() << key << ": metadata type " << type << " not handled here";
-  }
+  const std::string unset = test::set_converter_metadata(w, meta["metadata"]);
+  ASSERT_TRUE(unset.empty()) << "metadata type not handled here: " << unset;
   // A sequence-classification head as llama.cpp's converter writes one
   // (BertForSequenceClassification, 3 labels): read by name, not run.
   std::vector<float> head(256 * 3);

@@ -207,17 +207,8 @@ TEST_P(ConvertedByLlamaCpp, SameTensorsAndLogitsAsLlamaCppOnTheConvertedFile) {
                                       reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
   }
   EXPECT_EQ(src->count(), converter_tensors + fused_parts) << "the same set of tensors";
-  for (const auto& [key, kv] : meta["metadata"].items()) {
-    const std::string type = kv["type"].get<std::string>();
-    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
-    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
-    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
-    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
-    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
-    else if (type == "array:BOOL") w.set_bool_array(key, kv["value"].get<std::vector<bool>>());
-    else if (type == "array:INT32") w.set_i32_array(key, kv["value"].get<std::vector<int32_t>>());
-    else FAIL() << key << ": metadata type " << type << " not handled here";
-  }
+  const std::string unset = test::set_converter_metadata(w, meta["metadata"]);
+  ASSERT_TRUE(unset.empty()) << "metadata type not handled here: " << unset;
   add_synthetic_vocab(w, n_vocab);
   test::ScratchDir dir("converted-" + shape);
   const std::string path = dir.file("converted.gguf");

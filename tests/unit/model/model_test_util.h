@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "format/gguf.h"
 #include "model/model.h"
 
 namespace pagellm::test {
@@ -94,6 +95,24 @@ class PagedRunner {
 };
 
 // Reference fixtures: JSON metadata and raw little-endian float32 logits.
+// A converter fixture's metadata (tools/gen_convert_fixtures.py: key ->
+// {"type", "value"}) set on a GGUF writer. Returns the first key whose type
+// it cannot set ("" when every key was set).
+inline std::string set_converter_metadata(GGUFWriter& w, const nlohmann::json& metadata) {
+  for (const auto& [key, kv] : metadata.items()) {
+    const std::string type = kv["type"].get<std::string>();
+    if (type == "UINT32") w.set_u32(key, kv["value"].get<uint32_t>());
+    else if (type == "INT32") w.set_i32(key, kv["value"].get<int32_t>());
+    else if (type == "FLOAT32") w.set_f32(key, kv["value"].get<float>());
+    else if (type == "BOOL") w.set_bool(key, kv["value"].get<bool>());
+    else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
+    else if (type == "array:BOOL") w.set_bool_array(key, kv["value"].get<std::vector<bool>>());
+    else if (type == "array:INT32") w.set_i32_array(key, kv["value"].get<std::vector<int32_t>>());
+    else return key + " (" + type + ")";
+  }
+  return "";
+}
+
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
