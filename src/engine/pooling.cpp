@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -71,21 +72,33 @@ void l2_normalize(std::span<float> x) {
   for (float& v : x) v = static_cast<float>(v / norm);
 }
 
-std::vector<float> finish_embedding(const PoolingSpec& spec, std::vector<float> pooled) {
-  std::vector<double> x(pooled.begin(), pooled.end());
-  for (const PoolingDense& l : spec.dense) {
+std::vector<double> run_dense_layers(const std::vector<DenseLayer>& layers, std::vector<double> x, const char* what) {
+  for (const DenseLayer& l : layers) {
+    // (A file's layers may not chain: refused here rather than read past x.)
     PAGELLM_CHECK(static_cast<size_t>(l.in) == x.size() && l.weight.size() == static_cast<size_t>(l.in) * l.out &&
                       (l.bias.empty() || l.bias.size() == static_cast<size_t>(l.out)),
-                  "embedding dense layer of {} x {} after {} values", l.out, l.in, x.size());
+                  "{}: a dense layer of {} x {} after {} values", what, l.out, l.in, x.size());
     std::vector<double> y(static_cast<size_t>(l.out));
     for (int32_t o = 0; o < l.out; ++o) {
       const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;
       double acc = l.bias.empty() ? 0.0 : l.bias[o];
       for (int32_t i = 0; i < l.in; ++i) acc += static_cast<double>(w[i]) * x[i];
-      y[o] = l.tanh ? std::tanh(acc) : acc;
+      switch (l.activation) {
+        case HeadActivation::None: break;
+        case HeadActivation::Tanh: acc = std::tanh(acc); break;
+        case HeadActivation::Gelu: acc = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0))); break;
+        case HeadActivation::Relu: acc = std::max(acc, 0.0); break;
+      }
+      y[o] = acc;
     }
     x = std::move(y);
   }
+  return x;
+}
+
+std::vector<float> finish_embedding(const PoolingSpec& spec, std::vector<float> pooled) {
+  const std::vector<double> x = run_dense_layers(spec.dense, std::vector<double>(pooled.begin(), pooled.end()),
+                                                 "embedding");
   std::vector<float> out(x.begin(), x.end());
   if (spec.normalize) l2_normalize(out);
   return out;
@@ -140,7 +153,7 @@ PoolingType st_pooling_type(const fs::path& config_path) {
 }
 
 // Each layer takes what the one before gives.
-void check_dense_chain(const std::vector<PoolingDense>& layers, const std::string& where) {
+void check_dense_chain(const std::vector<DenseLayer>& layers, const std::string& where) {
   for (size_t k = 1; k < layers.size(); ++k)
     PAGELLM_CHECK(layers[k].in == layers[k - 1].out, "{}: dense layer {} takes {} values, the one before gives {}",
                   where, k + 1, layers[k].in, layers[k - 1].out);
@@ -156,10 +169,10 @@ std::vector<float> to_f32(DType type, const void* data, int64_t n) {
 // A sentence-transformers Dense module: config.json (in_features,
 // out_features, bias, activation_function) and model.safetensors
 // (linear.weight [out, in], linear.bias).
-PoolingDense st_dense(const fs::path& dir) {
+DenseLayer st_dense(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
   const json cfg = read_json(config_path);
-  PoolingDense l;
+  DenseLayer l;
   try {
     l.in = cfg.at("in_features").get<int32_t>();
     l.out = cfg.at("out_features").get<int32_t>();
@@ -170,7 +183,7 @@ PoolingDense st_dense(const fs::path& dir) {
                 config_path.string(), l.out, l.in);
   // The module's default activation is tanh; EmbeddingGemma names the identity.
   const std::string act = cfg.value("activation_function", "torch.nn.modules.activation.Tanh");
-  if (act == "torch.nn.modules.activation.Tanh") l.tanh = true;
+  if (act == "torch.nn.modules.activation.Tanh") l.activation = HeadActivation::Tanh;
   else PAGELLM_CHECK(act == "torch.nn.modules.linear.Identity", "{}: activation_function '{}' is not served "
                      "(Identity and Tanh are)", config_path.string(), act);
   PAGELLM_CHECK(!cfg.value("use_residual", false), "{}: use_residual is not served", config_path.string());
@@ -201,13 +214,13 @@ PoolingDense st_dense(const fs::path& dir) {
 // llama.cpp's converter writes EmbeddingGemma's Dense modules (with
 // --sentence-transformers-dense-modules) as dense_2.weight [in, out] and
 // dense_3.weight, identity activation, no bias.
-std::vector<PoolingDense> gguf_dense(const GGUFFile& gguf) {
-  std::vector<PoolingDense> layers;
+std::vector<DenseLayer> gguf_dense(const GGUFFile& gguf) {
+  std::vector<DenseLayer> layers;
   for (const char* name : {"dense_2.weight", "dense_3.weight"}) {
     const GGUFTensorInfo* t = gguf.find_tensor(name);
     if (!t) continue;
     PAGELLM_CHECK(t->shape.size() == 2, "{}: {} has {} dimensions, expected 2", gguf.path(), name, t->shape.size());
-    PoolingDense l;
+    DenseLayer l;
     l.in = static_cast<int32_t>(t->shape[0]);
     l.out = static_cast<int32_t>(t->shape[1]);
     l.weight.resize(static_cast<size_t>(l.in) * l.out);
@@ -228,7 +241,7 @@ std::optional<PoolingSpec> st_pooling(const fs::path& folder) {
   PAGELLM_CHECK(modules.is_array(), "{}: expected a list of modules", modules_path.string());
   std::optional<PoolingType> type;
   bool normalize = false;
-  std::vector<PoolingDense> dense;
+  std::vector<DenseLayer> dense;
   for (const json& m : modules) {
     const std::string kind = m.value("type", ""), path = m.value("path", "");
     if (ends_with(kind, ".Pooling")) {

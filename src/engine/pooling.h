@@ -32,19 +32,27 @@ enum class PoolingType : uint8_t { Last, Mean, Cls };
 inline constexpr EnumName<PoolingType> kPoolingTypeNames[] = {
     {"last", PoolingType::Last}, {"mean", PoolingType::Mean}, {"cls", PoolingType::Cls}};
 
-// A sentence-transformers Dense module after the pooling (EmbeddingGemma's
-// 2_Dense and 3_Dense; llama.cpp's dense_2 / dense_3 tensors): y = act(W x + b).
-struct PoolingDense {
+enum class HeadActivation : uint8_t { None, Tanh, Gelu, Relu };
+
+// y = act(W x + b): W is [out, in] row-major, b empty or [out]. A
+// sentence-transformers Dense module after the pooling (EmbeddingGemma's
+// 2_Dense and 3_Dense; llama.cpp's dense_2 / dense_3 tensors), or a layer of
+// a score head (engine/score_head.h).
+struct DenseLayer {
   int32_t in = 0, out = 0;
-  std::vector<float> weight;  // [out, in] row-major
-  std::vector<float> bias;    // [out], or empty
-  bool tanh = false;          // the activation: tanh, else the identity
+  std::vector<float> weight;
+  std::vector<float> bias;
+  HeadActivation activation = HeadActivation::None;
 };
+
+// x through each layer in turn, in double precision. Throws Error naming
+// `what` when a layer does not take what the one before gives.
+std::vector<double> run_dense_layers(const std::vector<DenseLayer>& layers, std::vector<double> x, const char* what);
 
 struct PoolingSpec {
   PoolingType type = PoolingType::Last;
   bool normalize = true;
-  std::vector<PoolingDense> dense;  // applied in order to the pooled vector
+  std::vector<DenseLayer> dense;  // applied in order to the pooled vector
 
   // The length of the vectors it gives for a model of hidden size n_embd.
   int32_t output_size(int32_t n_embd) const { return dense.empty() ? n_embd : dense.back().out; }

@@ -24,27 +24,8 @@ std::vector<float> ScoreHead::probabilities(std::span<const float> pooled) const
   PAGELLM_CHECK(!layers.empty(), "score head: no layers");
   PAGELLM_CHECK(static_cast<int64_t>(pooled.size()) == input_size(), "score head: a pooled vector of {} values, the "
                 "head takes {}", pooled.size(), input_size());
-  std::vector<double> x(pooled.begin(), pooled.end());
-  for (const DenseLayer& l : layers) {
-    // (A file's layers may not chain: refused here rather than read past x.)
-    PAGELLM_CHECK(static_cast<int64_t>(x.size()) == l.in && l.weight.size() == static_cast<size_t>(l.in) * l.out &&
-                      (l.bias.empty() || l.bias.size() == static_cast<size_t>(l.out)),
-                  "score head: a layer of {} x {} after {} values", l.out, l.in, x.size());
-    std::vector<double> y(static_cast<size_t>(l.out));
-    for (int32_t o = 0; o < l.out; ++o) {
-      const float* w = l.weight.data() + static_cast<size_t>(o) * l.in;
-      double acc = l.bias.empty() ? 0.0 : l.bias[o];
-      for (int32_t i = 0; i < l.in; ++i) acc += static_cast<double>(w[i]) * x[i];
-      switch (l.activation) {
-        case HeadActivation::None: break;
-        case HeadActivation::Tanh: acc = std::tanh(acc); break;
-        case HeadActivation::Gelu: acc = 0.5 * acc * (1.0 + std::erf(acc / std::sqrt(2.0))); break;
-        case HeadActivation::Relu: acc = std::max(acc, 0.0); break;
-      }
-      y[o] = acc;
-    }
-    x = std::move(y);
-  }
+  const std::vector<double> x =
+      run_dense_layers(layers, std::vector<double>(pooled.begin(), pooled.end()), "score head");
   std::vector<float> p(x.size());
   if (output == HeadOutput::Identity) {
     for (size_t k = 0; k < x.size(); ++k) p[k] = static_cast<float>(x[k]);

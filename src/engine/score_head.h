@@ -33,16 +33,6 @@ class GGUFFile;
 class TensorSource;
 class Tokenizer;
 
-enum class HeadActivation : uint8_t { None, Tanh, Gelu, Relu };
-
-// y = act(W x + b): W is [out, in] row-major, b empty or [out].
-struct DenseLayer {
-  int32_t in = 0, out = 0;
-  std::vector<float> weight;
-  std::vector<float> bias;
-  HeadActivation activation = HeadActivation::None;
-};
-
 // Turns the last layer's outputs into probabilities (Identity: the raw
 // logits, for a cross-encoder whose config asks for them).
 enum class HeadOutput : uint8_t { Sigmoid, Softmax, Identity };

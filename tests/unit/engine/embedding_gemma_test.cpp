@@ -110,7 +110,7 @@ TEST(EmbeddingGemmaPooling, DenseModulesAfterPoolingBeforeNormalize) {
   ASSERT_EQ(spec.dense.size(), 2u);
   EXPECT_EQ(spec.dense[0].in, 24);
   EXPECT_EQ(spec.dense[0].out, 40);
-  EXPECT_FALSE(spec.dense[0].tanh);
+  EXPECT_EQ(spec.dense[0].activation, HeadActivation::None);
   EXPECT_TRUE(spec.dense[0].bias.empty());
   EXPECT_EQ(spec.dense[1].weight, dense_weight(40, 16, 3));
   EXPECT_EQ(spec.output_size(24), 16);
@@ -143,7 +143,7 @@ TEST(EmbeddingGemmaPooling, BadDenseModulesAreErrors) {
   write_st_files(dir, {{"2_Dense", 8, 4, 2}}, true, "torch.nn.modules.activation.GELU");
   EXPECT_THROW(model_pooling(dir.string(), nullptr), Error);
   write_st_files(dir, {{"2_Dense", 8, 4, 2}}, true, "torch.nn.modules.activation.Tanh");
-  EXPECT_TRUE(model_pooling(dir.string(), nullptr).dense.at(0).tanh);
+  EXPECT_EQ(model_pooling(dir.string(), nullptr).dense.at(0).activation, HeadActivation::Tanh);
   // The weights' shape must be the config's.
   write_st_files(dir, {{"2_Dense", 8, 4, 2}});
   std::ofstream(dir / "2_Dense" / "config.json") << json{{"in_features", 8}, {"out_features", 5}}.dump();
