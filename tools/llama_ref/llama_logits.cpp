@@ -2,18 +2,27 @@
 // (tools/gen_convert_fixtures.py --llama-build): runs a GGUF file over a
 // token sequence in one batch, F32 KV cache, and writes every position's
 // logits as float32 [n_tokens, n_vocab]. Built against a llama.cpp build
-// tree by the script; not part of pagellm.
+// tree by the script; not part of pagellm. With --lora, a GGUF LoRA adapter
+// (scale 1) is applied on top (tools/gen_lora_fixtures.py --llama-build).
 //
-//   llama_logits MODEL.gguf OUT.bin TOKEN...
+//   llama_logits [--lora ADAPTER.gguf] MODEL.gguf OUT.bin TOKEN...
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "llama.h"
 
 int main(int argc, char** argv) {
+  const char* lora_path = nullptr;
+  if (argc > 2 && std::string(argv[1]) == "--lora") {
+    lora_path = argv[2];
+    argv[2] = argv[0];
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf OUT.bin TOKEN...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--lora ADAPTER.gguf] MODEL.gguf OUT.bin TOKEN...\n", argv[0]);
     return 2;
   }
   std::vector<llama_token> tokens;
@@ -34,6 +43,12 @@ int main(int argc, char** argv) {
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) return std::fprintf(stderr, "cannot create a context\n"), 1;
+  if (lora_path) {
+    llama_adapter_lora* adapter = llama_adapter_lora_init(model, lora_path);
+    if (!adapter) return std::fprintf(stderr, "cannot load the adapter %s\n", lora_path), 1;
+    float scale = 1.0f;
+    if (llama_set_adapters_lora(ctx, &adapter, 1, &scale) != 0) return std::fprintf(stderr, "cannot set the adapter\n"), 1;
+  }
   llama_batch batch = llama_batch_init(n, 0, 1);
   batch.n_tokens = n;
   for (int i = 0; i < n; ++i) {
