@@ -130,6 +130,17 @@ pagellm_status pagellm_generate(pagellm_engine* engine, const char* prompt, cons
 pagellm_status pagellm_embed(pagellm_engine* engine, const char* prompt, const int32_t* prompt_token_ids,
                              size_t num_prompt_tokens, float* embedding, size_t capacity, size_t* dim);
 
+/* ---- LoRA adapters (engine option "enable_lora": true; see the README's "LoRA adapters") */
+
+/* Serves the adapter at `path` (a PEFT folder or a GGUF LoRA file) as `name`;
+ * a request then selects it with "lora": "<name>" in its sampling_json.
+ * PAGELLM_ERR_INVALID_ARGUMENT for a taken name, a missing file or one that
+ * does not fit the model, or an engine without enable_lora. Any thread. */
+pagellm_status pagellm_load_lora_adapter(pagellm_engine* engine, const char* name, const char* path);
+/* Stops serving `name` (requests using it finish with it);
+ * PAGELLM_ERR_INVALID_ARGUMENT for an unknown name. Any thread. */
+pagellm_status pagellm_unload_lora_adapter(pagellm_engine* engine, const char* name);
+
 /* A score request (a reranker's: a model with a score head, see the README's
  * "Rerank and score"): the (query, document) pair becomes one prompt as the
  * model's score format says, runs prefill only, and its score (the score

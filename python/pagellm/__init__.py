@@ -11,13 +11,14 @@ AsyncLLM (AsyncLLMEngine) and AsyncEngineArgs."""
 from ._core import __version__
 from .async_llm import AsyncEngineArgs, AsyncLLM, AsyncLLMEngine, EngineArgs
 from .llm import LLM
+from .lora.request import LoRARequest
 from .outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics,
                       RequestOutput, ScoringOutput, ScoringRequestOutput)
 from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
 from ._engine import Tokenizer
 
 __all__ = [
-    "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EmbeddingOutput", "EmbeddingRequestOutput", "EngineArgs", "GuidedDecodingParams", "LLM",
+    "AsyncEngineArgs", "AsyncLLM", "AsyncLLMEngine", "CompletionOutput", "EmbeddingOutput", "EmbeddingRequestOutput", "EngineArgs", "GuidedDecodingParams", "LLM", "LoRARequest",
     "Logprob", "RequestMetrics", "RequestOutput", "RequestOutputKind", "SamplingParams", "ScoringOutput",
     "ScoringRequestOutput", "StructuredOutputsParams",
     "Tokenizer", "__version__",

@@ -82,11 +82,13 @@ def params_list(sampling_params, count: int) -> list[SamplingParams]:
     raise TypeError(f"sampling_params must be SamplingParams or a list of them, got {type(sampling_params).__name__}")
 
 
-def engine_json(sp: SamplingParams, priority: int = 0) -> str:
+def engine_json(sp: SamplingParams, priority: int = 0, lora: Optional[str] = None) -> str:
     d = sp.to_engine_dict()  # checks sp's values
     if priority:
         check_values(priority, "priority")
         d["priority"] = priority
+    if lora:
+        d["lora"] = lora
     return json.dumps(d, allow_nan=False)
 
 

@@ -12,6 +12,7 @@ from ._engine import (PromptType, Tokenizer, engine_json, make_engine, normalize
                       render_chat)
 from .outputs import (EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, RequestState, ScoringOutput,
                       ScoringRequestOutput)
+from .lora.request import LoRARequest
 from .sampling_params import SamplingParams
 
 # How long one wait for outputs may hold the thread before Python checks for
@@ -38,22 +39,29 @@ class LLM:
         # The engine's step thread must stop before the interpreter exits,
         # even when something (a traceback) still holds this object then.
         self._finalizer = weakref.finalize(self, self._engine.shutdown, 0.0)
+        self._loras: dict[str, str] = {}  # adapters loaded so far: name -> path
 
     # ---- generation
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-                 use_tqdm: bool = True, *, priority: Optional[Sequence[int]] = None) -> list[RequestOutput]:
-        """One RequestOutput per prompt, in the order of `prompts`."""
+                 use_tqdm: bool = True, lora_request: Union[LoRARequest, Sequence[LoRARequest], None] = None, *,
+                 priority: Optional[Sequence[int]] = None) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in the order of `prompts`. With
+        lora_request (one for all prompts, or one per prompt; needs
+        LLM(enable_lora=True)), each prompt runs with its adapter, loaded the
+        first time it is named; prompts of several adapters share batches."""
         items = normalize_prompts(prompts)
         ids = [prompt_ids(self._engine, p) for p in items]
-        return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, priority)
+        return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, priority,
+                         self._lora_names(lora_request, len(items)))
 
     def chat(self, messages: Union[list[dict], Sequence[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None, use_tqdm: bool = True,
              *, chat_template: Optional[str] = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False, tools: Optional[list[dict]] = None,
-             chat_template_kwargs: Optional[dict[str, Any]] = None) -> list[RequestOutput]:
+             chat_template_kwargs: Optional[dict[str, Any]] = None,
+             lora_request: Union[LoRARequest, Sequence[LoRARequest], None] = None) -> list[RequestOutput]:
         """Conversations rendered by the model's chat template (or the engine's
         chat_template argument), then generated like `generate`."""
         if chat_template is not None:
@@ -69,7 +77,8 @@ class LLM:
                                name="messages" if conv is messages else f"messages[{k}]")
             items.append({"prompt": text})
             ids.append(self._engine.encode(text, False))  # the template wrote the special tokens
-        return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, None)
+        return self._run(items, ids, params_list(sampling_params, len(items)), use_tqdm, None,
+                         self._lora_names(lora_request, len(items)))
 
     def embed(self, prompts: Union[PromptType, Sequence[PromptType]],
               use_tqdm: bool = True) -> list[EmbeddingRequestOutput]:
@@ -122,8 +131,30 @@ class LLM:
 
     # ----
 
+    def _lora_names(self, lora_request, count: int) -> list[Optional[str]]:
+        if lora_request is None:
+            return [None] * count
+        reqs = [lora_request] * count if isinstance(lora_request, LoRARequest) else list(lora_request)
+        if len(reqs) != count:
+            raise ValueError(f"{len(reqs)} LoRA requests for {count} prompts")
+        names = []
+        for r in reqs:
+            if r is None:
+                names.append(None)
+                continue
+            if not isinstance(r, LoRARequest):
+                raise TypeError(f"lora_request entries must be LoRARequest, got {type(r).__name__}")
+            loaded = self._loras.get(r.lora_name)
+            if loaded is None:
+                self._engine.load_lora(r.lora_name, r.lora_path)
+                self._loras[r.lora_name] = r.lora_path
+            elif loaded != r.lora_path:
+                raise ValueError(f"LoRA adapter '{r.lora_name}' is loaded from {loaded}, not {r.lora_path}")
+            names.append(r.lora_name)
+        return names
+
     def _run(self, items: list[dict], ids: list[list[int]], params: list[SamplingParams], use_tqdm: bool,
-             priority: Optional[Sequence[int]]) -> list[RequestOutput]:
+             priority: Optional[Sequence[int]], loras: Optional[list[Optional[str]]] = None) -> list[RequestOutput]:
         if not items:
             return []
         if priority is not None and len(priority) != len(items):
@@ -135,7 +166,8 @@ class LLM:
                                        sp.prompt_logprobs is not None)
         sink = _core.OutputQueue(self._engine)
         self._engine.submit(request_ids, ids,
-                            [engine_json(sp, priority[i] if priority else 0) for i, sp in enumerate(params)], sink)
+                            [engine_json(sp, priority[i] if priority else 0, loras[i] if loras else None)
+                             for i, sp in enumerate(params)], sink)
         bar = _progress_bar(len(items)) if use_tqdm else None
         remaining = len(items)
         failed = None

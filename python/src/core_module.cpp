@@ -226,6 +226,10 @@ NB_MODULE(_core, m) {
           nb::arg("ids"), nb::arg("prompts"), "Scores of the prompts (score requests: a reranker's), in order")
       .def("score_prompt", &EmbeddedEngine::score_prompt, nb::arg("query"), nb::arg("document"))
       .def("abort", &EmbeddedEngine::abort, nb::arg("request_id"))
+      .def("load_lora", &EmbeddedEngine::load_lora, nb::arg("name"), nb::arg("path"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("unload_lora", &EmbeddedEngine::unload_lora, nb::arg("name"), nb::call_guard<nb::gil_scoped_release>())
+      .def("lora_names", &EmbeddedEngine::lora_names)
       .def(
           "shutdown",
           [](EmbeddedEngine& e, double grace_s) {

@@ -104,14 +104,15 @@ bool ServedModel::answers_to(const std::string& model) const {
   return model == name || std::find(aliases.begin(), aliases.end(), model) != aliases.end();
 }
 
-void check_model_field(const json& body, const ServedModel& m) {
-  if (!body.is_object() || !has_field(body, "model")) return;
+std::string check_model_field(const json& body, const ServedModel& m) {
+  if (!body.is_object() || !has_field(body, "model")) return "";
   const json& v = body["model"];
   if (!v.is_string()) throw InvalidRequest("'model' must be a string", "model");
   const std::string& model = v.get_ref<const std::string&>();
-  if (!m.answers_to(model))
-    throw ModelNotFound(
-        fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name));
+  if (m.answers_to(model)) return "";
+  if (m.has_adapter && m.has_adapter(model)) return model;
+  throw ModelNotFound(
+      fmt::format("The model '{}' does not exist; this server serves '{}'", sanitize_utf8(model), m.name));
 }
 
 std::vector<PromptInput> parse_prompt_field(const json& prompt, const Tokenizer& tok, bool add_special,
@@ -301,6 +302,7 @@ std::vector<EngineRequest> to_engine_requests(const GenerationRequest& g, const 
     r.prompt_ids = g.prompts[i].ids;
     r.params = g.params;
     r.priority = g.priority;
+    r.lora = g.lora;
     if (!g.max_tokens_given) {
       const int64_t room = static_cast<int64_t>(m.max_model_len) - static_cast<int64_t>(r.prompt_ids.size());
       const int64_t want = g.chat ? room : std::min<int64_t>(m.default_max_tokens, room);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,6 +49,10 @@ struct ServedModel {
   // With task score: how a query and a document become one prompt.
   ScoreFormat score_format;
 
+  // LoRA adapters served on the model (--enable-lora): whether a name is
+  // one, now (adapters load and unload at run time). Null: none.
+  std::function<bool(const std::string&)> has_adapter;
+
   bool answers_to(const std::string& model) const;
 };
 
@@ -58,9 +63,10 @@ class ModelNotFound : public InvalidRequest {
   explicit ModelNotFound(const std::string& msg) : InvalidRequest(msg, "model") {}
 };
 
-// A missing or null `model` means the served one; another name throws
-// ModelNotFound; a non-string is an InvalidRequest.
-void check_model_field(const nlohmann::json& body, const ServedModel& m);
+// A missing or null `model` means the served one; the name of a LoRA adapter
+// served on it selects that adapter (returned; "" for the model itself);
+// another name throws ModelNotFound; a non-string is an InvalidRequest.
+std::string check_model_field(const nlohmann::json& body, const ServedModel& m);
 
 struct PromptInput {
   std::vector<int32_t> ids;
@@ -87,6 +93,7 @@ struct GenerationRequest {
   int32_t prompt_logprobs = -1;
   bool echo_logprobs = false;
   chat::ChatOutputOptions output;  // chat: reasoning and tool-call handling of each choice
+  std::string lora;  // the LoRA adapter `model` named (check_model_field); "": the model itself
   bool logprobs() const { return params.logprobs >= 0; }
 };
 

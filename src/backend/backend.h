@@ -257,6 +257,8 @@ struct SeqInfo {
   std::vector<std::vector<int32_t>> group_tables;
   // Linear-attention layers: the sequence's state slot (-1: none).
   int32_t state_slot = -1;
+  // LoRA: the model's adapter slot of the sequence (0: the base model; model/lora.h).
+  int32_t lora_slot = 0;
   const std::vector<int32_t>& table(int group) const {
     return group == 0 ? block_table : group_tables[static_cast<size_t>(group - 1)];
   }

@@ -281,6 +281,30 @@ pagellm_status pagellm_score(pagellm_engine* engine, const char* query, const ch
   });
 }
 
+pagellm_status pagellm_load_lora_adapter(pagellm_engine* engine, const char* name, const char* path) {
+  return guarded(PAGELLM_ERR_INTERNAL, [&] {
+    require(engine != nullptr && name != nullptr && path != nullptr, "engine, name or path is NULL");
+    require_utf8(name, "name");
+    try {
+      engine->engine->load_lora(name, path);
+    } catch (const pagellm::InvalidRequest&) {
+      throw;
+    } catch (const pagellm::Error& e) {
+      throw pagellm::InvalidRequest(e.what(), "path");  // a file that does not fit the model
+    }
+    return PAGELLM_OK;
+  });
+}
+
+pagellm_status pagellm_unload_lora_adapter(pagellm_engine* engine, const char* name) {
+  return guarded(PAGELLM_ERR_INTERNAL, [&] {
+    require(engine != nullptr && name != nullptr, "engine or name is NULL");
+    if (!engine->engine->unload_lora(name))
+      throw pagellm::InvalidRequest(fmt::format("no LoRA adapter named '{}'", name), "name");
+    return PAGELLM_OK;
+  });
+}
+
 size_t pagellm_num_unfinished(const pagellm_engine* engine) { return engine ? engine->engine->num_in_flight() : 0; }
 
 void pagellm_output_free(pagellm_output* output) { delete output; }

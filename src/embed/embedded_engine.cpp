@@ -76,6 +76,13 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
   if (!sampling.is_object() && !sampling.is_null())
     throw InvalidRequest(fmt::format("sampling parameters must be an object, got {}", json_type_name(sampling)));
   json body = sampling.is_null() ? json::object() : sampling;
+  // The LoRA adapter (a name load_lora gave), beside vLLM's sampling fields.
+  std::string lora;
+  if (body.contains("lora") && !body["lora"].is_null()) {
+    if (!body["lora"].is_string()) throw InvalidRequest("'lora' must be an adapter's name (a string)", "lora");
+    lora = body["lora"].get<std::string>();
+  }
+  body.erase("lora");
   const bool room_left = body.contains("max_tokens") && body["max_tokens"].is_null();
   check_token_ids(prompt_ids, served_.vocab_size, "prompt token", "prompt");
   ParsedParams parsed = parse_request_params(body, /*chat=*/false, served_.vocab_size, /*default_max_tokens=*/16,
@@ -85,6 +92,7 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
   r.id = id;
   r.params = std::move(parsed.sampling);
   r.priority = parsed.priority;
+  r.lora = std::move(lora);
   if (room_left) {
     const int64_t room = static_cast<int64_t>(max_model_len()) - static_cast<int64_t>(prompt_ids.size());
     r.params.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, room));
@@ -93,6 +101,24 @@ EngineRequest EmbeddedEngine::make_request(const std::string& id, std::vector<in
   if (seed_ && !r.params.seed) r.params.seed = derive_seed(*seed_, n);
   r.prompt_ids = std::move(prompt_ids);
   return r;
+}
+
+void EmbeddedEngine::load_lora(const std::string& name, const std::string& path) {
+  if (!engine_->lora_enabled()) throw InvalidRequest("LoRA adapters are not enabled (engine argument enable_lora)");
+  engine_->run_on_step_thread([&](Engine& e) { e.lora()->load(name, path); });
+}
+
+bool EmbeddedEngine::unload_lora(const std::string& name) {
+  if (!engine_->lora_enabled()) throw InvalidRequest("LoRA adapters are not enabled (engine argument enable_lora)");
+  bool found = false;
+  engine_->run_on_step_thread([&](Engine& e) { found = e.lora()->unload(name); });
+  return found;
+}
+
+std::vector<std::string> EmbeddedEngine::lora_names() const {
+  std::vector<std::string> names;
+  for (const LoraInfo& l : engine_->loras()) names.push_back(l.name);
+  return names;
 }
 
 std::vector<std::shared_ptr<RequestStream>> EmbeddedEngine::submit(std::vector<EngineRequest> reqs,

@@ -41,6 +41,13 @@ class EmbeddedEngine {
   std::vector<std::shared_ptr<RequestStream>> submit(std::vector<EngineRequest> reqs,
                                                      std::shared_ptr<OutputQueue> sink = nullptr);
   void abort(const std::string& id) { engine_->abort(id); }
+  // LoRA adapters (engine argument enable_lora): a request names one with
+  // "lora" beside its sampling fields. load_lora throws InvalidRequest for a
+  // taken name, Error for a file that does not fit; unload_lora: false for
+  // an unknown name (requests using it finish with it).
+  void load_lora(const std::string& name, const std::string& path);
+  bool unload_lora(const std::string& name);
+  std::vector<std::string> lora_names() const;
   // An output as plain data (src/api/output_render.h), token pieces from this
   // engine's tokenizer: what the Python package makes its objects of.
   api::OutputData render(const RequestOutput& out) const;

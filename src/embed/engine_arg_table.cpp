@@ -42,6 +42,28 @@ std::vector<int> layer_counts(const std::string& text) {
   }
 }
 
+// --lora-modules: "name=path", or vLLM's JSON form {"name", "path", "base_model_name"}.
+LoraModule parse_lora_module(const std::string& text) {
+  LoraModule m;
+  if (!text.empty() && text.front() == '{') {
+    try {
+      const json j = json::parse(text);
+      m.name = j.at("name").get<std::string>();
+      m.path = j.at("path").get<std::string>();
+    } catch (const json::exception& e) {
+      throw ArgValueError(fmt::format("expected name=path or {{\"name\": ..., \"path\": ...}}: {}", e.what()));
+    }
+  } else {
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+      throw ArgValueError(fmt::format("expected name=path, got '{}'", text));
+    m.name = text.substr(0, eq);
+    m.path = text.substr(eq + 1);
+  }
+  if (m.name.empty() || m.path.empty()) throw ArgValueError(fmt::format("expected name=path, got '{}'", text));
+  return m;
+}
+
 // What each --scheduling-preset sets (docs/performance.md measures them):
 // latency: small steps bound each decode's wait behind prefill work;
 // throughput: big steps, whole prompts, every sequence admitted at once.
@@ -158,6 +180,54 @@ const std::vector<EngineArg> kEngineArgs = {
      .type = T::Bool,
      .help = "Embeddings: L2-normalise the pooled vectors (by default as the model says; a GGUF: yes)",
      .apply = [](EngineArgs& a, const json& v) { a.config.pooling_normalize = v.get<bool>(); }},
+    // LoRA adapters
+    {.name = "enable-lora",
+     .type = T::Bool,
+     .help = "Serve LoRA adapters on the base model: requests name one as `model`; adapters load at start "
+             "(--lora-modules) or at run time (POST /v1/load_lora_adapter)",
+     .apply = [](EngineArgs& a, const json& v) { a.config.lora.enabled = v.get<bool>(); }},
+    {.name = "lora-modules",
+     .aliases = {"lora-module"},
+     .type = T::List,
+     .help = "Adapters to serve, each name=path (a PEFT folder or a GGUF LoRA file) or vLLM's JSON "
+             "'{\"name\": ..., \"path\": ...}' (repeatable; needs --enable-lora)",
+     .apply =
+         [](EngineArgs& a, const json& v) {
+           for (const json& m : v) a.config.lora.modules.push_back(parse_lora_module(m.get<std::string>()));
+         }},
+    {.name = "max-loras",
+     .type = T::Int,
+     .default_text = "1",
+     .min = 1,
+     .max = 256,
+     .help = "LoRA adapters one step may mix (the model's adapter slots); requests of more wait",
+     .apply = [](EngineArgs& a, const json& v) { a.config.lora.max_loras = to_i32(v); }},
+    {.name = "max-lora-rank",
+     .type = T::Int,
+     .default_text = "16",
+     .min = 1,
+     .max = 512,
+     .help = "The highest adapter rank served (each slot holds this rank)",
+     .apply = [](EngineArgs& a, const json& v) { a.config.lora.max_lora_rank = to_i32(v); }},
+    {.name = "lora-dtype",
+     .type = T::Choice,
+     .default_text = "auto",
+     .choices = {"auto", "float32", "float16", "bfloat16"},
+     .help = "The adapters' precision in their slots: auto (float32 over a float32 model, else float16: half the "
+             "bytes a step reads per adapter), float32, float16 or bfloat16",
+     .apply =
+         [](EngineArgs& a, const json& v) {
+           const std::string t = v.get<std::string>();
+           if (t == "auto") a.config.lora.dtype.reset();
+           else a.config.lora.dtype = t == "float32" ? DType::F32 : t == "float16" ? DType::F16 : DType::BF16;
+         }},
+    {.name = "max-cpu-loras",
+     .type = T::Int,
+     .min = 1,
+     .max = 4096,
+     .help = "Unused LoRA adapters kept in host memory (least recently used dropped first, read again when "
+             "asked for); default --max-loras",
+     .apply = [](EngineArgs& a, const json& v) { a.config.lora.max_cpu_loras = to_i32(v); }},
     // The device
     {.name = "device",
      .default_text = "cpu",

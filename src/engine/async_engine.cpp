@@ -78,7 +78,13 @@ void OutputQueue::push(RequestOutput out) {
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions options)
     : engine_(std::move(engine)), options_(options), description_(engine_->describe()) {
   stats_ = engine_->stats();
+  lora_enabled_ = engine_->lora() != nullptr;
   thread_ = std::thread([this] { loop(); });
+}
+
+std::vector<LoraInfo> AsyncEngine::loras() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_.loras;
 }
 
 AsyncEngine::~AsyncEngine() { shutdown(std::chrono::milliseconds(0)); }
@@ -221,16 +227,64 @@ void AsyncEngine::fail_all(const std::string& message) {
   for (const std::string& id : fail_open_requests(message)) engine_->abort(id);
 }
 
+void AsyncEngine::run_on_step_thread(const std::function<void(Engine&)>& fn) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> result = done->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loop_done_) throw ShuttingDown("the engine has stopped");
+    calls_.emplace_back(fn, done);
+  }
+  cv_.notify_all();
+  result.get();
+}
+
+// Calls queued by run_on_step_thread, each answered once stats_ shows its effect.
+void AsyncEngine::run_calls() {
+  std::deque<std::pair<std::function<void(Engine&)>, std::shared_ptr<std::promise<void>>>> calls;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls.swap(calls_);
+  }
+  for (auto& [fn, done] : calls) {
+    std::exception_ptr error;
+    try {
+      fn(*engine_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_ = engine_->stats();
+    }
+    if (error) done->set_exception(error);
+    else done->set_value();
+  }
+}
+
 void AsyncEngine::loop() {
   bool worked = false;  // steps ran since the heap was last trimmed
+  // Calls that come after the loop ends are refused; those queued are answered.
+  struct Finish {
+    AsyncEngine& e;
+    ~Finish() {
+      std::lock_guard<std::mutex> lock(e.mu_);
+      e.loop_done_ = true;
+      for (auto& call : e.calls_)
+        call.second->set_exception(std::make_exception_ptr(ShuttingDown("the engine has stopped")));
+      e.calls_.clear();
+    }
+  } finish{*this};
   for (;;) {
     std::deque<EngineRequest> incoming;
     std::vector<std::string> aborts;
     bool drain_expired = false;
+    run_calls();
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto has_work = [&] {
-        return !incoming_.empty() || !aborts_.empty() || engine_->has_unfinished() || drain_deadline_.has_value();
+        return !incoming_.empty() || !aborts_.empty() || !calls_.empty() || engine_->has_unfinished() ||
+               drain_deadline_.has_value();
       };
       if (worked && !cv_.wait_for(lock, kTrimWhenIdleFor, has_work)) {
         lock.unlock();
@@ -271,6 +325,10 @@ void AsyncEngine::loop() {
         out.request_id = id;
         out.finished = true;
         out.error = e.what();
+        if (const auto* invalid = dynamic_cast<const InvalidRequest*>(&e)) {
+          out.error_kind = RequestError::Invalid;  // an adapter unloaded since the caller checked, ...
+          out.error_param = invalid->param();
+        }
         deliver(std::move(out));
       }
     }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -118,6 +120,9 @@ class AsyncEngine {
   const ScoreModel* score_model() const { return engine_->score_model(); }
   const std::string& score_error() const { return engine_->score_error(); }
   ServeTask task() const { return engine_->task(); }
+  bool lora_enabled() const { return lora_enabled_; }
+  // The served LoRA adapters as of the last step or run_on_step_thread call.
+  std::vector<LoraInfo> loras() const;
   std::string describe() const { return description_; }
   // Snapshot taken after every step.
   EngineStats stats() const;
@@ -129,6 +134,11 @@ class AsyncEngine {
   // thread (which may be blocked for good: a parallel job that lost a rank).
   // Returns their ids.
   std::vector<std::string> fail_open_requests(const std::string& message);
+  // Runs fn on the step thread between two steps (what only that thread may
+  // touch: the engine's LoRA registry) and waits for it; rethrows what it
+  // throws, ShuttingDown once the loop has stopped. stats() is current when
+  // it returns.
+  void run_on_step_thread(const std::function<void(Engine&)>& fn);
 
  private:
   // What admission counts for one submitted request (one prompt).
@@ -139,6 +149,7 @@ class AsyncEngine {
   };
 
   void loop();
+  void run_calls();
   void fail_all(const std::string& message);
   // Under mu_: the request delivered an output, so it no longer waits.
   void started_locked(const std::string& id);
@@ -146,11 +157,14 @@ class AsyncEngine {
   std::unique_ptr<Engine> engine_;  // touched only by the loop thread after start
   AsyncEngineOptions options_;
   std::string description_;
+  bool lora_enabled_ = false;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<EngineRequest> incoming_;
   std::vector<std::string> aborts_;
+  std::deque<std::pair<std::function<void(Engine&)>, std::shared_ptr<std::promise<void>>>> calls_;
+  bool loop_done_ = false;
   std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams_;
   std::unordered_map<std::string, Admission> admitted_;    // same keys as streams_
   std::unordered_map<uint64_t, size_t> group_waiting_;     // group -> its requests still waiting

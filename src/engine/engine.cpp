@@ -84,6 +84,7 @@ void Engine::load(const LoadProgress& progress) {
   if (config_.pooling) pooling_.type = *config_.pooling;
   if (config_.pooling_normalize) pooling_.normalize = *config_.pooling_normalize;
   load_score_model();
+  if (config_.lora.enabled) lora_ = std::make_unique<LoraRegistry>(*model_, config_.lora);
   task_ = config_.task;
   if (task_ == ServeTask::Pooling) task_ = score_model_ ? ServeTask::Score : ServeTask::Embed;
   update_gauges();
@@ -174,8 +175,14 @@ void Engine::add_checked_request(EngineRequest req) {
 }
 
 void Engine::enqueue(EngineRequest req) {
+  std::unique_ptr<LoraLease> lora;
+  if (!req.lora.empty()) {
+    if (!lora_) throw InvalidRequest("LoRA adapters are not enabled on this server (--enable-lora)", "model");
+    lora = lora_->acquire(req.lora);
+  }
   auto r = std::make_unique<Request>();
   r->id = req.id;
+  r->lora = std::move(lora);
   r->params = req.params;
   // A seed for the engine (always, when deterministic): no entropy, so the
   // same request samples the same tokens.
@@ -238,6 +245,7 @@ Sequence& Engine::new_sequence(Request& r, int32_t index, uint64_t request_num) 
   s.seq->id = next_seq_id_++;
   s.seq->request_id = request_num;
   s.seq->priority = r.priority;
+  s.seq->lora_id = r.lora ? r.lora->id() : 0;
   s.seq->token_ids = r.prompt;
   s.seq->num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
   seq_owner_[s.seq->id] = {&r, index};
@@ -343,6 +351,7 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
                                          [](const ScheduledSeq& e) { return e.num_prompt_logits > 0; });
     const bool on_device = config_.device_sampling && !prompt_rows && runner_->samples_on_device() &&
                            step_sampler_->device_draws(plan, seq_owner_, draws_);
+    if (lora_) lora_->assign_slots(plan);
     runner_->submit(plan, block_shift_[static_cast<size_t>(ve)], on_device ? &draws_ : nullptr);
   }
   f.submit_ns = ThreadPool::now_ns() - t_scheduled;

@@ -33,6 +33,7 @@
 #include "backend/registry.h"
 #include "core/enum_names.h"
 #include "engine/metrics.h"
+#include "engine/lora_registry.h"
 #include "engine/pooling.h"
 #include "engine/score_head.h"
 #include "kv/kv_cache_manager.h"
@@ -133,6 +134,8 @@ struct EngineConfig {
   // as text; empty: none) and how query / document pairs are formatted.
   std::string hf_overrides;
   std::string score_template = "auto";
+  // LoRA adapters (--enable-lora, --lora-modules, --max-loras, ...).
+  LoraConfig lora;
 };
 
 // --kv-cache-dtype (core/enum_names.h).
@@ -154,6 +157,8 @@ struct EngineRequest {
   // A score request: pooled the same way (the last token unless --pooling
   // says otherwise, unnormalised), then through the model's score head.
   bool score = false;
+  // A LoRA adapter's name (Engine::lora()); empty: the base model.
+  std::string lora;
 };
 
 struct TokenLogprob {
@@ -205,6 +210,11 @@ struct EngineStats {
   KVCacheStats kv;
   int64_t num_unfinished_requests = 0;
   structured::GrammarCompilerStats grammars;
+  // LoRA (with --enable-lora): the served adapters, the adapters of running
+  // requests and of waiting ones (vLLM's lora_requests_info), --max-loras.
+  std::vector<LoraInfo> loras;
+  std::vector<std::string> running_loras, waiting_loras;
+  int32_t max_loras = 0;
 };
 
 class Engine {
@@ -254,6 +264,9 @@ class Engine {
   ServeTask task() const { return task_; }
   int32_t max_model_len() const { return sched_config_.max_model_len; }
   Model& model() { return *model_; }
+  // The LoRA adapters, or null without --enable-lora. Step thread only.
+  LoraRegistry* lora() { return lora_.get(); }
+  const LoraRegistry* lora() const { return lora_.get(); }
   Backend& backend() { return *backend_; }
   const EngineMetrics& metrics() const { return metrics_; }
   EngineStats stats() const;
@@ -319,6 +332,7 @@ class Engine {
   std::unique_ptr<dist::Communicator> tp_group_;  // rank 0's stage, with both kinds
   std::unique_ptr<TensorSource> dummy_source_;  // owns dummy weights (the model borrows them)
   std::unique_ptr<Model> model_;
+  std::unique_ptr<LoraRegistry> lora_;  // before the requests, whose leases it outlives
   std::unique_ptr<Tokenizer> tokenizer_;
   // One per virtual engine; scheduler i owns cache blocks block_shift_[i] + 1
   // to block_shift_[i] + its pool's size.

@@ -66,6 +66,7 @@ SchedulerConfig resolve_scheduler_config(const EngineConfig& c, Model& model) {
   PAGELLM_CHECK(s.max_model_len <= mc.n_ctx_train || mc.n_ctx_train <= 0,
                 "--max-model-len {} exceeds the model's context length {}", s.max_model_len, mc.n_ctx_train);
   model.set_context_length(s.max_model_len);
+  if (c.lora.enabled) s.max_loras = c.lora.max_loras;
   // Prompt logprobs: a step's rows of their logits take at most 2^26 floats (256 MiB).
   if (s.max_prompt_logit_rows == 0)
     s.max_prompt_logit_rows =
@@ -373,6 +374,10 @@ EngineParts build_engine_parts(const EngineConfig& c, const LoadProgress& progre
     p.tokenizer = std::move(lm.tokenizer);
   }
   p.model->set_tp_communicator(tensor_parallel_communicator(c, p.comm, p.tp_group));
+  if (c.lora.enabled) {  // before the KV cache is sized: the adapter slots take memory too
+    c.lora.validate();
+    p.model->enable_lora(c.lora.max_loras, c.lora.max_lora_rank, c.lora.dtype);
+  }
   const ModelConfig& mc = p.model->config();
   PAGELLM_CHECK(p.tokenizer->vocab_size() <= mc.n_vocab, "the tokenizer has {} tokens but the model only {}",
                 p.tokenizer->vocab_size(), mc.n_vocab);

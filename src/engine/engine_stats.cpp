@@ -46,7 +46,12 @@ std::string Engine::describe() const {
          (config_.pipeline_parallel_size > 1
               ? fmt::format(" (layers per stage {})", fmt::join(model_->geometry().stage_layers, ","))
               : "") +
-         (schedulers_.size() > 1 ? fmt::format("; {} steps in flight (virtual engines)", schedulers_.size()) : "");
+         (schedulers_.size() > 1 ? fmt::format("; {} steps in flight (virtual engines)", schedulers_.size()) : "") +
+         (model_->lora_slots() ? fmt::format("; LoRA: {} adapter slots of rank {} ({} {})",
+                                             model_->lora_slots()->max_loras(), model_->lora_slots()->max_rank(),
+                                             format_bytes(static_cast<int64_t>(model_->lora_slots()->bytes())),
+                                             dtype_name(model_->lora_slots()->dtype()))
+                               : "");
 }
 
 std::string Engine::profile_report() const {
@@ -138,6 +143,19 @@ EngineStats Engine::stats() const {
   s.kv = kv_stats();
   s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
   s.grammars = grammars_->stats();
+  if (lora_) {
+    s.loras = lora_->list();
+    s.max_loras = lora_->config().max_loras;
+    for (const auto& [id, r] : requests_) {
+      if (!r->lora) continue;
+      const Sequence* seq = r->samples.front().seq.get();
+      auto& names = seq && seq->status == SeqStatus::Running ? s.running_loras : s.waiting_loras;
+      const std::string name = lora_->name_of(r->lora->id());
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    std::sort(s.running_loras.begin(), s.running_loras.end());
+    std::sort(s.waiting_loras.begin(), s.waiting_loras.end());
+  }
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/lora_registry.h"
 #include "engine/pooling.h"
 #include "engine/stop_checker.h"
 #include "sampling/sampler_rng.h"
@@ -67,6 +68,7 @@ struct RequestState {
   Pooler pooler;
   std::vector<float> embedding;
   int32_t ve = 0;  // its virtual engine (scheduler)
+  std::unique_ptr<LoraLease> lora;  // its adapter, or null
   EngineClock::time_point arrival;
   std::optional<EngineClock::time_point> first_scheduled, first_token;
   int32_t finished_samples = 0;

@@ -74,7 +74,19 @@ int32_t KVCacheManager::max_blocks_per_seq(int32_t max_len, int32_t step_tokens)
   return kv_blocks_per_seq(groups_, pool_.block_size(), max_len, step_tokens);
 }
 
-PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens) const {
+namespace {
+
+// A sequence's first block chains from its cache key's root: its hash, and the
+// parent prefix id the pool checks (block ids count up from 1 and never reach
+// the high bit, so a key's root is no block's id).
+BlockHash root_hash(uint64_t cache_key) {
+  return cache_key == 0 ? kRootBlockHash : kRootBlockHash ^ (cache_key * 0x9e3779b97f4a7c15ULL);
+}
+uint64_t root_prefix_id(uint64_t cache_key) { return cache_key == 0 ? 0 : (uint64_t{1} << 63) | cache_key; }
+
+}  // namespace
+
+PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens, uint64_t cache_key) const {
   PrefixMatch match;
   if (!config_.enable_prefix_caching) return match;
   match.num_query_tokens = static_cast<int32_t>(tokens.size());
@@ -82,8 +94,8 @@ PrefixMatch KVCacheManager::match_prefix(std::span<const TokenId> tokens) const 
   const int32_t bs = pool_.block_size();
   // (n-1)/bs: the last token is always recomputed, even when it ends a block.
   const int32_t max_blocks = static_cast<int32_t>((tokens.size() - 1) / bs);
-  BlockHash parent_hash = kRootBlockHash;
-  uint64_t parent_id = 0;
+  BlockHash parent_hash = root_hash(cache_key);
+  uint64_t parent_id = root_prefix_id(cache_key);
   std::vector<uint64_t> parent_ids;  // [i]: the prefix id block i's parent has
   for (int32_t i = 0; i < max_blocks; ++i) {
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
@@ -272,8 +284,8 @@ std::optional<SlotAllocation> KVCacheManager::allocate_restored(SeqId seq, int32
   return result;
 }
 
-void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
-                                     int32_t num_computed_tokens) {
+void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens,
+                                     uint64_t cache_key) {
   if (!config_.enable_prefix_caching) return;
   auto it = seqs_.find(seq);
   PAGELLM_CHECK(it != seqs_.end(), "commit_computed: sequence {} has no KV blocks", seq);
@@ -285,9 +297,9 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
   const auto& full_table = s.tables[0];
   const int32_t full = std::min<int32_t>(num_computed_tokens / bs, static_cast<int32_t>(full_table.size()));
   for (int32_t i = static_cast<int32_t>(s.hashes.size()); i < full; ++i) {
-    const BlockHash parent_hash = i > 0 ? s.hashes[i - 1] : kRootBlockHash;
+    const BlockHash parent_hash = i > 0 ? s.hashes[i - 1] : root_hash(cache_key);
     // Every group's block i has group 0's block i - 1 as its parent prefix.
-    const uint64_t parent_id = i > 0 ? pool_.prefix_id(full_table[i - 1]) : 0;
+    const uint64_t parent_id = i > 0 ? pool_.prefix_id(full_table[i - 1]) : root_prefix_id(cache_key);
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockHash h = hash_block_tokens(parent_hash, chunk);
     pool_.commit_full_block(full_table[i], h, parent_id, chunk);

@@ -105,7 +105,9 @@ class KVCacheManager {
   // always leaving at least the last token to compute (so there are logits to
   // sample). Empty when prefix caching is off. No side effects: pass the
   // result to allocate_slots in the same scheduling pass to take the blocks.
-  PrefixMatch match_prefix(std::span<const TokenId> tokens) const;
+  // `cache_key` keeps prefixes apart that equal tokens do not make equal K/V
+  // (each LoRA adapter's: Sequence::lora_id); 0: the base model's.
+  PrefixMatch match_prefix(std::span<const TokenId> tokens, uint64_t cache_key = 0) const;
 
   // Make room for tokens [num_computed_tokens, num_computed_tokens +
   // num_new_tokens) of sequence `seq`. With `prefix` (a sequence with no blocks
@@ -122,7 +124,8 @@ class KVCacheManager {
   // Tokens up to num_computed_tokens now have their K/V in the cache: hash and
   // register the blocks that became full. `tokens` is the sequence's token ids
   // (at least num_computed_tokens of them).
-  void commit_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens);
+  void commit_computed(SeqId seq, std::span<const TokenId> tokens, int32_t num_computed_tokens,
+                       uint64_t cache_key = 0);
 
   // Rejected speculative tokens: the sequence keeps the blocks that hold its
   // first num_tokens token slots and releases the rest, tail first (their

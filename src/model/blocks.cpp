@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace pagellm {
 
 void attention_block(const LayerPass& p, int il, int64_t n) {
@@ -18,6 +20,9 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
   be.matmul(*A.wq, *buf.h, n, *buf.q);
   be.matmul(*A.wk, *buf.h, n, *buf.k);
   be.matmul(*A.wv, *buf.h, n, *buf.v);
+  lora_add(p, il, LoraTarget::Q, *buf.h, n, *buf.q);
+  lora_add(p, il, LoraTarget::K, *buf.h, n, *buf.k);
+  lora_add(p, il, LoraTarget::V, *buf.h, n, *buf.v);
   if (A.bq) {
     be.add_bias(*buf.q, *A.bq, n);
     be.add_bias(*buf.k, *A.bk, n);
@@ -45,6 +50,7 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
     be.glu(*buf.qgate, *buf.attn, n * n_head * hd, Activation::Sigmoid, *buf.attn);
   }
   be.matmul(*A.wo, *buf.attn, n, *buf.o);
+  lora_add(p, il, LoraTarget::O, *buf.attn, n, *buf.o);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
   if (A.bo) be.add_bias(*buf.o, *A.bo, n);
   if (A.post_norm) be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
@@ -138,12 +144,29 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
 
 
 void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff,
-             Buffer& out) {
+             Buffer& out, int lora_layer) {
   Backend& be = p.be;
   be.matmul(gate, *p.buf.h, n, *p.buf.gate);
   be.matmul(up, *p.buf.h, n, *p.buf.up);
+  if (lora_layer >= 0) {
+    lora_add(p, lora_layer, LoraTarget::Gate, *p.buf.h, n, *p.buf.gate);
+    lora_add(p, lora_layer, LoraTarget::Up, *p.buf.h, n, *p.buf.up);
+  }
   be.glu(*p.buf.gate, *p.buf.up, n * n_ff, p.cfg.act, *p.buf.gate);
   be.matmul(down, *p.buf.gate, n, out);
+  if (lora_layer >= 0) lora_add(p, lora_layer, LoraTarget::Down, *p.buf.gate, n, out);
+}
+
+void lora_add(const LayerPass& p, int il, LoraTarget t, const Buffer& x, int64_t n, Buffer& y) {
+  if (!p.lora) return;
+  const auto& a = p.lora->layers[static_cast<size_t>(il)].a[static_cast<size_t>(t)];
+  const auto& b = p.lora->layers[static_cast<size_t>(il)].b[static_cast<size_t>(t)];
+  if (a.empty()) return;
+  // Rows grouped by slot: each adapter's A and B stream once for all its
+  // rows; the base model's rows (slot 0) multiply zeros.
+  p.be.matmul_experts(a, x, n, 1, false, *p.lora->row_slots, *p.buf.lora_t);
+  p.be.matmul_experts(b, *p.buf.lora_t, n, 1, true, *p.lora->row_slots, *p.buf.lora_d);
+  p.be.add(y, *p.buf.lora_d, n * b[0]->rows);
 }
 
 void dense_ffn_block(const LayerPass& p, int il, int64_t n) {
@@ -153,7 +176,7 @@ void dense_ffn_block(const LayerPass& p, int il, int64_t n) {
   ActivationBuffers& buf = p.buf;
   be.rms_norm(*buf.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
   // Per-layer sizes (Gemma 4's double-wide FFN) run without tensor parallelism.
-  glu_ffn(p, *F.gate, *F.up, *F.down, n, c.layers_alike() ? p.geo.n_ff : c.layer_ff(il), *buf.o);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, c.layers_alike() ? p.geo.n_ff : c.layer_ff(il), *buf.o, il);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel down
   if (F.post_norm) be.rms_norm(*buf.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/shard.h"
 
@@ -132,6 +133,10 @@ struct ActivationBuffers {
   BufferPtr ple_tok;    // [n, n_layer * P]: the table's part of it
   BufferPtr ple_layer;  // [n, P]: this layer's
   BufferPtr ple_gate;   // [n, P]
+  // LoRA (empty without adapters): each row's slot, A's products, B's.
+  BufferPtr lora_ids;   // I32 [n]
+  BufferPtr lora_t;     // [n, max rank]
+  BufferPtr lora_d;     // [n, the widest target's rows]
 };
 
 // What a block reads and writes during one pass: the config, this rank's
@@ -145,6 +150,7 @@ struct LayerPass {
   ActivationBuffers& buf;
   const std::vector<LayerWeights>& layers;
   std::function<void(Buffer& buf, int64_t values)> all_reduce;
+  const LoraPass* lora = nullptr;  // the pass's adapters; null: no row has one
 };
 
 // x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend ->
@@ -170,9 +176,13 @@ void dense_ffn_block(const LayerPass& p, int il, int64_t n);
 // with the router's weights (+ the shared expert, scaled by its sigmoid
 // gate) -> (post norm) -> x += out.
 void moe_ffn_block(const LayerPass& p, int il, int64_t n);
-// out = down(act(gate(h)) * up(h)) of the normed input buf.h, n_ff hidden units.
+// out = down(act(gate(h)) * up(h)) of the normed input buf.h, n_ff hidden
+// units; with lora_layer >= 0, that layer's adapters on gate, up and down.
 void glu_ffn(const LayerPass& p, const Weight& gate, const Weight& up, const Weight& down, int64_t n, int64_t n_ff,
-             Buffer& out);
+             Buffer& out, int lora_layer = -1);
+// y[i] += B (A x[i]) of row i's adapter (LoRA) on layer il's projection t;
+// nothing when the pass has no adapters or none targets it.
+void lora_add(const LayerPass& p, int il, LoraTarget t, const Buffer& x, int64_t n, Buffer& y);
 // The shared decoder layer: attention, then the MoE FFN when the config has
 // experts, else the dense one.
 void decoder_layer(const LayerPass& p, int il, int64_t n);

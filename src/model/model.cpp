@@ -566,7 +566,10 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
           {&Buffers::mla_heads, is_mla ? g.n_head : 0, true, DType::I32},
           {&Buffers::ple, int64_t{c.n_layer} * c.n_embd_per_layer, true},
           {&Buffers::ple_tok, int64_t{c.n_layer} * c.n_embd_per_layer, true},
-          {&Buffers::ple_layer, c.n_embd_per_layer, true}, {&Buffers::ple_gate, c.n_embd_per_layer, true}};
+          {&Buffers::ple_layer, c.n_embd_per_layer, true}, {&Buffers::ple_gate, c.n_embd_per_layer, true},
+          {&Buffers::lora_ids, lora_ ? 1 : 0, true, DType::I32},
+          {&Buffers::lora_t, lora_ ? lora_->max_rank() : 0, true},
+          {&Buffers::lora_d, lora_ ? lora_->max_out() : 0, true}};
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
@@ -637,6 +640,21 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   if (!pos_table_.empty()) positions_ = batch.positions;
   find_segments(batch);
   ensure_buffers(n_, std::max<int64_t>(m, 1));
+  lora_pass_ = false;
+  if (lora_) {
+    lora_row_slots_.assign(static_cast<size_t>(n_), 0);
+    for (const SeqInfo& s : batch.seqs) {
+      PAGELLM_CHECK(s.lora_slot >= 0 && s.lora_slot <= lora_->max_loras(), "LoRA slot {} of {}", s.lora_slot,
+                    lora_->max_loras());
+      if (s.lora_slot == 0) continue;
+      lora_pass_ = true;
+      std::fill_n(lora_row_slots_.begin() + s.q_start, s.q_len, s.lora_slot);
+    }
+    if (lora_pass_) {
+      backend_.copy_from_host(lora_row_slots_.data(), *buf_.lora_ids, 0, lora_row_slots_.size() * sizeof(int32_t));
+      lora_->set_row_slots(buf_.lora_ids.get());
+    }
+  }
   if (!geo_.tp) {
     backend_.set_batch(batch);
     return;
@@ -729,8 +747,9 @@ void Model::per_layer_inputs() {
 }
 
 void Model::run_layers() {
-  const LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
-                       [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
+  LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
+                 [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
+  if (lora_pass_) pass.lora = &lora_->pass();
   // The family's own layer, or the shared decoder layer (model/blocks.h).
   const auto layer = arch_info(cfg_.arch).layer_forward;
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) (layer ? layer : decoder_layer)(pass, il, n_);
@@ -815,6 +834,42 @@ void Model::sample_on_device(const std::vector<SampleDraw>& draws, int32_t* ids)
   backend_.sample(*buf_.logits, cfg_.n_vocab, draws, *buf_.sampled);
   backend_.copy_to_host(*buf_.sampled, 0, draws.size() * sizeof(int32_t), ids);
   backend_.synchronize();
+}
+
+void Model::enable_lora(int32_t max_loras, int32_t max_rank, std::optional<DType> dtype) {
+  const ArchInfo& arch = arch_info(cfg_.arch);
+  // Families with a layer of their own (MLA, encoders, Gemma 4) would skip the adapters silently.
+  PAGELLM_CHECK(!arch.layer_forward || arch.layer_forward == hybrid_decoder_layer,
+                "LoRA adapters are not served for {} models yet", arch.gguf_name);
+  PAGELLM_CHECK(!geo_.tp && geo_.layer_begin == 0 && geo_.layer_end == cfg_.n_layer,
+                "LoRA adapters are not served under tensor or pipeline parallelism yet");
+  PAGELLM_CHECK(backend_.supports(Feature::MixtureOfExperts),
+                "LoRA adapters need the backend's grouped products (matmul_experts), which {} lacks",
+                backend_.name());
+  // As vLLM's lora_dtype auto: the model's own precision (quantized models: F16).
+  const Weight* q = layers_.empty() ? nullptr : layers_[static_cast<size_t>(geo_.layer_begin)].attn.wq.get();
+  const DType type = dtype.value_or(q && q->type == DType::F32 ? DType::F32 : DType::F16);
+  lora_ = std::make_unique<LoraSlots>(backend_, lora_shapes(), max_loras, max_rank, type);
+  buf_ = Buffers{};  // the next pass allocates the LoRA scratch too
+}
+
+void Model::set_lora_slot(int32_t slot, const LoraAdapter* adapter) {
+  PAGELLM_CHECK(lora_, "LoRA is not enabled on this model");
+  lora_->set(slot, adapter);
+}
+
+LoraSlots::Shapes Model::lora_shapes() const {
+  LoraSlots::Shapes shapes(static_cast<size_t>(cfg_.n_layer));
+  for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
+    const AttnWeights& A = layers_[static_cast<size_t>(il)].attn;
+    const FfnWeights& F = layers_[static_cast<size_t>(il)].ffn;
+    // Q split from a gated q_proj (Qwen3.5) is not the adapter's q_proj.
+    const Weight* w[kLoraTargets] = {A.wq_gate ? nullptr : A.wq.get(), A.wk.get(), A.wv.get(), A.wo.get(),
+                                     F.gate.get(), F.up.get(), F.down.get()};
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (w[t]) shapes[static_cast<size_t>(il)][static_cast<size_t>(t)] = {w[t]->rows, w[t]->cols};
+  }
+  return shapes;
 }
 
 }  // namespace pagellm

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "model/arch.h"
 #include "model/blocks.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/shard.h"
 
@@ -131,6 +132,19 @@ class Model {
   // ids[i]: the token draws[i] picks from its row of the logits computed
   // last (-1: a row with no finite logit).
   void sample_on_device(const std::vector<SampleDraw>& draws, int32_t* ids);
+  // LoRA adapters (model/lora.h): device slots for max_loras adapters of
+  // rank <= max_rank, then a pass applies each sequence's SeqInfo::lora_slot
+  // (0: none). Throws Error for a family whose layers do not run the shared
+  // attention / FFN blocks, and for a sharded model.
+  // dtype: the slots' (F32, F16, BF16); nullopt: F32 over F32 weights, else F16.
+  void enable_lora(int32_t max_loras, int32_t max_rank, std::optional<DType> dtype = std::nullopt);
+  const LoraSlots* lora_slots() const { return lora_.get(); }
+  // Slot 1..max_loras takes the adapter's matrices (null: empties it).
+  void set_lora_slot(int32_t slot, const LoraAdapter* adapter);
+  // Per layer and LoRA target: the base weight's (rows, cols), (0, 0) where
+  // the layer has no such projection of its own (MoE, linear attention).
+  LoraSlots::Shapes lora_shapes() const;
+
   // Frees the activation buffers, which grow to the largest step so far; the
   // next pass allocates what it needs. For an idle engine after a burst.
   void release_buffers();
@@ -198,6 +212,9 @@ class Model {
   void add_positions();
   void find_segments(const BatchInfo& batch);
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<LoraSlots> lora_;
+  bool lora_pass_ = false;                // a row of the pass begun has an adapter
+  std::vector<int32_t> lora_row_slots_;   // its rows' slots
 
   Buffers buf_;  // activations, grown on demand
 };

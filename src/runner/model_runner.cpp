@@ -138,6 +138,7 @@ void ModelRunner::build_message(const StepPlan& plan, int32_t block_shift, Step&
     info.kv_sinks = s.kv_sinks;
     info.kv_evicted_to = s.kv_evicted_to;
     info.state_slot = s.state_slot;
+    info.lora_slot = s.lora_slot;
     if (s.num_prompt_logits > 0) {
       PAGELLM_CHECK(s.num_prompt_logits <= s.num_new_tokens - s.num_draft_tokens(),
                     "plan entry {}: {} prompt logits rows from {} tokens", i, s.num_prompt_logits, s.num_new_tokens);

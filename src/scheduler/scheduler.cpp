@@ -221,7 +221,8 @@ void Scheduler::on_step_done(const StepPlan& plan) {
                   "on_step_done: sequence {} lost tokens ({} computed, {} token ids)", seq->id,
                   seq->num_computed_tokens, seq->num_tokens());
     // (A whole-prompt sequence's K/V depend on its later tokens: no prefix cache.)
-    if (!seq->whole_prompt) kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+    if (!seq->whole_prompt)
+    kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens, static_cast<uint64_t>(seq->lora_id));
     if (s.num_draft_tokens() > 0) kv_.truncate(seq->id, seq->num_tokens());
   }
 #ifndef NDEBUG

@@ -156,6 +156,10 @@ struct SchedulerConfig {
   // compute at most this many tokens a step together (with chunked
   // prefill), so the rows of logits a step returns stay bounded; 0: no cap.
   int32_t max_prompt_logit_rows = 0;
+  // > 0: at most this many LoRA adapters among the running sequences
+  // (--max-loras: the model's adapter slots); a waiting sequence of one more
+  // adapter waits while others go ahead. 0: no limit (no adapters).
+  int32_t max_loras = 0;
 
   // Throws Error naming the bad field.
   void validate() const;
@@ -274,7 +278,11 @@ class Scheduler {
   bool swap_out(Sequence* seq, StepDecisions& step);
   Sequence* pick_kv_victim() const;
   // 3. admission.
-  size_t next_waiting() const;  // index in waiting_ of the next one to admit
+  // Index in waiting_ of the next one to admit, among those whose adapter may
+  // run (lora_fits); nullopt: none may.
+  std::optional<size_t> next_waiting() const;
+  // LoRA: whether seq's adapter is running, or a slot is free for it.
+  bool lora_fits(const Sequence& seq) const;
   PrefixMatch cached_prefix(const Sequence& seq) const;
   std::optional<SlotAllocation> allocate_admission(const Sequence& seq, const PrefixMatch& match, int32_t num_new);
   void admit(size_t waiting_index, int32_t num_cached, StepDecisions& step);

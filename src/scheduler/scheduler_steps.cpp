@@ -218,6 +218,7 @@ bool Scheduler::swap_out(Sequence* seq, StepDecisions& step) {
 void Scheduler::resume_swapped(StepDecisions& step) {
   while (!swapped_.empty() && step.budget > 0 && num_running() < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
+    if (!lora_fits(*seq)) break;
     const int32_t n =
         tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, budget_for(*seq, step));
     if (n == 0 || !swap_in(seq, step)) break;
@@ -250,7 +251,8 @@ bool Scheduler::swap_in(Sequence* seq, StepDecisions& step) {
   blocks_swapped_in_ += static_cast<int64_t>(it->second.size());
   host_blocks_.erase(it);
   // The tokens are back: full blocks join the prefix cache again.
-  if (!seq->whole_prompt) kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens);
+  if (!seq->whole_prompt)
+    kv_.commit_computed(seq->id, seq->token_ids, seq->num_computed_tokens, static_cast<uint64_t>(seq->lora_id));
   seq->status = SeqStatus::Running;
   insert_running(seq);
   return true;
@@ -261,7 +263,9 @@ bool Scheduler::swap_in(Sequence* seq, StepDecisions& step) {
 // sequence's (make_room_for) and try again.
 void Scheduler::admit_waiting(StepDecisions& step) {
   while (!waiting_.empty() && step.budget > 0) {
-    const size_t at = next_waiting();
+    const std::optional<size_t> next = next_waiting();
+    if (!next) break;
+    const size_t at = *next;
     Sequence* seq = waiting_[at];
     // A victim of this step waits at least until the next one.
     if (step.was_preempted(seq->id)) break;
@@ -283,17 +287,37 @@ void Scheduler::admit_waiting(StepDecisions& step) {
   }
 }
 
-size_t Scheduler::next_waiting() const {
-  const auto candidate = [this](size_t i) {
-    const Sequence& s = *waiting_[i];
+std::optional<size_t> Scheduler::next_waiting() const {
+  // Those of an adapter with no slot now are passed over (vLLM's rule).
+  std::vector<size_t> eligible;
+  const bool all = config_.max_loras == 0;
+  if (!all) {
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (lora_fits(*waiting_[i])) eligible.push_back(i);
+    if (eligible.empty()) return std::nullopt;
+  }
+  const auto index = [&](size_t i) { return all ? i : eligible[i]; };
+  const auto candidate = [&](size_t i) {
+    const Sequence& s = *waiting_[index(i)];
     return AdmissionCandidate{
         .priority_class = priority_class(s),
         .seats = seats_held(s.request_id),
         .keeps_turn = s.status == SeqStatus::Preempted || step_ - s.arrival_step >= config_.length_aware_max_wait_steps,
         .num_tokens = s.num_tokens()};
   };
-  return next_to_admit(waiting_.size(), candidate, fair_share() > 0,
-                       config_.composition == StepComposition::LengthAware);
+  return index(next_to_admit(all ? waiting_.size() : eligible.size(), candidate, fair_share() > 0,
+                             config_.composition == StepComposition::LengthAware));
+}
+
+bool Scheduler::lora_fits(const Sequence& seq) const {
+  if (config_.max_loras == 0 || seq.lora_id == 0) return true;
+  std::vector<int32_t> running;
+  for (const Sequence* s : running_) {
+    if (s->lora_id == seq.lora_id) return true;
+    if (s->lora_id != 0 && std::find(running.begin(), running.end(), s->lora_id) == running.end())
+      running.push_back(s->lora_id);
+  }
+  return static_cast<int32_t>(running.size()) < config_.max_loras;
 }
 
 // A sequence past its window recomputes through the window, not from cached
@@ -302,7 +326,7 @@ size_t Scheduler::next_waiting() const {
 PrefixMatch Scheduler::cached_prefix(const Sequence& seq) const {
   if (seq.needs_every_prompt_position()) return {};
   if (config_.kv_eviction == KvEviction::Sliding && seq.num_tokens() > config_.max_model_len) return {};
-  return kv_.match_prefix(seq.token_ids);
+  return kv_.match_prefix(seq.token_ids, static_cast<uint64_t>(seq.lora_id));
 }
 
 // Counts the blocks it would hold, matched ones included (they may sit in

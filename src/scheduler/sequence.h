@@ -66,6 +66,11 @@ struct Sequence {
     return needs_prompt_logits || whole_prompt || pool_rows == PoolRows::All || pool_rows == PoolRows::First;
   }
 
+  // LoRA: the engine's id of the sequence's adapter (0: the base model). The
+  // scheduler runs at most SchedulerConfig::max_loras adapters at once, and
+  // the prefix cache keeps each adapter's blocks apart.
+  int32_t lora_id = 0;
+
   SeqStatus status = SeqStatus::Waiting;
   int32_t num_preemptions = 0;
 

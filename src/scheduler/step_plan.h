@@ -41,6 +41,7 @@ struct ScheduledSeq {
   // Sliding KV eviction: keys [kv_sinks, kv_evicted_to) are gone (SeqInfo).
   int32_t kv_sinks = 0, kv_evicted_to = 0;
   int32_t state_slot = -1;  // linear-attention state (KVCacheManager::state_slot)
+  int32_t lora_slot = 0;    // LoRA: the model's slot of the sequence's adapter (the engine sets it; 0: none)
 
   int32_t end_pos() const { return start_pos + num_new_tokens; }
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_tokens.size()); }

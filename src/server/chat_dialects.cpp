@@ -149,7 +149,7 @@ std::string input_item_id(const nlohmann::json& item, const std::string& respons
 void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res) {
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
-  check_model_field(body, model_);
+  const std::string lora = check_model_field(body, model_);
   nlohmann::json history = nlohmann::json::array();
   const std::string previous = read_previous_response_id(body);
   if (!previous.empty()) {
@@ -162,6 +162,7 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
   }
   ResponsesRequest r = parse_responses_request(body, req.body, history);
   GenerationRequest g = parse_responses_chat(r, model_);
+  g.lora = lora;
   g.stream = r.stream;
 
   ResponsesMeta meta{make_request_id("resp_"), static_cast<int64_t>(std::time(nullptr)), model_.name, r.store,
@@ -266,9 +267,10 @@ void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res)
   answer_as_anthropic(req, res, [&] {
     require_accepting();
     const nlohmann::json body = parse_json_body(req.body);
-    check_model_field(body, model_);
+    const std::string lora = check_model_field(body, model_);
     AnthropicRequest r = parse_anthropic_request(body, req.body);
     GenerationRequest g = parse_anthropic_chat(r, model_);
+    g.lora = lora;
     g.stream = r.stream;
     AnthropicMeta meta{make_request_id("msg_"), model_.name, static_cast<int64_t>(g.prompts.front().ids.size())};
     auto make_renderer = [meta] {

@@ -1,8 +1,10 @@
 #include "server/metrics_render.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <ctime>
 
 #include "core/error.h"
 
@@ -231,6 +233,17 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
     for (const auto& [key, count] : http)
       w.sample("http_requests_total", static_cast<double>(count),
                fmt::format("route=\"{}\",status=\"{}\"", escape_label_value(key.first), key.second));
+  }
+  if (stats.max_loras > 0) {
+    // vLLM's shape: the adapters are labels (comma-separated names); the value is the sample's time.
+    const auto names = [](const std::vector<std::string>& v) {
+      return escape_label_value(fmt::format("{}", fmt::join(v, ",")));
+    };
+    w.header("lora_requests_info", "gauge", "Running stats on LoRA requests: the adapters of running and waiting "
+             "requests, and --max-loras, as labels; the value is the time of the sample.");
+    w.sample("lora_requests_info", static_cast<double>(std::time(nullptr)),
+             fmt::format("running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\",max_lora=\"{}\"",
+                         names(stats.running_loras), names(stats.waiting_loras), stats.max_loras));
   }
   return w.take();
 }

@@ -124,9 +124,10 @@ bool run_stream(StreamingReply& s, httplib::DataSink& sink, std::chrono::millise
 void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   require_accepting();
   const nlohmann::json body = parse_json_body(req.body);
-  check_model_field(body, model_);
+  const std::string lora = check_model_field(body, model_);
   GenerationRequest g =
       chat ? parse_chat_request(body, model_, req.body) : parse_completion_request(body, model_, req.body);
+  g.lora = lora;
 
   ResponseMeta meta{make_request_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
                     model_.name, chat};

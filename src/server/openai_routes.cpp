@@ -49,7 +49,14 @@ OpenAIServer::OpenAIServer(AsyncEngine& engine, ServedModel model, OpenAIServerO
       model_(std::move(model)),
       options_(std::move(options)),
       response_store_(options_.responses_store_size, options_.responses_store_bytes),
-      started_at_(std::time(nullptr)) {}
+      started_at_(std::time(nullptr)) {
+  if (engine_.lora_enabled() && !model_.has_adapter)
+    model_.has_adapter = [this](const std::string& name) {
+      for (const LoraInfo& l : engine_.loras())
+        if (l.name == name) return true;
+      return false;
+    };
+}
 
 bool OpenAIServer::wait_idle(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -142,6 +149,8 @@ void OpenAIServer::register_routes(HttpServer& http) {
   for (const char* path : {"/v1/rerank", "/rerank", "/v2/rerank"}) http.post(path, bind(&OpenAIServer::rerank));
   for (const char* path : {"/v1/score", "/score"}) http.post(path, bind(&OpenAIServer::score));
   http.get("/v1/models", bind(&OpenAIServer::list_models));
+  http.post("/v1/load_lora_adapter", bind(&OpenAIServer::load_lora_adapter));
+  http.post("/v1/unload_lora_adapter", bind(&OpenAIServer::unload_lora_adapter));
   http.get("/v1/models/(.+)", bind(&OpenAIServer::get_model));
   http.post("/tokenize", bind(&OpenAIServer::tokenize));
   http.post("/detokenize", bind(&OpenAIServer::detokenize));
@@ -162,14 +171,17 @@ json OpenAIServer::model_card() const {
 }
 
 void OpenAIServer::list_models(const httplib::Request&, httplib::Response& res) {
-  res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
+  json data = json::array({model_card()});
+  for (json& card : adapter_cards()) data.push_back(std::move(card));
+  res.set_content(dump_json({{"object", "list"}, {"data", data}}), "application/json");
 }
 
 void OpenAIServer::get_model(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
-  if (!model_.answers_to(id))
-    throw HttpError(404, fmt::format("The model '{}' does not exist", sanitize_utf8(id)), "model_not_found", "model");
-  res.set_content(dump_json(model_card()), "application/json");
+  if (model_.answers_to(id)) return res.set_content(dump_json(model_card()), "application/json");
+  for (const json& card : adapter_cards())
+    if (card["id"] == id) return res.set_content(dump_json(card), "application/json");
+  throw HttpError(404, fmt::format("The model '{}' does not exist", sanitize_utf8(id)), "model_not_found", "model");
 }
 
 void OpenAIServer::tokenize(const httplib::Request& req, httplib::Response& res) {

@@ -88,6 +88,11 @@ class OpenAIServer {
   void run_turn(const GenerationRequest& g, const std::string& id, const std::function<TurnRenderer()>& make_renderer,
                 const std::function<void(const ChatTurn&)>& reply, httplib::Response& res);
   void list_models(const httplib::Request& req, httplib::Response& res);
+  // server/lora_routes.cpp (--enable-lora): vLLM's run-time adapter loading,
+  // and the adapters' /v1/models cards.
+  void load_lora_adapter(const httplib::Request& req, httplib::Response& res);
+  void unload_lora_adapter(const httplib::Request& req, httplib::Response& res);
+  std::vector<nlohmann::json> adapter_cards() const;
   void get_model(const httplib::Request& req, httplib::Response& res);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);

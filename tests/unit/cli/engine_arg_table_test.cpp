@@ -63,6 +63,16 @@ json snapshot(const EngineArgs& a) {
           {"task", static_cast<int>(c.task)},
           {"hf_overrides", c.hf_overrides},
           {"score_template", c.score_template},
+          {"enable_lora", c.lora.enabled},
+          {"lora_modules", [&] {
+             json m = json::array();
+             for (const LoraModule& l : c.lora.modules) m.push_back({l.name, l.path});
+             return m;
+           }()},
+          {"max_loras", c.lora.max_loras},
+          {"max_lora_rank", c.lora.max_lora_rank},
+          {"max_cpu_loras", c.lora.max_cpu_loras},
+          {"lora_dtype", c.lora.dtype ? json(static_cast<int>(*c.lora.dtype)) : json()},
           {"pooling", c.pooling ? json(static_cast<int>(*c.pooling)) : json()},
           {"pooling_normalize", c.pooling_normalize ? json(*c.pooling_normalize) : json()},
           {"kv_cache_groups", c.kv_cache_groups},
@@ -121,8 +131,8 @@ Sample sample(const EngineArg& arg) {
       const std::string t = arg.choices.back() != arg.default_text ? arg.choices.back() : arg.choices.front();
       return {{t}, t};
     }
-    case ArgType::List:
-      return {{"a.so", "b.so"}, json::array({"a.so", "b.so"})};
+    case ArgType::List:  // (name=path: --lora-modules' form; a plugin path may have '=' too)
+      return {{"a=a.so", "b=b.so"}, json::array({"a=a.so", "b=b.so"})};
     case ArgType::Map:
       return {{"k=v", "threads=2"}, {{"k", "v"}, {"threads", 2}}};
     case ArgType::Json:

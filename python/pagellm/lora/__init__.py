@@ -1,0 +1,5 @@
+"""LoRA adapters (vLLM's `vllm.lora`): `from pagellm.lora.request import LoRARequest`."""
+
+from .request import LoRARequest
+
+__all__ = ["LoRARequest"]
