@@ -382,8 +382,9 @@ TEST(EmbeddingsEngine, UnservedPoolingRefusesOnlyEmbeddings) {
   run(engine, {gen});
 }
 
-// An encoder (tiny BertModel, bidirectional attention): each input in one
-// step, alone and batched, equals sentence-transformers' vector; a prompt
+// An encoder (tiny BertModel, and XLMRobertaModel with its positions past the
+// padding row and its Unigram tokenizer), bidirectional attention: each input
+// in one step, alone and batched, equals sentence-transformers' vector; a prompt
 // already in the prefix cache is computed again; generation is refused (the
 // model computes embeddings only), and an input longer than a step's token
 // budget is refused rather than chunked.
@@ -478,7 +479,8 @@ TEST_P(EncoderEmbeddingsVsSentenceTransformers, OneStepAloneBatchedNoPrefixCache
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderEmbeddingsVsSentenceTransformers,
-                         ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean"),
+                         ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean",
+                                           "embed-tiny-xlm-roberta-f32-cls", "embed-tiny-xlm-roberta-f32-mean"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
