@@ -278,14 +278,121 @@ def xlmr_fixture(args):
     print("llama.cpp GGUF:", gguf_info)
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def convert_xlmr_with_llama_cpp(args, folder, tmp):
-    return None
+    """llama.cpp's converter on the XLM-R folder (arch bert, tokenizer t5 with the precompiled charsmap, the
+    position table from position 0) -> tests/fixtures/models/converted-tiny-xlm-roberta-cls.json: its metadata
+    (the vocabulary included), its tensors' checksums and their largest difference to pagellm's GGUF dummy of the
+    shape, and, with --llama-build, what llama-server (b11434) makes of the file: its token ids for texts and
+    its rerank logits (F32 KV cache, flash attention off)."""
+    import shutil
+    import time
+    import urllib.request
+    import numpy as np
+    sys.path[0:0] = [args.llama_cpp, os.path.join(args.llama_cpp, "gguf-py")]
+    import gguf
+    import torch
+    import convert_hf_to_gguf as conv
+    from gen_embedding_fixtures import XLMR_TEXTS
+    # The converter reads the charsmap from a Precompiled normalizer at the top of tokenizer.json, and
+    # add_space_prefix / remove_extra_whitespaces from the tokenizer's add_prefix_space and
+    # clean_up_tokenization_spaces: as XLM-R's sentencepiece model states them (add_dummy_prefix,
+    # remove_extra_whitespaces). The converted vocabulary is the same pieces and scores.
+    src = os.path.join(tmp, "for-converter")
+    shutil.copytree(folder, src)
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        spec = json.load(f)
+    spec["normalizer"] = spec["normalizer"]["normalizers"][0]
+    with open(os.path.join(src, "tokenizer.json"), "w") as f:
+        json.dump(spec, f)
+    with open(os.path.join(src, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    tc.update(add_prefix_space=True, clean_up_tokenization_spaces=True)
+    with open(os.path.join(src, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f)
+    out = os.path.join(tmp, "xlmr-reranker.gguf")
+    hparams = conv.ModelBase.load_hparams(Path(src), False)
+    cls = conv.get_model_class(conv.get_model_architecture(hparams, conv.ModelType.TEXT))
+    with torch.inference_mode():
+        cls(Path(src), gguf.LlamaFileType.ALL_F32, Path(out), model_name="tiny xlm-roberta reranker",
+            hparams=hparams).write()
+    ours = os.path.join(tmp, "ours.gguf")
+    subprocess.run([args.pagellm, "make-dummy", "--shape", XLMR_SHAPE, "--type", "f32", "--seed", str(SEED), "-o",
+                    ours], check=True, capture_output=True, timeout=120)
+    conv_r, ours_r = gguf.GGUFReader(out), gguf.GGUFReader(ours)
+    ours_t = {t.name: np.array(t.data, dtype=np.float64).ravel() for t in ours_r.tensors}
+    tensors, max_diff = [], 0.0
+    for t in conv_r.tensors:
+        x = np.array(t.data, dtype=np.float64).ravel()
+        tensors.append({"name": t.name, "type": t.tensor_type.name, "shape": [int(d) for d in t.shape],
+                        "sum": float(x.sum()), "sumsq": float((x * x).sum())})
+        assert t.name in ours_t and ours_t[t.name].size == x.size, t.name
+        max_diff = max(max_diff, float(np.max(np.abs(ours_t[t.name] - x))))
+    assert set(ours_t) == {t.name for t in conv_r.tensors}, sorted(set(ours_t) ^ {t.name for t in conv_r.tensors})
+
+    def value(f):
+        t = gguf.GGUFValueType(f.types[0])
+        if t == gguf.GGUFValueType.ARRAY:
+            return {"type": "array:" + gguf.GGUFValueType(f.types[1]).name, "value": list(f.contents())}
+        return {"type": t.name, "value": f.contents()}
+
+    metadata = {f.name: value(f) for f in conv_r.fields.values() if not f.name.startswith("GGUF.")}
+    llama = None
+    if args.llama_build:
+        port = free_port()
+        server = subprocess.Popen([os.path.join(args.llama_build, "bin", "llama-server"), "-m", out, "--rerank",
+                                   "--port", str(port), "-c", "512", "-t", "2", "-fa", "off", "-ctk", "f32", "-ctv",
+                                   "f32"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+
+        def post(path, body):
+            req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read())
+
+        try:
+            for _ in range(120):
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            texts = XLMR_TEXTS + ["   leading and trailing   ", "tabs\tand\nnewlines", "<s> and </s> written as text"]
+            ids = [post("/tokenize", {"content": t, "add_special": True})["tokens"] for t in texts]
+            r = post("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS})
+            logits = [None] * len(DOCUMENTS)
+            for x in r["results"]:
+                logits[x["index"]] = x["relevance_score"]
+            llama = {"texts": texts, "text_ids": ids, "rerank_logits": logits,
+                     "reference": "llama-server b11434 /tokenize (add_special) and /v1/rerank (its raw logit), "
+                                  "F32 KV cache, flash attention off"}
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    meta = {"shape": XLMR_SHAPE, "seed": SEED, "n_vocab": len(metadata["tokenizer.ggml.tokens"]["value"]),
+            "reference": "llama.cpp b11434's convert_hf_to_gguf.py on the HF folder of tools/"
+                         "gen_cross_encoder_fixtures.py (F32)",
+            "max_abs_diff_to_pagellm_gguf": max_diff, "metadata": metadata, "tensors": tensors, "llama_cpp": llama}
+    with open(os.path.join(HERE, "..", "tests", "fixtures", "models", f"converted-{XLMR_SHAPE}.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+    return {"fixture": f"models/converted-{XLMR_SHAPE}.json", "max_abs_diff_to_pagellm_gguf": max_diff,
+            "tokenizer_model": metadata["tokenizer.ggml.model"]["value"],
+            "llama_cpp_rerank_logits": llama and llama["rerank_logits"]}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", required=True)
     ap.add_argument("--llama-cpp", default="", help="llama.cpp b11434 source tree (its converter)")
+    ap.add_argument("--llama-build", default="", help="a build of it (XLM-R: llama-server tokenizes and reranks)")
     ap.add_argument("--only", default="", help="comma-separated shapes (default: all): " + ", ".join(FIXTURES))
     args = ap.parse_args()
     only = args.only.split(",") if args.only else list(FIXTURES)
