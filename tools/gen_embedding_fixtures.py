@@ -49,6 +49,7 @@ CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lastt
          ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True),
          # XLM-RoBERTa (XLMRobertaModel: bge-m3's CLS, multilingual-e5's mean), positions past the padding row.
          ("tiny-xlm-roberta", "f32", "cls", True), ("tiny-xlm-roberta", "f32", "mean", True),
+         ("tiny-xlm-roberta", "bf16", "cls", True),
          # EmbeddingGemma (Gemma3TextModel, bidirectional, a symmetric window of 8 on the local layers):
          # mean pooling, then two Dense modules (256 -> 512 -> 256, no bias, identity), then Normalize.
          ("tiny-embeddinggemma", "f32", "mean", True), ("tiny-embeddinggemma", "bf16", "mean", True)]

@@ -481,7 +481,8 @@ TEST_P(EncoderEmbeddingsVsSentenceTransformers, OneStepAloneBatchedNoPrefixCache
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderEmbeddingsVsSentenceTransformers,
                          ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean",
-                                           "embed-tiny-xlm-roberta-f32-cls", "embed-tiny-xlm-roberta-f32-mean"),
+                                           "embed-tiny-xlm-roberta-f32-cls", "embed-tiny-xlm-roberta-f32-mean",
+                                           "embed-tiny-xlm-roberta-bf16-cls"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
