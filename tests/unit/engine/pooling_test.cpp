@@ -649,7 +649,8 @@ TEST(EncoderEmbeddings, LlamaCppConvertedXlmRobertaMatchesReferences) {
   for (size_t i = 0; i < want.size(); ++i) {
     EngineRequest r;
     r.id = "s";
-    r.prompt_ids = engine.score_model()->format.tokens(engine.tokenizer(), scores["pairs"][i][0], scores["pairs"][i][1]);
+    const json& pair = scores["pairs"][i];
+    r.prompt_ids = engine.score_model()->format.tokens(engine.tokenizer(), pair[0], pair[1]);
     EXPECT_EQ(r.prompt_ids, scores["token_ids"][i].get<std::vector<int32_t>>()) << i;
     r.score = true;
     engine.add_request(std::move(r));

@@ -328,10 +328,9 @@ TEST(TokenizerErrors, MissingOrBadVocabularies) {
     return Tokenizer::load(dir + "/t5.gguf");
   };
   EXPECT_EQ(t5([](GGUFWriter&) {})->encode("ab", true, false), (std::vector<int32_t>{3, 4, 1}));  // ▁a b </s>
-  test::expect_error_with([&] { t5([](GGUFWriter& w) { w.set_string("tokenizer.ggml.precompiled_charsmap", "x"); }); },
-                          "precompiled_charsmap");
-  test::expect_error_with([&] { t5([](GGUFWriter& w) { w.set_i32_array("tokenizer.ggml.precompiled_charsmap", {1}); }); },
-                          "precompiled_charsmap");
+  const std::string charsmap = "tokenizer.ggml.precompiled_charsmap";
+  test::expect_error_with([&] { t5([&](GGUFWriter& w) { w.set_string(charsmap, "x"); }); }, "precompiled_charsmap");
+  test::expect_error_with([&] { t5([&](GGUFWriter& w) { w.set_i32_array(charsmap, {1}); }); }, "precompiled_charsmap");
   test::expect_error_with([&] { t5([](GGUFWriter& w) { w.set_bool("tokenizer.ggml.escape_whitespaces", false); }); },
                           "escape_whitespaces");
   EXPECT_THROW(Tokenizer::load(dir + "/does-not-exist.gguf"), Error);
