@@ -47,6 +47,9 @@ CASES = [("tiny-qwen3", "f32", "lasttoken", True), ("tiny-qwen3", "bf16", "lastt
          ("tiny-qwen3", "f32", "mean", True),
          # An encoder (BertModel, bidirectional attention): CLS and mean pooling.
          ("tiny-bert", "f32", "cls", True), ("tiny-bert", "f32", "mean", True),
+         # XLM-RoBERTa (XLMRobertaModel: bge-m3's CLS, multilingual-e5's mean), positions past the padding row.
+         ("tiny-xlm-roberta", "f32", "cls", True), ("tiny-xlm-roberta", "f32", "mean", True),
+         ("tiny-xlm-roberta", "bf16", "cls", True),
          # EmbeddingGemma (Gemma3TextModel, bidirectional, a symmetric window of 8 on the local layers):
          # mean pooling, then two Dense modules (256 -> 512 -> 256, no bias, identity), then Normalize.
          ("tiny-embeddinggemma", "f32", "mean", True), ("tiny-embeddinggemma", "bf16", "mean", True)]
@@ -55,10 +58,11 @@ DENSE = {"tiny-embeddinggemma": [("2_Dense", 256, 512, 2), ("3_Dense", 512, 256,
 POOLING_NAMES = {"lasttoken": "last", "mean": "mean", "cls": "cls"}
 
 
-def inputs():
-    """A few token sequences of different lengths: one past 2 KV blocks of 16 and a chunk."""
+def inputs(first=1):
+    """A few token sequences of different lengths: one past 2 KV blocks of 16 and a chunk. XLM-R's start with its
+    <s> (0): its id 1 is the padding token, whose position transformers does not count."""
     rng = np.random.default_rng(4321)
-    return [[1] + [int(t) for t in rng.integers(3, 512, size=n - 1)] for n in (1, 5, 23, 40)]
+    return [[first] + [int(t) for t in rng.integers(3, 512, size=n - 1)] for n in (1, 5, 23, 40)]
 
 
 def dense_weight(n_in, n_out, salt):
@@ -112,9 +116,12 @@ def write_sentence_transformers_files(folder, mode, normalize, vocab_size, dense
 # Text through a BERT tokenizer: the encoder fixtures also carry a small
 # WordPiece tokenizer.json over the dummy's vocabulary ([CLS] ... [SEP] from a
 # TemplateProcessing post-processor, lower-casing BERT normalizer), a few
-# strings, the ids transformers' tokenizer gives them, and their vectors.
+# strings, the ids transformers' tokenizer gives them, and their vectors
+# (XLM-R: a Unigram tokenizer, xlm_roberta_tokenizer; its texts add
+# full-width letters and a ligature for the charsmap).
 TEXTS = ["Hello world!", "The quick brown foxes jumped over the lazy dogs.", "Ünïcode ACCENTS, digits 1234 and ?!",
          "", "unbelievable tokenization"]
+XLMR_TEXTS = TEXTS + ["Ｈｅｌｌｏ ﬁnance   café 日本語", "multilingual rerankers: bge-m3"]
 
 
 def wordpiece_tokenizer(vocab_size):
@@ -136,6 +143,21 @@ def wordpiece_tokenizer(vocab_size):
                                    sep_token="[SEP]", mask_token="[MASK]")
 
 
+def xlm_roberta_tokenizer():
+    """XLM-R's tokenizer layout at a fixture's size: the SentencePiece Unigram model of
+    tests/fixtures/tokenizer/hf_unigram.json behind its Precompiled charsmap normalizer (<s> 0, <pad> 1, </s> 2,
+    <unk> 3, <mask> 4, as XLM-R), Metaspace, and RobertaProcessing pairs (<s> a </s></s> b </s>). Like
+    XLMRobertaTokenizer it gives no token_type_ids: every token is type 0."""
+    with open(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "hf_unigram.json")) as f:
+        spec = json.load(f)["charsmap"]["tokenizer_json"]
+    spec["post_processor"] = {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0],
+                              "trim_offsets": True, "add_prefix_space": True}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>",
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagellm", required=True, help="path to the pagellm binary")
@@ -143,7 +165,6 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
-    seqs = inputs()
     with tempfile.TemporaryDirectory() as tmp:
         for shape, wtype, mode, normalize in CASES:
             if args.only and shape not in args.only.split(","):
@@ -154,8 +175,12 @@ def main():
             with open(os.path.join(folder, "config.json")) as f:
                 vocab_size = json.load(f)["vocab_size"]
             write_sentence_transformers_files(folder, mode, normalize, vocab_size, DENSE.get(shape, ()))
-            encoder = shape == "tiny-bert"
-            if encoder:
+            encoder = shape in ("tiny-bert", "tiny-xlm-roberta")
+            xlmr = shape == "tiny-xlm-roberta"
+            seqs = inputs(0 if xlmr else 1)
+            if xlmr:
+                xlm_roberta_tokenizer().save_pretrained(folder)
+            elif encoder:
                 wordpiece_tokenizer(vocab_size).save_pretrained(folder)
             model = SentenceTransformer(folder, device="cpu", model_kwargs={"dtype": torch.float32,
                                                                             "attn_implementation": "eager"})
@@ -184,11 +209,12 @@ def main():
                     hidden = [bert(input_ids=torch.tensor([ids])).last_hidden_state[0].double() for ids in seqs]
                 extra["hidden_first"] = [h[0].tolist() for h in hidden]
                 extra["hidden_mean"] = [h.mean(0).tolist() for h in hidden]
-                extra["texts"] = TEXTS
-                extra["text_ids"] = [model.tokenizer(t)["input_ids"] for t in TEXTS]
+                texts = XLMR_TEXTS if xlmr else TEXTS
+                extra["texts"] = texts
+                extra["text_ids"] = [model.tokenizer(t)["input_ids"] for t in texts]
                 with torch.no_grad():
                     extra["text_embeddings"] = [model.encode([t], convert_to_numpy=True)[0].astype(float).tolist()
-                                                for t in TEXTS]
+                                                for t in texts]
             meta = {"shape": shape, "type": wtype, "seed": SEED, "pooling": POOLING_NAMES[mode],
                     "normalize": normalize, "tokens": seqs, "embeddings": vectors, **extra,
                     "reference": f"sentence-transformers {sentence_transformers.__version__} (transformers "

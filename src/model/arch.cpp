@@ -40,7 +40,7 @@ const std::vector<ArchInfo>& all_archs() {
                                               family::gemma3(),   family::phi3(),   family::gptoss(),
                                               family::qwen35(), family::qwen35moe(), family::deepseek2(), family::glm4moe(),
                                               family::qwen3next(), family::gemma4(), family::bert(),
-                                              family::gemma_embedding()};
+                                              family::gemma_embedding(), family::xlm_roberta()};
   return archs;
 }
 
@@ -54,7 +54,7 @@ const char* arch_name(Arch a) { return arch_info(a).gguf_name; }
 
 const ArchInfo* arch_by_gguf_name(const std::string& name) {
   for (const ArchInfo& i : all_archs())
-    if (name == i.gguf_name) return &i;
+    if (name == i.gguf_name && !i.gguf_shared) return &i;
   return nullptr;
 }
 
@@ -70,7 +70,8 @@ const ArchInfo* arch_by_hf_class(const std::string& cls, HfSwa* swa) {
 
 std::string supported_gguf_names() {
   std::string s;
-  for (const ArchInfo& i : all_archs()) s += (s.empty() ? "" : ", ") + std::string(i.gguf_name);
+  for (const ArchInfo& i : all_archs())
+    if (!i.gguf_shared) s += (s.empty() ? "" : ", ") + std::string(i.gguf_name);
   return s;
 }
 

@@ -123,6 +123,14 @@ enum class Transform {
   // QkvzQkv) and [all z] (attn_gate, QkvzZ), as llama.cpp's converter regroups it.
   QkvzQkv,
   QkvzZ,
+  // A learned position table whose first ModelConfig::hf_pos_offset rows
+  // (RoBERTa's padding row and the one before it) come before position 0 in
+  // HF checkpoints: the source drops them, the HF writer puts zero rows back.
+  PositionOffset,
+  // A token-type table of which only row 0 is read: RoBERTa's tokenizers give
+  // no token_type_ids, so transformers adds type 0 to every token (whatever
+  // type_vocab_size says); the source keeps that row alone.
+  FirstRowOnly,
 };
 
 // Linear-attention tensors with a value-head axis, which llama.cpp's
@@ -238,6 +246,10 @@ struct ArchInfo {
   bool attn_sinks = false;         // a learned sink logit per head (gpt-oss)
   bool attn_out_gate = false;      // q_proj also gives a sigmoid output gate per head (Qwen3.5)
   bool non_causal = false;         // bidirectional attention: an encoder (ModelConfig::non_causal)
+  // GGUF files of this family carry another family's architecture name, whose
+  // layout they share (llama.cpp's converter writes XLM-RoBERTa as "bert"):
+  // arch_by_gguf_name finds that family, never this one.
+  bool gguf_shared = false;
   // HF parameter names: where the layers are ("encoder.layer." for BERT),
   // and a prefix a task head's class puts before the base model's names
   // ("bert." in BertForSequenceClassification), or null.

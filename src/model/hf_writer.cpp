@@ -348,6 +348,18 @@ std::vector<Entry> plan_tensors(const ModelConfig& c, const TensorSource& src, s
       out.push_back(linear_attention_tensor(spec, *t, c, hf, owned));
       return;
     }
+    if (spec.transform == Transform::PositionOffset && c.hf_pos_offset > 0) {
+      // RoBERTa's rows before position 0: zeros (the padding row is zero in
+      // transformers; the row before it is never read).
+      const int64_t cols = t->cols(), skip = c.hf_pos_offset;
+      auto& v = owned.emplace_back(static_cast<size_t>((skip + t->rows()) * cols), 0.0f);
+      const size_t row_bytes = dtype_row_bytes(t->type, cols);
+      for (int64_t r = 0; r < t->rows(); ++r)
+        dequantize_row_ref(t->type, static_cast<const uint8_t*>(t->data) + r * row_bytes,
+                           v.data() + (skip + r) * cols, cols);
+      out.push_back({TensorData{t->name, DType::F32, {cols, skip + t->rows()}, v.data()}, hf});
+      return;
+    }
     // GGUF llama files rotate adjacent pairs with Q/K rows permuted; HF rotates halves.
     const bool unpermute = spec.transform == Transform::RopePermute && !c.rope.neox;
     TensorData view = *t;

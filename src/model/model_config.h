@@ -15,7 +15,7 @@ namespace pagellm {
 
 class GGUFFile;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4, Bert, GemmaEmbedding };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, Gemma2, Gemma3, Phi3, GptOss, Qwen35, Qwen35Moe, Deepseek2, Glm4Moe, Qwen3Next, Gemma4, Bert, GemmaEmbedding, XlmRoberta };
 
 // The largest sizes a model file may state. Each is far above every released
 // model (the largest have ~126 layers, hidden 16384, 128 heads, vocab 262k),
@@ -93,6 +93,11 @@ struct ModelConfig {
   int attention_window() const { return non_causal && sliding_window > 0 ? sliding_window / 2 + 1 : sliding_window; }
   int n_token_types = 0;        // rows of an encoder's token-type table (BERT's type_vocab_size); 0: none
   int n_cls_out = 0;            // a sequence-classification head's outputs (labels), read by name; 0: none
+  // Rows of a Hugging Face checkpoint's learned position table before
+  // position 0 (RoBERTa / XLM-R: padding_idx + 1, as their position ids
+  // start past the padding row); the loader drops them, as llama.cpp's
+  // converter does. 0: none (GGUF files hold the table from position 0).
+  int hf_pos_offset = 0;
   float embd_scale = 1.0f;      // token embeddings are multiplied by this (Gemma: sqrt(n_embd))
   Activation act = Activation::Silu;
   float final_softcap = 0;

@@ -153,6 +153,21 @@ class SafetensorsSource : public TensorSource {
                          const std::string& path, const ModelConfig& cfg) {
     const Transform tr = spec.transform;
     if (tr == Transform::None || tr == Transform::RopePermute) return t;
+    if (tr == Transform::PositionOffset) {  // a view past the rows before position 0 (RoBERTa's padding row)
+      const int64_t skip = cfg.hf_pos_offset;
+      PAGELLM_CHECK(t.shape.size() == 2 && skip >= 0 && t.rows() > skip, "'{}': tensor {} has {} rows, not more "
+                    "than the {} before position 0 (padding_idx + 1)", path, hf_name, t.rows(), skip);
+      TensorData v = t;
+      v.shape[1] -= skip;
+      v.data = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(skip) * dtype_row_bytes(t.type, t.cols());
+      return v;
+    }
+    if (tr == Transform::FirstRowOnly) {  // row 0 alone: a view
+      PAGELLM_CHECK(t.shape.size() == 2, "'{}': tensor {} is not a table of rows", path, hf_name);
+      TensorData v = t;
+      v.shape[1] = 1;
+      return v;
+    }
     const int64_t n = static_cast<int64_t>(t.rows()) * t.cols();
     if (tr == Transform::ConvTaps) {  // [conv_dim, 1, K] -> GGUF's [K, conv_dim], F32
       PAGELLM_CHECK(t.shape.size() == 3 && t.shape[1] == 1, "'{}': tensor {} is not a depthwise conv weight "

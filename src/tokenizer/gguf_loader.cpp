@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "tokenizer/charsmap.h"
 #include "tokenizer/pipeline.h"
 
 namespace pagellm {
@@ -146,8 +147,62 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& f) {
     // Pairs as BERT's tokenizer joins them: [CLS] a [SEP] b [SEP].
     if (sep >= 0 && bos >= 0) t->set_pair_template({bos}, {sep}, {sep});
     t->description = fmt::format("WordPiece, {} tokens", n);
+  } else if (model == "t5") {
+    // llama.cpp's UGM (SentencePiece Unigram: T5, and XLM-RoBERTa as its
+    // converter writes it): the precompiled charsmap, then spaces as U+2581
+    // (with remove_extra_whitespaces, leading and trailing ones dropped and
+    // every word after exactly one), then the best-scoring segmentation of
+    // the whole text. Defaults are llama.cpp's: eos 1, unk 2, pad 0, no bos,
+    // an eos added.
+    bos = token_id_key(f, "tokenizer.ggml.bos_token_id", -1, n);
+    eos = token_id_key(f, "tokenizer.ggml.eos_token_id", n > 1 ? 1 : -1, n);
+    unk = token_id_key(f, "tokenizer.ggml.unknown_token_id", n > 2 ? 2 : -1, n);
+    int32_t sep = token_id_key(f, "tokenizer.ggml.seperator_token_id", -1, n);  // sic: the key llama.cpp writes
+    sep = token_id_key(f, "tokenizer.ggml.separator_token_id", sep, n);
+    add_eos = true;
+    PAGELLM_CHECK(f.get_bool("tokenizer.ggml.escape_whitespaces", true),
+                  "'{}': a UGM vocabulary with escape_whitespaces false is not supported", f.path());
+    if (const GGUFValue* map = f.find("tokenizer.ggml.precompiled_charsmap")) {
+      PAGELLM_CHECK(map->type == GGUFType::ARRAY && (map->elem_type == GGUFType::U8 || map->elem_type == GGUFType::I8),
+                    "'{}': tokenizer.ggml.precompiled_charsmap is not an array of bytes", f.path());
+      if (map->count > 0) {
+        tok::NormalizerStep step{tok::NormalizerStep::Kind::Precompiled};
+        step.charsmap = std::make_shared<const tok::PrecompiledCharsmap>(
+            std::string(reinterpret_cast<const char*>(map->raw), static_cast<size_t>(map->count)));
+        t->normalizers.push_back(std::move(step));
+      }
+    }
+    const bool space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix", false);
+    const bool merge_spaces = f.get_bool("tokenizer.ggml.remove_extra_whitespaces", false);
+    auto replace = [&](const char* pattern, const char* with) {
+      tok::NormalizerStep step{tok::NormalizerStep::Kind::Replace, "", with};
+      step.regex = std::make_shared<tok::Regex>(pattern);
+      t->normalizers.push_back(std::move(step));
+    };
+    if (merge_spaces) {
+      replace("^ +| +$", "");
+      replace(" {2,}", " ");
+    }
+    if (space_prefix || merge_spaces) t->normalizers.push_back({tok::NormalizerStep::Kind::Prepend, kSpaceMarker, ""});
+    t->normalizers.push_back({tok::NormalizerStep::Kind::Replace, " ", kSpaceMarker});
+    t->model = std::make_unique<tok::UnigramModel>(t->vocab, unk, /*byte_fallback=*/false, /*by_token_type=*/true);
+    t->piece_style = tok::PieceStyle::SentencePiece;
+    // Pairs as llama-server joins them for rerank: [bos] a [eos] [sep] b [eos],
+    // each part as the file's add_* flags say (XLM-R: <s> a </s></s> b </s>).
+    const bool add_sep = f.get_bool("tokenizer.ggml.add_sep_token", false) && sep >= 0;
+    const bool pair_bos = f.get_bool("tokenizer.ggml.add_bos_token", false) && bos >= 0;
+    const bool pair_eos = f.get_bool("tokenizer.ggml.add_eos_token", true) && eos >= 0;
+    std::vector<int32_t> middle;
+    if (pair_eos) middle.push_back(eos);
+    if (add_sep) middle.push_back(sep);
+    if (!middle.empty())
+      t->set_pair_template(pair_bos ? std::vector<int32_t>{bos} : std::vector<int32_t>{}, middle,
+                           pair_eos ? std::vector<int32_t>{eos} : std::vector<int32_t>{});
+    t->description = fmt::format("SentencePiece Unigram (UGM), {} tokens{}", n,
+                                 t->normalizers.front().kind == tok::NormalizerStep::Kind::Precompiled
+                                     ? ", precompiled charsmap" : "");
   } else {
-    fail("'{}': unsupported tokenizer model '{}' (tokenizer.ggml.model; supported: llama, gpt2, gemma4, bert)",
+    fail("'{}': unsupported tokenizer model '{}' (tokenizer.ggml.model; supported: llama, gpt2, gemma4, bert, t5)",
          f.path(), model);
   }
 

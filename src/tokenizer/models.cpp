@@ -294,19 +294,35 @@ void WordPieceModel::encode(std::string_view word, Workspace& ws, std::vector<in
 
 namespace pagellm::tok {
 
-UnigramModel::UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback)
-    : vocab_(vocab), unk_id_(unk_id), byte_fallback_(byte_fallback), byte_tokens_(find_byte_tokens(vocab)) {
+UnigramModel::UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback, bool by_token_type)
+    : vocab_(vocab),
+      unk_id_(unk_id),
+      byte_fallback_(byte_fallback),
+      by_token_type_(by_token_type),
+      byte_tokens_(find_byte_tokens(vocab)) {
   float min_score = 0;
   bool any = false;
-  // Every piece of the model's vocabulary is in the lattice, specials
+  // HF: every piece of the model's vocabulary is in the lattice, specials
   // included (HF's trie holds them: "<s>" written as text is that piece).
   for (int32_t id = 0; id < vocab.size(); ++id) {
-    if (vocab.text[id].empty()) continue;
+    if (vocab.text[id].empty() || !is_piece(id)) continue;
     max_piece_bytes_ = std::max(max_piece_bytes_, vocab.text[id].size());
+    if (by_token_type_ && vocab.type[id] != TokenType::Normal) continue;
     min_score = any ? std::min(min_score, vocab.score[id]) : vocab.score[id];
     any = true;
   }
   unk_score_ = min_score - 10.0f;  // HF's and SentencePiece's unknown-piece penalty
+}
+
+bool UnigramModel::is_piece(int32_t id) const {
+  if (!by_token_type_) return true;
+  const TokenType t = vocab_.type[id];
+  return t == TokenType::Normal || t == TokenType::UserDefined || t == TokenType::Unused;
+}
+
+double UnigramModel::piece_score(int32_t id) const {
+  // llama.cpp scores user-defined tokens 0, so they win over their pieces.
+  return by_token_type_ && vocab_.type[id] == TokenType::UserDefined ? 0.0 : vocab_.score[id];
 }
 
 void UnigramModel::encode(std::string_view piece, Workspace&, std::vector<int32_t>& out) const {
@@ -336,8 +352,8 @@ void UnigramModel::encode(std::string_view piece, Workspace&, std::vector<int32_
       // Every piece starting here, shortest first (HF's trie order).
       for (size_t end = pos + char_len; end <= n && end - pos <= max_piece_bytes_;) {
         const int32_t id = vocab_.find(piece.substr(pos, end - pos));
-        if (id >= 0) {
-          offer(end, id, vocab_.score[id]);
+        if (id >= 0 && is_piece(id)) {
+          offer(end, id, piece_score(id));
           single = single || end == pos + char_len;
         }
         const size_t next = unicode::valid_char_len(piece, end);

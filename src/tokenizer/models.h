@@ -132,15 +132,24 @@ class WordPieceModel final : public Model {
 // ties keep the longest last piece, as HF's lattice does). A character no
 // piece starts with becomes unk, scored min_score - 10; adjacent unks fuse
 // into one (HF's fuse_unk), or become byte tokens <0xNN> with byte_fallback.
+// by_token_type: llama.cpp's UGM reading of a GGUF vocabulary: only normal,
+// user-defined (scored 0) and unused tokens are pieces, and the unk score is
+// the normal tokens' minimum - 10 (control tokens and the padding rows its
+// converter adds, scored -10000, take no part).
 class UnigramModel final : public Model {
  public:
-  UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback);
+  UnigramModel(const Vocabulary& vocab, int32_t unk_id, bool byte_fallback, bool by_token_type = false);
   void encode(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const override;
 
  private:
+  // Whether a token is a piece of the lattice, and its score there.
+  bool is_piece(int32_t id) const;
+  double piece_score(int32_t id) const;
+
   const Vocabulary& vocab_;
   int32_t unk_id_;
   bool byte_fallback_;
+  bool by_token_type_;
   std::vector<int32_t> byte_tokens_;
   size_t max_piece_bytes_ = 0;
   float unk_score_ = 0;

@@ -5,6 +5,15 @@
 // x = norm(x + attention), x = norm(x + down(gelu(up(x)))). No output matrix:
 // the last layer's output is the hidden state pooling reads. GGUF: llama.cpp's
 // "bert" architecture as its converter writes it.
+//
+// XLM-RoBERTa and RoBERTa (XLMRobertaModel, bge-m3, multilingual-e5;
+// XLMRobertaForSequenceClassification, bge-reranker-v2-m3) are the same
+// layers under other names: position ids start past the padding row
+// (padding_idx + 1 + i), every token is type 0, and the classifier reads the
+// first token through dense + tanh, then out_proj. Their HF checkpoints load
+// as their own family (the position table's first padding_idx + 1 rows
+// dropped at load); llama.cpp's converter writes them as "bert" with those
+// rows already dropped, so their GGUF files load as BERT.
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/blocks.h"
@@ -37,6 +46,24 @@ std::vector<TensorSpec> bert_globals() {
           vec("cls.bias", "pooler.dense.bias", embd_vec, Slot::Unused, Need::Optional),
           mat("cls.output.weight", "classifier.weight", cls_mat, Slot::Unused, Need::IfClassifier),
           vec("cls.output.bias", "classifier.bias", cls_vec, Slot::Unused, Need::Optional)};
+}
+
+// RoBERTa's names: the same embeddings (the position table offset, one
+// token type read), and the classification head RobertaClassificationHead:
+// dense + tanh on the first token, then out_proj, into the slots llama.cpp's
+// converter gives them (cls, cls.output).
+std::vector<TensorSpec> roberta_globals() {
+  return {mat("token_embd.weight", "embeddings.word_embeddings.weight", vocab_mat, Slot::TokEmbd),
+          mat("position_embd.weight", "embeddings.position_embeddings.weight", pos_mat, Slot::PosEmbd,
+              Need::Required, Transform::PositionOffset),
+          mat("token_types.weight", "embeddings.token_type_embeddings.weight", types_mat, Slot::TokTypes,
+              Need::Required, Transform::FirstRowOnly),
+          vec("token_embd_norm.weight", "embeddings.LayerNorm.weight", embd_vec, Slot::TokEmbdNorm),
+          vec("token_embd_norm.bias", "embeddings.LayerNorm.bias", embd_vec, Slot::TokEmbdNormBias),
+          mat("cls.weight", "classifier.dense.weight", embd_sq, Slot::Unused, Need::IfClassifier),
+          vec("cls.bias", "classifier.dense.bias", embd_vec, Slot::Unused, Need::IfClassifier),
+          mat("cls.output.weight", "classifier.out_proj.weight", cls_mat, Slot::Unused, Need::IfClassifier),
+          vec("cls.output.bias", "classifier.out_proj.bias", cls_vec, Slot::Unused, Need::IfClassifier)};
 }
 
 std::vector<TensorSpec> bert_layer_tensors() {
@@ -94,19 +121,48 @@ void bert_layer(const LayerPass& p, int il, int64_t n) {
   be.layer_norm(*buf.x, F.norm.get(), F.norm_b.get(), n, d, c.norm_eps, *buf.x);
 }
 
+// The number of labels of a *ForSequenceClassification config (transformers'
+// num_labels: the size of id2label, 2 unless the config says); 0 for a base
+// model.
+int classifier_labels(const nlohmann::json& j, const std::string& path) {
+  const bool classifier = j.contains("architectures") && j["architectures"].is_array() &&
+                          !j["architectures"].empty() && j["architectures"][0].is_string() &&
+                          j["architectures"][0].get<std::string>().ends_with("ForSequenceClassification");
+  if (!classifier) return 0;
+  const int n = j.contains("id2label") && j["id2label"].is_object() ? static_cast<int>(j["id2label"].size()) : 2;
+  PAGELLM_CHECK(n >= 1 && n <= 1 << 16, "'{}': id2label has {} labels", path, n);
+  return n;
+}
+
 void read_hf(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
   c.norm_eps = static_cast<float>(hf_float(j, "layer_norm_eps", 1e-12));
   c.n_token_types = hf_size(j, "type_vocab_size", 2, 0, 1024, path);
   const std::string pos = j.value("position_embedding_type", std::string("absolute"));
   PAGELLM_CHECK(pos == "absolute", "'{}': position_embedding_type '{}' is not supported (absolute is)", path, pos);
   PAGELLM_CHECK(!j.value("is_decoder", false), "'{}': a BERT decoder (is_decoder) is not supported", path);
-  // A sequence classifier's labels: transformers' num_labels is the size of
-  // id2label (2 unless the config says); a BertModel has none.
-  const bool classifier = j.contains("architectures") && j["architectures"].is_array() &&
-                          !j["architectures"].empty() && j["architectures"][0] == "BertForSequenceClassification";
-  c.n_cls_out = !classifier ? 0 : j.contains("id2label") && j["id2label"].is_object() ? static_cast<int>(j["id2label"].size()) : 2;
-  PAGELLM_CHECK(!classifier || (c.n_cls_out >= 1 && c.n_cls_out <= 1 << 16), "'{}': id2label has {} labels", path,
-                c.n_cls_out);
+  c.n_cls_out = classifier_labels(j, path);
+}
+
+// XLMRobertaConfig / RobertaConfig: BERT's fields, and the padding row the
+// position ids start after.
+void read_hf_roberta(const nlohmann::json& j, ModelConfig& c, const std::string& path) {
+  c.norm_eps = static_cast<float>(hf_float(j, "layer_norm_eps", 1e-12));
+  // Checked, but every token is type 0: the loader keeps that row alone.
+  hf_size(j, "type_vocab_size", 2, 1, 1024, path);
+  c.n_token_types = 1;
+  const std::string pos = j.value("position_embedding_type", std::string("absolute"));
+  PAGELLM_CHECK(pos == "absolute", "'{}': position_embedding_type '{}' is not supported (absolute is)", path, pos);
+  PAGELLM_CHECK(!j.value("is_decoder", false), "'{}': a RoBERTa decoder (is_decoder) is not supported", path);
+  PAGELLM_CHECK(!j.value("add_cross_attention", false), "'{}': cross-attention (add_cross_attention) is not "
+                "supported", path);
+  // Position i of a text is row padding_idx + 1 + i (transformers'
+  // create_position_ids_from_input_ids, for inputs without padding tokens).
+  const int pad = hf_size(j, "pad_token_id", 1, 0, 1 << 20, path);
+  c.hf_pos_offset = pad + 1;
+  PAGELLM_CHECK(c.n_ctx_train > c.hf_pos_offset, "'{}': max_position_embeddings {} leaves no position after the "
+                "padding row (pad_token_id {})", path, c.n_ctx_train, pad);
+  c.n_ctx_train -= c.hf_pos_offset;
+  c.n_cls_out = classifier_labels(j, path);
 }
 
 void read_gguf(const GGUFFile& f, ModelConfig& c) {
@@ -126,6 +182,17 @@ void read_gguf(const GGUFFile& f, ModelConfig& c) {
   c.n_cls_out = static_cast<int>(n_out);
 }
 
+void write_labels(const ModelConfig& c, const char* cls, nlohmann::ordered_json& j) {
+  j["architectures"] = nlohmann::ordered_json::array({cls});
+  nlohmann::ordered_json labels, ids;
+  for (int k = 0; k < c.n_cls_out; ++k) {
+    labels[std::to_string(k)] = "LABEL_" + std::to_string(k);
+    ids["LABEL_" + std::to_string(k)] = k;
+  }
+  j["id2label"] = labels;
+  j["label2id"] = ids;
+}
+
 void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   for (const char* key : {"num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
                           "bos_token_id", "eos_token_id"})
@@ -135,22 +202,42 @@ void write_hf(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["type_vocab_size"] = c.n_token_types;
   j["position_embedding_type"] = "absolute";
   j["pad_token_id"] = 0;
-  if (c.n_cls_out > 0) {  // a cross-encoder: BertForSequenceClassification with its labels
-    j["architectures"] = nlohmann::ordered_json::array({"BertForSequenceClassification"});
-    nlohmann::ordered_json labels, ids;
-    for (int k = 0; k < c.n_cls_out; ++k) {
-      labels[std::to_string(k)] = "LABEL_" + std::to_string(k);
-      ids["LABEL_" + std::to_string(k)] = k;
-    }
-    j["id2label"] = labels;
-    j["label2id"] = ids;
-  }
+  // A cross-encoder: BertForSequenceClassification with its labels.
+  if (c.n_cls_out > 0) write_labels(c, "BertForSequenceClassification", j);
+}
+
+// XLMRobertaConfig: the position table's rows before position 0 come back
+// (max_position_embeddings counts them), its padding row is pad_token_id.
+void write_hf_roberta(const ModelConfig& c, nlohmann::ordered_json& j) {
+  for (const char* key : {"num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "tie_word_embeddings"})
+    j.erase(key);
+  PAGELLM_CHECK(c.hf_pos_offset >= 1, "cannot write a Hugging Face folder: XLM-RoBERTa's position table needs its "
+                "padding row (hf_pos_offset {})", c.hf_pos_offset);
+  j["hidden_act"] = "gelu";
+  j["layer_norm_eps"] = decimal(c.norm_eps);
+  j["max_position_embeddings"] = c.n_ctx_train + c.hf_pos_offset;
+  j["type_vocab_size"] = c.n_token_types;
+  j["position_embedding_type"] = "absolute";
+  j["bos_token_id"] = 0;
+  j["pad_token_id"] = c.hf_pos_offset - 1;
+  j["eos_token_id"] = 2;
+  if (c.n_cls_out > 0) write_labels(c, "XLMRobertaForSequenceClassification", j);
 }
 
 void tiny_extras(ModelConfig& c) { c.n_token_types = 2; }
 // A cross-encoder (BertForSequenceClassification, one label: a relevance score).
 void tiny_reranker_extras(ModelConfig& c) {
   c.n_token_types = 2;
+  c.n_cls_out = 1;
+}
+
+// XLM-RoBERTa's: one token type, positions after padding row 1.
+void tiny_roberta_extras(ModelConfig& c) {
+  c.n_token_types = 1;
+  c.hf_pos_offset = 2;
+}
+void tiny_roberta_cls_extras(ModelConfig& c) {
+  tiny_roberta_extras(c);
   c.n_cls_out = 1;
 }
 
@@ -184,6 +271,44 @@ ArchInfo bert() {
        tiny_reranker_extras},
       // bge-small-en-v1.5 / all-MiniLM-L12's shape (384 wide, 12 layers).
       {"bge-small", 30522, 384, 12, 12, 12, 32, 1536, 512, 10000.f, 1e-12f, false, 0, 0, 0, 0, 0, tiny_extras},
+  };
+  return a;
+}
+
+}  // namespace pagellm::family
+
+namespace pagellm::family {
+
+ArchInfo xlm_roberta() {
+  ArchInfo a = entry(Arch::XlmRoberta, "bert", "xlm-roberta",
+                     {{"XLMRobertaModel"}, {"XLMRobertaForSequenceClassification"}, {"RobertaModel"},
+                      {"RobertaForSequenceClassification"}});
+  a.gguf_shared = true;  // llama.cpp writes these files as "bert"
+  a.non_causal = true;
+  a.act = Activation::GeluErf;
+  a.hf_layers = "encoder.layer.";
+  a.hf_base_prefix = "roberta.";
+  a.extra_ops = {PGLB_OP_LAYER_NORM, PGLB_OP_ACTIVATION};
+  // XLMRobertaConfig's defaults (RobertaConfig's are the same).
+  a.hf.vocab_size = 30522;
+  a.hf.hidden_size = 768;
+  a.hf.num_hidden_layers = 12;
+  a.hf.num_attention_heads = 12;
+  a.hf.intermediate_size = 3072;
+  a.hf.max_position_embeddings = 512;
+  a.hf.rms_norm_eps = 1e-12f;
+  a.hf.hidden_act = "gelu";
+  a.globals = roberta_globals();
+  a.layer = bert_layer_tensors();
+  a.layer_forward = bert_layer;
+  a.read_hf = read_hf_roberta;
+  a.write_hf = write_hf_roberta;
+  // bge-m3's layout at a test's size: 250002 pieces, 8194 positions in the
+  // real model; here a vocabulary the tests' Unigram tokenizer fits in.
+  a.dummy_shapes = {
+      {"tiny-xlm-roberta", 512, 256, 2, 4, 4, 64, 512, 128, 10000.f, 1e-5f, false, 0, 0, 0, 0, 0, tiny_roberta_extras},
+      {"tiny-xlm-roberta-cls", 512, 256, 2, 4, 4, 64, 512, 128, 10000.f, 1e-5f, false, 0, 0, 0, 0, 0,
+       tiny_roberta_cls_extras},
   };
   return a;
 }

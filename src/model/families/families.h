@@ -17,6 +17,7 @@ ArchInfo gemma3();
 ArchInfo gemma_embedding();  // EmbeddingGemma: Gemma 3 with bidirectional attention (in gemma3.cpp)
 ArchInfo gemma4();
 ArchInfo bert();
+ArchInfo xlm_roberta();  // XLM-RoBERTa / RoBERTa: BERT's layers, offset positions (in bert.cpp)
 ArchInfo phi3();
 ArchInfo gptoss();
 ArchInfo qwen35();    // Qwen3.5 dense: Gated DeltaNet and gated attention layers

@@ -25,6 +25,7 @@
 #include "model/hf_writer.h"
 #include "model/model.h"
 #include "test_paths.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagellm {
 namespace {
@@ -382,8 +383,9 @@ TEST(EmbeddingsEngine, UnservedPoolingRefusesOnlyEmbeddings) {
   run(engine, {gen});
 }
 
-// An encoder (tiny BertModel, bidirectional attention): each input in one
-// step, alone and batched, equals sentence-transformers' vector; a prompt
+// An encoder (tiny BertModel, and XLMRobertaModel with its positions past the
+// padding row and its Unigram tokenizer), bidirectional attention: each input
+// in one step, alone and batched, equals sentence-transformers' vector; a prompt
 // already in the prefix cache is computed again; generation is refused (the
 // model computes embeddings only), and an input longer than a step's token
 // budget is refused rather than chunked.
@@ -478,7 +480,9 @@ TEST_P(EncoderEmbeddingsVsSentenceTransformers, OneStepAloneBatchedNoPrefixCache
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderEmbeddingsVsSentenceTransformers,
-                         ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean"),
+                         ::testing::Values("embed-tiny-bert-f32-cls", "embed-tiny-bert-f32-mean",
+                                           "embed-tiny-xlm-roberta-f32-cls", "embed-tiny-xlm-roberta-f32-mean",
+                                           "embed-tiny-xlm-roberta-bf16-cls"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
@@ -561,6 +565,106 @@ TEST(EncoderEmbeddings, LlamaCppConvertedGgufMatchesSentenceTransformers) {
     const double cos = cosine(out.at("c" + std::to_string(k)), want[k]);
     EXPECT_GE(cos, 0.9999) << "input " << k;
     std::printf("[ embed ] converted tiny-bert GGUF input %zu: cosine %.8f\n", k, cos);
+  }
+}
+
+// llama.cpp's converter on the tiny XLM-R cross-encoder's HF folder
+// (tools/gen_cross_encoder_fixtures.py): arch bert, the position table from
+// position 0 (its first padding_idx + 1 rows dropped), a UGM ("t5")
+// vocabulary with the precompiled charsmap. Its tensors are pagellm's GGUF
+// dummy's; the file tokenizes as llama-server does, embeds as
+// sentence-transformers (the encoder is tiny-xlm-roberta's) and scores pairs
+// as CrossEncoder (and llama-server, within its GELU's precision).
+TEST(EncoderEmbeddings, LlamaCppConvertedXlmRobertaMatchesReferences) {
+  const std::string conv = test::fixture("models/converted-tiny-xlm-roberta-cls.json");
+  const std::string embed = "embed-tiny-xlm-roberta-f32-cls";
+  const std::string rerank = test::fixture("hf/rerank-tiny-xlm-roberta.json");
+  REQUIRE_FILE(conv);
+  REQUIRE_FILE(test::fixture("hf/" + embed + ".json"));
+  REQUIRE_FILE(rerank);
+  const json meta = json::parse(std::ifstream(conv));
+  const json scores = json::parse(std::ifstream(rerank));
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config(meta["shape"], meta["n_vocab"].get<int>());
+  auto src = make_dummy_source(cfg, DummySpec{meta["shape"], DType::F32, meta["seed"].get<uint64_t>()}, pool);
+  GGUFWriter w;
+  for (const auto& t : meta["tensors"]) {
+    const std::string tname = t["name"].get<std::string>();
+    const TensorData* d = src->find(tname);
+    ASSERT_TRUE(d) << tname;
+    EXPECT_EQ(d->shape, t["shape"].get<std::vector<int64_t>>()) << tname;
+    const auto* v = static_cast<const float*>(d->data);
+    double sumsq = 0;
+    for (int64_t k = 0; k < d->cols() * d->rows(); ++k) sumsq += double(v[k]) * v[k];
+    EXPECT_NEAR(sumsq, t["sumsq"].get<double>(), 1e-6 * t["sumsq"].get<double>() + 1e-9) << tname;
+    w.add_tensor(tname, DType::F32, d->shape,
+                 std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v),
+                                      reinterpret_cast<const uint8_t*>(v + d->cols() * d->rows())));
+  }
+  EXPECT_EQ(src->count(), meta["tensors"].size());
+  ASSERT_EQ(test::set_converter_metadata(w, meta["metadata"]), "");
+  const fs::path dir = scratch("converted-tiny-xlm-roberta");
+  const std::string path = (dir / "converted.gguf").string();
+  w.write(path);
+
+  // The vocabulary: llama-server's ids ("<s> ... </s>", specials parsed).
+  const json& llama = meta["llama_cpp"];
+  auto gguf = GGUFFile::open(path);
+  auto tok = Tokenizer::from_gguf(*gguf);
+  for (size_t i = 0; i < llama["texts"].size(); ++i) {
+    const std::string text = llama["texts"][i];
+    EXPECT_EQ(tok->encode(text, true, true), llama["text_ids"][i].get<std::vector<int32_t>>()) << "'" << text << "'";
+  }
+
+  // Embeddings (the CLS row, normalised): sentence-transformers' vectors.
+  Fixture f = load_fixture(embed, 48);
+  f.config.model = path;
+  f.config.tokenizer = path;
+  f.config.task = ServeTask::Embed;
+  f.config.scheduler.max_model_len = 128;
+  {
+    Engine engine(f.config);
+    EXPECT_EQ(engine.pooling().type, PoolingType::Cls);
+    const auto tokens = f.meta["tokens"].get<std::vector<std::vector<int32_t>>>();
+    const auto want = f.meta["embeddings"].get<std::vector<std::vector<double>>>();
+    std::vector<EngineRequest> batch;
+    for (size_t k = 0; k < tokens.size(); ++k) batch.push_back(embed_request("c" + std::to_string(k), tokens[k]));
+    const auto out = run(engine, std::move(batch));
+    for (size_t k = 0; k < tokens.size(); ++k) {
+      const double cos = cosine(out.at("c" + std::to_string(k)), want[k]);
+      EXPECT_GE(cos, 0.9999) << "input " << k;
+      std::printf("[ embed ] converted tiny-xlm-roberta GGUF input %zu: cosine %.8f\n", k, cos);
+    }
+  }
+
+  // Scores: the pairs as transformers' tokenizer joins them, CrossEncoder's
+  // sigmoid; llama-server's raw logits agree to its GELU table's precision.
+  EngineConfig sc = f.config;
+  sc.task = ServeTask::Pooling;
+  sc.scheduler.max_num_batched_tokens = 128;  // the longest pair is 61 tokens
+  Engine engine(sc);
+  ASSERT_EQ(engine.task(), ServeTask::Score) << engine.score_error();
+  const auto want = scores["scores"].get<std::vector<double>>();
+  const auto llama_logits = llama["rerank_logits"].get<std::vector<double>>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    EngineRequest r;
+    r.id = "s";
+    const json& pair = scores["pairs"][i];
+    r.prompt_ids = engine.score_model()->format.tokens(engine.tokenizer(), pair[0], pair[1]);
+    EXPECT_EQ(r.prompt_ids, scores["token_ids"][i].get<std::vector<int32_t>>()) << i;
+    r.score = true;
+    engine.add_request(std::move(r));
+    float got = -1;
+    while (engine.has_unfinished())
+      for (RequestOutput& o : engine.step())
+        if (o.finished) got = o.score;
+    EXPECT_NEAR(got, want[i], 1e-5) << i;
+    if (i < llama_logits.size()) {
+      const double llama_score = 1.0 / (1.0 + std::exp(-llama_logits[i]));
+      EXPECT_NEAR(got, llama_score, 2e-4) << i;
+      std::printf("[ score ] converted tiny-xlm-roberta-cls pair %zu: %.7f, CrossEncoder %.7f, llama-server "
+                  "sigmoid(%.7f) = %.7f\n", i, got, want[i], llama_logits[i], llama_score);
+    }
   }
 }
 

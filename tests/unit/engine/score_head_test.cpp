@@ -18,8 +18,10 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "format/gguf.h"
+#include "model/hf_writer.h"
 #include "model/tensor_source.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -391,6 +393,56 @@ TEST(ScoreEngine, ConvertedRerankerMatchesTransformers) {
   EngineRequest two = score_request("x", tokens[0]);
   two.params.n = 2;
   EXPECT_THROW(engine.add_request(two), InvalidRequest);
+}
+
+// An XLM-RoBERTa cross-encoder (tiny XLMRobertaForSequenceClassification,
+// bge-reranker-v2-m3's layout) from its HF folder: the fixture's Unigram
+// tokenizer gives transformers' pairs (<s> q </s></s> d </s>), and the scores
+// (classifier.dense, tanh, out_proj on <s>, then a sigmoid) are
+// sentence-transformers' CrossEncoder's (tools/gen_cross_encoder_fixtures.py).
+TEST(ScoreEngine, XlmRobertaCrossEncoderMatchesCrossEncoder) {
+  const std::string fixture = test::fixture("hf/rerank-tiny-xlm-roberta.json");
+  REQUIRE_FILE(fixture);
+  std::ifstream in(fixture);
+  const json meta = json::parse(in);
+  const fs::path dir = scratch("xlmr-cls");
+  {
+    ThreadPool pool(2);
+    write_dummy_hf(dir.string(), DummySpec{meta["shape"], DType::F32, meta["seed"].get<uint64_t>()}, 1, pool);
+  }
+  for (const auto& [name, text] : meta["files"].items()) std::ofstream(dir / name) << text.get<std::string>();
+  EngineConfig c;
+  c.model = dir.string();
+  c.task = ServeTask::Pooling;
+  c.backend_options["threads"] = "2";
+  c.kv_cache_dtype = DType::F32;
+  c.scheduler.max_model_len = 128;
+  Engine engine(c);
+  ASSERT_EQ(engine.task(), ServeTask::Score) << engine.score_error();
+  const auto want = meta["scores"].get<std::vector<double>>();
+  const auto want_ids = meta["token_ids"].get<std::vector<std::vector<int32_t>>>();
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& pair = meta["pairs"][i];
+    EngineRequest r;
+    r.id = std::to_string(i);
+    r.prompt_ids = engine.score_model()->format.tokens(engine.tokenizer(), pair[0], pair[1]);
+    EXPECT_EQ(r.prompt_ids, want_ids[i]) << i;
+    r.score = true;
+    reqs.push_back(std::move(r));
+  }
+  for (auto& r : reqs) engine.add_request(std::move(r));
+  std::map<std::string, float> got;
+  while (engine.has_unfinished())
+    for (RequestOutput& o : engine.step()) {
+      EXPECT_TRUE(o.error.empty()) << o.error;
+      if (o.finished) got[o.request_id] = o.score;
+    }
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got.at(std::to_string(i)), want[i], 1e-5) << i;
+    std::printf("[ score ] tiny-xlm-roberta-cls pair %zu: %.7f, CrossEncoder %.7f\n", i, got.at(std::to_string(i)),
+                want[i]);
+  }
 }
 
 TEST(ScoreEngine, ModelWithoutHeadRefusesScores) {

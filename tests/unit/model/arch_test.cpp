@@ -43,7 +43,9 @@ std::string scratch(const std::string& name) {
 TEST(Families, RegistryIsConsistent) {
   std::set<std::string> gguf_names, classes, shapes;
   for (const ArchInfo& a : all_archs()) {
-    EXPECT_TRUE(gguf_names.insert(a.gguf_name).second) << a.gguf_name;
+    // A family whose GGUF files carry another's name (XLM-R's "bert") shares it.
+    if (a.gguf_shared) EXPECT_NE(arch_by_gguf_name(a.gguf_name), nullptr) << a.gguf_name;
+    else EXPECT_TRUE(gguf_names.insert(a.gguf_name).second) << a.gguf_name;
     EXPECT_EQ(&arch_info(a.arch), &a) << a.gguf_name;
     EXPECT_FALSE(a.globals.empty() || a.layer.empty()) << a.gguf_name;
     for (const HfClass& h : a.hf_classes) EXPECT_TRUE(classes.insert(h.name).second) << h.name;
@@ -72,7 +74,8 @@ json small_config(const char* arch) {
 
 TEST(ArchTable, HfNamesMapBackToTheirTensors) {
   for (const ArchInfo& a : all_archs()) {
-    EXPECT_EQ(arch_by_gguf_name(a.gguf_name), &a);
+    if (a.gguf_shared) EXPECT_NE(arch_by_gguf_name(a.gguf_name), &a);
+    else EXPECT_EQ(arch_by_gguf_name(a.gguf_name), &a);
     for (const HfClass& h : a.hf_classes) EXPECT_EQ(arch_by_hf_class(h.name), &a);
     for (const TensorSpec& t : a.layer) {
       if (t.need == Need::Derived) {  // made at load (MLA's absorbed weights), in no file
@@ -130,6 +133,16 @@ TEST(ArchTable, HfNamesMapBackToTheirTensors) {
   EXPECT_EQ(hf_tensor(bert, "classifier.weight")->gguf, "cls.output.weight");
   EXPECT_EQ(hf_tensor(bert, "classifier.bias")->gguf, "cls.output.bias");
   EXPECT_FALSE(hf_tensor(bert, "bert.embeddings.position_ids"));
+  // XLMRobertaForSequenceClassification: the encoder under "roberta.", its
+  // head (classifier.dense, classifier.out_proj) by llama.cpp's names.
+  const ArchInfo& xlmr = arch_info(Arch::XlmRoberta);
+  EXPECT_EQ(hf_tensor(xlmr, "roberta.embeddings.position_embeddings.weight")->gguf, "position_embd.weight");
+  EXPECT_EQ(hf_tensor(xlmr, "embeddings.position_embeddings.weight")->gguf, "position_embd.weight");
+  EXPECT_EQ(hf_tensor(xlmr, "classifier.dense.weight")->gguf, "cls.weight");
+  EXPECT_EQ(hf_tensor(xlmr, "classifier.out_proj.bias")->gguf, "cls.output.bias");
+  EXPECT_FALSE(hf_tensor(xlmr, "pooler.dense.weight"));  // XLMRobertaModel's pooler: not what embedders read
+  // Its GGUF files are llama.cpp's "bert": they load as BERT.
+  EXPECT_EQ(arch_by_gguf_name("bert"), &bert);
   // Llama calls the FFN norm post_attention_layernorm; Gemma has both norms.
   EXPECT_EQ(hf_tensor(arch_info(Arch::Llama), "model.layers.0.post_attention_layernorm.weight")->gguf,
             "blk.0.ffn_norm.weight");
@@ -170,6 +183,50 @@ TEST(ArchErrors, UnknownAndMixtureOfExpertsFamiliesAreNamed) {
 }
 
 // Llama 3.1 8B's scaling: factor 8 over an original context of 8192.
+// XLMRobertaConfig: positions start past the padding row (pad_token_id + 1
+// rows of max_position_embeddings come before position 0), one token type is
+// read whatever type_vocab_size says, classifiers count their labels; what
+// the encoder does not compute is refused by name.
+TEST(XlmRobertaConfig, PositionsPastThePaddingRowAndRefusals) {
+  json j = {{"architectures", {"XLMRobertaModel"}}, {"vocab_size", 512}, {"hidden_size", 64},
+            {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+            {"max_position_embeddings", 514}, {"type_vocab_size", 1}, {"layer_norm_eps", 1e-5},
+            {"pad_token_id", 1}, {"hidden_act", "gelu"}};
+  ModelConfig c = config_of(j, "xlmr");
+  EXPECT_EQ(c.arch, Arch::XlmRoberta);
+  EXPECT_TRUE(c.non_causal);
+  EXPECT_EQ(c.hf_pos_offset, 2);
+  EXPECT_EQ(c.n_ctx_train, 512);
+  EXPECT_EQ(c.n_token_types, 1);
+  EXPECT_EQ(c.n_cls_out, 0);
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+  j["pad_token_id"] = 0;
+  j["type_vocab_size"] = 2;  // RobertaConfig's default; the tokenizer gives no types
+  j["architectures"] = {"RobertaForSequenceClassification"};
+  j["id2label"] = {{"0", "LABEL_0"}};
+  c = config_of(j, "roberta");
+  EXPECT_EQ(c.hf_pos_offset, 1);
+  EXPECT_EQ(c.n_ctx_train, 513);
+  EXPECT_EQ(c.n_token_types, 1);
+  EXPECT_EQ(c.n_cls_out, 1);
+  struct Bad {
+    const char* key;
+    json value;
+    const char* what;
+  };
+  const std::vector<Bad> refused = {{"position_embedding_type", "relative_key", "relative_key"},
+                                    {"is_decoder", true, "is_decoder"},
+                                    {"add_cross_attention", true, "add_cross_attention"},
+                                    {"max_position_embeddings", 1, "no position after the padding row"},
+                                    {"hidden_act", "gelu_new", "activation 'gelu_new'"},
+                                    {"type_vocab_size", 0, "type_vocab_size"}};
+  for (const Bad& b : refused) {
+    json bad = j;
+    bad[b.key] = b.value;
+    expect_error_with([&] { config_of(bad, "xlmr-bad"); }, b.what);
+  }
+}
+
 TEST(Llama3Rope, FactorsFollowTransformers) {
   const ModelConfig::Llama3Rope p{8.0f, 1.0f, 4.0f, 8192};
   const std::vector<float> f = llama3_rope_factors(p, 500000.0f, 128);

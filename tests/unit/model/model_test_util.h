@@ -108,7 +108,17 @@ inline std::string set_converter_metadata(GGUFWriter& w, const nlohmann::json& m
     else if (type == "STRING") w.set_string(key, kv["value"].get<std::string>());
     else if (type == "array:BOOL") w.set_bool_array(key, kv["value"].get<std::vector<bool>>());
     else if (type == "array:INT32") w.set_i32_array(key, kv["value"].get<std::vector<int32_t>>());
-    else return key + " (" + type + ")";
+    else if (type == "array:FLOAT32") w.set_f32_array(key, kv["value"].get<std::vector<float>>());
+    else if (type == "array:STRING") w.set_string_array(key, kv["value"].get<std::vector<std::string>>());
+    else if (type == "array:UINT8") {  // bytes (a UGM vocabulary's precompiled_charsmap)
+      const auto bytes = kv["value"].get<std::vector<uint8_t>>();
+      GGUFValue v;
+      v.type = GGUFType::ARRAY;
+      v.elem_type = GGUFType::U8;
+      v.count = bytes.size();
+      v.raw = bytes.data();
+      w.set_value(key, v);
+    } else return key + " (" + type + ")";
   }
   return "";
 }

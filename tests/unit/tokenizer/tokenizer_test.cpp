@@ -2,12 +2,15 @@
 // streaming detokenization, garbage input, special tokens, errors.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.h"
 #include "core/util.h"
 #include "format/gguf.h"
+#include "hostile_input.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -301,16 +304,35 @@ TEST(TokenizerErrors, MissingOrBadVocabularies) {
   }
   {
     GGUFWriter w;
-    w.set_string("tokenizer.ggml.model", "t5");
+    w.set_string("tokenizer.ggml.model", "rwkv");
     w.set_string_array("tokenizer.ggml.tokens", {"a", "b"});
-    w.write(dir + "/t5.gguf");
+    w.write(dir + "/rwkv.gguf");
     try {
-      Tokenizer::load(dir + "/t5.gguf");
+      Tokenizer::load(dir + "/rwkv.gguf");
       FAIL() << "expected an error";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("'t5'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'rwkv'"), std::string::npos) << e.what();
     }
   }
+  // UGM ("t5"): a charsmap that is not bytes, or not a charsmap, and
+  // unescaped whitespace are refused by name.
+  auto t5 = [&](const std::function<void(GGUFWriter&)>& extra) {
+    GGUFWriter w;
+    w.set_string("tokenizer.ggml.model", "t5");
+    w.set_string_array("tokenizer.ggml.tokens", {"<pad>", "</s>", "<unk>", "\u2581a", "b"});
+    w.set_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1, -2});
+    w.set_i32_array("tokenizer.ggml.token_type", {3, 3, 2, 1, 1});
+    w.set_bool("tokenizer.ggml.add_space_prefix", true);
+    extra(w);
+    w.write(dir + "/t5.gguf");
+    return Tokenizer::load(dir + "/t5.gguf");
+  };
+  EXPECT_EQ(t5([](GGUFWriter&) {})->encode("ab", true, false), (std::vector<int32_t>{3, 4, 1}));  // ▁a b </s>
+  const std::string charsmap = "tokenizer.ggml.precompiled_charsmap";
+  test::expect_error_with([&] { t5([&](GGUFWriter& w) { w.set_string(charsmap, "x"); }); }, "precompiled_charsmap");
+  test::expect_error_with([&] { t5([&](GGUFWriter& w) { w.set_i32_array(charsmap, {1}); }); }, "precompiled_charsmap");
+  test::expect_error_with([&] { t5([](GGUFWriter& w) { w.set_bool("tokenizer.ggml.escape_whitespaces", false); }); },
+                          "escape_whitespaces");
   EXPECT_THROW(Tokenizer::load(dir + "/does-not-exist.gguf"), Error);
   EXPECT_THROW(Tokenizer::from_hf_dir(dir), Error);  // no tokenizer.json
   {
