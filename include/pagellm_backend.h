@@ -230,6 +230,8 @@ typedef enum pglb_op {
   /* Encoders (BERT); optional (supports_op) */
   PGLB_OP_LAYER_NORM = 18,        /* y[r] = (x[r] - mean) / sqrt(var + eps) * w + b; y may be x */
   PGLB_OP_ACTIVATION = 19,        /* out = act(x); out may be x */
+  /* LoRA adapters; optional (supports_op): without it the host runs two MATMUL_EXPERTS and an ADD */
+  PGLB_OP_LORA_MATMUL = 20,       /* y[t] += B[s] (A[s] x[t]) for each row t of slot s = slots[t] > 0 */
   PGLB_OP_COUNT
 } pglb_op;
 
@@ -417,6 +419,21 @@ typedef struct pglb_activation_params {
   pglb_activation act;
   pglb_buffer* out;
 } pglb_activation_params;
+
+/* LoRA: for each row t of x[n, in] with s = slots[t] > 0 (I32; slot 0 adds
+ * nothing), y[t] += B[s] (A[s] x[t]); A[s] is [rank, in], B[s] [out, rank],
+ * all slots alike (F32, F16 or BF16). Rows of one slot may be computed
+ * together (each slot's A and B read once per call). */
+typedef struct pglb_lora_matmul_params {
+  size_t struct_size;
+  const pglb_weight* const* a;       /* [n_slots] */
+  const pglb_weight* const* b;       /* [n_slots] */
+  int32_t n_slots;
+  const pglb_buffer* x;
+  int64_t n;
+  const pglb_buffer* slots;
+  pglb_buffer* y;
+} pglb_lora_matmul_params;
 
 /* Per channel c of x [n_tokens, conv_dim]: out = silu(bias[c] + sum_j
  * w[c * K + j] x[t - K + 1 + j][c]), inputs before a sequence's first token

@@ -77,6 +77,13 @@ void Backend::matmul_experts(const std::vector<const Weight*>&, const Buffer&, i
   no_moe(*this);
 }
 void Backend::moe_combine(const Buffer&, const Buffer&, int64_t, int, int64_t, Buffer&) { no_moe(*this); }
+void Backend::lora_matmul(const std::vector<const Weight*>& a, const std::vector<const Weight*>& b, const Buffer& x,
+                          int64_t n, const Buffer& slots, Buffer& y, Buffer* t_scratch, Buffer* d_scratch) {
+  PAGELLM_CHECK(t_scratch && d_scratch && !b.empty(), "lora_matmul: the {} backend needs scratch buffers", name());
+  matmul_experts(a, x, n, 1, false, slots, *t_scratch);
+  matmul_experts(b, *t_scratch, n, 1, true, slots, *d_scratch);
+  add(y, *d_scratch, n * b[0]->rows);
+}
 void Backend::scale_rows_sigmoid(Buffer&, const Buffer&, int64_t, int64_t) { no_moe(*this); }
 
 namespace {
@@ -110,7 +117,8 @@ const char* op_name(pglb_op op) {
                                       "rope",           "store_kv",    "attention",   "glu",
                                       "add",            "gather_rows", "moe_route",   "matmul_experts",
                                       "moe_combine",    "scale_rows_sigmoid", "softcap", "sample",
-                                      "causal_conv1d",  "gated_delta_rule", "layer_norm", "activation"};
+                                      "causal_conv1d",  "gated_delta_rule", "layer_norm", "activation",
+                                      "lora_matmul"};
   static_assert(sizeof names / sizeof names[0] == PGLB_OP_COUNT, "a name for every op");
   return op >= 0 && op < PGLB_OP_COUNT ? names[op] : "unknown op";
 }
@@ -131,6 +139,7 @@ bool Backend::supports_op(const OpQuery& q) const {
     case PGLB_OP_SAMPLE:
     case PGLB_OP_LAYER_NORM:
     case PGLB_OP_ACTIVATION:
+    case PGLB_OP_LORA_MATMUL:
       return false;
     default:
       return q.op >= 0 && q.op < PGLB_OP_COUNT;

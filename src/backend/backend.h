@@ -414,6 +414,13 @@ class Backend {
   virtual void matmul_experts(const std::vector<const Weight*>& experts, const Buffer& x, int64_t n, int k,
                               bool x_per_slot, const Buffer& ids, Buffer& y,
                               const std::vector<const Weight*>& biases = {});
+  // LoRA (PGLB_OP_LORA_MATMUL): y[t] += b[s] (a[s] x[t]) for each row t of
+  // x[n, in] whose slot s = slots[t] (I32) is > 0; a[s]: [rank, in], b[s]:
+  // [out, rank]. The default runs two grouped products (matmul_experts: slot
+  // 0 holds zeros) and an add through t_scratch [n, rank] and d_scratch [n,
+  // out], which it needs; an override may take null scratch.
+  virtual void lora_matmul(const std::vector<const Weight*>& a, const std::vector<const Weight*>& b, const Buffer& x,
+                           int64_t n, const Buffer& slots, Buffer& y, Buffer* t_scratch, Buffer* d_scratch);
   // out[t] = sum_j weights[t, j] * y[t*k + j], rows of dim values.
   virtual void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out);
   // y[t] *= sigmoid(s[t]) for rows of dim values (Qwen2-MoE's shared-expert gate).

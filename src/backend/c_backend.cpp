@@ -410,6 +410,17 @@ class CBackend final : public Backend {
                                  h(ids), h(y), b.empty() ? nullptr : b.data()};
     enqueue(PGLB_OP_MATMUL_EXPERTS, &p, "matmul_experts");
   }
+  void lora_matmul(const std::vector<const Weight*>& a, const std::vector<const Weight*>& b, const Buffer& x,
+                   int64_t n, const Buffer& slots, Buffer& y, Buffer* t_scratch, Buffer* d_scratch) override {
+    if (lora_op_ < 0) lora_op_ = supports_op(op_query(PGLB_OP_LORA_MATMUL)) ? 1 : 0;
+    if (lora_op_ == 0) return Backend::lora_matmul(a, b, x, n, slots, y, t_scratch, d_scratch);
+    std::vector<const pglb_weight*> ca, cb;
+    for (const Weight* w : a) ca.push_back(h(w));
+    for (const Weight* w : b) cb.push_back(h(w));
+    pglb_lora_matmul_params p{sizeof p, ca.data(), cb.data(), static_cast<int32_t>(ca.size()), h(x), n, h(slots),
+                              h(y)};
+    enqueue(PGLB_OP_LORA_MATMUL, &p, "lora_matmul");
+  }
   void moe_combine(const Buffer& y, const Buffer& weights, int64_t n, int k, int64_t dim, Buffer& out) override {
     if (!supports(Feature::MixtureOfExperts)) return Backend::moe_combine(y, weights, n, k, dim, out);
     pglb_moe_combine_params p{sizeof p, h(y), h(weights), n, k, dim, h(out)};
@@ -505,6 +516,7 @@ class CBackend final : public Backend {
 
   DevicePtr d_;
   uint64_t features_ = 0;
+  int lora_op_ = -1;  // the device has PGLB_OP_LORA_MATMUL (asked once; -1: not yet)
   KVCacheSpec kv_;
   std::vector<pglb_seq> seqs_;
   std::vector<std::vector<const int32_t*>> group_tables_;  // [seq] its groups 1..'s tables

@@ -219,6 +219,17 @@ void run_op(Backend& be, pglb_op op, const void* params) {
         fail("activation: unsupported activation {}", int(p.act));
       return be.activation(buf(p.x, "activation"), p.n, static_cast<Activation>(p.act), buf(p.out, "activation"));
     }
+    case PGLB_OP_LORA_MATMUL: {
+      const auto p = read_struct<pglb_lora_matmul_params>(params, "lora_matmul");
+      if (p.n_slots < 1 || !p.a || !p.b) fail("lora_matmul: {} slots", p.n_slots);
+      std::vector<const Weight*> a, b;
+      for (int32_t s = 0; s < p.n_slots; ++s) {
+        a.push_back(&weight(p.a[s], "lora_matmul"));
+        b.push_back(&weight(p.b[s], "lora_matmul"));
+      }
+      return be.lora_matmul(a, b, buf(p.x, "lora_matmul"), p.n, buf(p.slots, "lora_matmul"), buf(p.y, "lora_matmul"),
+                            nullptr, nullptr);
+    }
     case PGLB_OP_SOFTCAP: {
       const auto p = read_struct<pglb_softcap_params>(params, "softcap");
       return be.softcap(buf(p.x, "softcap"), p.n, p.cap);

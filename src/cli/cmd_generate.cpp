@@ -132,6 +132,10 @@ int run_batch(Engine& engine, const GenerateFlags& g) {
       if (parsed.prompts.size() != 1) throw InvalidRequest("each line holds one prompt, not a batch of them", "prompt");
       if (parsed.stream) throw InvalidRequest("'stream' has no meaning in a batch file", "stream");
       EngineRequest req = std::move(api::to_engine_requests(parsed, std::to_string(index), served).front());
+      // (--enable-lora: a line's "model" may name an adapter; other names are not checked here.)
+      if (engine.lora() && body.contains("model") && body["model"].is_string() &&
+          engine.lora()->has(body["model"].get<std::string>()))
+        req.lora = body["model"].get<std::string>();
       r.prompt_tokens = static_cast<int>(req.prompt_ids.size());
       r.texts.resize(req.params.n);
       r.tokens.resize(req.params.n);

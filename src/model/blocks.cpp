@@ -162,11 +162,8 @@ void lora_add(const LayerPass& p, int il, LoraTarget t, const Buffer& x, int64_t
   const auto& a = p.lora->layers[static_cast<size_t>(il)].a[static_cast<size_t>(t)];
   const auto& b = p.lora->layers[static_cast<size_t>(il)].b[static_cast<size_t>(t)];
   if (a.empty()) return;
-  // Rows grouped by slot: each adapter's A and B stream once for all its
-  // rows; the base model's rows (slot 0) multiply zeros.
-  p.be.matmul_experts(a, x, n, 1, false, *p.lora->row_slots, *p.buf.lora_t);
-  p.be.matmul_experts(b, *p.buf.lora_t, n, 1, true, *p.lora->row_slots, *p.buf.lora_d);
-  p.be.add(y, *p.buf.lora_d, n * b[0]->rows);
+  // Rows grouped by slot: each adapter's A and B stream once for all its rows.
+  p.be.lora_matmul(a, b, x, n, *p.lora->row_slots, y, p.buf.lora_t.get(), p.buf.lora_d.get());
 }
 
 void dense_ffn_block(const LayerPass& p, int il, int64_t n) {

@@ -219,6 +219,35 @@ std::unique_ptr<MatmulWeight> prepare_matmul_weight(DType type, int64_t rows, in
   return std::make_unique<PreparedWeight>(type, rows, cols, data);
 }
 
+void matmul_float_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) {
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    PAGELLM_CHECK(!dtype_is_quantized(problems[i].w->type()), "matmul_float_many: a {} weight",
+                  dtype_name(problems[i].w->type()));
+    total += problems[i].w->rows();
+  }
+  if (total == 0) return;
+  pool.parallel_for(total, [&](int64_t b, int64_t e) {
+    int64_t first = 0;  // global index of problem i's row 0
+    for (size_t i = 0; i < count && first < e; first += problems[i].w->rows(), ++i) {
+      const MatmulProblem& p = problems[i];
+      const int64_t rows = p.w->rows(), cols = p.w->cols();
+      const int64_t r0 = std::max<int64_t>(b - first, 0), r1 = std::min<int64_t>(e - first, rows);
+      if (r0 >= r1 || p.n == 0) continue;
+#if defined(PAGELLM_CPU_X86)
+      if (kernel_isa() >= Isa::Avx2) {
+        avx2::gemm_float(p.w->type(), p.w->data(), r0, r1, cols, p.x, p.n, p.y, rows);
+        continue;
+      }
+#endif
+      const auto* base = static_cast<const uint8_t*>(p.w->data());
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t t = 0; t < p.n; ++t)
+          p.y[t * rows + r] = scalar::vec_dot(p.w->type(), cols, base + r * p.w->row_bytes(), p.x + t * cols);
+    }
+  });
+}
+
 void matmul(ThreadPool& pool, const MatmulWeight& weight, const float* x, int64_t n, float* y) {
   const MatmulProblem p{&weight, x, n, y};
   matmul_many(pool, &p, 1);

@@ -52,6 +52,11 @@ struct MatmulProblem {
   float* y = nullptr;        // [n, w->rows()]
 };
 void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count);
+// Small products of float weights (F32, F16, BF16; the LoRA adapters' A and
+// B) in ONE parallel region over all their rows, each row's dot products in
+// the weights' row order (no panels, no packing): many tiny products cost one
+// fork instead of one each.
+void matmul_float_many(ThreadPool& pool, const MatmulProblem* problems, size_t count);
 
 // Reference: dequantize_row_ref + double-precision dot products, one thread.
 void matmul_ref(const MatmulWeight& w, const float* x, int64_t n, float* y);

@@ -1105,6 +1105,62 @@ TEST_P(BackendOps, MatmulExpertsMatchesPerSlotProducts) {
   }
 }
 
+// LoRA: rows of several slots and of slot 0 (nothing added) in one call,
+// against double-precision products of the same (rounded) values; y keeps
+// what it held. Backends without the op run the default (grouped products).
+TEST_P(BackendOps, LoraMatmulAddsEachRowsAdapter) {
+  if (!be_->supports(Feature::MixtureOfExperts)) return;
+  const int n_slots = 4;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    if (!be_->supports_weight(t)) continue;
+    for (const auto [rank, in, out] : {std::tuple<int64_t, int64_t, int64_t>{16, 256, 96}, {8, 64, 320}}) {
+      std::vector<std::vector<float>> aref(n_slots), bref(n_slots);
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<std::unique_ptr<Weight>> owned;
+      std::vector<const Weight*> a, b;
+      bytes.reserve(2 * n_slots);
+      for (int s = 0; s < n_slots; ++s) {
+        const float scale = s == 0 ? 0.0f : 0.3f;  // slot 0 is the base model's: zeros, as the model uploads it
+        auto av = randn(static_cast<size_t>(rank * in), 300 + s, scale), bv = randn(static_cast<size_t>(out * rank), 400 + s, scale);
+        bytes.push_back(quantize_rows(t, av, rank, in));
+        aref[s] = dequantize_rows(t, bytes.back(), rank, in);
+        owned.push_back(be_->upload(TensorData{"a", t, {in, rank}, bytes.back().data()}));
+        a.push_back(owned.back().get());
+        bytes.push_back(quantize_rows(t, bv, out, rank));
+        bref[s] = dequantize_rows(t, bytes.back(), out, rank);
+        owned.push_back(be_->upload(TensorData{"b", t, {rank, out}, bytes.back().data()}));
+        b.push_back(owned.back().get());
+      }
+      for (int64_t n : {1, 6, 19}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(t) << " rank " << rank << " n " << n);
+        std::vector<int32_t> slots(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>((i * 5 + i / 4) % n_slots);  // slot 3 often, 0 too
+        auto slots_b = be_->alloc(DType::I32, slots.size());
+        be_->copy_from_host(slots.data(), *slots_b, 0, slots.size() * sizeof(int32_t));
+        const auto x = randn(static_cast<size_t>(n * in), 60 + static_cast<uint32_t>(n));
+        const auto y0 = randn(static_cast<size_t>(n * out), 70 + static_cast<uint32_t>(n));
+        auto xb = put(x), yb = put(y0);
+        auto tb = zeros_like(static_cast<size_t>(n * rank)), db = zeros_like(static_cast<size_t>(n * out));
+        be_->lora_matmul(a, b, *xb, n, *slots_b, *yb, tb.get(), db.get());
+        const auto y = get(*yb, static_cast<size_t>(n * out));
+        std::vector<double> ref(y.size());
+        for (int64_t i = 0; i < n; ++i) {
+          const int s = slots[i];
+          std::vector<double> tv(static_cast<size_t>(rank), 0.0);
+          for (int64_t k = 0; k < rank; ++k)
+            for (int64_t c = 0; c < in; ++c) tv[k] += double(aref[s][k * in + c]) * x[i * in + c];
+          for (int64_t o = 0; o < out; ++o) {
+            double acc = y0[i * out + o];
+            for (int64_t k = 0; k < rank; ++k) acc += double(bref[s][o * rank + k]) * tv[k];
+            ref[i * out + o] = acc;
+          }
+        }
+        EXPECT_LT(rel_l2(y, ref), 1e-5);
+      }
+    }
+  }
+}
+
 TEST_P(BackendOps, MoeCombineAndSigmoidRowScale) {
   if (!be_->supports(Feature::MixtureOfExperts)) return;
   const int64_t n = 5, dim = 24;

@@ -8,11 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/async_engine.h"
 #include "engine/engine.h"
 #include "engine/engine_test_util.h"
 #include "format/gguf.h"
@@ -21,6 +23,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/model_test_util.h"
+#include "spec/spec_config.h"
 #include "test_paths.h"
 
 namespace pagellm {
@@ -291,6 +294,98 @@ TEST(LoraEngine, LoadAndUnloadAtRunTime) {
   EXPECT_NO_THROW(engine.add_request(again));
   test::run_all(engine);
   EXPECT_THROW(lora.load("x", f.dir + "/a"), InvalidRequest);  // the name is taken
+}
+
+// Speculative decoding verifies drafts with each sequence's adapter: the
+// outputs equal those without speculation, adapter by adapter.
+TEST(LoraEngine, SpeculativeDecodingKeepsEachAdaptersOutputs) {
+  const LoraFixture& f = fixture_for("tiny-llama");
+  if (!f.present) GTEST_SKIP() << "no LoRA fixtures";
+  // A repetitive prompt, so that the n-gram proposer drafts.
+  std::vector<int32_t> prompt;
+  for (int k = 0; k < 6; ++k)
+    for (int32_t t : {1, 501, 500, 505, 196}) prompt.push_back(t);
+  auto run = [&](bool spec) {
+    EngineConfig c = lora_engine_config(f, 3);
+    if (spec)
+      c.speculative = parse_speculative_config(
+          R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3,
+              "adaptive": false})");
+    Engine engine(c);
+    for (const char* a : {"", "ad-a", "ad-b", "ad-c"}) {
+      EngineRequest r = test::make_request(std::string("r") + a, prompt, 24);
+      r.lora = a;
+      engine.add_request(std::move(r));
+    }
+    test::Results results = test::run_all(engine);
+    if (spec) EXPECT_GT(engine.metrics().spec_decode_num_draft_tokens, 0);
+    return results;
+  };
+  const test::Results plain = run(false), spec = run(true);
+  for (const char* a : {"", "ad-a", "ad-b", "ad-c"})
+    EXPECT_EQ(spec.at(std::string("r") + a)[0].tokens, plain.at(std::string("r") + a)[0].tokens) << a;
+  EXPECT_NE(plain.at("rad-a")[0].tokens, plain.at("r")[0].tokens);  // the adapter matters here
+}
+
+// A structured output constrains what an adapter's request may say.
+TEST(LoraEngine, StructuredOutputsWithAnAdapter) {
+  const LoraFixture& f = fixture_for("tiny-llama");
+  if (!f.present) GTEST_SKIP() << "no LoRA fixtures";
+  Engine engine(lora_engine_config(f, 1));
+  const auto prompt = f.meta["greedy"]["prompt"].get<std::vector<int32_t>>();
+  EngineRequest r = test::make_request("s", prompt, 16);
+  r.params.ignore_eos = false;
+  r.lora = "ad-a";
+  r.params.structured.kind = StructuredOutputs::Kind::Regex;
+  r.params.structured.spec = "(yes|no)";
+  engine.add_request(std::move(r));
+  const test::Results results = test::run_all(engine);
+  const std::string& text = results.at("s")[0].text;
+  EXPECT_TRUE(text == "yes" || text == "no") << text;
+}
+
+// Loading and unloading from another thread while requests stream: the
+// registry changes between steps only (run_on_step_thread), requests keep
+// their adapter, and errors come back to the caller.
+TEST(AsyncEngineLora, LoadAndUnloadWhileRequestsRun) {
+  const LoraFixture& f = fixture_for("tiny-llama");
+  if (!f.present) GTEST_SKIP() << "no LoRA fixtures";
+  AsyncEngine engine(std::make_unique<Engine>(lora_engine_config(f, 2)));
+  const auto prompt = f.meta["greedy"]["prompt"].get<std::vector<int32_t>>();
+  auto submit = [&](const std::string& id, const std::string& lora) {
+    EngineRequest r = test::make_request(id, prompt, 8);
+    r.lora = lora;
+    return engine.submit(std::move(r));
+  };
+  auto tokens_of = [](RequestStream& s) {
+    std::vector<int32_t> out;
+    while (auto o = s.next(std::chrono::seconds(60))) {
+      EXPECT_TRUE(o->error.empty()) << o->error;
+      for (const CompletionDelta& d : o->completions) out.insert(out.end(), d.token_ids.begin(), d.token_ids.end());
+      if (o->finished) break;
+    }
+    return out;
+  };
+  std::vector<std::shared_ptr<RequestStream>> streams = {submit("a1", "ad-a"), submit("b1", "ad-b"), submit("base", "")};
+  std::thread loader([&] {
+    engine.run_on_step_thread([&](Engine& e) { e.lora()->load("x", f.dir + "/c"); });
+    streams.push_back(submit("x1", "x"));
+    engine.run_on_step_thread([&](Engine& e) { EXPECT_TRUE(e.lora()->unload("ad-b")); });
+  });
+  loader.join();
+  EXPECT_THROW(engine.run_on_step_thread([&](Engine& e) { e.lora()->load("y", f.dir + "/missing"); }), Error);
+  const std::vector<std::string> cases = {"a", "b", "base", "c"};
+  for (size_t i = 0; i < streams.size(); ++i)
+    EXPECT_EQ(tokens_of(*streams[i]), f.meta["cases"][cases[i]]["greedy_ids"].get<std::vector<int32_t>>()) << i;
+  std::vector<std::string> names;
+  for (const LoraInfo& l : engine.loras()) names.push_back(l.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"ad-a", "ad-c", "x"}));
+  // A request for the unloaded name fails with a 400-kind error naming the model field.
+  auto gone = submit("b2", "ad-b");
+  auto out = gone->next(std::chrono::seconds(60));
+  ASSERT_TRUE(out && out->finished);
+  EXPECT_EQ(out->error_kind, RequestError::Invalid);
+  EXPECT_EQ(out->error_param, "model");
 }
 
 TEST(LoraEngine, RefusesRequestsItCannotServe) {
