@@ -59,7 +59,13 @@ MLP = ["gate_proj", "up_proj", "down_proj"]
 # shape -> (MoE?, std of the random A and B entries). The std is picked so that
 # an adapter moves the logits by O(0.1-1) on top of the base's own scale (the
 # Qwen 3 dummies tie their embeddings and have logits ~18x larger than Llama's).
-SHAPES = {"tiny-llama": (False, 0.03), "tiny-qwen3": (False, 0.015), "tiny-qwen3moe": (True, 0.015)}
+SHAPES = {"tiny-llama": (False, 0.03), "tiny-qwen3": (False, 0.015), "tiny-qwen3moe": (True, 0.015),
+          "tiny-phi3": (False, 0.03), "tiny-gemma4": (False, 0.015)}
+# Shapes whose modules have other names (Phi-3 fuses q/k/v and gate/up), and
+# those not converted to GGUF here (the conversion check reads Llama-style keys).
+MODULE_NAMES = {"tiny-phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                              "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}}
+NO_GGUF = {"tiny-phi3", "tiny-gemma4"}
 # name -> (r, lora_alpha, use_rslora, target modules on a dense base, on a MoE base (experts are no targets))
 ADAPTERS = {
     "a": (8, 16, False, ATTN + MLP, ATTN),
@@ -119,6 +125,8 @@ def make_adapter(base_folder, shape, name, out_dir):
     moe, std = SHAPES[shape]
     r, alpha, rslora, dense_targets, moe_targets = ADAPTERS[name]
     targets = moe_targets if moe else dense_targets
+    names = MODULE_NAMES.get(shape, {})
+    targets = list(dict.fromkeys(names.get(t, t) for t in targets))
     model = get_peft_model(load_base(base_folder),
                            LoraConfig(r=r, lora_alpha=alpha, use_rslora=rslora, target_modules=targets,
                                       lora_dropout=0.0, init_lora_weights=False))
@@ -255,7 +263,8 @@ def one_shape(args, shape, tmp, runner):
     long_toks, short_toks = fixture_tokens(), short_tokens()
     prompt = long_toks[:N_PROMPT]
     base_gguf = None
-    if runner:
+    gguf_too = shape not in NO_GGUF
+    if runner and gguf_too:
         base_gguf = os.path.join(tmp, shape + ".gguf")
         convert_base(args, base_folder, base_gguf)
 
@@ -267,15 +276,16 @@ def one_shape(args, shape, tmp, runner):
             model, case = base, {}
         else:
             adapter_dir = os.path.join(out_dir, name)
-            case = {"adapter_dir": name, "gguf": name + ".gguf",
-                    "config": make_adapter(base_folder, shape, name, adapter_dir)}
+            case = {"adapter_dir": name, "config": make_adapter(base_folder, shape, name, adapter_dir)}
             # The reference is the adapter as saved, loaded back the way a user would.
             model = PeftModel.from_pretrained(load_base(base_folder), adapter_dir).eval()
             cfg = case["config"]
             # llama.cpp's GGUF keeps lora_alpha only; llama.cpp scales by alpha / rank (no rsLoRA).
             case["llama_cpp_scale"] = cfg["lora_alpha"] / cfg["r"]
-            case["gguf_layout"] = convert_adapter(args, base_folder, adapter_dir, os.path.join(out_dir, name + ".gguf"),
-                                                  hf_config)
+            if gguf_too:
+                case["gguf"] = name + ".gguf"
+                case["gguf_layout"] = convert_adapter(args, base_folder, adapter_dir,
+                                                      os.path.join(out_dir, name + ".gguf"), hf_config)
         logits, logits_short = logits_of(model, long_toks), logits_of(model, short_toks)
         ids, margin = greedy(model, prompt)
         logits.tofile(os.path.join(out_dir, f"{shape}-{name}.bin"))
@@ -286,7 +296,7 @@ def one_shape(args, shape, tmp, runner):
             d = np.abs(logits - base_logits)
             case["logit_change_vs_base"] = {"max_abs": float(d.max()), "mean_abs": float(d.mean()),
                                             "argmax_changed_positions": int(np.sum(logits.argmax(1) != base_logits.argmax(1)))}
-        if runner:
+        if runner and gguf_too:
             ref = llama_cpp_logits(runner, base_gguf, os.path.join(out_dir, name + ".gguf") if name != "base" else None,
                                    long_toks, tmp)
             case["gap_llamacpp_to_peft"] = max_rel_gap(ref, logits)

@@ -294,6 +294,9 @@ struct ArchInfo {
   // One layer of the forward pass; null: the shared decoder layer
   // (model/blocks.h: attention, then the dense or MoE FFN).
   void (*layer_forward)(const LayerPass& p, int il, int64_t n) = nullptr;
+  // ... which applies LoRA adapters itself (lora_add after its q/k/v/o, the
+  // layer index to glu_ffn); others than the shared layers refuse adapters.
+  bool layer_applies_lora = false;
   // The tensors of the table's Need::Derived specs, made at load from the
   // file's (the returned source serves them and everything `src` has; it
   // lives as long as the model).

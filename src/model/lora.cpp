@@ -38,26 +38,31 @@ std::optional<LoraTarget> target_of(Slot s) {
   }
 }
 
-// Where one adapter tensor goes: layer, target, and whether it is A or B.
+// Where one adapter tensor goes: its layer, and the targets it feeds. A fused
+// projection (Phi-3's qkv_proj, gate_up_proj) feeds several: each takes its
+// rows of B (split as the table splits the weight) and the whole of A.
 struct Place {
   int il = 0;
-  LoraTarget target = LoraTarget::Q;
+  std::vector<LoraTarget> targets;
+  std::vector<int64_t> rows;  // B rows per target (fused only)
 };
 
 // A layer tensor's GGUF name ("blk.3.attn_q.weight") -> its place, if the
-// table's spec for it is a target the model applies LoRA to: one weight of
-// its own (not a fused or per-head split one, not experts).
-std::optional<Place> place_of(const std::string& gguf, const TensorSpec& spec, const std::string& what,
-                              const std::string& path) {
-  std::optional<LoraTarget> t = spec.slots.size() == 1 ? target_of(spec.slots[0]) : std::nullopt;
-  if (!t || spec.experts || spec.split_per_head)
+// table's spec for it is made of targets the model applies LoRA to (not
+// experts, not parts alternating per head).
+Place place_of(const std::string& gguf, const TensorSpec& spec, const ModelConfig& c, const std::string& what,
+               const std::string& path) {
+  Place p;
+  for (Slot s : spec.slots)
+    if (std::optional<LoraTarget> t = target_of(s)) p.targets.push_back(*t);
+  if (p.targets.empty() || p.targets.size() != spec.slots.size() || spec.experts || spec.split_per_head)
     throw Error(fmt::format("'{}': {} targets '{}', which LoRA adapters cannot target here (q/k/v/o and a dense "
-                            "FFN's gate/up/down can; experts and fused projections cannot)",
+                            "FFN's gate/up/down can; experts and per-head fused projections cannot)",
                             path, what, gguf));
-  int il = -1;
-  if (std::sscanf(gguf.c_str(), "blk.%d.", &il) != 1 || il < 0)
+  if (p.targets.size() > 1) p.rows = spec.split_rows(c);
+  if (std::sscanf(gguf.c_str(), "blk.%d.", &p.il) != 1 || p.il < 0)
     throw Error(fmt::format("'{}': {} is not a layer tensor", path, what));
-  return Place{il, *t};
+  return p;
 }
 
 // The tensor as F32, row-major [rows, cols].
@@ -92,6 +97,29 @@ struct RawPair {
   int64_t a_rows = 0, a_cols = 0, b_rows = 0, b_cols = 0;
   bool has_a = false, has_b = false;
 };
+
+// Stores A or B of a tensor at its place; a fused one's B is cut into each
+// target's rows (its A is every target's).
+void put(std::map<std::pair<int, int>, RawPair>& pairs, const Place& p, bool is_a, std::vector<float> data,
+         int64_t rows, int64_t cols, const std::string& what, const std::string& path) {
+  if (!is_a && p.targets.size() > 1) {
+    int64_t total = 0;
+    for (int64_t r : p.rows) total += r;
+    PAGELLM_CHECK(rows == total, "'{}': {} has {} rows; the fused projection has {}", path, what, rows, total);
+  }
+  int64_t first = 0;
+  for (size_t k = 0; k < p.targets.size(); ++k) {
+    RawPair& rp = pairs[{p.il, static_cast<int>(p.targets[k])}];
+    if (is_a) {
+      rp.a = data, rp.a_rows = rows, rp.a_cols = cols, rp.has_a = true;
+      continue;
+    }
+    const int64_t n = p.targets.size() > 1 ? p.rows[k] : rows;
+    rp.b.assign(data.begin() + first * cols, data.begin() + (first + n) * cols);
+    rp.b_rows = n, rp.b_cols = cols, rp.has_b = true;
+    first += n;
+  }
+}
 struct Raw {
   std::map<std::pair<int, int>, RawPair> pairs;  // (layer, target)
   float alpha = 0;
@@ -100,7 +128,7 @@ struct Raw {
   std::vector<std::string> modules;
 };
 
-void read_peft(const std::string& dir, const ArchInfo& arch, Raw& raw) {
+void read_peft(const std::string& dir, const ArchInfo& arch, const ModelConfig& c, Raw& raw) {
   const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
   const json cfg = read_json_file_bounded(config_path, kConfigJsonLimits);
   try {
@@ -145,7 +173,7 @@ void read_peft(const std::string& dir, const ArchInfo& arch, Raw& raw) {
     const std::optional<HfTensor> t = hf_tensor(arch, module + ".weight");
     if (!t) throw Error(fmt::format("'{}': tensor '{}' targets '{}', which this model does not have", st_path, key,
                                     module));
-    const Place p = *place_of(t->gguf, *t->spec, fmt::format("tensor '{}'", key), st_path);
+    const Place p = place_of(t->gguf, *t->spec, c, fmt::format("tensor '{}'", key), st_path);
     SafetensorsEntry e;
     try {
       e = parse_safetensors_entry(info, key, file.data_size(), st_path);
@@ -154,14 +182,12 @@ void read_peft(const std::string& dir, const ArchInfo& arch, Raw& raw) {
     }
     check_safetensors_entry_size(e, key, st_path);
     PAGELLM_CHECK(e.shape.size() == 2, "'{}': tensor '{}' has {} dimensions, not 2", st_path, key, e.shape.size());
-    RawPair& rp = raw.pairs[{p.il, static_cast<int>(p.target)}];
-    std::vector<float> data = to_f32(safetensors_dtype(e.dtype, st_path), file.data() + e.begin, e.shape[0], e.shape[1]);
-    if (is_a) rp.a = std::move(data), rp.a_rows = e.shape[0], rp.a_cols = e.shape[1], rp.has_a = true;
-    else rp.b = std::move(data), rp.b_rows = e.shape[0], rp.b_cols = e.shape[1], rp.has_b = true;
+    put(raw.pairs, p, is_a, to_f32(safetensors_dtype(e.dtype, st_path), file.data() + e.begin, e.shape[0], e.shape[1]),
+        e.shape[0], e.shape[1], fmt::format("tensor '{}'", key), st_path);
   }
 }
 
-void read_gguf_lora(const std::string& path, const ArchInfo& arch, Raw& raw) {
+void read_gguf_lora(const std::string& path, const ArchInfo& arch, const ModelConfig& c, Raw& raw) {
   const std::unique_ptr<GGUFFile> f = GGUFFile::open(path);
   const std::string type = f->get_string("general.type", "");
   PAGELLM_CHECK(type == "adapter" && f->get_string("adapter.type", "") == "lora",
@@ -185,15 +211,15 @@ void read_gguf_lora(const std::string& path, const ArchInfo& arch, Raw& raw) {
         if (layer_tensor_name(s, il) == base) spec = &s;
     if (!spec) throw Error(fmt::format("'{}': tensor '{}' targets '{}', which this model does not have", path,
                                        t.name, base));
-    const Place p = *place_of(base, *spec, fmt::format("tensor '{}'", t.name), path);
+    const Place p = place_of(base, *spec, c, fmt::format("tensor '{}'", t.name), path);
     PAGELLM_CHECK(t.shape.size() == 2, "'{}': tensor '{}' has {} dimensions, not 2", path, t.name, t.shape.size());
-    RawPair& rp = raw.pairs[{p.il, static_cast<int>(p.target)}];
     // GGUF shapes list the row length first: A is [rank rows of `in`], B [out rows of `rank`].
-    std::vector<float> data = to_f32(t.type, t.data, t.shape[1], t.shape[0]);
-    if (is_a) rp.a = std::move(data), rp.a_rows = t.shape[1], rp.a_cols = t.shape[0], rp.has_a = true;
-    else rp.b = std::move(data), rp.b_rows = t.shape[1], rp.b_cols = t.shape[0], rp.has_b = true;
-    const std::string module = kTargetNames[static_cast<int>(p.target)];
-    if (std::find(raw.modules.begin(), raw.modules.end(), module) == raw.modules.end()) raw.modules.push_back(module);
+    put(raw.pairs, p, is_a, to_f32(t.type, t.data, t.shape[1], t.shape[0]), t.shape[1], t.shape[0],
+        fmt::format("tensor '{}'", t.name), path);
+    for (LoraTarget target : p.targets) {
+      const std::string module = kTargetNames[static_cast<int>(target)];
+      if (std::find(raw.modules.begin(), raw.modules.end(), module) == raw.modules.end()) raw.modules.push_back(module);
+    }
   }
 }
 
@@ -213,8 +239,8 @@ LoraAdapter read_lora_adapter(const std::string& path, const Model& model, int32
   const ArchInfo& arch = arch_info(c.arch);
   PAGELLM_CHECK(fs::exists(path), "LoRA adapter '{}' does not exist", path);
   Raw raw;
-  if (fs::is_directory(path)) read_peft(path, arch, raw);
-  else read_gguf_lora(path, arch, raw);
+  if (fs::is_directory(path)) read_peft(path, arch, c, raw);
+  else read_gguf_lora(path, arch, c, raw);
   PAGELLM_CHECK(!raw.pairs.empty(), "'{}': the adapter has no LoRA tensors", path);
 
   LoraAdapter out;

@@ -839,7 +839,7 @@ void Model::sample_on_device(const std::vector<SampleDraw>& draws, int32_t* ids)
 void Model::enable_lora(int32_t max_loras, int32_t max_rank, std::optional<DType> dtype) {
   const ArchInfo& arch = arch_info(cfg_.arch);
   // Families with a layer of their own (MLA, encoders, Gemma 4) would skip the adapters silently.
-  PAGELLM_CHECK(!arch.layer_forward || arch.layer_forward == hybrid_decoder_layer,
+  PAGELLM_CHECK(!arch.layer_forward || arch.layer_forward == hybrid_decoder_layer || arch.layer_applies_lora,
                 "LoRA adapters are not served for {} models yet", arch.gguf_name);
   PAGELLM_CHECK(!geo_.tp && geo_.layer_begin == 0 && geo_.layer_end == cfg_.n_layer,
                 "LoRA adapters are not served under tensor or pipeline parallelism yet");

@@ -326,7 +326,7 @@ void moe_block(const LayerPass& p, int il, int64_t n) {
   const int k = c.n_expert_used;
   const int64_t d = c.n_embd;
   be.rms_norm(*buf.x, F.norm.get(), n, d, c.norm_eps, *buf.h);
-  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.n_ff, *buf.o);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.n_ff, *buf.o, il);
   p.all_reduce(*buf.o, n * d);
   be.rms_norm(*buf.o, F.post_norm1.get(), n, d, c.norm_eps, *buf.o);
 
@@ -423,13 +423,18 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
 
   be.rms_norm(*buf.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
   be.matmul(*A.wq, *buf.h, n, *buf.q);
+  lora_add(p, il, LoraTarget::Q, *buf.h, n, *buf.q);
   be.rms_norm(*buf.q, A.q_norm.get(), n * n_head, hd, c.norm_eps, *buf.q);
   const RopeConfig& rope = swa ? c.rope_swa : c.rope;
   be.rope(*buf.q, n_head, hd, rope);
   if (!c.layer_reuses_kv(il)) {
     be.matmul(*A.wk, *buf.h, n, *buf.k);
+    lora_add(p, il, LoraTarget::K, *buf.h, n, *buf.k);
     // attention_k_eq_v: the values are the keys before their norm and RoPE.
-    if (!c.layer_v_is_k(il)) be.matmul(*A.wv, *buf.h, n, *buf.v);
+    if (!c.layer_v_is_k(il)) {
+      be.matmul(*A.wv, *buf.h, n, *buf.v);
+      lora_add(p, il, LoraTarget::V, *buf.h, n, *buf.v);
+    }
     be.rms_norm(c.layer_v_is_k(il) ? *buf.k : *buf.v, nullptr, n * n_head_kv, hd, c.norm_eps, *buf.v);
     be.rms_norm(*buf.k, A.k_norm.get(), n * n_head_kv, hd, c.norm_eps, *buf.k);
     be.store_kv(cache, *buf.k, *buf.v, &rope);
@@ -442,6 +447,7 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   ac.sliding_window = swa ? c.sliding_window : 0;
   be.attention(cache, *buf.q, *buf.attn, ac);
   be.matmul(*A.wo, *buf.attn, n, *buf.o);
+  lora_add(p, il, LoraTarget::O, *buf.attn, n, *buf.o);
   be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);
 
@@ -545,6 +551,7 @@ ArchInfo gemma4() {
   a.read_gguf = read_gguf;
   a.write_hf = write_hf;
   a.layer_forward = gemma4_layer_forward;
+  a.layer_applies_lora = true;
   a.derive_tensors = derive_tensors;
   a.dummy_shapes = {
       {"tiny-gemma4", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4},

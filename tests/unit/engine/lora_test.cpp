@@ -157,6 +157,10 @@ std::vector<LoraCase> lora_cases() {
     // (c.gguf runs at llama.cpp's alpha / r, not peft's rsLoRA scale: no peft reference.)
     for (const char* a : {"a", "b"}) out.push_back({shape, a, true});
   }
+  // Phi-3's fused qkv_proj / gate_up_proj (B cut per target, A shared) and
+  // Gemma 4's own layer (PEFT folders only).
+  for (const char* shape : {"tiny-phi3", "tiny-gemma4"})
+    for (const char* a : {"a", "b", "c"}) out.push_back({shape, a, false});
   return out;
 }
 
