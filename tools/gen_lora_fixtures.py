@@ -60,12 +60,12 @@ MLP = ["gate_proj", "up_proj", "down_proj"]
 # an adapter moves the logits by O(0.1-1) on top of the base's own scale (the
 # Qwen 3 dummies tie their embeddings and have logits ~18x larger than Llama's).
 SHAPES = {"tiny-llama": (False, 0.03), "tiny-qwen3": (False, 0.015), "tiny-qwen3moe": (True, 0.015),
-          "tiny-phi3": (False, 0.03), "tiny-gemma4": (False, 0.015)}
+          "tiny-phi3": (False, 0.03), "tiny-gemma4": (False, 0.015), "tiny-qwen35": (False, 0.015)}
 # Shapes whose modules have other names (Phi-3 fuses q/k/v and gate/up), and
 # those not converted to GGUF here (the conversion check reads Llama-style keys).
 MODULE_NAMES = {"tiny-phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
                               "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}}
-NO_GGUF = {"tiny-phi3", "tiny-gemma4"}
+NO_GGUF = {"tiny-phi3", "tiny-gemma4", "tiny-qwen35"}
 # name -> (r, lora_alpha, use_rslora, target modules on a dense base, on a MoE base (experts are no targets))
 ADAPTERS = {
     "a": (8, 16, False, ATTN + MLP, ATTN),

@@ -47,6 +47,7 @@ void attention_block(const LayerPass& p, int il, int64_t n) {
   be.attention(kv_layer, *buf.q, *buf.attn, ac);
   if (A.wq_gate) {
     be.matmul(*A.wq_gate, *buf.h, n, *buf.qgate);
+    lora_add(p, il, LoraTarget::QGate, *buf.h, n, *buf.qgate);
     be.glu(*buf.qgate, *buf.attn, n * n_head * hd, Activation::Sigmoid, *buf.attn);
   }
   be.matmul(*A.wo, *buf.attn, n, *buf.o);

@@ -22,8 +22,8 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kTargetNames[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
+constexpr const char* kTargetNames[kLoraTargets] = {"q_proj",  "k_proj",    "v_proj", "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj", "q_proj"};
 
 std::optional<LoraTarget> target_of(Slot s) {
   switch (s) {
@@ -34,17 +34,20 @@ std::optional<LoraTarget> target_of(Slot s) {
     case Slot::Gate: return LoraTarget::Gate;
     case Slot::Up: return LoraTarget::Up;
     case Slot::Down: return LoraTarget::Down;
+    case Slot::QGate: return LoraTarget::QGate;
     default: return std::nullopt;
   }
 }
 
 // Where one adapter tensor goes: its layer, and the targets it feeds. A fused
-// projection (Phi-3's qkv_proj, gate_up_proj) feeds several: each takes its
-// rows of B (split as the table splits the weight) and the whole of A.
+// projection (Phi-3's qkv_proj, gate_up_proj; Qwen3.5's q_proj, whose parts
+// alternate per head) feeds several: each takes its rows of B (split as the
+// table splits the weight) and the whole of A.
 struct Place {
   int il = 0;
   std::vector<LoraTarget> targets;
   std::vector<int64_t> rows;  // B rows per target (fused only)
+  int heads = 0;              // > 0: the parts alternate over this many heads
 };
 
 // A layer tensor's GGUF name ("blk.3.attn_q.weight") -> its place, if the
@@ -55,11 +58,12 @@ Place place_of(const std::string& gguf, const TensorSpec& spec, const ModelConfi
   Place p;
   for (Slot s : spec.slots)
     if (std::optional<LoraTarget> t = target_of(s)) p.targets.push_back(*t);
-  if (p.targets.empty() || p.targets.size() != spec.slots.size() || spec.experts || spec.split_per_head)
+  if (p.targets.empty() || p.targets.size() != spec.slots.size() || spec.experts)
     throw Error(fmt::format("'{}': {} targets '{}', which LoRA adapters cannot target here (q/k/v/o and a dense "
-                            "FFN's gate/up/down can; experts and per-head fused projections cannot)",
+                            "FFN's gate/up/down can; experts and linear-attention projections cannot)",
                             path, what, gguf));
   if (p.targets.size() > 1) p.rows = spec.split_rows(c);
+  if (spec.split_per_head) p.heads = spec.split_heads ? spec.split_heads(c) : c.n_head;
   if (std::sscanf(gguf.c_str(), "blk.%d.", &p.il) != 1 || p.il < 0)
     throw Error(fmt::format("'{}': {} is not a layer tensor", path, what));
   return p;
@@ -107,17 +111,25 @@ void put(std::map<std::pair<int, int>, RawPair>& pairs, const Place& p, bool is_
     for (int64_t r : p.rows) total += r;
     PAGELLM_CHECK(rows == total, "'{}': {} has {} rows; the fused projection has {}", path, what, rows, total);
   }
-  int64_t first = 0;
+  // Part k's rows: one run, or (per head) each head's k-th run.
+  const int64_t heads = p.heads > 0 ? p.heads : 1;
+  int64_t head_rows = 0;
+  for (int64_t r : p.rows) head_rows += r / heads;
+  int64_t first = 0;  // part k's offset within a head's rows
   for (size_t k = 0; k < p.targets.size(); ++k) {
     RawPair& rp = pairs[{p.il, static_cast<int>(p.targets[k])}];
     if (is_a) {
       rp.a = data, rp.a_rows = rows, rp.a_cols = cols, rp.has_a = true;
       continue;
     }
-    const int64_t n = p.targets.size() > 1 ? p.rows[k] : rows;
-    rp.b.assign(data.begin() + first * cols, data.begin() + (first + n) * cols);
+    const int64_t n = p.targets.size() > 1 ? p.rows[k] : rows, run = n / heads;
+    rp.b.clear();
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t at = (p.heads > 0 ? h * head_rows : 0) + first + (p.heads > 0 ? 0 : h * run);
+      rp.b.insert(rp.b.end(), data.begin() + at * cols, data.begin() + (at + run) * cols);
+    }
     rp.b_rows = n, rp.b_cols = cols, rp.has_b = true;
-    first += n;
+    first += run;
   }
 }
 struct Raw {

@@ -20,9 +20,10 @@ namespace pagellm {
 class Model;
 
 // The projections an adapter may target: the attention's q/k/v/o and a
-// dense FFN's gate/up/down (a layer's experts are not targets).
-enum class LoraTarget : uint8_t { Q, K, V, O, Gate, Up, Down };
-inline constexpr int kLoraTargets = 7;
+// dense FFN's gate/up/down (a layer's experts are not targets); QGate is the
+// output-gate half of a gated q_proj (Qwen3.5: [q | gate] per head).
+enum class LoraTarget : uint8_t { Q, K, V, O, Gate, Up, Down, QGate };
+inline constexpr int kLoraTargets = 8;
 const char* lora_target_name(LoraTarget t);  // PEFT's module name: "q_proj", ...
 
 // One adapter in host memory, F32.

@@ -863,9 +863,8 @@ LoraSlots::Shapes Model::lora_shapes() const {
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
     const AttnWeights& A = layers_[static_cast<size_t>(il)].attn;
     const FfnWeights& F = layers_[static_cast<size_t>(il)].ffn;
-    // Q split from a gated q_proj (Qwen3.5) is not the adapter's q_proj.
-    const Weight* w[kLoraTargets] = {A.wq_gate ? nullptr : A.wq.get(), A.wk.get(), A.wv.get(), A.wo.get(),
-                                     F.gate.get(), F.up.get(), F.down.get()};
+    const Weight* w[kLoraTargets] = {A.wq.get(),   A.wk.get(), A.wv.get(),   A.wo.get(),
+                                     F.gate.get(), F.up.get(), F.down.get(), A.wq_gate.get()};
     for (int t = 0; t < kLoraTargets; ++t)
       if (w[t]) shapes[static_cast<size_t>(il)][static_cast<size_t>(t)] = {w[t]->rows, w[t]->cols};
   }

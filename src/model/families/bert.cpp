@@ -241,16 +241,16 @@ void tiny_roberta_cls_extras(ModelConfig& c) {
   c.n_cls_out = 1;
 }
 
-}  // namespace
-
-ArchInfo bert() {
-  ArchInfo a = entry(Arch::Bert, "bert", "bert", {{"BertModel"}, {"BertForSequenceClassification"}});
+// What BERT and XLM-RoBERTa share: a bidirectional encoder with erf GELU,
+// post-LayerNorm layers under "encoder.layer.", BertConfig's defaults
+// (XLMRobertaConfig's and RobertaConfig's are the same).
+ArchInfo encoder_entry(Arch arch, const char* model_type, std::vector<HfClass> classes, const char* base_prefix) {
+  ArchInfo a = entry(arch, "bert", model_type, std::move(classes));
   a.non_causal = true;
   a.act = Activation::GeluErf;
   a.hf_layers = "encoder.layer.";
-  a.hf_base_prefix = "bert.";
+  a.hf_base_prefix = base_prefix;
   a.extra_ops = {PGLB_OP_LAYER_NORM, PGLB_OP_ACTIVATION};
-  // BertConfig's defaults.
   a.hf.vocab_size = 30522;
   a.hf.hidden_size = 768;
   a.hf.num_hidden_layers = 12;
@@ -259,9 +259,16 @@ ArchInfo bert() {
   a.hf.max_position_embeddings = 512;
   a.hf.rms_norm_eps = 1e-12f;
   a.hf.hidden_act = "gelu";
-  a.globals = bert_globals();
   a.layer = bert_layer_tensors();
   a.layer_forward = bert_layer;
+  return a;
+}
+
+}  // namespace
+
+ArchInfo bert() {
+  ArchInfo a = encoder_entry(Arch::Bert, "bert", {{"BertModel"}, {"BertForSequenceClassification"}}, "bert.");
+  a.globals = bert_globals();
   a.read_hf = read_hf;
   a.read_gguf = read_gguf;
   a.write_hf = write_hf;
@@ -275,32 +282,13 @@ ArchInfo bert() {
   return a;
 }
 
-}  // namespace pagellm::family
-
-namespace pagellm::family {
-
 ArchInfo xlm_roberta() {
-  ArchInfo a = entry(Arch::XlmRoberta, "bert", "xlm-roberta",
-                     {{"XLMRobertaModel"}, {"XLMRobertaForSequenceClassification"}, {"RobertaModel"},
-                      {"RobertaForSequenceClassification"}});
+  ArchInfo a = encoder_entry(Arch::XlmRoberta, "xlm-roberta",
+                             {{"XLMRobertaModel"}, {"XLMRobertaForSequenceClassification"}, {"RobertaModel"},
+                              {"RobertaForSequenceClassification"}},
+                             "roberta.");
   a.gguf_shared = true;  // llama.cpp writes these files as "bert"
-  a.non_causal = true;
-  a.act = Activation::GeluErf;
-  a.hf_layers = "encoder.layer.";
-  a.hf_base_prefix = "roberta.";
-  a.extra_ops = {PGLB_OP_LAYER_NORM, PGLB_OP_ACTIVATION};
-  // XLMRobertaConfig's defaults (RobertaConfig's are the same).
-  a.hf.vocab_size = 30522;
-  a.hf.hidden_size = 768;
-  a.hf.num_hidden_layers = 12;
-  a.hf.num_attention_heads = 12;
-  a.hf.intermediate_size = 3072;
-  a.hf.max_position_embeddings = 512;
-  a.hf.rms_norm_eps = 1e-12f;
-  a.hf.hidden_act = "gelu";
   a.globals = roberta_globals();
-  a.layer = bert_layer_tensors();
-  a.layer_forward = bert_layer;
   a.read_hf = read_hf_roberta;
   a.write_hf = write_hf_roberta;
   // bge-m3's layout at a test's size: 250002 pieces, 8194 positions in the

@@ -77,7 +77,9 @@ std::vector<std::vector<float>> prefill_together(Model& model, const std::vector
   const int bs = 16, V = model.config().n_vocab;
   int blocks = 1;
   for (const auto& p : prompts) blocks += static_cast<int>((p.size() + bs - 1) / bs);
-  model.backend().allocate_kv_cache(model.kv_cache_spec(bs, blocks, DType::F32));
+  // (Linear-attention layers: one state slot per sequence.)
+  const int states = model.has_linear_layers() ? static_cast<int>(prompts.size()) : 0;
+  model.backend().allocate_kv_cache(model.kv_cache_spec(bs, blocks, DType::F32, nullptr, states));
   BatchInfo b;
   std::vector<int32_t> rows;
   int32_t next_block = 1, row = 0;
@@ -87,6 +89,7 @@ std::vector<std::vector<float>> prefill_together(Model& model, const std::vector
     info.q_len = static_cast<int32_t>(prompts[s].size());
     info.ctx_len = info.q_len;
     info.lora_slot = slots[s];
+    info.state_slot = states > 0 ? static_cast<int32_t>(s) : -1;
     for (int32_t i = 0; i * bs < info.q_len; ++i) info.block_table.push_back(next_block++);
     for (int32_t pos = 0; pos < info.q_len; ++pos) {
       b.token_ids.push_back(prompts[s][static_cast<size_t>(pos)]);
@@ -157,9 +160,10 @@ std::vector<LoraCase> lora_cases() {
     // (c.gguf runs at llama.cpp's alpha / r, not peft's rsLoRA scale: no peft reference.)
     for (const char* a : {"a", "b"}) out.push_back({shape, a, true});
   }
-  // Phi-3's fused qkv_proj / gate_up_proj (B cut per target, A shared) and
-  // Gemma 4's own layer (PEFT folders only).
-  for (const char* shape : {"tiny-phi3", "tiny-gemma4"})
+  // Phi-3's fused qkv_proj / gate_up_proj (B cut per target, A shared),
+  // Gemma 4's own layer, and Qwen3.5's q_proj ([q | gate] per head) beside
+  // its linear-attention layers (PEFT folders only).
+  for (const char* shape : {"tiny-phi3", "tiny-gemma4", "tiny-qwen35"})
     for (const char* a : {"a", "b", "c"}) out.push_back({shape, a, false});
   return out;
 }
