@@ -292,8 +292,15 @@ std::optional<size_t> Scheduler::next_waiting() const {
   std::vector<size_t> eligible;
   const bool all = config_.max_loras == 0;
   if (!all) {
-    for (size_t i = 0; i < waiting_.size(); ++i)
-      if (lora_fits(*waiting_[i])) eligible.push_back(i);
+    std::vector<int32_t> running;  // the running adapters, once (not per waiting sequence)
+    for (const Sequence* s : running_)
+      if (s->lora_id != 0 && std::find(running.begin(), running.end(), s->lora_id) == running.end())
+        running.push_back(s->lora_id);
+    const bool room = static_cast<int32_t>(running.size()) < config_.max_loras;
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      const int32_t id = waiting_[i]->lora_id;
+      if (id == 0 || room || std::find(running.begin(), running.end(), id) != running.end()) eligible.push_back(i);
+    }
     if (eligible.empty()) return std::nullopt;
   }
   const auto index = [&](size_t i) { return all ? i : eligible[i]; };
