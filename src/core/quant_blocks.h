@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -89,6 +90,9 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
 // BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
 // Q8_K, IQ4_NL, IQ4_XS, MXFP4.
 void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
+// A [rows, cols] tensor of `type` (rows of dtype_row_bytes(type, cols)) as
+// float, row by row: host copies of weights (dense heads, LoRA adapters).
+std::vector<float> dequantize_rows_ref(DType type, const void* src, int64_t rows, int64_t cols);
 // Scalar reference quantizer (round to nearest, per-block scale search as in
 // the GGUF reference quantizers). Same types as above. Deterministic: the
 // same input gives the same bytes on every machine. Q2_K, Q3_K, IQ4_NL and

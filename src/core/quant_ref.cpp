@@ -819,6 +819,15 @@ static void check_row(DType type, int64_t n, const char* what) {
                 dtype_name(type), bs);
 }
 
+std::vector<float> dequantize_rows_ref(DType type, const void* src, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row_ref(type, static_cast<const uint8_t*>(src) + static_cast<size_t>(r) * row_bytes,
+                       out.data() + r * cols, cols);
+  return out;
+}
+
 void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
   check_row(type, n, "dequantize_row_ref");
   const int64_t nb = n / dtype_block_size(type);

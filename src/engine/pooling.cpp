@@ -159,13 +159,6 @@ void check_dense_chain(const std::vector<DenseLayer>& layers, const std::string&
                   where, k + 1, layers[k].in, layers[k - 1].out);
 }
 
-// A float matrix or vector as F32 (a Dense module's or a GGUF's tensor).
-std::vector<float> to_f32(DType type, const void* data, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  dequantize_row_ref(type, data, out.data(), n);
-  return out;
-}
-
 // A sentence-transformers Dense module: config.json (in_features,
 // out_features, bias, activation_function) and model.safetensors
 // (linear.weight [out, in], linear.bias).
@@ -198,7 +191,8 @@ DenseLayer st_dense(const fs::path& dir) {
       check_safetensors_entry_size(e, name, path);
       PAGELLM_CHECK(e.shape == shape, "'{}': {} has shape [{}], expected [{}]", path, name, fmt::join(e.shape, ", "),
                     fmt::join(shape, ", "));
-      return to_f32(safetensors_dtype(e.dtype, path), file.data() + e.begin, static_cast<int64_t>(e.elements));
+      return dequantize_rows_ref(safetensors_dtype(e.dtype, path), file.data() + e.begin, 1,
+                                 static_cast<int64_t>(e.elements));
     } catch (const json::exception& e) {
       throw Error(fmt::format("'{}': {}: {}", path, name, e.what()));
     }
@@ -223,11 +217,7 @@ std::vector<DenseLayer> gguf_dense(const GGUFFile& gguf) {
     DenseLayer l;
     l.in = static_cast<int32_t>(t->shape[0]);
     l.out = static_cast<int32_t>(t->shape[1]);
-    l.weight.resize(static_cast<size_t>(l.in) * l.out);
-    const size_t row_bytes = dtype_row_bytes(t->type, l.in);
-    for (int32_t o = 0; o < l.out; ++o)
-      dequantize_row_ref(t->type, t->data + static_cast<size_t>(o) * row_bytes,
-                         l.weight.data() + static_cast<size_t>(o) * l.in, l.in);
+    l.weight = dequantize_rows_ref(t->type, t->data, l.out, l.in);
     layers.push_back(std::move(l));
   }
   check_dense_chain(layers, gguf.path());

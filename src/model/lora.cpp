@@ -69,16 +69,6 @@ Place place_of(const std::string& gguf, const TensorSpec& spec, const ModelConfi
   return p;
 }
 
-// The tensor as F32, row-major [rows, cols].
-std::vector<float> to_f32(DType type, const void* data, int64_t rows, int64_t cols) {
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  const size_t row_bytes = dtype_row_bytes(type, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row_ref(type, static_cast<const uint8_t*>(data) + static_cast<size_t>(r) * row_bytes,
-                       out.data() + r * cols, cols);
-  return out;
-}
-
 // GGUF llama files keep Q/K rows permuted per head for adjacent-pair RoPE
 // (row 2i + j of a head is row j * hd/2 + i of the HF layout); to_gguf
 // applies that order to B's rows, else takes it back.
@@ -194,8 +184,9 @@ void read_peft(const std::string& dir, const ArchInfo& arch, const ModelConfig& 
     }
     check_safetensors_entry_size(e, key, st_path);
     PAGELLM_CHECK(e.shape.size() == 2, "'{}': tensor '{}' has {} dimensions, not 2", st_path, key, e.shape.size());
-    put(raw.pairs, p, is_a, to_f32(safetensors_dtype(e.dtype, st_path), file.data() + e.begin, e.shape[0], e.shape[1]),
-        e.shape[0], e.shape[1], fmt::format("tensor '{}'", key), st_path);
+    const DType type = safetensors_dtype(e.dtype, st_path);
+    put(raw.pairs, p, is_a, dequantize_rows_ref(type, file.data() + e.begin, e.shape[0], e.shape[1]), e.shape[0],
+        e.shape[1], fmt::format("tensor '{}'", key), st_path);
   }
 }
 
@@ -226,7 +217,7 @@ void read_gguf_lora(const std::string& path, const ArchInfo& arch, const ModelCo
     const Place p = place_of(base, *spec, c, fmt::format("tensor '{}'", t.name), path);
     PAGELLM_CHECK(t.shape.size() == 2, "'{}': tensor '{}' has {} dimensions, not 2", path, t.name, t.shape.size());
     // GGUF shapes list the row length first: A is [rank rows of `in`], B [out rows of `rank`].
-    put(raw.pairs, p, is_a, to_f32(t.type, t.data, t.shape[1], t.shape[0]), t.shape[1], t.shape[0],
+    put(raw.pairs, p, is_a, dequantize_rows_ref(t.type, t.data, t.shape[1], t.shape[0]), t.shape[1], t.shape[0],
         fmt::format("tensor '{}'", t.name), path);
     for (LoraTarget target : p.targets) {
       const std::string module = kTargetNames[static_cast<int>(target)];

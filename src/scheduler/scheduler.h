@@ -281,8 +281,10 @@ class Scheduler {
   // Index in waiting_ of the next one to admit, among those whose adapter may
   // run (lora_fits); nullopt: none may.
   std::optional<size_t> next_waiting() const;
-  // LoRA: whether seq's adapter is running, or a slot is free for it.
-  bool lora_fits(const Sequence& seq) const;
+  // LoRA: the distinct adapters of the running sequences, and whether seq's
+  // adapter is among them or a slot is free for it.
+  std::vector<int32_t> running_loras() const;
+  bool lora_fits(const Sequence& seq, const std::vector<int32_t>& running) const;
   PrefixMatch cached_prefix(const Sequence& seq) const;
   std::optional<SlotAllocation> allocate_admission(const Sequence& seq, const PrefixMatch& match, int32_t num_new);
   void admit(size_t waiting_index, int32_t num_cached, StepDecisions& step);

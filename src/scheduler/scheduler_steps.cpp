@@ -218,7 +218,7 @@ bool Scheduler::swap_out(Sequence* seq, StepDecisions& step) {
 void Scheduler::resume_swapped(StepDecisions& step) {
   while (!swapped_.empty() && step.budget > 0 && num_running() < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
-    if (!lora_fits(*seq)) break;
+    if (!lora_fits(*seq, running_loras())) break;
     const int32_t n =
         tokens_to_compute(token_limits(*seq), seq->num_tokens(), seq->num_computed_tokens, budget_for(*seq, step));
     if (n == 0 || !swap_in(seq, step)) break;
@@ -292,15 +292,9 @@ std::optional<size_t> Scheduler::next_waiting() const {
   std::vector<size_t> eligible;
   const bool all = config_.max_loras == 0;
   if (!all) {
-    std::vector<int32_t> running;  // the running adapters, once (not per waiting sequence)
-    for (const Sequence* s : running_)
-      if (s->lora_id != 0 && std::find(running.begin(), running.end(), s->lora_id) == running.end())
-        running.push_back(s->lora_id);
-    const bool room = static_cast<int32_t>(running.size()) < config_.max_loras;
-    for (size_t i = 0; i < waiting_.size(); ++i) {
-      const int32_t id = waiting_[i]->lora_id;
-      if (id == 0 || room || std::find(running.begin(), running.end(), id) != running.end()) eligible.push_back(i);
-    }
+    const std::vector<int32_t> running = running_loras();  // once, not per waiting sequence
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (lora_fits(*waiting_[i], running)) eligible.push_back(i);
     if (eligible.empty()) return std::nullopt;
   }
   const auto index = [&](size_t i) { return all ? i : eligible[i]; };
@@ -316,15 +310,18 @@ std::optional<size_t> Scheduler::next_waiting() const {
                              config_.composition == StepComposition::LengthAware));
 }
 
-bool Scheduler::lora_fits(const Sequence& seq) const {
-  if (config_.max_loras == 0 || seq.lora_id == 0) return true;
+std::vector<int32_t> Scheduler::running_loras() const {
   std::vector<int32_t> running;
-  for (const Sequence* s : running_) {
-    if (s->lora_id == seq.lora_id) return true;
+  for (const Sequence* s : running_)
     if (s->lora_id != 0 && std::find(running.begin(), running.end(), s->lora_id) == running.end())
       running.push_back(s->lora_id);
-  }
-  return static_cast<int32_t>(running.size()) < config_.max_loras;
+  return running;
+}
+
+bool Scheduler::lora_fits(const Sequence& seq, const std::vector<int32_t>& running) const {
+  if (config_.max_loras == 0 || seq.lora_id == 0) return true;
+  return static_cast<int32_t>(running.size()) < config_.max_loras ||
+         std::find(running.begin(), running.end(), seq.lora_id) != running.end();
 }
 
 // A sequence past its window recomputes through the window, not from cached
