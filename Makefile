@@ -31,7 +31,7 @@ FUZZ_DIR := build-fuzz
 # not ours to sanitize (the release build tests it).
 SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGELLM_OPENCL=OFF
 
-.PHONY: arm-test all setup setup-sanitizers build test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
+.PHONY: arm-test all setup setup-sanitizers build build-serve test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
 
 all: build
 
@@ -64,10 +64,15 @@ python-test: python-install
 
 test: unit-test e2e-test python-test
 
-generate: build
+# Serving needs the binary alone (it pulls in the backend plugins); the unit
+# tests, the C API and the fuzz targets are built by `make test`.
+build-serve: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target pagellm
+
+generate: build-serve
 	$(PAGELLM) generate -m "$$(cat $(BUILD_DIR)/default-model.txt)" -p "The capital of France is" -n 64 --temp 0
 
-serve: build
+serve: build-serve
 	$(PAGELLM) serve --model "$$(cat $(BUILD_DIR)/default-model.txt)" --host $(HOST) --port $(PORT)
 
 # ---- sanitizers and fuzzing
