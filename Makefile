@@ -31,12 +31,15 @@ FUZZ_DIR := build-fuzz
 # not ours to sanitize (the release build tests it).
 SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGELLM_OPENCL=OFF
 
-.PHONY: arm-test all setup setup-sanitizers build build-serve test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
+.PHONY: arm-test all setup setup-serve setup-sanitizers build build-serve test unit-test e2e-test python-install python-test serve generate clean sanitize tsan fuzz fuzz-build soak deploy-check
 
 all: build
 
 setup:
 	@tools/setup.sh
+
+setup-serve:
+	@tools/setup.sh serve
 
 setup-sanitizers:
 	@tools/setup.sh sanitizers
@@ -66,7 +69,7 @@ test: unit-test e2e-test python-test
 
 # Serving needs the binary alone (it pulls in the backend plugins); the unit
 # tests, the C API and the fuzz targets are built by `make test`.
-build-serve: setup $(BUILD_DIR)/build.ninja
+build-serve: setup-serve $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target pagellm
 
 generate: build-serve

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything pagellm needs on a fresh Debian 12 machine; safe to run
 # again (it only installs what is missing). Prints nothing else on success.
-#   tools/setup.sh              what `make serve` and `make test` need
+#   tools/setup.sh serve        what `make serve` needs (the build, the model)
+#   tools/setup.sh              also what only `make test` needs: Chromium and
+#                               its driver, lm-evaluation-harness's venv
 #   tools/setup.sh sanitizers   also clang, its sanitizer / libFuzzer runtimes and
 #                               llvm-symbolizer (make sanitize, tsan, fuzz)
 set -euo pipefail
@@ -15,7 +17,11 @@ APT_PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-venv python3-pip python3-dev curl ccache
 )
-if [ "${1:-}" = sanitizers ]; then
+mode=${1:-test}
+if [ "$mode" != serve ]; then
+  APT_PACKAGES+=(chromium chromium-driver)  # the web page's browser tests (tests/e2e/test_web_ui.py)
+fi
+if [ "$mode" = sanitizers ]; then
   # clang does not pull in libclang-rt (libFuzzer, its ASan); llvm brings the
   # unversioned llvm-symbolizer that turns sanitizer stacks into file:line.
   APT_PACKAGES+=(clang libclang-rt-14-dev llvm)
@@ -48,8 +54,8 @@ fi
 # lm-evaluation-harness (tests/e2e/test_lm_eval.py) in a venv of its own: the
 # pinned set it imports (tools/requirements-lm-eval.txt), without the extras
 # its package declares.
-if [ ! -x .venv-lm-eval/bin/lm_eval ] ||
-   ! cmp -s tools/requirements-lm-eval.txt .venv-lm-eval/.requirements.installed; then
+if [ "$mode" != serve ] && { [ ! -x .venv-lm-eval/bin/lm_eval ] ||
+   ! cmp -s tools/requirements-lm-eval.txt .venv-lm-eval/.requirements.installed; }; then
   echo "setup: installing lm-evaluation-harness into .venv-lm-eval (tools/requirements-lm-eval.txt)"
   python3 -m venv .venv-lm-eval
   .venv-lm-eval/bin/pip install -q --disable-pip-version-check --no-deps -r tools/requirements-lm-eval.txt

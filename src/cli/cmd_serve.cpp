@@ -31,6 +31,7 @@
 #include "server/http_server.h"
 #include "server/openai_server.h"
 #include "server/shutdown_signals.h"
+#include "server/web_ui.h"
 
 namespace pagellm::cli {
 namespace {
@@ -42,6 +43,7 @@ struct ServeFlags {
   int port = 8000;
   std::string api_key;
   std::string metrics_prefix = "pagellm";
+  bool no_webui = false;
   std::string chat_template;
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
@@ -177,6 +179,7 @@ int run_serve(const EngineFlags& engine_flags, const ServeFlags& f) {
   raise_open_file_limit(co.max_connections);
   server::HttpServer http(http_options, &api.http_counters());
   api.register_routes(http);
+  if (!f.no_webui) server::register_web_ui(http);
   http.bind();
 
   std::thread listener([&] {
@@ -252,6 +255,8 @@ Command register_serve(CLI::App& app) {
                   "or both")
       ->check(CLI::IsMember({"pagellm", "vllm", "both"}))
       ->capture_default_str();
+  sub->add_flag("--no-webui", f->no_webui,
+                "Do not serve the web page (chat playground and live metrics) at /");
   sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "Let the model decide to call tools (tool_choice auto); needs --tool-call-parser");
   sub->add_option("--tool-call-parser", f->tool_call_parser,

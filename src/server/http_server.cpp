@@ -111,6 +111,7 @@ std::string HttpServer::route_label(const std::string& path) const {
   if (methods_by_path_.count(path)) return path;
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
   if (path.starts_with("/v1/responses/")) return "/v1/responses/{id}";
+  if (path.starts_with("/ui/")) return "/ui/{file}";
   return "other";
 }
 
