@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 namespace pagellm::bench {
@@ -15,7 +16,8 @@ KvReport run_kv_report(Engine& engine, const KvReportOptions& o, const std::func
   for (int32_t i = 0; i < o.num_prompts; ++i) {
     EngineRequest r;
     r.id = std::to_string(i);
-    r.prompt_ids.resize(static_cast<size_t>(in_len(rng)));
+    // Room for at least one output token under a short --max-model-len.
+    r.prompt_ids.resize(static_cast<size_t>(std::min(in_len(rng), engine.max_model_len() - 1)));
     for (auto& t : r.prompt_ids) t = token(rng);
     r.params.temperature = 0;
     r.params.ignore_eos = true;

@@ -165,7 +165,7 @@ void OpenAIServer::responses(const httplib::Request& req, httplib::Response& res
   g.lora = lora;
   g.stream = r.stream;
 
-  ResponsesMeta meta{make_request_id("resp_"), static_cast<int64_t>(std::time(nullptr)), model_.name, r.store,
+  ResponsesMeta meta{make_request_id("resp_"), static_cast<int64_t>(std::time(nullptr)), reply_model_name(lora), r.store,
                      r.previous_response_id, r.echo};
   nlohmann::json items = r.input_items;
   for (size_t i = 0; i < items.size(); ++i)
@@ -272,7 +272,7 @@ void OpenAIServer::messages(const httplib::Request& req, httplib::Response& res)
     GenerationRequest g = parse_anthropic_chat(r, model_);
     g.lora = lora;
     g.stream = r.stream;
-    AnthropicMeta meta{make_request_id("msg_"), model_.name, static_cast<int64_t>(g.prompts.front().ids.size())};
+    AnthropicMeta meta{make_request_id("msg_"), reply_model_name(lora), static_cast<int64_t>(g.prompts.front().ids.size())};
     auto make_renderer = [meta] {
       auto s = std::make_shared<AnthropicStream>(meta);
       return TurnRenderer{[s](const ChatTurn& t) { return s->begin(t); },

@@ -130,7 +130,7 @@ void OpenAIServer::generate(const httplib::Request& req, httplib::Response& res,
   g.lora = lora;
 
   ResponseMeta meta{make_request_id(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
-                    model_.name, chat};
+                    reply_model_name(lora), chat};
   std::vector<std::string> echo;
   if (g.echo)
     for (const PromptInput& p : g.prompts) echo.push_back(p.text);

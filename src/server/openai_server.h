@@ -67,6 +67,8 @@ class OpenAIServer {
  private:
   friend class ActiveRequest;
   void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // A reply's `model`: the adapter the request named, as vLLM answers, else the served name.
+  const std::string& reply_model_name(const std::string& lora) const { return lora.empty() ? model_.name : lora; }
   // server/chat_dialects.cpp: requests translated into a chat request, replies in their API's shapes.
   void responses(const httplib::Request& req, httplib::Response& res);
   void get_response(const httplib::Request& req, httplib::Response& res);
