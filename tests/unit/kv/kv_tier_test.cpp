@@ -216,6 +216,23 @@ TEST(DiskKvTier, AFolderThatCannotBeCreatedIsAnError) {
   EXPECT_THROW(DiskKvTier(d.path() / "a-file" / "kv", 1 << 20, kFp, kBs, kPayload), Error);
 }
 
+TEST(DiskKvTier, AFailedWriteStopsStoringAndReadsGoOn) {
+  TempDir d;
+  DiskKvTier t = open_disk(d);
+  ASSERT_TRUE(t.put(block(1)));
+  // The folder is gone and a file is in its place: every write fails (as on a full disk).
+  const fs::path saved = d.path() / "saved";
+  fs::rename(t.folder(), saved);
+  std::ofstream(t.folder()) << "x";
+  EXPECT_FALSE(t.put(block(2)));
+  EXPECT_FALSE(t.writable());
+  EXPECT_EQ(t.stats().write_errors, 1);
+  fs::remove(t.folder());
+  fs::rename(saved, t.folder());
+  EXPECT_FALSE(t.put(block(3))) << "stays off";
+  EXPECT_TRUE(t.get(block(1).key, block(1).tokens));
+}
+
 TEST(KvOffload, AnUnusableDiskTierIsLeftOutWithServingGoingOn) {
   TempDir d;
   std::ofstream(d.path() / "a-file") << "x";
