@@ -45,21 +45,34 @@ class Fold {
   uint64_t a_, b_;
 };
 
+// Reads n bytes at `at` into buf and folds them in.
+void fold_range(std::FILE* file, uint64_t at, size_t n, std::vector<uint8_t>& buf, Fold& f) {
+  buf.resize(n);
+  if (std::fseek(file, static_cast<long>(at), SEEK_SET) != 0) return f.add(~uint64_t{0});
+  f.add(at);
+  f.add_bytes(buf.data(), std::fread(buf.data(), 1, n, file));
+}
+
+// A file's size and modification time, its first and last MiB, and 64
+// pages spread over the rest: a model with other weights of the same shapes
+// differs in them, and a file that is replaced gets a new time (a copy then
+// starts from an empty tier, never from another model's blocks).
 uint64_t file_fingerprint(const fs::path& p) {
-  constexpr size_t kPart = size_t{1} << 20;
+  constexpr uint64_t kPart = uint64_t{1} << 20, kPage = 4096, kSamples = 64;
   std::error_code ec;
   const uint64_t size = fs::file_size(p, ec);
   if (ec) return 0;
   Fold f(size);
-  std::vector<uint8_t> buf(kPart);
+  f.add(static_cast<uint64_t>(fs::last_write_time(p, ec).time_since_epoch().count()));
+  std::vector<uint8_t> buf;
   if (std::FILE* file = std::fopen(p.c_str(), "rb")) {
-    size_t n = std::fread(buf.data(), 1, kPart, file);
-    f.add_bytes(buf.data(), n);
-    if (size > kPart) {
-      const uint64_t tail_at = size - std::min<uint64_t>(size - kPart, kPart);
-      std::fseek(file, static_cast<long>(tail_at), SEEK_SET);
-      n = std::fread(buf.data(), 1, kPart, file);
-      f.add_bytes(buf.data(), n);
+    fold_range(file, 0, static_cast<size_t>(std::min(size, kPart)), buf, f);
+    if (size > 2 * kPart) {
+      fold_range(file, size - kPart, kPart, buf, f);
+      for (uint64_t i = 1; i <= kSamples; ++i)
+        fold_range(file, kPart + (size - 2 * kPart - kPage) / (kSamples + 1) * i, kPage, buf, f);
+    } else if (size > kPart) {
+      fold_range(file, kPart, static_cast<size_t>(size - kPart), buf, f);
     }
     std::fclose(file);
   }
@@ -97,6 +110,9 @@ TierKey engine_kv_fingerprint(const EngineConfig& c, const KVCacheSpec& spec, co
     f.add(path_fingerprint(c.model));
   }
   f.add(path_fingerprint(c.tokenizer));
+  f.add(c.hf_overrides);
+  f.add(static_cast<uint64_t>(c.lora.max_lora_rank));  // (an adapter's blocks: its files' fingerprint in the root)
+  f.add(c.lora.dtype ? static_cast<uint64_t>(*c.lora.dtype) + 1 : 0);
   f.add(static_cast<uint64_t>(spec.dtype));
   f.add(static_cast<uint64_t>(spec.block_size));
   f.add(static_cast<uint64_t>(spec.n_layers));

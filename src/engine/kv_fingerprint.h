@@ -13,16 +13,16 @@
 
 namespace pagellm {
 
-// A file's or folder's identity by content: its size and hashes of its first
-// and last MiB (a folder: each regular file in it, by name). Copies agree;
-// any edit to a model file's metadata or tensors changes one of those.
-// 0 for a path that does not exist.
+// A file's or folder's identity: its size, modification time and hashes of
+// its first and last MiB and of 64 pages spread between (a folder: each
+// regular file in it, by name). 0 for a path that does not exist.
 uint64_t path_fingerprint(const std::string& path);
 
 // The engine's fingerprint: the model (its files, or the dummy shape and
-// type), the tokenizer, the KV cache's spec (dtype, block size, layer slots,
-// heads, groups), the backend and its options (threads aside), the kernel
-// level (PAGELLM_ISA) and max_model_len (LongRoPE picks its factors by it).
+// type), the tokenizer, --hf-overrides, the LoRA slots' rank and dtype, the
+// KV cache's spec (dtype, block size, layer slots, heads, groups), the
+// backend and its options (threads aside), the kernel level (PAGELLM_ISA)
+// and max_model_len (LongRoPE picks its factors by it).
 TierKey engine_kv_fingerprint(const EngineConfig& config, const KVCacheSpec& spec, const std::vector<KvGroup>& groups,
                               int32_t max_model_len, const std::string& backend_name);
 

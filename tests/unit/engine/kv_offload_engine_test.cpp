@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/kv_fingerprint.h"
 #include "engine_test_util.h"
 #include "kv/kv_sizing.h"
 
@@ -245,6 +246,23 @@ TEST(KvOffloadEngine, AnUnwritableFolderLeavesServingAsItWas) {
   EXPECT_FALSE(e.stats().kv_tier.enabled);
   const auto ps = prompts(1, e.model_config().n_vocab);
   EXPECT_EQ(run_rounds(e, ps, 0, 1).size(), 1u);
+}
+
+TEST(KvFingerprint, SameShapedModelFilesWithOtherWeightsDiffer) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  std::string data(size_t{8} << 20, 'a');
+  const fs::path a = dir.path() / "a.gguf", b = dir.path() / "b.gguf";
+  std::ofstream(a, std::ios::binary) << data;
+  std::fill(data.begin() + (3 << 20), data.begin() + (4 << 20), 'b');  // other weights in the middle
+  std::ofstream(b, std::ios::binary) << data;
+  fs::last_write_time(b, fs::last_write_time(a));
+  EXPECT_NE(path_fingerprint(a.string()), path_fingerprint(b.string()));
+  fs::copy_file(a, b, fs::copy_options::overwrite_existing);
+  fs::last_write_time(b, fs::last_write_time(a));
+  EXPECT_EQ(path_fingerprint(a.string()), path_fingerprint(b.string()));
+  EXPECT_NE(path_fingerprint(a.string()), 0u);
+  EXPECT_EQ(path_fingerprint((dir.path() / "none").string()), 0u);
 }
 
 TEST(KvOffloadEngine, IsOffWhereBlocksAreNotCachedByPrefix) {
