@@ -248,6 +248,51 @@ TEST(KvOffloadEngine, AnUnwritableFolderLeavesServingAsItWas) {
   EXPECT_EQ(run_rounds(e, ps, 0, 1).size(), 1u);
 }
 
+// Batch invariance with tier hits mixed in: after a restart, prompts whose
+// prefixes load from disk run in one batch with fresh ones, prompts sharing
+// a head with them and n > 1 samples; each output is the output alone.
+TEST(KvOffloadEngine, TierHitsMixedIntoABatchChangeNoOutput) {
+  EngineConfig plain = small_pool_config();
+  size_pool(plain, 48);
+  std::vector<std::vector<int32_t>> ps;
+  {
+    Engine probe(plain);
+    ps = prompts(6, probe.model_config().n_vocab);
+  }
+  // Prompts 4 and 5 share the first 100 tokens of prompts 0 and 1.
+  std::copy(ps[0].begin(), ps[0].begin() + 100, ps[4].begin());
+  std::copy(ps[1].begin(), ps[1].begin() + 100, ps[5].begin());
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < ps.size(); ++i) reqs.push_back(test::make_request("b" + std::to_string(i), ps[i], 12));
+  reqs[3].params.n = 2;
+  reqs[3].params.temperature = 0.8f;
+  reqs[3].params.seed = 7;
+  std::map<std::string, std::vector<test::Result>> alone;
+  for (const EngineRequest& r : reqs) {
+    Engine e(plain);
+    e.add_request(r);
+    alone[r.id] = test::run_all(e).at(r.id);
+  }
+  TempDir dir;
+  EngineConfig tiered = plain;
+  tiered.kv_offload_dir = dir.str();
+  {
+    Engine warm(tiered);
+    run_rounds(warm, {ps[0], ps[1], ps[2]}, 0, 1);
+  }
+  Engine e(tiered);
+  for (const EngineRequest& r : reqs) e.add_request(r);
+  const test::Results together = test::run_all(e);
+  for (const EngineRequest& r : reqs) {
+    ASSERT_EQ(together.at(r.id).size(), alone.at(r.id).size()) << r.id;
+    for (size_t k = 0; k < alone.at(r.id).size(); ++k)
+      EXPECT_EQ(together.at(r.id)[k].tokens, alone.at(r.id)[k].tokens) << r.id << " sample " << k;
+  }
+  EXPECT_GE(e.stats().kv_tier.hit_tokens, 3 * 128);
+  EXPECT_EQ(e.stats().kv.used_blocks, 0);
+  e.check_invariants();
+}
+
 TEST(KvFingerprint, SameShapedModelFilesWithOtherWeightsDiffer) {
   TempDir dir;
   fs::create_directories(dir.path());
