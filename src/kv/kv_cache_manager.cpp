@@ -565,6 +565,9 @@ KVCacheStats KVCacheManager::stats() const {
         }
       }
     }
+    // A pinned prefix's blocks (the offload tier's, for a waiting sequence) are full.
+    for (const auto& [pin, blocks] : pins_)
+      for (BlockId b : blocks) filled[b] = bs;
     int64_t held = 0;
     for (int32_t f : filled) held += std::max(f, 0);
     const int64_t slots = int64_t{st.used_blocks} * bs;

@@ -58,6 +58,8 @@ TEST(KvImport, AnImportedPrefixIsFoundByTheNextMatch) {
   ASSERT_EQ(imp.fills.size(), 5u);
   EXPECT_GE(imp.pin, 0);
   EXPECT_EQ(kv.num_pinned_blocks(), 5);
+  EXPECT_EQ(kv.stats().used_blocks, 5);
+  EXPECT_EQ(kv.stats().fragmentation, 0.0) << "pinned blocks are full";
   kv.check_invariants();
   const PrefixMatch m = kv.match_prefix(tokens);
   ASSERT_EQ(m.num_tokens, 80);
