@@ -18,6 +18,9 @@ namespace {
 // A pinned prefix whose sequence is not admitted within this many of its
 // scheduler's steps goes back to the pool's LRU (it stays findable there).
 constexpr int32_t kMaxPinSteps = 32;
+// Preempted sequences this close to the head of the waiting queue have
+// their lost blocks loaded back.
+constexpr int32_t kPrefetchDepth = 4;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -131,7 +134,21 @@ void PrefixTier::store_committed(Scheduler& scheduler, int32_t block_shift, cons
 }
 
 bool PrefixTier::begin_load(Sequence& seq, const Scheduler& scheduler, int32_t ve) {
-  const KVCacheManager& kv = scheduler.kv();
+  return start_load(seq, scheduler.kv(), ve, false);
+}
+
+void PrefixTier::prefetch_preempted(const Scheduler& scheduler, int32_t ve) {
+  int32_t looked = 0;
+  for (Sequence* seq : scheduler.waiting()) {
+    if (++looked > kPrefetchDepth) break;
+    if (seq->status != SeqStatus::Preempted || pins_.count(seq->id) ||
+        std::any_of(loads_.begin(), loads_.end(), [&](const Load& l) { return l.seq == seq; }))
+      continue;
+    start_load(*seq, scheduler.kv(), ve, true);
+  }
+}
+
+bool PrefixTier::start_load(Sequence& seq, const KVCacheManager& kv, int32_t ve, bool resident) {
   if (seq.needs_every_prompt_position() || !kv.prefix_caching()) return false;
   const int32_t bs = block_size_;
   const int32_t limit = (seq.num_tokens() - 1) / bs;  // the last token is always computed
@@ -153,6 +170,7 @@ bool PrefixTier::begin_load(Sequence& seq, const Scheduler& scheduler, int32_t v
   load.seq = &seq;
   load.ve = ve;
   load.max_blocks = n;
+  load.resident = resident;
   std::vector<TierBlock> want;
   auto ask = [&](int g, int32_t i) {
     TierBlock b;
@@ -180,6 +198,8 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
       still.push_back(std::move(l));
       continue;
     }
+    // A preempted sequence admitted before its load was done computed the blocks itself.
+    if (l.resident && l.seq->status != SeqStatus::Preempted) continue;
     Scheduler& s = *schedulers[static_cast<size_t>(l.ve)];
     std::map<std::pair<int, int32_t>, const TierBlock*> got;
     for (size_t k = 0; k < l.job->blocks.size(); ++k)
@@ -197,8 +217,11 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
     }
     st_.imported_blocks += static_cast<int64_t>(imp.fills.size());
     st_.copy_in_seconds += seconds_since(t);
-    if (imp.pin >= 0) pins_[l.seq->id] = Pin{l.seq, l.ve, imp.pin, 0};
-    ready.push_back(l.seq);
+    if (imp.pin >= 0) {
+      if (auto old = pins_.find(l.seq->id); old != pins_.end()) s.unpin_prefix(old->second.pin);
+      pins_[l.seq->id] = Pin{l.seq, l.ve, imp.pin, 0};
+    }
+    if (!l.resident) ready.push_back(l.seq);
   }
   loads_ = std::move(still);
   return ready;
@@ -216,7 +239,8 @@ void PrefixTier::wait_for_load(int milliseconds) const {
 void PrefixTier::after_schedule(Scheduler& scheduler, int32_t ve) {
   for (auto it = pins_.begin(); it != pins_.end();) {
     Pin& p = it->second;
-    if (p.ve == ve && (p.seq->status != SeqStatus::Waiting || ++p.steps > kMaxPinSteps)) {
+    const bool waits = p.seq->status == SeqStatus::Waiting || p.seq->status == SeqStatus::Preempted;
+    if (p.ve == ve && (!waits || ++p.steps > kMaxPinSteps)) {
       scheduler.unpin_prefix(p.pin);
       it = pins_.erase(it);
     } else {

@@ -293,6 +293,35 @@ TEST(KvOffloadEngine, TierHitsMixedIntoABatchChangeNoOutput) {
   e.check_invariants();
 }
 
+// Preemption under a pool too small for the running sequences: a preempted
+// sequence's blocks that the pool lost while it waited come back from the
+// tier before it runs again, and the outputs are those without the tier.
+TEST(KvOffloadEngine, APreemptedSequenceGetsItsLostBlocksBack) {
+  EngineConfig plain = small_pool_config();
+  size_pool(plain, 20);
+  std::vector<EngineRequest> reqs;
+  {
+    Engine probe(plain);
+    const auto ps = prompts(3, probe.model_config().n_vocab);
+    for (size_t i = 0; i < ps.size(); ++i) reqs.push_back(test::make_request("x" + std::to_string(i), ps[i], 100));
+  }
+  auto run = [&](const EngineConfig& c) {
+    Engine e(c);
+    for (const EngineRequest& r : reqs) e.add_request(r);
+    auto out = test::run_all(e);
+    EXPECT_EQ(e.stats().kv.used_blocks, 0);
+    return std::make_pair(out, e.stats());
+  };
+  const auto [base, base_stats] = run(plain);
+  EngineConfig tiered = plain;
+  tiered.kv_offload_host_bytes = int64_t{64} << 20;
+  const auto [got, stats] = run(tiered);
+  for (const EngineRequest& r : reqs) EXPECT_EQ(got.at(r.id)[0].tokens, base.at(r.id)[0].tokens) << r.id;
+  EXPECT_GT(stats.metrics.num_preemptions, 0) << "the pool should force preemption";
+  EXPECT_GT(stats.kv_tier.hit_tokens, 0);
+  EXPECT_GT(stats.metrics.prefix_cache_hits, base_stats.metrics.prefix_cache_hits);
+}
+
 TEST(KvFingerprint, SameShapedModelFilesWithOtherWeightsDiffer) {
   TempDir dir;
   fs::create_directories(dir.path());
