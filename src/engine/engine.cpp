@@ -335,7 +335,7 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
   const int64_t t_propose = ThreadPool::now_ns();
   if (drafts_) drafts_->propose(scheduler);
   const int64_t t_start = ThreadPool::now_ns();
-  if (prefix_tier_) prefix_tier_->prefetch_preempted(scheduler, ve);
+  if (prefix_tier_) prefix_tier_->prefetch_waiting(scheduler, ve);
   InFlight f;
   f.ve = ve;
   f.plan = [&] {

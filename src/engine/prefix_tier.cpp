@@ -18,8 +18,8 @@ namespace {
 // A pinned prefix whose sequence is not admitted within this many of its
 // scheduler's steps goes back to the pool's LRU (it stays findable there).
 constexpr int32_t kMaxPinSteps = 32;
-// Preempted sequences this close to the head of the waiting queue have
-// their lost blocks loaded back.
+// Sequences this close to the head of a scheduler's waiting queue have
+// blocks the pool lacks loaded from the tier.
 constexpr int32_t kPrefetchDepth = 4;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -137,11 +137,15 @@ bool PrefixTier::begin_load(Sequence& seq, const Scheduler& scheduler, int32_t v
   return start_load(seq, scheduler.kv(), ve, false);
 }
 
-void PrefixTier::prefetch_preempted(const Scheduler& scheduler, int32_t ve) {
+bool PrefixTier::waits(const Sequence& seq) {
+  return seq.status == SeqStatus::Waiting || seq.status == SeqStatus::Preempted;
+}
+
+void PrefixTier::prefetch_waiting(const Scheduler& scheduler, int32_t ve) {
   int32_t looked = 0;
   for (Sequence* seq : scheduler.waiting()) {
     if (++looked > kPrefetchDepth) break;
-    if (seq->status != SeqStatus::Preempted || pins_.count(seq->id) ||
+    if (!waits(*seq) || pins_.count(seq->id) ||
         std::any_of(loads_.begin(), loads_.end(), [&](const Load& l) { return l.seq == seq; }))
       continue;
     start_load(*seq, scheduler.kv(), ve, true);
@@ -198,8 +202,8 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
       still.push_back(std::move(l));
       continue;
     }
-    // A preempted sequence admitted before its load was done computed the blocks itself.
-    if (l.resident && l.seq->status != SeqStatus::Preempted) continue;
+    // A sequence admitted before its load was done computed the blocks itself.
+    if (l.resident && !waits(*l.seq)) continue;
     Scheduler& s = *schedulers[static_cast<size_t>(l.ve)];
     std::map<std::pair<int, int32_t>, const TierBlock*> got;
     for (size_t k = 0; k < l.job->blocks.size(); ++k)
@@ -239,8 +243,7 @@ void PrefixTier::wait_for_load(int milliseconds) const {
 void PrefixTier::after_schedule(Scheduler& scheduler, int32_t ve) {
   for (auto it = pins_.begin(); it != pins_.end();) {
     Pin& p = it->second;
-    const bool waits = p.seq->status == SeqStatus::Waiting || p.seq->status == SeqStatus::Preempted;
-    if (p.ve == ve && (!waits || ++p.steps > kMaxPinSteps)) {
+    if (p.ve == ve && (!waits(*p.seq) || ++p.steps > kMaxPinSteps)) {
       scheduler.unpin_prefix(p.pin);
       it = pins_.erase(it);
     } else {

@@ -15,8 +15,9 @@
 // added; its admission then finds them as prefix-cache hits (cached_tokens
 // counts them). The imported blocks stay pinned until the sequence is
 // admitted (or a few dozen steps pass), and pins hold at most half the pool.
-// A preempted sequence near the head of the waiting queue gets the blocks the
-// pool lost since loaded back the same way, while it stays in the queue.
+// A sequence near the head of a scheduler's waiting queue (preempted, or an
+// n > 1 sample waiting for a seat) gets the blocks the pool lacks loaded the
+// same way, while it stays in the queue.
 #pragma once
 
 #include <cstdint>
@@ -49,11 +50,12 @@ class PrefixTier {
   // A sequence about to be added: true when part of its prefix is loading
   // (the engine adds it once take_ready() returns it).
   bool begin_load(Sequence& seq, const Scheduler& scheduler, int32_t ve);
-  // Before scheduler ve plans a step: preempted sequences near the head of
-  // its waiting queue (they stay there) have the blocks the pool lost since
-  // loaded and imported, pinned, so that their re-admission finds them. One
-  // admitted before its load is done computes them as before.
-  void prefetch_preempted(const Scheduler& scheduler, int32_t ve);
+  // Before scheduler ve plans a step: sequences near the head of its waiting
+  // queue (preempted ones, n > 1 samples waiting for a seat; they stay
+  // there) have the blocks of their prefix that the pool lacks and the tier
+  // holds loaded and imported, pinned, so that their admission finds them.
+  // One admitted before its load is done computes them as before.
+  void prefetch_waiting(const Scheduler& scheduler, int32_t ve);
   // Sequences whose loads are done, their blocks imported into their
   // scheduler's pool and filled: add them now.
   std::vector<Sequence*> take_ready(std::span<const std::unique_ptr<Scheduler>> schedulers,
@@ -77,7 +79,8 @@ class PrefixTier {
   std::vector<TierKey> chain_keys(const Sequence& seq, int32_t n);
   void extend_chain(const Sequence& seq, int32_t n, std::vector<TierKey>& chain);
   uint64_t adapter_fingerprint(int32_t lora_id);
-  // resident: the sequence stays in its scheduler (preempted); else it joins once loaded.
+  static bool waits(const Sequence& seq);  // waiting or preempted: not admitted (yet)
+  // resident: the sequence stays in its scheduler; else it joins it once loaded.
   bool start_load(Sequence& seq, const KVCacheManager& kv, int32_t ve, bool resident);
 
   struct Load {
@@ -86,7 +89,7 @@ class PrefixTier {
     int32_t max_blocks = 0;
     std::shared_ptr<TierLoad> job;
     std::vector<int32_t> index;  // each job block's place in the sequence
-    bool resident = false;       // a preempted sequence, waiting in its scheduler
+    bool resident = false;       // the sequence waits in its scheduler (prefetch_waiting)
   };
   struct Pin {
     const Sequence* seq = nullptr;
