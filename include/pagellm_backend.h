@@ -88,6 +88,7 @@ enum {
   PGLB_FEATURE_NON_CAUSAL_ATTENTION = 1u << 10,  /* pglb_attention_params.non_causal (encoders: BERT) */
   /* pglb_attention_params.non_causal with a sliding_window: keys at |p - j| < sliding_window (EmbeddingGemma) */
   PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION = 1u << 11,
+  PGLB_FEATURE_KV_BLOCK_IO = 1u << 12,      /* stream read_kv_blocks / write_kv_blocks (the KV offload tier) */
 };
 
 /* Backend-specific settings ("threads" = "2"), parallel arrays of strings.
@@ -551,6 +552,13 @@ typedef struct pglb_stream_iface {
   pglb_status (*event_wait)(pglb_stream* s, pglb_event* e);
   /* PGLB_FEATURE_LINEAR_ATTENTION: whole state slots (a forked sequence's). */
   pglb_status (*copy_states)(pglb_stream* s, const pglb_block_pair* pairs, size_t n);
+  /* PGLB_FEATURE_KV_BLOCK_IO: whole KV blocks as bytes in host memory, the
+   * KV spec's bytes per block each (every layer slot's K, V and int8 scales,
+   * in the device's own order), back to back in the blocks' order. Done when
+   * the call returns. Writing a block's bytes back into any block gives it
+   * the same contents. */
+  pglb_status (*read_kv_blocks)(pglb_stream* s, const int32_t* blocks, size_t n, void* dst);
+  pglb_status (*write_kv_blocks)(pglb_stream* s, const int32_t* blocks, size_t n, const void* src);
 } pglb_stream_iface;
 
 typedef struct pglb_device_iface {

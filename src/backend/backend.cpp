@@ -13,6 +13,12 @@ namespace pagellm {
 void Backend::allocate_swap_space(int) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_out(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
 void Backend::swap_in(const BlockPairs&) { fail("the {} backend cannot swap KV blocks to host memory", name()); }
+void Backend::read_kv_blocks(std::span<const int32_t>, uint8_t*) {
+  fail("the {} backend cannot copy KV blocks to host memory", name());
+}
+void Backend::write_kv_blocks(std::span<const int32_t>, const uint8_t*) {
+  fail("the {} backend cannot copy KV blocks from host memory", name());
+}
 void Backend::set_deterministic(bool on) {
   if (on) fail("the {} backend has no deterministic mode (its results may depend on batch and thread count)", name());
 }

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -302,6 +303,7 @@ enum class Feature {
   KvLayerShapes,  // KVCacheSpec::layer_kv_heads / layer_head_dim
   NonCausalAttention,  // AttentionConfig::non_causal
   SymmetricWindowAttention,  // AttentionConfig::non_causal with a sliding_window (EmbeddingGemma)
+  KvBlockIO,  // read_kv_blocks / write_kv_blocks (the KV offload tier)
 };
 
 // (source, destination) block pairs.
@@ -374,6 +376,14 @@ class Backend {
   virtual void allocate_swap_space(int num_blocks);
   virtual void swap_out(const BlockPairs& device_to_host);
   virtual void swap_in(const BlockPairs& host_to_device);
+  // The KV offload tier (Feature::KvBlockIO): whole blocks as bytes in host
+  // memory, kv_cache_spec().bytes_per_block() each, in the backend's own
+  // order (every layer slot's K, V and int8 scales), back to back in the
+  // blocks' order. Synchronous: dst is filled (the blocks written) when the
+  // call returns. Reading a block and writing the bytes back into any block
+  // gives it the same contents, bit for bit.
+  virtual void read_kv_blocks(std::span<const int32_t> blocks, uint8_t* dst);
+  virtual void write_kv_blocks(std::span<const int32_t> blocks, const uint8_t* src);
 
   // ---- the step's batch (see the top of this file). The caller keeps
   // `batch` alive and unchanged until the next set_batch (a host backend may

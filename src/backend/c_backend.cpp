@@ -175,6 +175,7 @@ class CBackend final : public Backend {
       case Feature::KvLayerShapes: bit = PGLB_FEATURE_KV_LAYER_SHAPES; break;
       case Feature::NonCausalAttention: bit = PGLB_FEATURE_NON_CAUSAL_ATTENTION; break;
       case Feature::SymmetricWindowAttention: bit = PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION; break;
+      case Feature::KvBlockIO: bit = PGLB_FEATURE_KV_BLOCK_IO; break;
     }
     return (features_ & bit) != 0;
   }
@@ -293,6 +294,14 @@ class CBackend final : public Backend {
     if (!supports(Feature::LinearAttention) || !d_->si.copy_states) return Backend::copy_states(src_dst);
     const auto p = pairs(src_dst);
     d_->check(d_->si.copy_states(d_->stream, p.data(), p.size()), "copy_states");
+  }
+  void read_kv_blocks(std::span<const int32_t> blocks, uint8_t* dst) override {
+    if (!supports(Feature::KvBlockIO) || !d_->si.read_kv_blocks) return Backend::read_kv_blocks(blocks, dst);
+    d_->check(d_->si.read_kv_blocks(d_->stream, blocks.data(), blocks.size(), dst), "read_kv_blocks");
+  }
+  void write_kv_blocks(std::span<const int32_t> blocks, const uint8_t* src) override {
+    if (!supports(Feature::KvBlockIO) || !d_->si.write_kv_blocks) return Backend::write_kv_blocks(blocks, src);
+    d_->check(d_->si.write_kv_blocks(d_->stream, blocks.data(), blocks.size(), src), "write_kv_blocks");
   }
   void allocate_swap_space(int num_blocks) override {
     if (!supports(Feature::SwapToHost) || !d_->di.swap_allocate) return Backend::allocate_swap_space(num_blocks);

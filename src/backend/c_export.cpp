@@ -282,6 +282,7 @@ uint64_t x_features(pglb_device* d) {
     if (be.supports(Feature::KvLayerShapes)) bits |= PGLB_FEATURE_KV_LAYER_SHAPES;
     if (be.supports(Feature::NonCausalAttention)) bits |= PGLB_FEATURE_NON_CAUSAL_ATTENTION;
     if (be.supports(Feature::SymmetricWindowAttention)) bits |= PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION;
+    if (be.supports(Feature::KvBlockIO)) bits |= PGLB_FEATURE_KV_BLOCK_IO;
   });
   return bits;
 }
@@ -468,6 +469,12 @@ pglb_status s_swap_in(pglb_stream* s, const pglb_block_pair* p, size_t n) {
 pglb_status s_copy_states(pglb_stream* s, const pglb_block_pair* p, size_t n) {
   return guarded(dev(s), [&] { dev(s)->be->copy_states(pairs_of(p, n)); });
 }
+pglb_status s_read_kv_blocks(pglb_stream* s, const int32_t* blocks, size_t n, void* dst) {
+  return guarded(dev(s), [&] { dev(s)->be->read_kv_blocks({blocks, n}, static_cast<uint8_t*>(dst)); });
+}
+pglb_status s_write_kv_blocks(pglb_stream* s, const int32_t* blocks, size_t n, const void* src) {
+  return guarded(dev(s), [&] { dev(s)->be->write_kv_blocks({blocks, n}, static_cast<const uint8_t*>(src)); });
+}
 pglb_status s_event_record(pglb_stream*, pglb_event*) { return PGLB_OK; }
 pglb_status s_event_wait(pglb_stream*, pglb_event*) { return PGLB_OK; }  // one queue: already in order
 
@@ -559,7 +566,8 @@ constexpr pglb_device_iface kDeviceTable = {
     x_event_create, x_event_synchronize, x_event_destroy, x_set_profiling, x_profile_report};
 constexpr pglb_stream_iface kStreamTable = {
     sizeof(pglb_stream_iface), s_copy_from_host, s_copy_to_host, s_synchronize, s_set_batch, s_enqueue,
-    s_copy_blocks, s_swap_out, s_swap_in, s_event_record, s_event_wait, s_copy_states};
+    s_copy_blocks, s_swap_out, s_swap_in, s_event_record, s_event_wait, s_copy_states, s_read_kv_blocks,
+    s_write_kv_blocks};
 constexpr pglb_comm_iface kCommTable = {sizeof(pglb_comm_iface), c_unique_id, c_init, c_destroy, c_all_reduce_sum,
                                         c_all_gather, c_broadcast, c_send, c_recv};
 

@@ -300,6 +300,33 @@ const std::vector<EngineArg> kEngineArgs = {
      .default_text = "true",
      .help = "Reuse KV blocks of identical prompt prefixes (default on)",
      .apply = [](EngineArgs& a, const json& v) { a.config.enable_prefix_caching = v.get<bool>(); }},
+    {.name = "kv-offload-host-gb",
+     .type = T::Float,
+     .default_text = "0",
+     .min_f = 0,
+     .max_f = 1 << 20,
+     .help = "KV offload tier in host memory, GiB (0: off): full prefix blocks are copied there as they are "
+             "computed and loaded back when a prompt's prefix is no longer in the KV cache",
+     .apply =
+         [](EngineArgs& a, const json& v) {
+           a.config.kv_offload_host_bytes = static_cast<int64_t>(v.get<double>() * static_cast<double>(int64_t{1} << 30));
+         }},
+    {.name = "kv-offload-dir",
+     .type = T::Text,
+     .help = "KV offload tier on disk: a folder for full prefix blocks (one file each, checksummed), kept across "
+             "restarts of the same model and settings",
+     .apply = [](EngineArgs& a, const json& v) { a.config.kv_offload_dir = v.get<std::string>(); }},
+    {.name = "kv-offload-disk-gb",
+     .type = T::Float,
+     .default_text = "10",
+     .min_f = 0,
+     .max_f = 1 << 24,
+     .open_min = true,
+     .help = "Size bound of the disk tier (--kv-offload-dir), GiB; least recently used blocks are deleted first",
+     .apply =
+         [](EngineArgs& a, const json& v) {
+           a.config.kv_offload_disk_bytes = static_cast<int64_t>(v.get<double>() * static_cast<double>(int64_t{1} << 30));
+         }},
     {.name = "hybrid-kv-cache-manager",
      .negation = "disable-hybrid-kv-cache-manager",
      .type = T::Bool,

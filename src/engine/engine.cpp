@@ -15,6 +15,7 @@
 #include "engine/draft_planner.h"
 #include "engine/engine_builder.h"
 #include "engine/output_processor.h"
+#include "engine/prefix_tier.h"
 #include "engine/prompt_logprobs.h"
 #include "engine/request_state.h"
 #include "engine/step_sampler.h"
@@ -85,6 +86,8 @@ void Engine::load(const LoadProgress& progress) {
   if (config_.pooling_normalize) pooling_.normalize = *config_.pooling_normalize;
   load_score_model();
   if (config_.lora.enabled) lora_ = std::make_unique<LoraRegistry>(*model_, config_.lora);
+  prefix_tier_ = PrefixTier::create(config_, *model_, kv_config_, sched_config_, *runner_, comm_ != nullptr, lora_.get());
+  for (const auto& s : schedulers_) s->set_record_commits(prefix_tier_ != nullptr);
   task_ = config_.task;
   if (task_ == ServeTask::Pooling) task_ = score_model_ ? ServeTask::Score : ServeTask::Embed;
   update_gauges();
@@ -234,8 +237,27 @@ void Engine::start(Request& r) {
   r.ve = static_cast<int32_t>(std::min_element(schedulers_.begin(), schedulers_.end(),
                                                [&](const auto& a, const auto& b) { return queued(a) < queued(b); }) -
                               schedulers_.begin());
+  // Blocks of its prefix in the KV offload tier load first (admit_loaded_prefixes adds it).
+  if (prefix_tier_ && prefix_tier_->begin_load(first, scheduler_of(r), r.ve)) return;
   scheduler_of(r).add(&first);
   r.samples[0].in_scheduler = true;
+}
+
+void Engine::admit_loaded_prefixes() {
+  if (!prefix_tier_ || !prefix_tier_->loading()) return;
+  // With nothing else to run, wait a little for a load instead of spinning.
+  const bool idle = in_flight_.empty() && std::none_of(schedulers_.begin(), schedulers_.end(),
+                                                       [](const auto& s) { return s->has_unfinished(); });
+  if (idle) prefix_tier_->wait_for_load(5);
+  for (Sequence* seq : prefix_tier_->take_ready(schedulers_, block_shift_)) {
+    const auto [r, index] = seq_owner_.at(seq->id);
+    scheduler_of(*r).add(seq);
+    r->samples[static_cast<size_t>(index)].in_scheduler = true;
+  }
+}
+
+void Engine::flush_kv_offload() {
+  if (prefix_tier_) prefix_tier_->flush();
 }
 
 // Sample `index` of r gets its sequence: the prompt, no output yet.
@@ -296,6 +318,7 @@ std::vector<RequestOutput> Engine::step() {
   trace::Scope step_scope("engine.step", "engine");
   std::vector<RequestOutput> outputs;
   admit_compiled_grammars(outputs);
+  admit_loaded_prefixes();
   for (size_t ve = 0; ve < schedulers_.size(); ++ve)
     if (!in_flight_step(static_cast<int32_t>(ve))) submit_step(static_cast<int32_t>(ve), outputs);
   if (!in_flight_.empty()) {
@@ -312,12 +335,14 @@ void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {
   const int64_t t_propose = ThreadPool::now_ns();
   if (drafts_) drafts_->propose(scheduler);
   const int64_t t_start = ThreadPool::now_ns();
+  if (prefix_tier_) prefix_tier_->prefetch_waiting(scheduler, ve);
   InFlight f;
   f.ve = ve;
   f.plan = [&] {
     trace::Scope s("schedule", "engine");
     return scheduler.schedule();
   }();
+  if (prefix_tier_) prefix_tier_->after_schedule(scheduler, ve);
   StepPlan& plan = f.plan;
   // The plan holds the drafts it runs.
   if (drafts_) drafts_->clear_drafts();
@@ -379,6 +404,8 @@ void Engine::complete_step(InFlight& f, bool ran, std::vector<RequestOutput>& ou
     for (size_t i = 0; i < runner_output_.entries.size(); ++i) sample_entry(plan, i, scheduler, touched);
   }
   scheduler.on_step_done(plan);
+  // Write-through: the blocks this step filled go to the KV offload tier.
+  if (prefix_tier_) prefix_tier_->store_committed(scheduler, block_shift_[static_cast<size_t>(f.ve)], seq_owner_);
   f.aborted.clear();
   fork_samples(scheduler, touched);
   apply_finishes(scheduler, plan, touched);
@@ -516,6 +543,9 @@ std::optional<RequestOutput> Engine::abort(const std::string& request_id) {
   if (it == requests_.end()) return std::nullopt;
   Request& r = *it->second;
   std::erase(waiting_for_grammar_, &r);
+  if (prefix_tier_)
+    for (Sample& s : r.samples)
+      if (s.seq) prefix_tier_->forget(s.seq->id, schedulers_);
   // Its virtual engine has a step in flight: the sequences stay in the
   // scheduler (and alive) until that step is back.
   InFlight* in_flight = in_flight_step(r.ve);

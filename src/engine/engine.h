@@ -37,6 +37,7 @@
 #include "engine/pooling.h"
 #include "engine/score_head.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_offload.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
 #include "runner/model_runner.h"
@@ -61,6 +62,7 @@ struct SampleState;
 class OutputProcessor;
 class StepSampler;
 class DraftPlanner;
+class PrefixTier;
 
 struct EngineConfig {
   std::string model;               // GGUF file or Hugging Face folder
@@ -81,6 +83,12 @@ struct EngineConfig {
   int64_t swap_space_bytes = int64_t{4} << 30;
   DType kv_cache_dtype = DType::F16;
   bool enable_prefix_caching = true;
+  // The KV offload tier (engine/prefix_tier.h): full blocks kept in host
+  // memory and / or files under a folder, LRU within these bytes, and loaded
+  // back for a prompt whose prefix they hold. 0 / empty: that tier is off.
+  int64_t kv_offload_host_bytes = 0;
+  std::string kv_offload_dir;
+  int64_t kv_offload_disk_bytes = int64_t{10} << 30;
   // KV-cache groups (core/kv_layout.h) where the model has sliding-window
   // layers besides full ones and the backend supports them.
   bool kv_cache_groups = true;
@@ -205,6 +213,15 @@ struct RequestOutput {
   double queue_seconds = 0, ttft_seconds = 0, e2e_seconds = 0;
 };
 
+// The KV offload tier's figures (--kv-offload-*; engine/prefix_tier.h).
+struct KvTierReport {
+  bool enabled = false;
+  KvOffloadStats offload;       // per tier: blocks and bytes held, stored, loaded, files rejected
+  int64_t hit_tokens = 0;       // prompt tokens brought into the pool from a tier
+  int64_t imported_blocks = 0;  // blocks brought in, every KV-cache group's
+  double copy_out_seconds = 0, copy_in_seconds = 0;  // pool <-> host copies on the step thread
+};
+
 struct EngineStats {
   EngineMetrics metrics;
   KVCacheStats kv;
@@ -215,6 +232,7 @@ struct EngineStats {
   std::vector<LoraInfo> loras;
   std::vector<std::string> running_loras, waiting_loras;
   int32_t max_loras = 0;
+  KvTierReport kv_tier;
 };
 
 class Engine {
@@ -283,6 +301,8 @@ class Engine {
   const dist::Communicator* communicator() const { return comm_; }
   // Runs of available KV blocks now (length -> count); O(blocks), for reports.
   std::vector<std::pair<int32_t, int32_t>> kv_available_runs() const;
+  // Test hook: waits until the KV offload tier has stored every block queued so far.
+  void flush_kv_offload();
   // Debug/test hook: checks scheduler and KV invariants (throws Error).
   void check_invariants() const;
   // Steps that may be in flight at once (pipeline stages; 1 otherwise).
@@ -316,6 +336,7 @@ class Engine {
   void start(Request& r);
   Sequence& new_sequence(Request& r, int32_t index, uint64_t request_num);
   void admit_compiled_grammars(std::vector<RequestOutput>& outputs);
+  void admit_loaded_prefixes();
   void sample_entry(const StepPlan& plan, size_t entry, const Scheduler& scheduler, std::vector<Request*>& touched);
   void record_prompt_logprobs(const StepPlan& plan, size_t prompt_entry);
   void pool_entry(const StepPlan& plan, size_t hidden_entry, std::vector<Request*>& touched);
@@ -346,6 +367,7 @@ class Engine {
   std::unique_ptr<StepSampler> step_sampler_;  // a step's tokens from its logits
   std::unique_ptr<DraftPlanner> drafts_;       // with a proposer
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
+  std::unique_ptr<PrefixTier> prefix_tier_;    // the KV offload tier, when on
   ModelRunner::Output runner_output_;  // reused across steps
   std::vector<SampleDraw> draws_;      // a step's draws when the device samples
   int64_t phase_ns_[4] = {};           // schedule, forward, sample + postprocess, propose

@@ -10,6 +10,7 @@
 #include "core/util.h"
 #include "kv/kv_sizing.h"
 #include "dist/communicator.h"
+#include "engine/prefix_tier.h"
 #include "engine/request_state.h"
 
 namespace pagellm {
@@ -135,6 +136,7 @@ void Engine::update_gauges() {
   }
   // Requests whose grammar is still compiling wait as well (outside the schedulers).
   metrics_.num_requests_waiting += static_cast<int64_t>(waiting_for_grammar_.size());
+  if (prefix_tier_) metrics_.num_requests_waiting += prefix_tier_->num_loading();  // ... or their prefix to load
 }
 
 EngineStats Engine::stats() const {
@@ -143,6 +145,7 @@ EngineStats Engine::stats() const {
   s.kv = kv_stats();
   s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
   s.grammars = grammars_->stats();
+  if (prefix_tier_) s.kv_tier = prefix_tier_->stats();
   if (lora_) {
     s.loras = lora_->list();
     s.max_loras = lora_->config().max_loras;

@@ -138,4 +138,9 @@ std::string LoraRegistry::name_of(int32_t id) const {
   return it == entries_.end() ? std::string() : it->second.name;
 }
 
+std::string LoraRegistry::path_of(int32_t id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? std::string() : it->second.path;
+}
+
 }  // namespace pagellm

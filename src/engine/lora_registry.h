@@ -78,6 +78,7 @@ class LoraRegistry {
 
   std::vector<LoraInfo> list() const;  // served adapters, in load order
   std::string name_of(int32_t id) const;
+  std::string path_of(int32_t id) const;  // the adapter's file or folder ("" for an unknown id)
   const LoraConfig& config() const { return config_; }
   int64_t slot_loads() const { return slot_loads_; }  // adapters copied into a slot so far
 

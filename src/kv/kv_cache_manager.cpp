@@ -303,12 +303,131 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockHash h = hash_block_tokens(parent_hash, chunk);
     pool_.commit_full_block(full_table[i], h, parent_id, chunk);
+    if (config_.record_commits) committed_.push_back({seq, 0, i, full_table[i]});
     for (int g = 1; g < num_groups(); ++g) {
       const BlockId b = s.tables[static_cast<size_t>(g)][i];
-      if (b != kNullBlock) pool_.commit_full_block(b, group_hash(h, g), parent_id, chunk);
+      if (b == kNullBlock) continue;
+      pool_.commit_full_block(b, group_hash(h, g), parent_id, chunk);
+      if (config_.record_commits) committed_.push_back({seq, g, i, b});
     }
     s.hashes.push_back(h);
   }
+}
+
+PrefixImport KVCacheManager::import_prefix(std::span<const TokenId> tokens, uint64_t cache_key, int32_t max_blocks,
+                                           const std::function<bool(int, int32_t)>& supplied, int32_t max_fresh) {
+  PrefixImport out;
+  if (!config_.enable_prefix_caching || tokens.empty()) return out;
+  const int32_t bs = pool_.block_size();
+  const int32_t limit = std::min<int32_t>(max_blocks, static_cast<int32_t>((tokens.size() - 1) / bs));
+  auto chunk_of = [&](int32_t i) { return tokens.subspan(static_cast<size_t>(i) * bs, bs); };
+  // Group 0: the pool's blocks while its chain lasts, then the caller's. A
+  // block after a fresh one gets a new prefix id, so no pool block can follow.
+  std::vector<BlockHash> hashes;
+  std::vector<BlockId> found0;        // kNullBlock: fresh
+  std::vector<uint64_t> parent_ids;   // valid where parent_known
+  std::vector<uint8_t> parent_known;
+  BlockHash parent_hash = root_hash(cache_key);
+  uint64_t parent_id = root_prefix_id(cache_key);
+  bool known = true;
+  for (int32_t i = 0; i < limit; ++i) {
+    const BlockHash h = hash_block_tokens(parent_hash, chunk_of(i));
+    const BlockId b = known ? pool_.find_cached(h, parent_id, chunk_of(i)) : kNullBlock;
+    if (b == kNullBlock && !supplied(0, i)) break;
+    hashes.push_back(h);
+    found0.push_back(b);
+    parent_ids.push_back(parent_id);
+    parent_known.push_back(known ? 1 : 0);
+    if (b != kNullBlock) parent_id = pool_.prefix_id(b);
+    else known = false;
+    parent_hash = h;
+  }
+  auto n = static_cast<int32_t>(hashes.size());
+  // Sliding groups: their blocks in the pool (findable only under a known parent).
+  std::vector<std::vector<BlockId>> found(groups_.size());
+  for (int g = 1; g < num_groups(); ++g) {
+    auto& f = found[static_cast<size_t>(g)];
+    for (int32_t i = 0; i < n; ++i)
+      f.push_back(parent_known[i] ? pool_.find_cached(group_hash(hashes[i], g), parent_ids[i], chunk_of(i))
+                                  : kNullBlock);
+  }
+  // What a prefix of m blocks needs: fresh blocks, and cached pool blocks it
+  // takes off the LRU (both out of the available ones).
+  std::vector<int32_t> fresh0(static_cast<size_t>(n) + 1, 0), cached0(static_cast<size_t>(n) + 1, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    fresh0[i + 1] = fresh0[i] + (found0[i] == kNullBlock ? 1 : 0);
+    cached0[i + 1] = cached0[i] + (found0[i] != kNullBlock && pool_.is_cached_free(found0[i]) ? 1 : 0);
+  }
+  auto fits = [&](int32_t m) {
+    int32_t fresh = fresh0[m], cached = cached0[m];
+    for (int g = 1; g < num_groups(); ++g) {
+      for (int32_t i = first_visible_block(g, m * bs); i < m; ++i) {
+        const BlockId b = found[static_cast<size_t>(g)][i];
+        if (b == kNullBlock && !supplied(g, i)) return false;
+        fresh += b == kNullBlock ? 1 : 0;
+        cached += b != kNullBlock && pool_.is_cached_free(b) ? 1 : 0;
+      }
+    }
+    return fresh <= max_fresh && fresh + cached <= pool_.num_available_blocks();
+  };
+  while (n > 0 && !fits(n)) --n;
+  out.num_blocks = n;
+  if (fresh0[n] == 0 && n > 0) {
+    bool any_fresh = false;
+    for (int g = 1; g < num_groups() && !any_fresh; ++g)
+      for (int32_t i = first_visible_block(g, n * bs); i < n; ++i) any_fresh |= found[static_cast<size_t>(g)][i] == kNullBlock;
+    if (!any_fresh) return out;  // all in the pool already: match_prefix will find it
+  }
+  if (n == 0) return out;
+
+  // Pin the pool's blocks first, so that allocating fresh ones cannot evict them.
+  std::vector<std::vector<BlockId>> blocks(groups_.size(), std::vector<BlockId>(static_cast<size_t>(n), kNullBlock));
+  for (int32_t i = 0; i < n; ++i) {
+    if (found0[i] == kNullBlock) continue;
+    pool_.acquire(found0[i]);
+    blocks[0][i] = found0[i];
+  }
+  for (int g = 1; g < num_groups(); ++g) {
+    for (int32_t i = first_visible_block(g, n * bs); i < n; ++i) {
+      const BlockId b = found[static_cast<size_t>(g)][i];
+      if (b == kNullBlock) continue;
+      pool_.acquire(b);
+      blocks[static_cast<size_t>(g)][i] = b;
+    }
+  }
+  // Then the fresh ones, in chain order: each is committed as if computed.
+  std::vector<BlockId> fresh;
+  for (int32_t i = 0; i < n; ++i) {
+    const uint64_t parent = i == 0 ? root_prefix_id(cache_key) : pool_.prefix_id(blocks[0][i - 1]);
+    for (int g = 0; g < num_groups(); ++g) {
+      auto& row = blocks[static_cast<size_t>(g)];
+      if (row[i] != kNullBlock || (g > 0 && i < first_visible_block(g, n * bs))) continue;
+      fresh.clear();
+      const bool ok = pool_.allocate(1, config_.allocation_policy, i > 0 ? row[i - 1] : kNullBlock, fresh);
+      PAGELLM_CHECK(ok, "import_prefix: no block available after counting them");
+      row[i] = fresh[0];
+      pool_.commit_full_block(row[i], g == 0 ? hashes[i] : group_hash(hashes[i], g), parent, chunk_of(i));
+      out.fills.push_back({g, i, row[i]});
+    }
+  }
+  imported_blocks_ += static_cast<int64_t>(out.fills.size());
+  // The pin releases tail first: the prefix's head is evicted last.
+  std::vector<BlockId> held;
+  for (int32_t i = 0; i < n; ++i)
+    for (const auto& row : blocks)
+      if (row[i] != kNullBlock) held.push_back(row[i]);
+  pinned_blocks_ += static_cast<int32_t>(held.size());
+  out.pin = next_pin_++;
+  pins_.emplace(out.pin, std::move(held));
+  return out;
+}
+
+void KVCacheManager::unpin(int32_t pin) {
+  const auto it = pins_.find(pin);
+  if (it == pins_.end()) return;
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) pool_.release(*b);
+  pinned_blocks_ -= static_cast<int32_t>(it->second.size());
+  pins_.erase(it);
 }
 
 void KVCacheManager::truncate(SeqId seq, int32_t num_tokens) {
@@ -446,6 +565,9 @@ KVCacheStats KVCacheManager::stats() const {
         }
       }
     }
+    // A pinned prefix's blocks (the offload tier's, for a waiting sequence) are full.
+    for (const auto& [pin, blocks] : pins_)
+      for (BlockId b : blocks) filled[b] = bs;
     int64_t held = 0;
     for (int32_t f : filled) held += std::max(f, 0);
     const int64_t slots = int64_t{st.used_blocks} * bs;
@@ -491,6 +613,11 @@ void KVCacheManager::check_invariants() const {
       }
     }
   }
+  for (const auto& [pin, held] : pins_)
+    for (BlockId b : held) {
+      PAGELLM_CHECK(b > kNullBlock && b < pool_.num_blocks(), "pin {} holds invalid block {}", pin, b);
+      ++refs[b];
+    }
   std::vector<int32_t> slot_owners(static_cast<size_t>(config_.num_state_slots), 0);
   for (int32_t slot : free_state_slots_) {
     PAGELLM_CHECK(slot >= 0 && slot < config_.num_state_slots, "free state slot {} of {}", slot,

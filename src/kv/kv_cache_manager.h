@@ -18,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/kv_layout.h"
@@ -47,6 +49,32 @@ struct KVCacheConfig {
   // own a range of one backend's slots (block ids are shifted likewise, by
   // the runner).
   int32_t state_slot_base = 0;
+  // Keep a list of the blocks commit_computed registers (take_committed):
+  // the KV offload tier copies them out.
+  bool record_commits = false;
+};
+
+// A full block just committed under its hash (KVCacheConfig::record_commits).
+struct CommittedBlock {
+  SeqId seq = 0;
+  int group = 0;
+  int32_t index = 0;  // the block's place in the sequence
+  BlockId block = kNullBlock;
+};
+
+// A prefix brought into the pool from outside it (the KV offload tier), so
+// that the next match_prefix finds it as cached blocks.
+struct PrefixImport {
+  int32_t num_blocks = 0;  // group 0's blocks of the prefix now in the pool, from block 0
+  // Fresh blocks registered as computed: the caller fills each with its
+  // contents before the next forward pass (nothing reads them before).
+  struct Fill {
+    int group = 0;
+    int32_t index = 0;
+    BlockId block = kNullBlock;
+  };
+  std::vector<Fill> fills;
+  int32_t pin = -1;  // every block of the prefix is held until unpin(pin); -1: none
 };
 
 // Leading full blocks of a token sequence already present in the cache.
@@ -165,6 +193,25 @@ class KVCacheManager {
 
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
 
+  // ---- the KV offload tier
+  // The blocks committed since the last call (record_commits), in order.
+  std::vector<CommittedBlock> take_committed() { return std::exchange(committed_, {}); }
+  void set_record_commits(bool on) { config_.record_commits = on; }
+  // Brings the longest prefix of `tokens` (at most max_blocks full blocks,
+  // and never the last token) into the pool that the pool's own blocks and
+  // the blocks the caller holds (supplied(group, index)) make up: the pool's
+  // are used as they are, the caller's get fresh blocks (at most max_fresh),
+  // registered under their chain hashes. A sliding group needs the blocks its
+  // window sees from the prefix's end, as match_prefix does. All of them are
+  // held (pinned) until unpin, so that a waiting sequence finds them. Empty
+  // when prefix caching is off or nothing fits.
+  PrefixImport import_prefix(std::span<const TokenId> tokens, uint64_t cache_key, int32_t max_blocks,
+                             const std::function<bool(int group, int32_t index)>& supplied, int32_t max_fresh);
+  // Releases a pin's blocks (tail first; committed ones stay cached). No-op for -1.
+  void unpin(int32_t pin);
+  int32_t num_pinned_blocks() const { return pinned_blocks_; }
+  int64_t imported_blocks() const { return imported_blocks_; }
+
   // ---- linear-attention state slots
   bool has_state() const { return config_.num_state_slots > 0; }
   // The sequence's backend slot (state_slot_base on), -1 without one.
@@ -245,6 +292,10 @@ class KVCacheManager {
   std::unordered_map<SeqId, SeqBlocks> seqs_;
   std::vector<int32_t> free_state_slots_;  // a stack: the lowest slot on top
   std::vector<BlockCopy> state_copies_;
+  std::vector<CommittedBlock> committed_;
+  std::unordered_map<int32_t, std::vector<BlockId>> pins_;
+  int32_t next_pin_ = 0, pinned_blocks_ = 0;
+  int64_t imported_blocks_ = 0;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
 };

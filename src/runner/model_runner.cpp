@@ -310,6 +310,31 @@ void ModelRunner::serve_worker() {
   }
 }
 
+bool ModelRunner::has_kv_block_io() const {
+  return !parallel() && model_.backend().supports(Feature::KvBlockIO);
+}
+
+namespace {
+
+std::vector<int32_t> shifted(std::span<const BlockId> blocks, int32_t block_shift) {
+  std::vector<int32_t> out(blocks.begin(), blocks.end());
+  for (int32_t& b : out)
+    if (b != kNullBlock) b += block_shift;
+  return out;
+}
+
+}  // namespace
+
+void ModelRunner::read_kv_blocks(std::span<const BlockId> blocks, int32_t block_shift, uint8_t* dst) {
+  PAGELLM_CHECK(!parallel(), "KV blocks are copied to the host on one rank only");
+  model_.backend().read_kv_blocks(shifted(blocks, block_shift), dst);
+}
+
+void ModelRunner::write_kv_blocks(std::span<const BlockId> blocks, int32_t block_shift, const uint8_t* src) {
+  PAGELLM_CHECK(!parallel(), "KV blocks are copied from the host on one rank only");
+  model_.backend().write_kv_blocks(shifted(blocks, block_shift), src);
+}
+
 void ModelRunner::release_buffers() {
   PAGELLM_CHECK(in_flight_.empty(), "release_buffers: {} steps in flight", in_flight_.size());
   if (parallel())

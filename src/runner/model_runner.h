@@ -80,6 +80,13 @@ class ModelRunner {
   // the model's activations); the next step allocates what it needs.
   void release_buffers();
 
+  // The KV offload tier: whole blocks (a scheduler's ids, shifted by
+  // block_shift as in submit) to host bytes and back, between steps; one
+  // rank only. Backend::read_kv_blocks says the layout.
+  bool has_kv_block_io() const;
+  void read_kv_blocks(std::span<const BlockId> blocks, int32_t block_shift, uint8_t* dst);
+  void write_kv_blocks(std::span<const BlockId> blocks, int32_t block_shift, const uint8_t* src);
+
   // Rank > 0: runs the steps rank 0 sends until it sends stop.
   void serve_worker();
   // Rank 0: finishes the steps in flight and tells the workers to stop

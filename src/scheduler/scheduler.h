@@ -236,6 +236,16 @@ class Scheduler {
   int64_t num_evicted_blocks() const { return num_evicted_blocks_; }  // sliding KV eviction
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
   int32_t num_free_swap_blocks() const { return static_cast<int32_t>(free_host_blocks_.size()); }
+  // The KV offload tier (the engine's; kv_cache_manager.h): the blocks
+  // committed since the last call, and prefixes brought into the pool for
+  // sequences not yet added, held until unpin_prefix.
+  std::vector<CommittedBlock> take_committed_blocks() { return kv_.take_committed(); }
+  void set_record_commits(bool on) { kv_.set_record_commits(on); }
+  PrefixImport import_prefix(std::span<const TokenId> tokens, uint64_t cache_key, int32_t max_blocks,
+                             const std::function<bool(int, int32_t)>& supplied, int32_t max_fresh) {
+    return kv_.import_prefix(tokens, cache_key, max_blocks, supplied, max_fresh);
+  }
+  void unpin_prefix(int32_t pin) { kv_.unpin(pin); }
   KVCacheStats kv_stats() const { return kv_.stats(); }
   int64_t prefix_query_tokens() const { return kv_.prefix_query_tokens(); }
   int64_t prefix_hit_tokens() const { return kv_.prefix_hit_tokens(); }

@@ -158,6 +158,46 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
              {{"out", static_cast<double>(m.swapped_out_bytes)}, {"in", static_cast<double>(m.swapped_in_bytes)}});
   w.gauge("num_requests_swapped", static_cast<double>(m.num_requests_swapped),
           "Sequences whose KV cache is swapped out to the host pool.");
+  if (const KvTierReport& t = stats.kv_tier; t.enabled) {
+    // Per tier (host, disk): one family per figure, labelled by tier.
+    const auto per_tier = [&](const char* name, const char* type, const char* help, int64_t TierStats::*field) {
+      w.header(name, type, help);
+      for (const auto& [tier, st] : t.offload.tiers)
+        w.sample(name, static_cast<double>(st.*field), fmt::format("tier=\"{}\"", tier));
+    };
+    per_tier("kv_offload_blocks", "gauge", "KV blocks held by the offload tier.", &TierStats::blocks);
+    per_tier("kv_offload_bytes", "gauge", "Bytes held by the offload tier (disk: whole files).", &TierStats::bytes);
+    per_tier("kv_offload_capacity_bytes", "gauge", "Size bound of the offload tier.", &TierStats::capacity_bytes);
+    per_tier("kv_offload_stored_blocks_total", "counter", "KV blocks written to the offload tier.",
+             &TierStats::stored_blocks);
+    per_tier("kv_offload_stored_bytes_total", "counter", "Bytes written to the offload tier.", &TierStats::stored_bytes);
+    per_tier("kv_offload_loaded_blocks_total", "counter", "KV blocks read back from the offload tier (its hits).",
+             &TierStats::loaded_blocks);
+    per_tier("kv_offload_loaded_bytes_total", "counter", "Bytes read back from the offload tier.",
+             &TierStats::loaded_bytes);
+    per_tier("kv_offload_evicted_blocks_total", "counter", "KV blocks dropped from the offload tier to stay in its bound.",
+             &TierStats::evicted_blocks);
+    per_tier("kv_offload_rejected_files_total", "counter",
+             "Block files ignored and deleted: corrupt, truncated, tampered, or of another model or format.",
+             &TierStats::rejected_files);
+    per_tier("kv_offload_write_errors_total", "counter", "Failed writes (after one, the disk tier stops storing).",
+             &TierStats::write_errors);
+    w.counter("kv_offload_hit_tokens_total", static_cast<double>(t.hit_tokens),
+              "Prompt tokens brought into the KV cache from the offload tier instead of computed (counted in "
+              "cached_tokens and prefix_cache_hits_total).");
+    w.counter("kv_offload_imported_blocks_total", static_cast<double>(t.imported_blocks),
+              "KV blocks brought into the KV cache from the offload tier, every KV-cache group's.");
+    w.counter("kv_offload_dropped_stores_total", static_cast<double>(t.offload.dropped_stores),
+              "KV blocks not stored because the offload tier's write queue was full.");
+    w.by_label("kv_offload_seconds_total", "counter",
+               "Time of the offload tier: copies between the KV cache and host memory on the step thread "
+               "(store_copy, load_copy) and its I/O thread's work (store_io, load_io).",
+               "op",
+               {{"store_copy", t.copy_out_seconds},
+                {"store_io", t.offload.store_seconds},
+                {"load_io", t.offload.load_seconds},
+                {"load_copy", t.copy_in_seconds}});
+  }
   w.counter("prompt_tokens_total", static_cast<double>(m.prompt_tokens), "Number of prefill tokens processed.");
   w.counter("generation_tokens_total", static_cast<double>(m.generation_tokens),
             "Number of generation tokens processed.");

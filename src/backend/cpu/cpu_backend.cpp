@@ -123,7 +123,7 @@ class CpuBackend : public Backend {
     return f == Feature::MixtureOfExperts || f == Feature::AttentionSinks || f == Feature::Deterministic ||
            f == Feature::KvEviction || f == Feature::KvGroups || f == Feature::LinearAttention ||
            f == Feature::KvVIsK || f == Feature::KvLayerShapes || f == Feature::NonCausalAttention ||
-           f == Feature::SymmetricWindowAttention;
+           f == Feature::SymmetricWindowAttention || f == Feature::KvBlockIO;
   }
   // Matmuls, norms and the elementwise ops already give a row the same bits
   // whatever the batch and threads; attention's key-range splits are what
@@ -234,6 +234,45 @@ class CpuBackend : public Backend {
         std::memcpy(k_scale_[l].get() + dst * sb, k_scale_[l].get() + src * sb, sb);
         if (!kv_cfg_.v_is_k) std::memcpy(v_scale_[l].get() + dst * sb, v_scale_[l].get() + src * sb, sb);
       }
+    }
+  }
+
+  // A block's bytes: per layer slot its K, V, then the K and V scales (int8).
+  template <typename Fn>
+  void for_block_parts(int32_t block, Fn&& part) const {
+    check_block(block);
+    for (int l = 0; l < kv_cfg_.n_layers; ++l) {
+      const size_t bb = slot_block_bytes_[l], sb = slot_scale_bytes_[l];
+      part(k_cache_[l] + block * bb, bb);
+      if (!kv_cfg_.v_is_k) part(v_cache_[l] + block * bb, bb);
+      if (sb == 0) continue;
+      part(k_scale_[l].get() + block * sb, sb);
+      if (!kv_cfg_.v_is_k) part(v_scale_[l].get() + block * sb, sb);
+    }
+  }
+  void read_kv_blocks(std::span<const int32_t> blocks, uint8_t* dst) override {
+    const size_t per_block = kv_cfg_.bytes_per_block();
+    for (int32_t b : blocks) {
+      size_t at = 0;
+      for_block_parts(b, [&](uint8_t* p, size_t n) {
+        PAGELLM_CHECK(at + n <= per_block, "KV block {} holds more than {} bytes", b, per_block);
+        std::memcpy(dst + at, p, n);
+        at += n;
+      });
+      PAGELLM_CHECK(at == per_block, "KV block {} holds {} bytes, the spec says {}", b, at, per_block);
+      dst += per_block;
+    }
+  }
+  void write_kv_blocks(std::span<const int32_t> blocks, const uint8_t* src) override {
+    const size_t per_block = kv_cfg_.bytes_per_block();
+    for (int32_t b : blocks) {
+      size_t at = 0;
+      for_block_parts(b, [&](uint8_t* p, size_t n) {
+        PAGELLM_CHECK(at + n <= per_block, "KV block {} holds more than {} bytes", b, per_block);
+        std::memcpy(p, src + at, n);
+        at += n;
+      });
+      src += per_block;
     }
   }
 

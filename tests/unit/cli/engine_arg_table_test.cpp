@@ -44,6 +44,9 @@ json snapshot(const EngineArgs& a) {
           {"enable_prefix_caching", c.enable_prefix_caching},
           {"block_allocation", static_cast<int>(c.block_allocation)},
           {"swap_space_bytes", c.swap_space_bytes},
+          {"kv_offload_host_bytes", c.kv_offload_host_bytes},
+          {"kv_offload_dir", c.kv_offload_dir},
+          {"kv_offload_disk_bytes", c.kv_offload_disk_bytes},
           {"max_model_len", s.max_model_len},
           {"max_num_seqs", s.max_num_seqs},
           {"max_num_batched_tokens", s.max_num_batched_tokens},
@@ -106,7 +109,7 @@ Sample sample(const EngineArg& arg) {
       {"model", "m.gguf"},      {"tokenizer", "t.gguf"},   {"dummy-shape", "tiny-llama"},
       {"dummy-type", "f32"},    {"device", "opencl:1"},    {"pipeline-layer-partition", "3,2"},
       {"trace", "trace.json"},  {"chat-template", "{{x}}"}, {"dtype", "auto"},
-      {"hf-overrides", "{}"},   {"score-template", "raw"}};
+      {"hf-overrides", "{}"},   {"score-template", "raw"}, {"kv-offload-dir", "/tmp/kv"}};
   switch (arg.type) {
     case ArgType::Int: {
       if (!arg.choices.empty()) {
