@@ -4,7 +4,8 @@
 Each repetition starts each server in turn (the order alternates), on a free
 port, with the same thread count and context length, and measures:
   ready_s:   launch to the first `GET /health` answered 200 (polled every 5 ms);
-  rss_mib:   the process's resident memory at that moment (/proc/PID/status);
+  rss_mib:   the process's resident memory at that moment (/proc/PID/status), and
+             of it the anonymous pages (allocations) and the file pages (mapped);
 then stops it (SIGTERM, then SIGKILL after 30 s). The file stays in the page
 cache between runs (a warm start, as on a restart); --drop-caches empties it
 before each start where the kernel allows (needs root), for a cold start.
@@ -39,10 +40,13 @@ def free_port():
 
 
 def rss_mib(pid):
+    """Resident memory: all of it, anonymous (allocated), and file pages (the mapped model)."""
+    fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile"):
+            fields[name] = int(value.split()[0]) / 1024
+    return fields
 
 
 def healthy(port):
@@ -120,14 +124,17 @@ def main():
                 ready, rss = start_once(commands(args, model, port)[engine], port, args.timeout)
                 if rep > 0:
                     runs[engine].append({"ready_s": ready, "rss_mib": rss})
-                print(f"{model.name} rep {rep} {engine:12s} ready {ready:6.3f} s  rss {rss:7.1f} MiB"
+                print(f"{model.name} rep {rep} {engine:12s} ready {ready:6.3f} s  rss {rss['VmRSS']:7.1f} MiB "
+                      f"(anon {rss['RssAnon']:.0f}, file {rss['RssFile']:.0f})"
                       f"{' (warm-up)' if rep == 0 else ''}", file=sys.stderr, flush=True)
         summary = {}
         for engine, rs in runs.items():
             summary[engine] = {"ready_s_median": statistics.median(r["ready_s"] for r in rs),
                                "ready_s_min": min(r["ready_s"] for r in rs),
                                "ready_s_max": max(r["ready_s"] for r in rs),
-                               "rss_mib_median": statistics.median(r["rss_mib"] for r in rs)}
+                               "rss_mib_median": statistics.median(r["rss_mib"]["VmRSS"] for r in rs),
+                               "anon_mib_median": statistics.median(r["rss_mib"]["RssAnon"] for r in rs),
+                               "file_mib_median": statistics.median(r["rss_mib"]["RssFile"] for r in rs)}
         ratio = summary["llama-server"]["ready_s_median"] / summary["pagellm"]["ready_s_median"]
         records.append({"model": str(model), "file_mib": size_mib, "runs": runs, "summary": summary,
                         "speedup_vs_llama_server": ratio})
@@ -140,7 +147,8 @@ def main():
         print(f"| {Path(r['model']).name} | {r['file_mib']:.0f} MiB | {p['ready_s_median']:.3f} "
               f"[{p['ready_s_min']:.3f}, {p['ready_s_max']:.3f}] | {l['ready_s_median']:.3f} "
               f"[{l['ready_s_min']:.3f}, {l['ready_s_max']:.3f}] | {r['speedup_vs_llama_server']:.2f}x "
-              f"| {p['rss_mib_median']:.0f} MiB | {l['rss_mib_median']:.0f} MiB |")
+              f"| {p['rss_mib_median']:.0f} MiB ({p['anon_mib_median']:.0f} anon, {p['file_mib_median']:.0f} file) "
+              f"| {l['rss_mib_median']:.0f} MiB ({l['anon_mib_median']:.0f} anon, {l['file_mib_median']:.0f} file) |")
     if args.output_json:
         Path(args.output_json).write_text(json.dumps({"args": vars(args), "records": records}, indent=1))
 
