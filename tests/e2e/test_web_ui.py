@@ -18,7 +18,7 @@ selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 ARTIFACTS = Path(os.environ.get("PAGELLM_ARTIFACTS", REPO / "build" / "test-artifacts")) / "web-ui"
 CHROMIUM = shutil.which("chromium")
@@ -161,6 +161,37 @@ def test_schema_constrained_reply_renders_as_json(server, browser):
     assert "valid JSON" in msg.find_element(By.CSS_SELECTOR, ".badge").text
     browser.save_screenshot(str(ARTIFACTS / "structured.png"))
     fill(browser, "json-schema", "")
+
+
+def test_tool_definitions_give_a_tool_call(server, browser):
+    browser.find_element(By.ID, "chat-clear").click()
+    browser.find_element(By.CSS_SELECTOR, "#tools-box summary").click()
+    weather = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    fill(browser, "tools", json.dumps(weather))
+    Select(browser.find_element(By.ID, "tool-choice")).select_by_visible_text("required")
+    browser.find_element(By.ID, "parallel-tools").click()  # one call (the README's example)
+    msg = send_chat(browser, "What is the weather in Paris?")
+    call = msg.find_element(By.CSS_SELECTOR, "pre.tool-call").text
+    name, _, args = call.partition("(")
+    assert name == "get_weather" and json.loads(args.rstrip(")")) == {"city": "Paris"}, call
+    assert "finish: tool_calls" in msg.find_element(By.CSS_SELECTOR, ".meta").text
+    browser.save_screenshot(str(ARTIFACTS / "tools.png"))
+    fill(browser, "tools", "")
+    browser.find_element(By.ID, "chat-clear").click()
+
+
+def test_bad_json_in_a_settings_box_is_an_error_not_a_request(server, browser):
+    fill(browser, "json-schema", "{not json")
+    before = len(browser.find_elements(By.CSS_SELECTOR, "#messages li.msg"))
+    box = browser.find_element(By.ID, "chat-input")
+    box.send_keys("Hello")
+    box.send_keys(Keys.ENTER)
+    banner = browser.find_element(By.ID, "error")
+    wait(browser, lambda d: banner.is_displayed() and "JSON schema is not valid JSON" in banner.text)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#messages li.msg")) == before
+    fill(browser, "json-schema", "")
+    box.clear()
 
 
 def test_stop_ends_a_stream(server, browser):

@@ -189,7 +189,11 @@ async function sendChat() {
     stream_options: { include_usage: true },
   };
   if (schema) body.response_format = { type: 'json_schema', json_schema: { name: 'playground', schema, strict: true } };
-  if (tools) { body.tools = tools; body.tool_choice = $('tool-choice').value; }
+  if (tools) {
+    body.tools = tools;
+    body.tool_choice = $('tool-choice').value;
+    body.parallel_tool_calls = $('parallel-tools').checked;
+  }
 
   const li = addMessage('assistant', '');
   const content = li.querySelector('.content');
