@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "bench/prompts.h"
@@ -97,6 +98,11 @@ void ServeOptions::validate() const {
   PAGELLM_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   PAGELLM_CHECK(extra_body.is_object(), "--extra-body must be a JSON object");
   PAGELLM_CHECK(!endpoint.empty() && endpoint[0] == '/', "--endpoint must start with '/', got '{}'", endpoint);
+  PAGELLM_CHECK(turns >= 1 && turns <= 1000, "--multi-turn must be in 1..1000, got {}", turns);
+  PAGELLM_CHECK(turn_input_len > 0, "--turn-input-len must be positive, got {}", turn_input_len);
+  PAGELLM_CHECK(think_time_s >= 0 && std::isfinite(think_time_s), "--think-time must be a number of seconds >= 0, got {}",
+                think_time_s);
+  PAGELLM_CHECK(turns == 1 || prompt_format == "text", "--multi-turn needs --prompt-format text (a reply is text)");
   const BaseUrl url = parse_base_url(base_url);
   PAGELLM_CHECK(allow_remote || is_loopback_host(url.host),
                 "refusing to benchmark '{}', which is not a loopback address: pass --allow-remote to load a remote "
@@ -145,7 +151,7 @@ std::string fetch_model_name(const BaseUrl& url, const ServeOptions& opts) {
 
 // One streamed request, start to end.
 RequestRecord send_one(const BaseUrl& url, const ServeOptions& opts, const std::string& body, int32_t prompt_tokens,
-                       Clock::time_point t0, Clock::time_point deadline) {
+                       Clock::time_point t0, Clock::time_point deadline, std::string* text = nullptr) {
   RequestRecord rec;
   rec.prompt_tokens = prompt_tokens;
   const auto start = Clock::now();
@@ -190,6 +196,7 @@ RequestRecord send_one(const BaseUrl& url, const ServeOptions& opts, const std::
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
       const auto& c = j["choices"][0];
       if (c.is_object() && c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty()) {
+        if (text) *text += c["text"].get_ref<const std::string&>();
         if (!got_first) {
           rec.ttft_s = secs(now - start);
           got_first = true;
@@ -256,11 +263,78 @@ std::vector<double> arrival_schedule(const ServeOptions& opts) {
   return arrival_s;
 }
 
+namespace {
+
+// Conversation c's turns, in sequence: each prompt extends the last one by
+// its reply and new user text.
+void run_conversation(const BaseUrl& url, const ServeOptions& opts, const std::string& model, int32_t c,
+                      const Tokenizer* tokenizer, Clock::time_point t0, Clock::time_point deadline,
+                      std::span<RequestRecord> records) {
+  nlohmann::json body = completion_body(opts, model, c, tokenizer);
+  std::string prompt = body["prompt"].get<std::string>();
+  for (int32_t t = 0; t < opts.turns; ++t) {
+    if (t > 0) {
+      const auto wake = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.think_time_s));
+      std::this_thread::sleep_until(std::min(wake, deadline));
+      const uint64_t seed = (opts.seed * 1000003ull + static_cast<uint64_t>(c)) * 7919ull + static_cast<uint64_t>(t);
+      prompt += " " + random_text(opts.turn_input_len, seed, tokenizer);
+    }
+    body["prompt"] = prompt;
+    std::string reply;
+    const int32_t approx_tokens = opts.input_len + t * (opts.turn_input_len + opts.output_len);
+    records[static_cast<size_t>(t)] = send_one(url, opts, body.dump(), approx_tokens, t0, deadline, &reply);
+    records[static_cast<size_t>(t)].turn = t;
+    if (!records[static_cast<size_t>(t)].success) return;  // the rest keep their "not sent" error
+    prompt += reply;
+  }
+}
+
+}  // namespace
+
+TurnTtft turn_ttft(const std::vector<RequestRecord>& records) {
+  std::vector<double> first, later;
+  for (const RequestRecord& r : records)
+    if (r.success) (r.turn == 0 ? first : later).push_back(r.ttft_s);
+  return {summarize(first), summarize(later)};
+}
+
 ServeResult run_serve(const ServeOptions& opts, const Tokenizer* tokenizer, const Log& log) {
   opts.validate();
   const BaseUrl url = parse_base_url(opts.base_url);
   ServeResult result;
   result.model = opts.model.empty() ? fetch_model_name(url, opts) : opts.model;
+  if (opts.turns > 1) {
+    if (log)
+      log(fmt::format("{} conversations of {} turns to {}{} (model '{}'), {} at once, think time {} s", opts.num_prompts,
+                      opts.turns, opts.base_url, opts.endpoint, result.model,
+                      opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency, opts.think_time_s));
+    result.records.resize(static_cast<size_t>(opts.num_prompts) * static_cast<size_t>(opts.turns));
+    for (RequestRecord& r : result.records) r.error = fmt::format("not sent: the --timeout of {} s was reached", opts.timeout_s);
+    std::mutex mu;
+    std::condition_variable cv;
+    int32_t in_flight = 0;
+    const int32_t limit = opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency;
+    std::vector<std::thread> threads;
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
+    for (int32_t c = 0; c < opts.num_prompts; ++c) {
+      std::unique_lock lock(mu);
+      if (!cv.wait_until(lock, deadline, [&] { return in_flight < limit; })) break;
+      ++in_flight;
+      lock.unlock();
+      threads.emplace_back([&, c] {
+        run_conversation(url, opts, result.model, c, tokenizer, t0, deadline,
+                         std::span(result.records).subspan(static_cast<size_t>(c) * opts.turns, opts.turns));
+        std::lock_guard g(mu);
+        --in_flight;
+        cv.notify_all();
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    result.duration_s = secs(Clock::now() - t0);
+    result.metrics = compute_serve_metrics(result.records, result.duration_s);
+    return result;
+  }
   // Bodies and arrival times first, off the clock.
   std::vector<std::string> bodies;
   for (int32_t i = 0; i < opts.num_prompts; ++i)
@@ -312,10 +386,11 @@ nlohmann::json serve_json(const ServeResult& r, const ServeOptions& opts) {
   for (const RequestRecord& rec : r.records) {
     nlohmann::json j = {{"success", rec.success}, {"start_s", rec.start_s}, {"ttft_s", rec.ttft_s},
                         {"latency_s", rec.latency_s}, {"output_tokens", rec.output_tokens}};
+    if (opts.turns > 1) j["turn"] = rec.turn;
     if (!rec.success) j["error"] = rec.error;
     requests.push_back(j);
   }
-  return {{"base_url", opts.base_url},
+  nlohmann::json out = {{"base_url", opts.base_url},
           {"endpoint", opts.endpoint},
           {"model", r.model},
           {"num_prompts", opts.num_prompts},
@@ -326,6 +401,15 @@ nlohmann::json serve_json(const ServeResult& r, const ServeOptions& opts) {
           {"prompt_format", opts.prompt_format},
           {"metrics", serve_metrics_json(r.metrics)},
           {"requests", requests}};
+  if (opts.turns > 1) {
+    const TurnTtft t = turn_ttft(r.records);
+    out["multi_turn"] = {{"turns", opts.turns},
+                         {"turn_input_len", opts.turn_input_len},
+                         {"think_time_s", opts.think_time_s},
+                         {"ttft_ms_first_turn", to_json(t.first, 1000)},
+                         {"ttft_ms_later_turns", to_json(t.later, 1000)}};
+  }
+  return out;
 }
 
 }  // namespace pagellm::bench

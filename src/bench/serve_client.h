@@ -13,6 +13,7 @@
 
 #include "bench/offline.h"
 #include "bench/serve_metrics.h"
+#include "bench/stats.h"
 
 namespace pagellm {
 class Tokenizer;
@@ -49,15 +50,30 @@ struct ServeOptions {
   uint64_t seed = 0;
   std::string api_key;                 // sent as a Bearer token when set
   nlohmann::json extra_body = nlohmann::json::object();  // merged into every request body
+  // Multi-turn chat (turns > 1): num_prompts conversations, each `turns`
+  // requests in sequence; turn t's prompt is turn t-1's prompt, its reply
+  // and turn_input_len new tokens, sent think_time_s after the reply, so
+  // later turns repeat a growing prefix (the prefix cache's workload).
+  // max_concurrency counts conversations.
+  int32_t turns = 1;
+  int32_t turn_input_len = 32;
+  double think_time_s = 0;
   void validate() const;               // bounds, and loopback unless allow_remote
 };
 
 struct ServeResult {
   std::string model;
-  std::vector<RequestRecord> records;  // in prompt order
+  std::vector<RequestRecord> records;  // in prompt order (multi-turn: conversation by conversation)
   double duration_s = 0;
   ServeMetrics metrics;
 };
+
+// Multi-turn runs: time to first token of first turns against later ones
+// (whose prefix a cache may hold), each summarized over the successful requests.
+struct TurnTtft {
+  Summary first, later;
+};
+TurnTtft turn_ttft(const std::vector<RequestRecord>& records);
 
 // The request body of prompt `index` (exposed for tests).
 nlohmann::json completion_body(const ServeOptions& opts, const std::string& model, int32_t index,

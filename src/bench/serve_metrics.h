@@ -22,6 +22,7 @@ struct RequestRecord {
   double ttft_s = 0;
   double latency_s = 0;
   std::vector<double> itl_s;   // gaps between successive chunks with text
+  int32_t turn = 0;            // multi-turn runs: the turn of its conversation (0: the first)
 };
 
 struct ServeMetrics {

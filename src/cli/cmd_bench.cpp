@@ -292,6 +292,11 @@ int run_serve_cmd(ServeFlags& f) {
   nlohmann::json j = record("serve", bench::machine_info());
   const bench::ServeResult r = bench::run_serve(o, tokenizer.get(), log_line);
   std::fputs(bench::serve_metrics_summary(r.metrics).c_str(), stderr);
+  if (o.turns > 1) {
+    const bench::TurnTtft t = bench::turn_ttft(r.records);
+    std::fprintf(stderr, "TTFT p50: first turns %.1f ms (%zu), later turns %.1f ms (%zu)\n", t.first.median * 1000,
+                 t.first.count, t.later.median * 1000, t.later.count);
+  }
   j["results"] = bench::serve_json(r, o);
   finish_record(j);
   write_json(j, f.output_json);
@@ -391,6 +396,14 @@ Command register_bench(CLI::App& app) {
   srv->add_option("--extra-body", sf->extra_body, "JSON object merged into every request, e.g. '{\"min_tokens\":128}'");
   srv->add_option("--api-key", sf->opts.api_key, "Bearer token (default: $OPENAI_API_KEY)");
   srv->add_option("--seed", sf->opts.seed, "Seed of prompts and arrivals")->capture_default_str();
+  srv->add_option("--multi-turn", sf->opts.turns,
+                  "Turns per conversation: --num-prompts conversations, each turn's prompt the last one's prompt, "
+                  "reply and --turn-input-len new tokens (a prefix cache's workload)")
+      ->capture_default_str();
+  srv->add_option("--turn-input-len", sf->opts.turn_input_len, "New user tokens per later turn (text: approximately)")
+      ->capture_default_str();
+  srv->add_option("--think-time", sf->opts.think_time_s, "Seconds between a reply and the next turn")
+      ->capture_default_str();
   srv->add_option("--output-json", sf->output_json, "Write the JSON record here instead of stdout");
 
   auto* mem = sub->add_subcommand("memory", "Memory read bandwidth (the decode roofline)");

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <map>
 #include <thread>
 
 #include "core/error.h"
@@ -207,6 +208,43 @@ TEST(BenchServeClient, StreamsAndMeasures) {
   EXPECT_EQ(j["requests"].size(), 6u);
   EXPECT_EQ(j["request_rate"], "inf");
   EXPECT_EQ(j["metrics"]["completed"], 6);
+}
+
+TEST(BenchServeClient, MultiTurnPromptsGrowByTheReplyAndNewText) {
+  FakeServer server;
+  ServeOptions o;
+  o.base_url = server.url();
+  o.num_prompts = 3;  // conversations
+  o.turns = 4;
+  o.max_concurrency = 2;
+  o.input_len = 8;
+  o.turn_input_len = 4;
+  o.output_len = 3;
+  o.think_time_s = 0.01;
+  o.timeout_s = 30;
+  const ServeResult r = run_serve(o);
+  EXPECT_EQ(r.metrics.completed, 12) << (r.metrics.errors.empty() ? "" : r.metrics.errors[0]);
+  EXPECT_LE(server.max_in_flight(), 2);
+  ASSERT_EQ(r.records.size(), 12u);
+  for (size_t i = 0; i < r.records.size(); ++i) EXPECT_EQ(r.records[i].turn, static_cast<int32_t>(i % 4));
+  // Each later prompt is an earlier one of its conversation, its reply (" tok" x 3) and new text.
+  const auto bodies = server.bodies();
+  int extended = 0;
+  for (const auto& a : bodies)
+    for (const auto& b : bodies) {
+      const std::string pa = a["prompt"], pb = b["prompt"];
+      if (pb.size() > pa.size() && pb.rfind(pa + " tok tok tok ", 0) == 0) ++extended;
+    }
+  EXPECT_GE(extended, 9);  // turns 1..3 of 3 conversations
+  const TurnTtft t = turn_ttft(r.records);
+  EXPECT_EQ(t.first.count, 3u);
+  EXPECT_EQ(t.later.count, 9u);
+  const nlohmann::json j = serve_json(r, o);
+  EXPECT_EQ(j["multi_turn"]["turns"], 4);
+  EXPECT_EQ(j["multi_turn"]["ttft_ms_later_turns"]["count"], 9);
+  EXPECT_EQ(j["requests"][5]["turn"], 1);
+  o.prompt_format = "tokens";
+  EXPECT_THROW(o.validate(), Error);
 }
 
 // The arrival process is a pure function of the options, so it is checked as
