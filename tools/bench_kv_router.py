@@ -6,11 +6,13 @@ tools/kv_router.py in front of them, and sends a few long shared prefixes
 (documents), each several times with a different question, interleaved
 (doc 0, doc 1, ..., doc 0, doc 1, ...), one request at a time, streaming.
 Each policy gets its own documents, so neither finds the other's prefixes.
-Reports per policy, over the repeats (not a document's first request):
-cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as a share
-of all prompt tokens, and TTFT p50.
+Reports per policy and round (round r: every document's r-th request), and
+over the repeats (rounds 2..): cached prompt tokens
+(usage.prompt_tokens_details.cached_tokens) as a share of all prompt tokens,
+TTFT p50 and mean. Use an odd number of documents: with an even one, round
+robin sends each document back to the same replica by chance.
 
-  tools/bench_kv_router.py --model build/default-model.txt --docs 4 --repeats 3 -- --threads 1
+  tools/bench_kv_router.py --model build/default-model.txt --docs 5 --repeats 4 --doc-words 600 -- --threads 1
 Arguments after -- go to both replicas. A --model that ends in .txt names the file it holds.
 """
 import argparse
@@ -78,7 +80,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pagellm", default=str(REPO / "build" / "pagellm"))
     p.add_argument("--model", default=str(REPO / "build" / "default-model.txt"))
-    p.add_argument("--docs", type=int, default=4)
+    p.add_argument("--docs", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3, help="requests per document")
     p.add_argument("--doc-words", type=int, default=400)
     p.add_argument("--max-tokens", type=int, default=4)
@@ -125,6 +127,7 @@ def main():
                 "cached_share": sum(r["cached"] for r in later) / sum(r["prompt_tokens"] for r in later),
                 "ttft_p50_first_s": statistics.median(r["ttft_s"] for r in rows if r["repeat"] == 0),
                 "ttft_p50_repeats_s": statistics.median(r["ttft_s"] for r in later),
+                "ttft_mean_repeats_s": statistics.mean(r["ttft_s"] for r in later),
             }
             router.terminate()
             router.wait(10)
@@ -133,10 +136,16 @@ def main():
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(60)
-    print(f"{'policy':<12} {'cached share (repeats)':>24} {'TTFT p50 first':>16} {'TTFT p50 repeats':>18}")
+    print(f"{'policy':<12} {'round':>5} {'cached share':>13} {'TTFT p50':>9} {'TTFT mean':>10}")
     for policy, r in results.items():
-        print(f"{policy:<12} {r['cached_share']:>24.1%} {r['ttft_p50_first_s']:>15.3f}s "
-              f"{r['ttft_p50_repeats_s']:>17.3f}s")
+        for rep in range(args.repeats):
+            rows = [x for x in r["rows"] if x["repeat"] == rep]
+            share = sum(x["cached"] for x in rows) / sum(x["prompt_tokens"] for x in rows)
+            ttfts = [x["ttft_s"] for x in rows]
+            print(f"{policy:<12} {rep + 1:>5} {share:>13.1%} {statistics.median(ttfts):>8.3f}s "
+                  f"{statistics.mean(ttfts):>9.3f}s")
+        print(f"{policy:<12} {'2..':>5} {r['cached_share']:>13.1%} {r['ttft_p50_repeats_s']:>8.3f}s "
+              f"{r['ttft_mean_repeats_s']:>9.3f}s")
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=1))
 
