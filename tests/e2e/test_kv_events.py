@@ -2,6 +2,7 @@
 front of two replicas: a request whose prefix one replica holds goes there."""
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -23,28 +24,42 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 class Subscriber:
-    """Reads a /v1/kv_events stream on a thread; `batches` fills as it goes."""
+    """Reads a /v1/kv_events stream on a thread; `batches` fills as it goes.
+    A plain socket, so that close() ends it at once (requests would wait for
+    the stream's next bytes)."""
 
     def __init__(self, server, headers=AUTH):
         self.batches = []
-        self.resp = requests.get(server.url("/v1/kv_events"), headers=headers, stream=True, timeout=(5, 60))
-        assert self.resp.status_code == 200, self.resp.text
-        assert self.resp.headers["Content-Type"].startswith("text/event-stream")
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.sock.sendall(f"GET /v1/kv_events HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
+        self.file = self.sock.makefile("rb")
+        status = self.file.readline().decode()
+        lines = []
+        while (line := self.file.readline()) not in (b"\r\n", b""):
+            lines.append(line.decode().lower())
+        self.status = int(status.split()[1])
+        assert self.status == 200, status
+        assert "content-type: text/event-stream" in "".join(lines)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
         try:
-            for line in self.resp.iter_lines(chunk_size=None):
+            for line in self.file:  # chunk-size lines in between are skipped
                 if line.startswith(b"data: "):
                     self.batches.append(json.loads(line[6:]))
-        except (requests.RequestException, ValueError, AttributeError):
+        except (OSError, ValueError):
             pass  # closed by the test or the server
 
     def events(self):
         return [e for b in list(self.batches) for e in b["events"]]
 
     def close(self):
-        self.resp.close()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
 
 
 def stored_prefix(events):
@@ -225,3 +240,34 @@ def test_the_router_sends_a_prefix_where_it_is_cached(routed):
     # A prompt no replica holds: the least loaded, in turn.
     r, cached = complete(base, OTHER)
     assert cached == 0
+
+
+def test_eviction_publishes_removed_blocks():
+    """A pool of ~40 blocks cannot keep three ~19-block prompts: the oldest
+    prompt's blocks are evicted, and each eviction is a BlockRemoved of a
+    block announced before."""
+    server = Server(["--kv-events", "--kv-cache-memory", "400KiB"]).start()
+    try:
+        sub = Subscriber(server, headers={})
+        assert wait_until(lambda: sub.batches)
+        third = PROMPT.replace("Lily", "Sue").replace("ball", "kite")
+        for prompt in (PROMPT, OTHER, third):
+            complete(server.base, prompt, headers={})
+        assert wait_until(lambda: any(e["type"] == "BlockRemoved" for e in sub.events())), server.output()[-2000:]
+        announced = set()
+        for e in sub.events():
+            if e["type"] == "BlockStored":
+                announced.update(e["block_hashes"])
+            elif e["type"] == "BlockRemoved":
+                assert set(e["block_hashes"]) <= announced
+                announced -= set(e["block_hashes"])
+        # What the stream's events add up to is what a new subscriber's snapshot says.
+        late = Subscriber(server, headers={})
+        assert wait_until(lambda: late.batches and sub.batches[-1]["seq"] == late.batches[0]["seq"])
+        snapshot = {h for e in late.batches[0]["events"] if e["type"] == "BlockStored" for h in e["block_hashes"]}
+        assert snapshot == announced
+        assert 0 < len(snapshot) <= 40
+        sub.close()
+        late.close()
+    finally:
+        server.stop()
