@@ -5,6 +5,8 @@
 // detokenizing, outputs) is output_processor.h's. Reports: engine_stats.cpp.
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -89,6 +91,8 @@ void Engine::load(const LoadProgress& progress) {
   prefix_tier_ = PrefixTier::create(config_, *model_, kv_config_, sched_config_, *runner_, comm_ != nullptr, lora_.get());
   for (const auto& s : schedulers_) s->set_record_commits(prefix_tier_ != nullptr);
   if (config_.kv_events) {
+    if (!kv_config_.enable_prefix_caching)
+      spdlog::warn("--kv-events: prefix caching is off, so no block is ever stored (only AllBlocksCleared)");
     kv_events_ = std::make_shared<KvEventLog>(std::max<size_t>(1, config_.kv_events_buffer));
     for (const auto& s : schedulers_) s->set_record_kv_events(true);
     publish_kv_events();
