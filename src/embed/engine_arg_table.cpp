@@ -42,6 +42,32 @@ std::vector<int> layer_counts(const std::string& text) {
   }
 }
 
+// --kv-events-config: vLLM's KVEventsConfig JSON. Our publisher is the HTTP
+// endpoint; ZMQ's settings (endpoint, topic, ...) do not apply.
+void apply_kv_events_config(EngineArgs& a, const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ArgValueError(fmt::format("expected a JSON object: {}", e.what()));
+  }
+  if (!j.is_object()) throw ArgValueError("expected a JSON object, e.g. {\"enable_kv_cache_events\": true}");
+  const json on = j.value("enable_kv_cache_events", json(false));
+  if (!on.is_boolean()) throw ArgValueError("'enable_kv_cache_events' must be true or false");
+  const json publisher = j.value("publisher", json("http"));
+  if (!publisher.is_string() || (publisher != "http" && publisher != "sse" && publisher != "null"))
+    throw ArgValueError(fmt::format("publisher {} is not supported: use \"http\" (Server-Sent Events on GET "
+                                    "/v1/kv_events)",
+                                    publisher.dump()));
+  a.config.kv_events = on.get<bool>() && publisher != "null";
+  if (j.contains("max_queue_size")) {
+    const json& n = j["max_queue_size"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > (int64_t{1} << 30))
+      throw ArgValueError("'max_queue_size' must be an integer from 1 to 2^30");
+    a.config.kv_events_buffer = static_cast<size_t>(n.get<int64_t>());
+  }
+}
+
 // --lora-modules: "name=path", or vLLM's JSON form {"name", "path", "base_model_name"}.
 LoraModule parse_lora_module(const std::string& text) {
   LoraModule m;
@@ -327,6 +353,20 @@ const std::vector<EngineArg> kEngineArgs = {
          [](EngineArgs& a, const json& v) {
            a.config.kv_offload_disk_bytes = static_cast<int64_t>(v.get<double>() * static_cast<double>(int64_t{1} << 30));
          }},
+    {.name = "kv-events",
+     .type = T::Bool,
+     .default_text = "false",
+     .help = "Publish KV cache events (blocks stored / removed / cleared, by hash; vLLM's shape) on GET "
+             "/v1/kv_events for cache-aware routing (tools/kv_router.py)",
+     .scope = ArgScope::CommandLine,  // the server publishes them
+     .apply = [](EngineArgs& a, const json& v) { a.config.kv_events = v.get<bool>(); }},
+    {.name = "kv-events-config",
+     .type = T::Text,
+     .help = "vLLM's form of --kv-events: JSON {\"enable_kv_cache_events\": true, \"publisher\": \"http\", "
+             "\"max_queue_size\": N} (publisher http or sse: GET /v1/kv_events; max_queue_size: the event "
+             "window, in blocks)",
+     .scope = ArgScope::CommandLine,
+     .apply = [](EngineArgs& a, const json& v) { apply_kv_events_config(a, v.get<std::string>()); }},
     {.name = "hybrid-kv-cache-manager",
      .negation = "disable-hybrid-kv-cache-manager",
      .type = T::Bool,

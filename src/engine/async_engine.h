@@ -120,6 +120,7 @@ class AsyncEngine {
   const ScoreModel* score_model() const { return engine_->score_model(); }
   const std::string& score_error() const { return engine_->score_error(); }
   ServeTask task() const { return engine_->task(); }
+  KvEventLog* kv_events() const { return engine_->kv_events(); }  // null unless --kv-events
   bool lora_enabled() const { return lora_enabled_; }
   // The served LoRA adapters as of the last step or run_on_step_thread call.
   std::vector<LoraInfo> loras() const;

@@ -5,6 +5,8 @@
 // detokenizing, outputs) is output_processor.h's. Reports: engine_stats.cpp.
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -88,6 +90,13 @@ void Engine::load(const LoadProgress& progress) {
   if (config_.lora.enabled) lora_ = std::make_unique<LoraRegistry>(*model_, config_.lora);
   prefix_tier_ = PrefixTier::create(config_, *model_, kv_config_, sched_config_, *runner_, comm_ != nullptr, lora_.get());
   for (const auto& s : schedulers_) s->set_record_commits(prefix_tier_ != nullptr);
+  if (config_.kv_events) {
+    if (!kv_config_.enable_prefix_caching)
+      spdlog::warn("--kv-events: prefix caching is off, so no block is ever stored (only AllBlocksCleared)");
+    kv_events_ = std::make_shared<KvEventLog>(std::max<size_t>(1, config_.kv_events_buffer));
+    for (const auto& s : schedulers_) s->set_record_kv_events(true);
+    publish_kv_events();
+  }
   task_ = config_.task;
   if (task_ == ServeTask::Pooling) task_ = score_model_ ? ServeTask::Score : ServeTask::Embed;
   update_gauges();
@@ -326,8 +335,22 @@ std::vector<RequestOutput> Engine::step() {
     in_flight_.pop_front();
     complete_step(f, true, outputs);
   }
+  if (kv_events_) publish_kv_events();
   update_gauges();
   return outputs;
+}
+
+void Engine::publish_kv_events() {
+  // The pool's medium in vLLM's words: device memory or the host's.
+  const char* medium = config_.device.rfind("cpu", 0) == 0 ? "CPU" : "GPU";
+  std::vector<KvEvent> events;
+  for (const auto& s : schedulers_) {
+    for (KvEvent& e : s->take_kv_events()) {
+      e.medium = medium;
+      events.push_back(std::move(e));
+    }
+  }
+  kv_events_->publish(std::move(events));
 }
 
 void Engine::submit_step(int32_t ve, std::vector<RequestOutput>& outputs) {

@@ -37,6 +37,7 @@
 #include "engine/pooling.h"
 #include "engine/score_head.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_events.h"
 #include "kv/kv_offload.h"
 #include "model/model.h"
 #include "model/tensor_source.h"
@@ -89,6 +90,10 @@ struct EngineConfig {
   int64_t kv_offload_host_bytes = 0;
   std::string kv_offload_dir;
   int64_t kv_offload_disk_bytes = int64_t{10} << 30;
+  // KV events (kv/kv_events.h) for cache-aware routing: recorded only when
+  // on, published after each step into a window of this many blocks.
+  bool kv_events = false;
+  size_t kv_events_buffer = 65536;
   // KV-cache groups (core/kv_layout.h) where the model has sliding-window
   // layers besides full ones and the backend supports them.
   bool kv_cache_groups = true;
@@ -271,6 +276,9 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   // How embedding requests are pooled: the model's files, then the config's overrides.
   const PoolingSpec& pooling() const { return pooling_; }
+  // The published KV events (--kv-events), null when off; safe from any
+  // thread, set once at construction.
+  KvEventLog* kv_events() const { return kv_events_.get(); }
   // Why this model's embeddings cannot be served (a pooling it has and the
   // engine does not, e.g. a reranker's), or empty. Embedding requests are
   // refused with it; generation is unaffected.
@@ -368,6 +376,8 @@ class Engine {
   std::unique_ptr<DraftPlanner> drafts_;       // with a proposer
   std::vector<Request*> waiting_for_grammar_;  // added, not yet in the scheduler
   std::unique_ptr<PrefixTier> prefix_tier_;    // the KV offload tier, when on
+  std::shared_ptr<KvEventLog> kv_events_;      // --kv-events
+  void publish_kv_events();
   ModelRunner::Output runner_output_;  // reused across steps
   std::vector<SampleDraw> draws_;      // a step's draws when the device samples
   int64_t phase_ns_[4] = {};           // schedule, forward, sample + postprocess, propose

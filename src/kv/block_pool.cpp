@@ -33,6 +33,7 @@ BlockPool::BlockPool(int32_t num_blocks, int32_t block_size)
   prefix_id_.assign(n, 0);
   parent_prefix_id_.assign(n, 0);
   tokens_.assign(n * static_cast<size_t>(block_size), 0);
+  announced_.assign(n, 0);
   state_[kNullBlock] = State::Null;
   for (BlockId b = 1; b < num_blocks; ++b) push_back(free_, b);
 }
@@ -100,6 +101,14 @@ void BlockPool::forget_contents(BlockId b) {
   if (registered_[b]) {
     map_.erase(hash_[b]);
     registered_[b] = 0;
+  }
+  if (announced_[b]) {
+    announced_[b] = 0;
+    if (record_events_) {
+      if (events_.empty() || events_.back().type != KvEventType::BlockRemoved)
+        events_.push_back(kv_event(KvEventType::BlockRemoved));
+      events_.back().block_hashes.push_back(hash_[b]);
+    }
   }
   hash_[b] = 0;
   prefix_id_[b] = 0;
@@ -229,14 +238,14 @@ BlockId BlockPool::find_cached(BlockHash hash, uint64_t parent_prefix_id,
   return b;
 }
 
-void BlockPool::commit_full_block(BlockId b, BlockHash hash, uint64_t parent_prefix_id,
+bool BlockPool::commit_full_block(BlockId b, BlockHash hash, uint64_t parent_prefix_id,
                                   std::span<const TokenId> tokens) {
   check_block(b);
   PAGELLM_CHECK(state_[b] == State::Used, "commit of block {} which is not in use", b);
   PAGELLM_CHECK(static_cast<int32_t>(tokens.size()) == block_size_,
                 "commit of block {} with {} tokens, block size is {}", b, tokens.size(),
                 block_size_);
-  if (prefix_id_[b] != 0) return;  // shared block committed by another holder
+  if (prefix_id_[b] != 0) return false;  // shared block committed by another holder
   const auto it = map_.find(hash);
   if (it != map_.end()) {
     // Same hash held by another block: a duplicate computed concurrently
@@ -247,7 +256,7 @@ void BlockPool::commit_full_block(BlockId b, BlockHash hash, uint64_t parent_pre
     const bool same = parent_prefix_id_[other] == parent_prefix_id &&
                       std::memcmp(stored, tokens.data(), tokens.size_bytes()) == 0;
     prefix_id_[b] = same ? prefix_id_[other] : next_prefix_id_++;
-    return;
+    return false;
   }
   map_.emplace(hash, b);
   registered_[b] = 1;
@@ -255,6 +264,35 @@ void BlockPool::commit_full_block(BlockId b, BlockHash hash, uint64_t parent_pre
   prefix_id_[b] = next_prefix_id_++;
   parent_prefix_id_[b] = parent_prefix_id;
   std::memcpy(&tokens_[static_cast<size_t>(b) * block_size_], tokens.data(), tokens.size_bytes());
+  return true;
+}
+
+void BlockPool::record_cleared() {
+  std::fill(announced_.begin(), announced_.end(), 0);
+  if (record_events_) events_.push_back(kv_event(KvEventType::AllBlocksCleared));
+}
+
+void BlockPool::stored(BlockId b, std::optional<BlockHash> parent_hash, uint64_t lora_id) {
+  check_block(b);
+  if (!record_events_ || !registered_[b] || announced_[b]) return;
+  announced_[b] = 1;
+  const TokenId* t = &tokens_[static_cast<size_t>(b) * block_size_];
+  // One sequence's blocks committed together make one event, as in vLLM.
+  if (!events_.empty() && parent_hash) {
+    KvEvent& last = events_.back();
+    if (last.type == KvEventType::BlockStored && last.lora_id == lora_id && last.block_hashes.back() == *parent_hash) {
+      last.block_hashes.push_back(hash_[b]);
+      last.token_ids.insert(last.token_ids.end(), t, t + block_size_);
+      return;
+    }
+  }
+  KvEvent e = kv_event(KvEventType::BlockStored);
+  e.block_hashes = {hash_[b]};
+  e.parent_block_hash = parent_hash;
+  e.token_ids.assign(t, t + block_size_);
+  e.block_size = block_size_;
+  e.lora_id = lora_id;
+  events_.push_back(std::move(e));
 }
 
 std::vector<BlockId> BlockPool::free_list_order() const {

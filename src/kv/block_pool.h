@@ -22,8 +22,10 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "kv/kv_events.h"
 #include "kv/kv_types.h"
 
 namespace pagellm {
@@ -80,9 +82,21 @@ class BlockPool {
                       std::span<const TokenId> tokens) const;
   // A used block has just become full of computed tokens: give it its
   // prefix id and register it under `hash` unless another block already
-  // holds that hash. Idempotent for an already committed block.
-  void commit_full_block(BlockId b, BlockHash hash, uint64_t parent_prefix_id,
+  // holds that hash. Idempotent for an already committed block. Returns true
+  // when the block got registered now.
+  bool commit_full_block(BlockId b, BlockHash hash, uint64_t parent_prefix_id,
                          std::span<const TokenId> tokens);
+
+  // KV events (kv/kv_events.h), off by default. While on, stored() records a
+  // BlockStored for a block just registered (a chain continuing the previous
+  // event's joins it) and the block's end as a registered block records a
+  // BlockRemoved; take_events hands them over.
+  void set_record_events(bool on) { record_events_ = on; }
+  bool recording_events() const { return record_events_; }
+  void stored(BlockId b, std::optional<BlockHash> parent_hash, uint64_t lora_id);
+  std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
+  // An AllBlocksCleared: what was announced before no longer counts.
+  void record_cleared();
 
   // Inspection for tests and debugging.
   std::vector<BlockId> free_list_order() const;   // allocation order
@@ -124,6 +138,10 @@ class BlockPool {
   std::vector<uint64_t> parent_prefix_id_; // [num_blocks] valid when registered
   std::vector<TokenId> tokens_;            // [num_blocks, block_size] valid when registered
   std::unordered_map<BlockHash, BlockId> map_;
+
+  bool record_events_ = false;
+  std::vector<uint8_t> announced_;  // [num_blocks] a BlockStored went out for it (while recording)
+  std::vector<KvEvent> events_;
 };
 
 }  // namespace pagellm

@@ -302,7 +302,8 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
     const uint64_t parent_id = i > 0 ? pool_.prefix_id(full_table[i - 1]) : root_prefix_id(cache_key);
     const auto chunk = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockHash h = hash_block_tokens(parent_hash, chunk);
-    pool_.commit_full_block(full_table[i], h, parent_id, chunk);
+    if (pool_.commit_full_block(full_table[i], h, parent_id, chunk))
+      pool_.stored(full_table[i], i > 0 ? std::optional<BlockHash>(parent_hash) : std::nullopt, cache_key);
     if (config_.record_commits) committed_.push_back({seq, 0, i, full_table[i]});
     for (int g = 1; g < num_groups(); ++g) {
       const BlockId b = s.tables[static_cast<size_t>(g)][i];
@@ -312,6 +313,14 @@ void KVCacheManager::commit_computed(SeqId seq, std::span<const TokenId> tokens,
     }
     s.hashes.push_back(h);
   }
+}
+
+void KVCacheManager::set_record_events(bool on) {
+  if (on && !pool_.recording_events()) {
+    pool_.set_record_events(true);
+    pool_.record_cleared();
+  }
+  if (!on) pool_.set_record_events(false);
 }
 
 PrefixImport KVCacheManager::import_prefix(std::span<const TokenId> tokens, uint64_t cache_key, int32_t max_blocks,
@@ -406,7 +415,10 @@ PrefixImport KVCacheManager::import_prefix(std::span<const TokenId> tokens, uint
       const bool ok = pool_.allocate(1, config_.allocation_policy, i > 0 ? row[i - 1] : kNullBlock, fresh);
       PAGELLM_CHECK(ok, "import_prefix: no block available after counting them");
       row[i] = fresh[0];
-      pool_.commit_full_block(row[i], g == 0 ? hashes[i] : group_hash(hashes[i], g), parent, chunk_of(i));
+      const bool registered =
+          pool_.commit_full_block(row[i], g == 0 ? hashes[i] : group_hash(hashes[i], g), parent, chunk_of(i));
+      if (registered && g == 0)
+        pool_.stored(row[i], i > 0 ? std::optional<BlockHash>(hashes[i - 1]) : std::nullopt, cache_key);
       out.fills.push_back({g, i, row[i]});
     }
   }

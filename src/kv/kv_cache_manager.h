@@ -193,6 +193,12 @@ class KVCacheManager {
 
   bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
 
+  // ---- KV events (kv/kv_events.h): off by default. Turning them on records
+  // an AllBlocksCleared first (what was stored before was never announced).
+  // Group 0's blocks are announced: a prefix is findable when they are.
+  void set_record_events(bool on);
+  std::vector<KvEvent> take_events() { return pool_.take_events(); }
+
   // ---- the KV offload tier
   // The blocks committed since the last call (record_commits), in order.
   std::vector<CommittedBlock> take_committed() { return std::exchange(committed_, {}); }

@@ -241,6 +241,9 @@ class Scheduler {
   // sequences not yet added, held until unpin_prefix.
   std::vector<CommittedBlock> take_committed_blocks() { return kv_.take_committed(); }
   void set_record_commits(bool on) { kv_.set_record_commits(on); }
+  // KV events (kv/kv_events.h) since the last call; set_record_events turns them on.
+  void set_record_kv_events(bool on) { kv_.set_record_events(on); }
+  std::vector<KvEvent> take_kv_events() { return kv_.take_events(); }
   PrefixImport import_prefix(std::span<const TokenId> tokens, uint64_t cache_key, int32_t max_blocks,
                              const std::function<bool(int, int32_t)>& supplied, int32_t max_fresh) {
     return kv_.import_prefix(tokens, cache_key, max_blocks, supplied, max_fresh);

@@ -157,6 +157,7 @@ void OpenAIServer::register_routes(HttpServer& http) {
   http.get("/tokenizer_info", bind(&OpenAIServer::tokenizer_info));
   http.get("/health", bind(&OpenAIServer::health));
   http.get("/metrics", bind(&OpenAIServer::metrics));
+  http.get("/v1/kv_events", bind(&OpenAIServer::kv_events));
   http.get("/version", bind(&OpenAIServer::version));
 }
 
@@ -247,7 +248,8 @@ void OpenAIServer::health(const httplib::Request&, httplib::Response& res) {
 }
 
 void OpenAIServer::metrics(const httplib::Request&, httplib::Response& res) {
-  res.set_content(render_metrics(engine_.stats(), model_.name, counters_.snapshot(), options_.metrics_prefix),
+  res.set_content(render_metrics(engine_.stats(), model_.name, counters_.snapshot(), options_.metrics_prefix) +
+                      kv_event_metrics(),
                   "text/plain; version=0.0.4; charset=utf-8");
 }
 

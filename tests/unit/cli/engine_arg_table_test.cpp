@@ -47,6 +47,8 @@ json snapshot(const EngineArgs& a) {
           {"kv_offload_host_bytes", c.kv_offload_host_bytes},
           {"kv_offload_dir", c.kv_offload_dir},
           {"kv_offload_disk_bytes", c.kv_offload_disk_bytes},
+          {"kv_events", c.kv_events},
+          {"kv_events_buffer", c.kv_events_buffer},
           {"max_model_len", s.max_model_len},
           {"max_num_seqs", s.max_num_seqs},
           {"max_num_batched_tokens", s.max_num_batched_tokens},
@@ -109,7 +111,8 @@ Sample sample(const EngineArg& arg) {
       {"model", "m.gguf"},      {"tokenizer", "t.gguf"},   {"dummy-shape", "tiny-llama"},
       {"dummy-type", "f32"},    {"device", "opencl:1"},    {"pipeline-layer-partition", "3,2"},
       {"trace", "trace.json"},  {"chat-template", "{{x}}"}, {"dtype", "auto"},
-      {"hf-overrides", "{}"},   {"score-template", "raw"}, {"kv-offload-dir", "/tmp/kv"}};
+      {"hf-overrides", "{}"},   {"score-template", "raw"}, {"kv-offload-dir", "/tmp/kv"},
+      {"kv-events-config", R"({"enable_kv_cache_events": true, "max_queue_size": 100})"}};
   switch (arg.type) {
     case ArgType::Int: {
       if (!arg.choices.empty()) {
