@@ -181,6 +181,7 @@ EngineStats AsyncEngine::stats() const {
     s = stats_;
   }
   s.grammars = engine_->grammar_stats();
+  if (const KvEventLog* log = engine_->kv_events()) s.kv_events = log->counts();
   return s;
 }
 

@@ -238,6 +238,7 @@ struct EngineStats {
   std::vector<std::string> running_loras, waiting_loras;
   int32_t max_loras = 0;
   KvTierReport kv_tier;
+  KvEventCounts kv_events;  // --kv-events
 };
 
 class Engine {

@@ -146,6 +146,7 @@ EngineStats Engine::stats() const {
   s.num_unfinished_requests = static_cast<int64_t>(requests_.size());
   s.grammars = grammars_->stats();
   if (prefix_tier_) s.kv_tier = prefix_tier_->stats();
+  if (kv_events_) s.kv_events = kv_events_->counts();
   if (lora_) {
     s.loras = lora_->list();
     s.max_loras = lora_->config().max_loras;

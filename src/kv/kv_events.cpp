@@ -136,6 +136,20 @@ uint64_t KvEventLog::resyncs() const {
   return resyncs_;
 }
 
+KvEventCounts KvEventLog::counts() const {
+  KvEventCounts c;
+  c.enabled = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c.published = published_;
+    c.dropped = dropped_;
+    c.resyncs = resyncs_;
+  }
+  c.stored_blocks = stored_blocks();
+  c.subscribers = subscribers_.load();
+  return c;
+}
+
 size_t KvEventLog::stored_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;

@@ -15,6 +15,7 @@
 // (GET /v1/kv_events) read from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -55,6 +56,14 @@ struct KvEventBatch {
   std::vector<KvEvent> events;
 };
 
+// What /metrics shows of a KvEventLog (EngineStats::kv_events).
+struct KvEventCounts {
+  bool enabled = false;  // --kv-events
+  uint64_t published = 0, dropped = 0, resyncs = 0;
+  size_t stored_blocks = 0;
+  int64_t subscribers = 0;
+};
+
 // The engine's published events: a bounded window of recent batches and the
 // set of blocks stored right now (the state those batches lead to), so that a
 // subscriber that starts late, or falls out of the window, resynchronizes
@@ -92,6 +101,9 @@ class KvEventLog {
   uint64_t dropped_events() const;  // missed by readers that fell behind
   uint64_t resyncs() const;
   size_t stored_blocks() const;
+  // Readers streaming now (the server counts them in and out).
+  void add_subscriber(int delta) { subscribers_ += delta; }
+  KvEventCounts counts() const;
 
  private:
   struct Stored {
@@ -116,6 +128,7 @@ class KvEventLog {
   size_t weight_ = 0;
   uint64_t last_seq_ = 0;
   uint64_t published_ = 0, dropped_ = 0, resyncs_ = 0;
+  std::atomic<int64_t> subscribers_{0};
   // (medium, hash) -> block: one map per medium, since a tier can hold the
   // block the pool holds too.
   std::unordered_map<std::string, std::unordered_map<BlockHash, Stored>> stored_;

@@ -18,7 +18,6 @@
 #include "engine/async_engine.h"
 #include "server/http_connections.h"
 #include "server/http_errors.h"
-#include "server/metrics_render.h"
 #include "server/openai_response.h"
 #include "server/openai_server.h"
 
@@ -51,10 +50,10 @@ std::string sse_data(const KvEventBatch& b) {
 }
 
 struct Subscription {
-  Subscription(const OpenAIServer& server, std::atomic<int64_t>& count) : active(server), count(count) { ++count; }
-  ~Subscription() { --count; }
+  Subscription(const OpenAIServer& server, KvEventLog& log) : active(server), log(log) { log.add_subscriber(1); }
+  ~Subscription() { log.add_subscriber(-1); }
   ActiveRequest active;  // shutdown waits for it: it ends within a poll once draining
-  std::atomic<int64_t>& count;
+  KvEventLog& log;
   ClientWatch watch = ClientWatch::current();
   KvEventLog::Cursor cursor;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -67,7 +66,7 @@ void OpenAIServer::kv_events(const httplib::Request&, httplib::Response& res) {
   KvEventLog* log = engine_.kv_events();
   if (!log)
     throw HttpError(404, "KV events are off: start the server with --kv-events", "kv_events_disabled");
-  auto sub = std::make_shared<Subscription>(*this, kv_event_subscribers_);
+  auto sub = std::make_shared<Subscription>(*this, *log);
   const auto poll = options_.poll_interval;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", [this, log, sub, poll](size_t, httplib::DataSink& sink) {
@@ -88,30 +87,6 @@ void OpenAIServer::kv_events(const httplib::Request&, httplib::Response& res) {
     sink.done();
     return true;
   });
-}
-
-std::string OpenAIServer::kv_event_metrics() const {
-  const KvEventLog* log = engine_.kv_events();
-  if (!log) return "";
-  const std::string prefix = options_.metrics_prefix == MetricsPrefix::Vllm ? "vllm:" : "pagellm:";
-  const std::string labels = "{model_name=\"" + escape_label_value(model_.name) + "\"}";
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help, double v) {
-    out += fmt::format("# HELP {0}{1} {2}\n# TYPE {0}{1} {3}\n{0}{1}{4} {5}\n", prefix, name, help, type, labels,
-                       format_metric_value(v));
-  };
-  family("kv_events_published_total", "counter", "KV events published on /v1/kv_events.",
-         static_cast<double>(log->published_events()));
-  family("kv_events_dropped_total", "counter",
-         "KV events subscribers missed by reading too slowly (each got a fresh snapshot instead).",
-         static_cast<double>(log->dropped_events()));
-  family("kv_events_resyncs_total", "counter", "Snapshots sent to subscribers that fell behind.",
-         static_cast<double>(log->resyncs()));
-  family("kv_events_stored_blocks", "gauge", "Blocks the published KV events say are stored now.",
-         static_cast<double>(log->stored_blocks()));
-  family("kv_events_subscribers", "gauge", "Clients reading /v1/kv_events now.",
-         static_cast<double>(kv_event_subscribers_.load()));
-  return out;
 }
 
 }  // namespace pagellm::server

@@ -158,6 +158,16 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
              {{"out", static_cast<double>(m.swapped_out_bytes)}, {"in", static_cast<double>(m.swapped_in_bytes)}});
   w.gauge("num_requests_swapped", static_cast<double>(m.num_requests_swapped),
           "Sequences whose KV cache is swapped out to the host pool.");
+  if (const KvEventCounts& e = stats.kv_events; e.enabled) {
+    w.counter("kv_events_published_total", static_cast<double>(e.published), "KV events published on /v1/kv_events.");
+    w.counter("kv_events_dropped_total", static_cast<double>(e.dropped),
+              "KV events subscribers missed by reading too slowly (each got a fresh snapshot instead).");
+    w.counter("kv_events_resyncs_total", static_cast<double>(e.resyncs),
+              "Snapshots sent to subscribers that fell behind.");
+    w.gauge("kv_events_stored_blocks", static_cast<double>(e.stored_blocks),
+            "Blocks the published KV events say are stored now.");
+    w.gauge("kv_events_subscribers", static_cast<double>(e.subscribers), "Clients reading /v1/kv_events now.");
+  }
   if (const KvTierReport& t = stats.kv_tier; t.enabled) {
     // Per tier (host, disk): one family per figure, labelled by tier.
     const auto per_tier = [&](const char* name, const char* type, const char* help, int64_t TierStats::*field) {

@@ -248,8 +248,7 @@ void OpenAIServer::health(const httplib::Request&, httplib::Response& res) {
 }
 
 void OpenAIServer::metrics(const httplib::Request&, httplib::Response& res) {
-  res.set_content(render_metrics(engine_.stats(), model_.name, counters_.snapshot(), options_.metrics_prefix) +
-                      kv_event_metrics(),
+  res.set_content(render_metrics(engine_.stats(), model_.name, counters_.snapshot(), options_.metrics_prefix),
                   "text/plain; version=0.0.4; charset=utf-8");
 }
 

@@ -101,10 +101,8 @@ class OpenAIServer {
   void tokenizer_info(const httplib::Request& req, httplib::Response& res);
   void health(const httplib::Request& req, httplib::Response& res);
   void metrics(const httplib::Request& req, httplib::Response& res);
-  // server/kv_events_route.cpp (--kv-events): the engine's KV events as
-  // Server-Sent Events, and their counters for /metrics.
+  // server/kv_events_route.cpp (--kv-events): the engine's KV events as Server-Sent Events.
   void kv_events(const httplib::Request& req, httplib::Response& res);
-  std::string kv_event_metrics() const;
   void version(const httplib::Request& req, httplib::Response& res);
 
   // 401 unless the request carries the key (for guarded routes).
@@ -122,7 +120,6 @@ class OpenAIServer {
   int64_t started_at_;  // Unix seconds
   std::atomic<bool> draining_{false};
   mutable std::atomic<int64_t> active_{0};
-  std::atomic<int64_t> kv_event_subscribers_{0};
 };
 
 // Counts a running handler (or stream) for wait_idle.

@@ -108,6 +108,21 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   EXPECT_THROW(metrics_prefix_from_name("prometheus"), Error);
 }
 
+TEST(ServerMetrics, KvEventFamiliesOnlyWithKvEventsAndUnderEachPrefix) {
+  EngineStats s;
+  EXPECT_EQ(render_metrics(s, "m").find("kv_events_"), std::string::npos);
+  s.kv_events = {.enabled = true, .published = 7, .dropped = 2, .resyncs = 1, .stored_blocks = 3, .subscribers = 1};
+  const std::string both = render_metrics(s, "m", {}, MetricsPrefix::Both);
+  for (const char* prefix : {"pagellm:", "vllm:"}) {
+    const std::string p = prefix;
+    EXPECT_TRUE(has_line(both, p + "kv_events_published_total{model_name=\"m\"} 7.0")) << p;
+    EXPECT_TRUE(has_line(both, p + "kv_events_dropped_total{model_name=\"m\"} 2.0")) << p;
+    EXPECT_TRUE(has_line(both, p + "kv_events_resyncs_total{model_name=\"m\"} 1.0")) << p;
+    EXPECT_TRUE(has_line(both, p + "kv_events_stored_blocks{model_name=\"m\"} 3.0")) << p;
+    EXPECT_TRUE(has_line(both, p + "kv_events_subscribers{model_name=\"m\"} 1.0")) << p;
+  }
+}
+
 TEST(ServerMetrics, HttpCounters) {
   HttpCounters c;
   c.add("/health", 200);
