@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -289,6 +290,30 @@ void run_conversation(const BaseUrl& url, const ServeOptions& opts, const std::s
   }
 }
 
+// Runs job(i) for i in 0..n-1, each on a thread of its own started no
+// earlier than due(i), at most `limit` at once; none starts after `deadline`.
+void run_bounded(int32_t n, int32_t limit, Clock::time_point deadline,
+                 const std::function<Clock::time_point(int32_t)>& due, const std::function<void(int32_t)>& job) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int32_t in_flight = 0;
+  std::vector<std::thread> threads;
+  for (int32_t i = 0; i < n; ++i) {
+    std::this_thread::sleep_until(std::min(due(i), deadline));
+    std::unique_lock lock(mu);
+    if (!cv.wait_until(lock, deadline, [&] { return in_flight < limit; })) break;
+    ++in_flight;
+    lock.unlock();
+    threads.emplace_back([&, i] {
+      job(i);
+      std::lock_guard g(mu);
+      --in_flight;
+      cv.notify_all();
+    });
+  }
+  for (std::thread& th : threads) th.join();
+}
+
 }  // namespace
 
 TurnTtft turn_ttft(const std::vector<RequestRecord>& records) {
@@ -303,79 +328,51 @@ ServeResult run_serve(const ServeOptions& opts, const Tokenizer* tokenizer, cons
   const BaseUrl url = parse_base_url(opts.base_url);
   ServeResult result;
   result.model = opts.model.empty() ? fetch_model_name(url, opts) : opts.model;
+  const int32_t limit = opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency;
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
+  const std::string not_sent = fmt::format("not sent: the --timeout of {} s was reached", opts.timeout_s);
+  Clock::time_point t0;
   if (opts.turns > 1) {
     if (log)
       log(fmt::format("{} conversations of {} turns to {}{} (model '{}'), {} at once, think time {} s", opts.num_prompts,
-                      opts.turns, opts.base_url, opts.endpoint, result.model,
-                      opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency, opts.think_time_s));
+                      opts.turns, opts.base_url, opts.endpoint, result.model, limit, opts.think_time_s));
     result.records.resize(static_cast<size_t>(opts.num_prompts) * static_cast<size_t>(opts.turns));
-    for (RequestRecord& r : result.records) r.error = fmt::format("not sent: the --timeout of {} s was reached", opts.timeout_s);
-    std::mutex mu;
-    std::condition_variable cv;
-    int32_t in_flight = 0;
-    const int32_t limit = opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency;
-    std::vector<std::thread> threads;
-    const auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
-    for (int32_t c = 0; c < opts.num_prompts; ++c) {
-      std::unique_lock lock(mu);
-      if (!cv.wait_until(lock, deadline, [&] { return in_flight < limit; })) break;
-      ++in_flight;
-      lock.unlock();
-      threads.emplace_back([&, c] {
-        run_conversation(url, opts, result.model, c, tokenizer, t0, deadline,
-                         std::span(result.records).subspan(static_cast<size_t>(c) * opts.turns, opts.turns));
-        std::lock_guard g(mu);
-        --in_flight;
-        cv.notify_all();
-      });
+    for (RequestRecord& r : result.records) r.error = not_sent;
+    t0 = Clock::now();
+    run_bounded(opts.num_prompts, limit, t0 + timeout, [&](int32_t) { return t0; }, [&](int32_t c) {
+      run_conversation(url, opts, result.model, c, tokenizer, t0, t0 + timeout,
+                       std::span(result.records).subspan(static_cast<size_t>(c) * opts.turns, opts.turns));
+    });
+  } else {
+    // Bodies and arrival times first, off the clock.
+    std::vector<std::string> bodies;
+    for (int32_t i = 0; i < opts.num_prompts; ++i)
+      bodies.push_back(completion_body(opts, result.model, i, tokenizer).dump());
+    const std::vector<double> arrival_s = arrival_schedule(opts);
+    if (log)
+      log(fmt::format("{} requests to {}{} (model '{}'), concurrency {}, rate {}", opts.num_prompts, opts.base_url,
+                      opts.endpoint, result.model,
+                      opts.max_concurrency == 0 ? "unbounded" : std::to_string(opts.max_concurrency),
+                      std::isfinite(opts.request_rate) ? fmt::format("{}/s", opts.request_rate) : "inf"));
+    result.records.resize(static_cast<size_t>(opts.num_prompts));
+    for (RequestRecord& r : result.records) {
+      r.prompt_tokens = opts.input_len;
+      r.error = not_sent;
     }
-    for (std::thread& th : threads) th.join();
-    result.duration_s = secs(Clock::now() - t0);
-    result.metrics = compute_serve_metrics(result.records, result.duration_s);
-    return result;
-  }
-  // Bodies and arrival times first, off the clock.
-  std::vector<std::string> bodies;
-  for (int32_t i = 0; i < opts.num_prompts; ++i)
-    bodies.push_back(completion_body(opts, result.model, i, tokenizer).dump());
-  const std::vector<double> arrival_s = arrival_schedule(opts);
-  if (log)
-    log(fmt::format("{} requests to {}{} (model '{}'), concurrency {}, rate {}", opts.num_prompts, opts.base_url,
-                    opts.endpoint, result.model, opts.max_concurrency == 0 ? "unbounded" : std::to_string(opts.max_concurrency),
-                    std::isfinite(opts.request_rate) ? fmt::format("{}/s", opts.request_rate) : "inf"));
-
-  result.records.resize(static_cast<size_t>(opts.num_prompts));
-  for (RequestRecord& r : result.records) {
-    r.prompt_tokens = opts.input_len;
-    r.error = fmt::format("not sent: the --timeout of {} s was reached", opts.timeout_s);
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  int32_t in_flight = 0, done = 0;
-  const int32_t limit = opts.max_concurrency == 0 ? opts.num_prompts : opts.max_concurrency;
-  std::vector<std::thread> threads;
-  const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts.timeout_s));
-  for (int32_t i = 0; i < opts.num_prompts; ++i) {
-    const auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival_s[i]));
-    std::this_thread::sleep_until(std::min(due, deadline));
-    std::unique_lock lock(mu);
-    if (!cv.wait_until(lock, deadline, [&] { return in_flight < limit; })) break;
-    ++in_flight;
-    lock.unlock();
-    threads.emplace_back([&, i] {
-      RequestRecord rec = send_one(url, opts, bodies[i], opts.input_len, t0, deadline);
-      std::lock_guard g(mu);
-      result.records[i] = std::move(rec);
-      --in_flight;
+    std::mutex log_mu;
+    int32_t done = 0;
+    t0 = Clock::now();
+    const auto due = [&](int32_t i) {
+      return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival_s[i]));
+    };
+    run_bounded(opts.num_prompts, limit, t0 + timeout, due, [&](int32_t i) {
+      result.records[i] = send_one(url, opts, bodies[i], opts.input_len, t0, t0 + timeout);
+      std::lock_guard g(log_mu);
       ++done;
       if (log && (done % std::max(1, opts.num_prompts / 10) == 0 || done == opts.num_prompts))
         log(fmt::format("{}/{} requests done", done, opts.num_prompts));
-      cv.notify_all();
     });
   }
-  for (std::thread& th : threads) th.join();
   result.duration_s = secs(Clock::now() - t0);
   result.metrics = compute_serve_metrics(result.records, result.duration_s);
   return result;
