@@ -163,6 +163,19 @@ function renderStructured(li, text) {
   li.querySelector('.role').append(' ', badge);
 }
 
+// "40 tokens · 75.7 tok/s · first token after 0.19 s · finish: length" for a
+// reply that started at `started` (usage's count, else the chunks seen).
+function replyStats({ started, usage, chunks, firstAt = 0, finish }) {
+  const seconds = (performance.now() - started) / 1000;
+  const tokens = usage ? usage.completion_tokens : chunks;
+  const parts = [`${tokens} tokens`, `${(tokens / Math.max(seconds, 1e-3)).toFixed(1)} tok/s`];
+  if (firstAt) parts.push(`first token after ${((firstAt - started) / 1000).toFixed(2)} s`);
+  if (usage && usage.prompt_tokens_details && usage.prompt_tokens_details.cached_tokens)
+    parts.push(`${usage.prompt_tokens_details.cached_tokens} prompt tokens cached`);
+  if (finish) parts.push(`finish: ${finish}`);
+  return parts.join(' · ');
+}
+
 function setChatBusy(busy) {
   $('chat-send').disabled = busy;
   $('chat-stop').disabled = !busy;
@@ -255,14 +268,7 @@ async function sendChat() {
 
   const meta = document.createElement('span');
   meta.className = 'meta';
-  const seconds = (performance.now() - started) / 1000;
-  const tokens = usage ? usage.completion_tokens : chunks;
-  const parts = [`${tokens} tokens`, `${(tokens / Math.max(seconds, 1e-3)).toFixed(1)} tok/s`];
-  if (firstAt) parts.push(`first token after ${((firstAt - started) / 1000).toFixed(2)} s`);
-  if (usage && usage.prompt_tokens_details && usage.prompt_tokens_details.cached_tokens)
-    parts.push(`${usage.prompt_tokens_details.cached_tokens} prompt tokens cached`);
-  if (finish) parts.push(`finish: ${finish}`);
-  meta.textContent = parts.join(' · ');
+  meta.textContent = replyStats({ started, usage, chunks, firstAt, finish });
   li.append(meta);
   scrollChat(false);
   li.dataset.done = 'true';
@@ -308,10 +314,7 @@ async function sendCompletion() {
     $('completion-send').disabled = false;
     $('completion-stop').disabled = true;
   }
-  const seconds = (performance.now() - started) / 1000;
-  const tokens = usage ? usage.completion_tokens : chunks;
-  $('completion-stats').textContent =
-    `${tokens} tokens · ${(tokens / Math.max(seconds, 1e-3)).toFixed(1)} tok/s${finish ? ` · finish: ${finish}` : ''}`;
+  $('completion-stats').textContent = replyStats({ started, usage, chunks, finish });
 }
 $('completion-form').addEventListener('submit', (e) => { e.preventDefault(); sendCompletion(); });
 $('completion-prompt').addEventListener('keydown', (e) => {
