@@ -9,15 +9,12 @@
 
 #include "core/error.h"
 #include "kv/block_hash.h"
+#include "kv/kv_test_util.h"
 
 namespace pagellm {
 namespace {
 
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 // Chain hashes of every full block of `tokens`.
 std::vector<BlockHash> chain(const std::vector<TokenId>& tokens, int32_t bs) {

@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/kv_test_util.h"
 
 namespace pagellm {
 namespace {
 
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first = 1000) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 std::vector<BlockId> table(const KVCacheManager& kv, SeqId id) {
   const auto t = kv.block_table(id);

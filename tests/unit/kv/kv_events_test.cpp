@@ -11,17 +11,14 @@
 
 #include "kv/block_hash.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_test_util.h"
 
 namespace pagellm {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 KVCacheManager manager(int32_t num_blocks, bool events = true) {
   KVCacheConfig c;

@@ -9,15 +9,12 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_test_util.h"
 
 namespace pagellm {
 namespace {
 
-std::vector<TokenId> iota_tokens(int32_t n, TokenId first = 1000) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 KVCacheConfig config(int32_t num_blocks, std::vector<KvGroup> groups = {}) {
   KVCacheConfig c;
