@@ -6,6 +6,7 @@ Environment: PAGELLM_BIN (the binary; default build/pagellm), PAGELLM_SHARED_DAT
 build/default-model.txt)."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,28 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("PAGELLM_BIN", REPO / "build" / "pagellm"))
 SHARED = Path(os.environ.get("PAGELLM_SHARED_DATA", REPO.parent / "shared" / "data"))
 STORIES = SHARED / "models" / "stories260K.gguf"
+
+
+README = REPO / "README.md"
+
+
+def readme_blocks():
+    """Each fenced code block of the README with a language: (lang, text, line)."""
+    text = README.read_text()
+    for m in re.finditer(r"```(\w+)\n(.*?)```", text, re.S):
+        yield m.group(1), m.group(2), text[:m.start()].count("\n") + 1
+
+
+def code_block(lang, must_contain):
+    """The README's ```lang block holding `must_contain`."""
+    for block_lang, body, _ in readme_blocks():
+        if block_lang == lang and must_contain in body:
+            return body
+    raise AssertionError(f"README has no ```{lang} block with {must_contain!r}")
+
+
+def run_with_port(code, port):
+    return code.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
 
 
 def default_model_path():

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, STORIES, Server
+from conftest import BIN, STORIES, Server, code_block
 
 
 def generate(*args):
@@ -73,8 +73,7 @@ def test_serve_from_yaml_with_vllm_metric_names(tmp_path):
 def test_readme_yaml_example(tmp_path):
     import re
 
-    from conftest import REPO
-    block = re.search(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    block = code_block("yaml", "scheduling-preset: latency")
     block = re.sub(r"(?m)^model: .*$", f"model: {STORIES}", block)
     cfg = tmp_path / "readme.yaml"
     cfg.write_text(block + "threads: 1\n")

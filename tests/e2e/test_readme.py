@@ -2,25 +2,13 @@
 examples work as written (only the port is changed to a free one)."""
 
 import json
-import re
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import BIN, REPO, Server, default_model_path
-
-README = REPO / "README.md"
-
-
-def code_block(lang, must_contain):
-    text = README.read_text()
-    for m in re.finditer(rf"```{lang}\n(.*?)```", text, re.S):
-        if must_contain in m.group(1):
-            return m.group(1)
-    raise AssertionError(f"README has no ```{lang} block with {must_contain!r}")
-
+from conftest import BIN, README, REPO, Server, code_block, default_model_path, run_with_port
 
 @pytest.fixture(scope="module")
 def readme_server():
@@ -44,10 +32,6 @@ def readme_server():
     while "shutdown complete" not in s.output():
         assert time.time() < deadline, s.output()
         time.sleep(0.1)
-
-
-def run_with_port(code, port):
-    return code.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
 
 
 def test_readme_curl_example(readme_server):

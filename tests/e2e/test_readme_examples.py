@@ -12,14 +12,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 
-from conftest import BIN, REPO, STORIES, Server, default_model_path, free_port
+from conftest import (BIN, REPO, STORIES, Server, code_block, default_model_path, free_port, readme_blocks,
+                      run_with_port)
 
-README = REPO / "README.md"
 LORA = REPO / "tests" / "fixtures" / "lora" / "tiny-llama"
 
 # Each README code block and where it runs: a text only it holds -> the test.
@@ -46,29 +45,16 @@ CLAIMS = {
 }
 
 
-def blocks():
-    text = README.read_text()
-    for m in re.finditer(r"```(\w+)\n(.*?)```", text, re.S):
-        yield m.group(1), m.group(2), text[:m.start()].count("\n") + 1
-
-
-def block(must_contain):
-    for _, body, _ in blocks():
-        if must_contain in body:
-            return body
-    raise AssertionError(f"README has no code block with {must_contain!r}")
-
-
 def test_every_readme_example_is_run_by_a_test():
-    unclaimed = [f"README.md:{line} ({lang}): {body.splitlines()[0]}" for lang, body, line in blocks()
+    unclaimed = [f"README.md:{line} ({lang}): {body.splitlines()[0]}" for lang, body, line in readme_blocks()
                  if not any(marker in body for marker in CLAIMS)]
     assert not unclaimed, "README examples no test runs (add one and a CLAIMS entry):\n" + "\n".join(unclaimed)
     # The ones run elsewhere: those tests hold the same text.
     c_example = (REPO / "examples" / "c" / "generate.c").read_text()
-    for call in re.findall(r"(pagellm_\w+)\(", block("pagellm_engine_create(\"model.gguf\"")):
+    for call in re.findall(r"(pagellm_\w+)\(", code_block("c", "pagellm_engine_create(\"model.gguf\"")):
         assert call in c_example, call
     lm_eval = (REPO / "tests" / "e2e" / "test_lm_eval.py").read_text()
-    for word in shlex.split(block("lm_eval run --model local-completions").replace("\\\n", " "))[1:5]:
+    for word in shlex.split(code_block("bash", "lm_eval run --model local-completions").replace("\\\n", " "))[1:5]:
         assert f'"{word}"' in lm_eval, word
     assert "tokenizer_backend=remote" in lm_eval
 
@@ -106,7 +92,7 @@ def gemma():
 def test_using_it_commands(gemma, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("Once upon a time, there was a little girl named Lily. She liked to play outside. " * 20)
-    outputs = run_lines(block("build/pagellm generate -p"), {
+    outputs = run_lines(code_block("sh", "build/pagellm generate -p"), {
         "build/pagellm": str(BIN), "MODEL.gguf": str(STORIES), "TEXT": str(text), "/tmp/tl.gguf": str(tmp_path / "tl.gguf"),
         "../shared/data/models/stories260K.gguf": str(STORIES)})
     generate, story, tokens, info, _, ppl = outputs
@@ -126,21 +112,21 @@ def gemma_server(gemma):
 
 
 def run_python(code, port):
-    out = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
+    out = subprocess.run([sys.executable, "-c", run_with_port(code, port)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
 
 def test_structured_outputs_example(gemma_server):
-    lines = run_python(block("class City(BaseModel)"), gemma_server.port)
+    lines = run_python(code_block("python", "class City(BaseModel)"), gemma_server.port)
     # The comments say what each print shows.
     assert lines == ["name='Paris' country='France' is_capital=True", "yes"], lines
 
 
 def test_tool_call_example(gemma_server):
     setup = "from openai import OpenAI\nclient = OpenAI(base_url=\"http://127.0.0.1:8000/v1\", api_key=\"EMPTY\")\n"
-    lines = run_python(setup + block("weather = {\"type\": \"function\""), gemma_server.port)
+    lines = run_python(setup + code_block("python", "weather = {\"type\": \"function\""), gemma_server.port)
     assert lines == ['get_weather {"city":"Paris"}'] or (
         lines[0].startswith("get_weather ") and json.loads(lines[0].split(" ", 1)[1]) == {"city": "Paris"}), lines
 
@@ -160,12 +146,12 @@ def test_lora_example(tmp_path):
     subs = {"build/pagellm": str(BIN), "tinyllama-1.1b-q4_k_m.gguf": str(base),
             "adapters/sql-lora": str(LORA / "a"), "adapters/support-lora.gguf": str(LORA / "b.gguf"),
             "adapters/legal-lora": str(LORA / "c")}
-    code = block("--enable-lora --max-loras 4").replace("\\\n", " ")
+    code = code_block("sh", "--enable-lora --max-loras 4").replace("\\\n", " ")
     serve_line, *rest = [line for line in code.splitlines() if line.strip()]
     port = free_port()
     s = Server(cmd=serve_block_line(serve_line, port, subs), port=port).start()
     try:
-        outputs = run_lines("\n".join(rest).replace("127.0.0.1:8000", f"127.0.0.1:{port}"), subs)
+        outputs = run_lines(run_with_port("\n".join(rest), port), subs)
         completion, loaded = outputs
         assert json.loads(completion)["model"] == "sql"
         assert loaded.strip() == "Success: LoRA adapter 'legal' added successfully."
@@ -179,7 +165,7 @@ def test_lora_example(tmp_path):
 def test_speculative_examples(gemma):
     """Both lines: n-gram lookup on the default model, and a draft model (stories260K drafting for
     itself, in the places of target.gguf and draft.gguf)."""
-    code = block("# n-gram prompt lookup").replace("\\\n", " ")
+    code = code_block("sh", "# n-gram prompt lookup").replace("\\\n", " ")
     lines = [line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert len(lines) == 2
     for line in lines:
@@ -202,7 +188,7 @@ def test_mpi_examples(tmp_path):
     if not shutil.which("mpirun"):
         pytest.skip("OpenMPI is installed by tools/setup.sh")
     extra = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    code = block("mpirun -np 2 build/pagellm serve")
+    code = code_block("bash", "mpirun -np 2 build/pagellm serve")
     serve_line, generate_line = [line for line in code.splitlines() if line.startswith("mpirun")]
     subs = {"build/pagellm": str(BIN), "MODEL.gguf": str(STORIES)}
     port = free_port()
@@ -225,7 +211,7 @@ def test_bench_examples(gemma):
     port = free_port()
     s = Server(["--max-model-len", "512"], model=STORIES, port=port).start()
     try:
-        outputs = run_lines(block("build/pagellm bench latency --load-format dummy"), {
+        outputs = run_lines(code_block("sh", "build/pagellm bench latency --load-format dummy"), {
             "build/pagellm": str(BIN), "MODEL.gguf": str(STORIES), "127.0.0.1:8000": f"127.0.0.1:{port}"},
             line_subs={"--dataset": {"MODEL.gguf": str(gemma)}})
     finally:
