@@ -28,6 +28,13 @@ inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
+// 64x64 -> 128-bit multiply folded to 64 bits (low ^ high): the high half
+// carries the mixing (block hashes, tier keys, checksums).
+inline uint64_t fold_mul(uint64_t a, uint64_t b) {
+  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+
 // Environment variable, or `fallback` when unset/empty.
 std::string env_or(const char* name, const std::string& fallback);
 

@@ -9,12 +9,6 @@ constexpr uint64_t kMulA = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
 constexpr uint64_t kMulB = 0xc2b2ae3d27d4eb4fULL;
 constexpr uint64_t kMulC = 0x165667b19e3779f9ULL;
 
-// 64x64 -> 128 multiply, folded: the high half carries the mixing.
-inline uint64_t fold_mul(uint64_t a, uint64_t b) {
-  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
-}
-
 }  // namespace
 
 BlockHash hash_block_tokens(BlockHash parent, std::span<const TokenId> tokens) {

@@ -14,11 +14,6 @@ namespace {
 constexpr uint64_t kLaneB = 0xd6e8feb86659fd93ULL;
 constexpr uint64_t kGroupMix = 0xa0761d6478bd642fULL;
 
-inline uint64_t fold_mul(uint64_t a, uint64_t b) {
-  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
-}
-
 }  // namespace
 
 std::string TierKey::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
