@@ -99,10 +99,11 @@ sanitize: setup-sanitizers
 	cd $(ASAN_DIR) && $(ASAN_ENV) ../tools/gtest_shards.sh $(JOBS) ./pagellm_tests '-$(ASAN_EXCLUDE)'
 
 # Tests where threads meet: the thread pool (also inside forward passes), the
-# async engine, the server pieces, HTTP client/server pairs, concurrent
-# tokenizers and templates; then the whole server under streaming load.
+# async engine, the server pieces, the KV offload tier's I/O thread and the
+# KV event log, HTTP client/server pairs, concurrent tokenizers and
+# templates; then the whole server under streaming load.
 TSAN_TESTS := ^(ThreadPool|AsyncEngine|EmbeddedEngine|CApi|Engine|Server|HttpServer|BenchServe|BenchOffline|BenchMemory|Trace|AllArchs/
-TSAN_TESTS := $(TSAN_TESTS)|Matmul/MatmulTypes\.BatchAndThread|ChatTemplate\.Concurrent|TokenizerGguf\.Concurrent)
+TSAN_TESTS := $(TSAN_TESTS)|KvOffload|KvEventLog|Matmul/MatmulTypes\.BatchAndThread|ChatTemplate\.Concurrent|TokenizerGguf\.Concurrent)
 TSAN_ENV := TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tools/tsan.supp)"
 tsan: setup-sanitizers
 	cmake -S . -B $(TSAN_DIR) $(SAN_CMAKE) -DPAGELLM_TSAN=ON
