@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -21,6 +20,17 @@ constexpr int32_t kMaxPinSteps = 32;
 // Sequences this close to the head of a scheduler's waiting queue have
 // blocks the pool lacks loaded from the tier.
 constexpr int32_t kPrefetchDepth = 4;
+// A waiting sequence's loaded blocks that find no room in the pool are kept
+// (not read again) and offered to the pool at each of this many steps; then
+// dropped, and the sequence is not prefetched again for as many steps. Under
+// pressure the same blocks were otherwise read from disk at every step.
+constexpr int32_t kPrefetchRetrySteps = 16;
+
+// Fresh blocks an import may take now: pins hold at most half the pool (the
+// running sequences keep room to grow), and only free or evictable ones.
+int32_t import_room(const KVCacheManager& kv) {
+  return std::min(kv.num_available_blocks(), kv.num_usable_blocks() / 2 - kv.num_pinned_blocks());
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -111,6 +121,8 @@ void PrefixTier::store_committed(Scheduler& scheduler, int32_t block_shift, cons
   SeqId current = 0;
   const Sequence* seq = nullptr;
   std::vector<TierKey> chain;
+  std::vector<TierBlock> out;
+  std::vector<BlockId> ids;
   for (const CommittedBlock& c : committed) {
     if (!seq || c.seq != current) {
       current = c.seq;
@@ -126,9 +138,18 @@ void PrefixTier::store_committed(Scheduler& scheduler, int32_t block_shift, cons
     b.group = c.group;
     const auto* first = seq->token_ids.data() + static_cast<size_t>(c.index) * block_size_;
     b.tokens.assign(first, first + block_size_);
-    b.payload.resize(bytes);
-    runner_.read_kv_blocks({&c.block, 1}, block_shift, b.payload.data());
-    offload_->store(std::move(b));
+    out.push_back(std::move(b));
+    ids.push_back(c.block);
+  }
+  if (!out.empty()) {
+    // One backend call for the step's blocks (a device backend: one transfer).
+    std::vector<uint8_t> all(ids.size() * bytes);
+    runner_.read_kv_blocks(ids, block_shift, all.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].payload.assign(all.begin() + static_cast<std::ptrdiff_t>(i * bytes),
+                            all.begin() + static_cast<std::ptrdiff_t>((i + 1) * bytes));
+      offload_->store(std::move(out[i]));
+    }
   }
   st_.copy_out_seconds += seconds_since(t);
 }
@@ -145,7 +166,7 @@ void PrefixTier::prefetch_waiting(const Scheduler& scheduler, int32_t ve) {
   int32_t looked = 0;
   for (Sequence* seq : scheduler.waiting()) {
     if (++looked > kPrefetchDepth) break;
-    if (!waits(*seq) || pins_.count(seq->id) ||
+    if (!waits(*seq) || pins_.count(seq->id) || backoff_.count(seq->id) ||
         std::any_of(loads_.begin(), loads_.end(), [&](const Load& l) { return l.seq == seq; }))
       continue;
     start_load(*seq, scheduler.kv(), ve, true);
@@ -208,16 +229,24 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
     std::map<std::pair<int, int32_t>, const TierBlock*> got;
     for (size_t k = 0; k < l.job->blocks.size(); ++k)
       if (!l.job->blocks[k].payload.empty()) got[{l.job->blocks[k].group, l.index[k]}] = &l.job->blocks[k];
-    // Pins hold at most half the pool: the running sequences keep room to grow.
-    const int32_t max_fresh = std::max(0, s.kv().num_usable_blocks() / 2 - s.kv().num_pinned_blocks());
+    // The prefix the loaded blocks continue without a gap.
+    int32_t reachable = l.index.empty() ? 0 : l.index.front();
+    while (reachable < l.max_blocks && got.count({0, reachable})) ++reachable;
     const auto t = std::chrono::steady_clock::now();
     const PrefixImport imp = s.import_prefix(
         l.seq->token_ids, static_cast<uint64_t>(l.seq->lora_id), l.max_blocks,
-        [&](int g, int32_t i) { return got.count({g, i}) > 0; }, max_fresh);
-    for (const PrefixImport::Fill& f : imp.fills) {
-      runner_.write_kv_blocks({&f.block, 1}, block_shifts[static_cast<size_t>(l.ve)],
-                              got.at({f.group, f.index})->payload.data());
-      if (f.group == 0) st_.hit_tokens += block_size_;
+        [&](int g, int32_t i) { return got.count({g, i}) > 0; }, std::max(0, import_room(s.kv())));
+    if (!imp.fills.empty()) {
+      const size_t bytes = offload_->config().block_bytes;
+      std::vector<BlockId> ids;
+      std::vector<uint8_t> all(imp.fills.size() * bytes);
+      for (const PrefixImport::Fill& f : imp.fills) {
+        const std::vector<uint8_t>& p = got.at({f.group, f.index})->payload;
+        std::copy(p.begin(), p.end(), all.begin() + static_cast<std::ptrdiff_t>(ids.size() * bytes));
+        ids.push_back(f.block);
+        if (f.group == 0) st_.hit_tokens += block_size_;
+      }
+      runner_.write_kv_blocks(ids, block_shifts[static_cast<size_t>(l.ve)], all.data());
     }
     st_.imported_blocks += static_cast<int64_t>(imp.fills.size());
     st_.copy_in_seconds += seconds_since(t);
@@ -225,22 +254,38 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
       if (auto old = pins_.find(l.seq->id); old != pins_.end()) s.unpin_prefix(old->second.pin);
       pins_[l.seq->id] = Pin{l.seq, l.ve, imp.pin, 0};
     }
-    if (!l.resident) ready.push_back(l.seq);
+    if (!l.resident) {
+      ready.push_back(l.seq);  // it waits in its scheduler from now on
+      l.resident = true;
+    }
+    if (imp.num_blocks >= reachable) continue;
+    // No room for all of them yet: keep the bytes for the next steps (a few
+    // sequences' worth: the others are loaded again near the queue's head).
+    const auto kept = std::count_if(still.begin(), still.end(), [](const Load& k) { return k.job->done.load(); });
+    if (++l.retries <= kPrefetchRetrySteps && kept < kPrefetchDepth) still.push_back(std::move(l));
+    else backoff_[l.seq->id] = {l.ve, kPrefetchRetrySteps};
   }
   loads_ = std::move(still);
   return ready;
 }
 
 void PrefixTier::wait_for_load(int milliseconds) const {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(milliseconds);
-  while (std::chrono::steady_clock::now() < until) {
-    for (const Load& l : loads_)
-      if (l.job->done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  const uint64_t seen = offload_->loads_done();
+  for (const Load& l : loads_)
+    if (l.job->done) return;
+  offload_->wait_for_loads(seen, milliseconds);
 }
 
 void PrefixTier::after_schedule(Scheduler& scheduler, int32_t ve) {
+  for (auto it = backoff_.begin(); it != backoff_.end();) {
+    if (it->second.first != ve) {
+      ++it;
+      continue;
+    }
+    const bool waiting = std::any_of(scheduler.waiting().begin(), scheduler.waiting().end(),
+                                     [&](const Sequence* s) { return s->id == it->first; });
+    it = !waiting || --it->second.second <= 0 ? backoff_.erase(it) : std::next(it);
+  }
   for (auto it = pins_.begin(); it != pins_.end();) {
     Pin& p = it->second;
     if (p.ve == ve && (!waits(*p.seq) || ++p.steps > kMaxPinSteps)) {
@@ -254,6 +299,7 @@ void PrefixTier::after_schedule(Scheduler& scheduler, int32_t ve) {
 
 void PrefixTier::forget(SeqId seq, std::span<const std::unique_ptr<Scheduler>> schedulers) {
   std::erase_if(loads_, [&](const Load& l) { return l.seq->id == seq; });
+  backoff_.erase(seq);
   const auto it = pins_.find(seq);
   if (it == pins_.end()) return;
   schedulers[static_cast<size_t>(it->second.ve)]->unpin_prefix(it->second.pin);

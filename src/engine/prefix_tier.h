@@ -17,13 +17,16 @@
 // admitted (or a few dozen steps pass), and pins hold at most half the pool.
 // A sequence near the head of a scheduler's waiting queue (preempted, or an
 // n > 1 sample waiting for a seat) gets the blocks the pool lacks loaded the
-// same way, while it stays in the queue.
+// same way, while it stays in the queue; loaded blocks the full pool has no
+// room for yet are kept and offered again at the next steps, not read again.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -61,7 +64,10 @@ class PrefixTier {
   std::vector<Sequence*> take_ready(std::span<const std::unique_ptr<Scheduler>> schedulers,
                                     std::span<const int32_t> block_shifts);
   bool loading() const { return !loads_.empty(); }
-  int32_t num_loading() const { return static_cast<int32_t>(loads_.size()); }
+  // Sequences not in a scheduler yet because their prefix is loading.
+  int32_t num_loading() const {
+    return static_cast<int32_t>(std::count_if(loads_.begin(), loads_.end(), [](const Load& l) { return !l.resident; }));
+  }
   // Waits up to the timeout for a load to finish (an otherwise idle engine).
   void wait_for_load(int milliseconds) const;
   // After scheduler ve planned a step: release the pins of sequences it admitted.
@@ -90,6 +96,7 @@ class PrefixTier {
     std::shared_ptr<TierLoad> job;
     std::vector<int32_t> index;  // each job block's place in the sequence
     bool resident = false;       // the sequence waits in its scheduler (prefetch_waiting)
+    int32_t retries = 0;         // resident: steps its blocks found too little room
   };
   struct Pin {
     const Sequence* seq = nullptr;
@@ -104,6 +111,8 @@ class PrefixTier {
   int32_t block_size_;
   std::vector<Load> loads_;  // arrival order: sequences join their scheduler in it
   std::unordered_map<SeqId, Pin> pins_;
+  // A waiting sequence -> its scheduler and the steps before its next prefetch.
+  std::unordered_map<SeqId, std::pair<int32_t, int32_t>> backoff_;
   std::unordered_map<int32_t, uint64_t> adapter_fps_;
   KvTierReport st_;
 };

@@ -93,6 +93,16 @@ void KvOffload::flush() {
   idle_.wait(lock, [&] { return (stores_.empty() && loads_.empty() && !busy_) || !thread_.joinable(); });
 }
 
+uint64_t KvOffload::loads_done() const {
+  std::lock_guard lock(mu_);
+  return loads_done_;
+}
+
+void KvOffload::wait_for_loads(uint64_t seen, int milliseconds) const {
+  std::unique_lock lock(mu_);
+  loaded_.wait_for(lock, std::chrono::milliseconds(milliseconds), [&] { return loads_done_ > seen; });
+}
+
 void KvOffload::run() {
   std::unique_lock lock(mu_);
   for (;;) {
@@ -109,6 +119,8 @@ void KvOffload::run() {
       job->done = true;
       lock.lock();
       load_s_ += seconds_since(t);
+      ++loads_done_;
+      loaded_.notify_all();
     } else if (!stores_.empty()) {
       TierBlock block = std::move(stores_.front());
       stores_.pop_front();

@@ -66,6 +66,10 @@ class KvOffload {
   std::shared_ptr<TierLoad> load(std::vector<TierBlock> blocks);
   // Waits until every queued store is done (tests, shutdown).
   void flush();
+  // Loads finished so far; wait_for_loads waits (up to the timeout) until
+  // more than `seen` have finished.
+  uint64_t loads_done() const;
+  void wait_for_loads(uint64_t seen, int milliseconds) const;
   KvOffloadStats stats() const;
   // "host 4.0 GiB, disk 20.0 GiB in DIR (123 blocks found)": for the start-up log.
   std::string describe() const;
@@ -80,6 +84,8 @@ class KvOffload {
   KvTier* host_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
+  mutable std::condition_variable loaded_;
+  uint64_t loads_done_ = 0;
   std::deque<std::shared_ptr<TierLoad>> loads_;
   std::deque<TierBlock> stores_;
   std::unordered_map<TierKey, int, TierKeyHash> queued_;  // keys in stores_

@@ -322,6 +322,28 @@ TEST(KvOffloadEngine, APreemptedSequenceGetsItsLostBlocksBack) {
   EXPECT_GT(stats.metrics.prefix_cache_hits, base_stats.metrics.prefix_cache_hits);
 }
 
+// Under pressure the sequences waiting at the head of the queue find no room
+// for their tier blocks at every step: each prefetch that found none backs
+// off instead of reading the same blocks from disk again at the next step.
+TEST(KvOffloadEngine, WaitingSequencesAreNotReadAgainAtEveryStep) {
+  EngineConfig c = small_pool_config();
+  size_pool(c, 20);
+  TempDir dir;
+  c.kv_offload_dir = dir.path().string();
+  c.kv_offload_disk_bytes = int64_t{256} << 20;
+  Engine e(c);
+  const auto ps = prompts(6, e.model_config().n_vocab);
+  for (size_t i = 0; i < ps.size(); ++i) e.add_request(test::make_request("w" + std::to_string(i), ps[i], 100));
+  test::run_all(e);
+  const EngineStats st = e.stats();
+  EXPECT_GT(st.metrics.num_preemptions, 0) << "the pool should force preemption";
+  int64_t read = 0;
+  for (const auto& [name, t] : st.kv_tier.offload.tiers) read += t.loaded_blocks;
+  EXPECT_GT(st.kv_tier.imported_blocks, 0);
+  EXPECT_LE(read, 2 * st.kv_tier.imported_blocks + 8 * kPromptLen / 16)
+      << "blocks read " << read << ", imported " << st.kv_tier.imported_blocks;
+}
+
 TEST(KvFingerprint, SameShapedModelFilesWithOtherWeightsDiffer) {
   TempDir dir;
   fs::create_directories(dir.path());
