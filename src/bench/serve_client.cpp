@@ -191,7 +191,7 @@ RequestRecord send_one(const BaseUrl& url, const ServeOptions& opts, const std::
       const auto& e = j["error"];
       stream_error = "error in stream: " + (e.is_object() && e.contains("message") && e["message"].is_string()
                                                 ? e["message"].get<std::string>()
-                                                : e.dump());
+                                                : e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return false;
     }
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
@@ -266,6 +266,13 @@ std::vector<double> arrival_schedule(const ServeOptions& opts) {
 
 namespace {
 
+// A request body as JSON text; text that is not valid UTF-8 (a random
+// model's reply, a prompt cut inside a character) has it replaced, as a
+// client library would, instead of throwing.
+std::string body_text(const nlohmann::json& body) {
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // Conversation c's turns, in sequence: each prompt extends the last one by
 // its reply and new user text.
 void run_conversation(const BaseUrl& url, const ServeOptions& opts, const std::string& model, int32_t c,
@@ -283,7 +290,7 @@ void run_conversation(const BaseUrl& url, const ServeOptions& opts, const std::s
     body["prompt"] = prompt;
     std::string reply;
     const int32_t approx_tokens = opts.input_len + t * (opts.turn_input_len + opts.output_len);
-    records[static_cast<size_t>(t)] = send_one(url, opts, body.dump(), approx_tokens, t0, deadline, &reply);
+    records[static_cast<size_t>(t)] = send_one(url, opts, body_text(body), approx_tokens, t0, deadline, &reply);
     records[static_cast<size_t>(t)].turn = t;
     if (!records[static_cast<size_t>(t)].success) return;  // the rest keep their "not sent" error
     prompt += reply;
@@ -347,7 +354,7 @@ ServeResult run_serve(const ServeOptions& opts, const Tokenizer* tokenizer, cons
     // Bodies and arrival times first, off the clock.
     std::vector<std::string> bodies;
     for (int32_t i = 0; i < opts.num_prompts; ++i)
-      bodies.push_back(completion_body(opts, result.model, i, tokenizer).dump());
+      bodies.push_back(body_text(completion_body(opts, result.model, i, tokenizer)));
     const std::vector<double> arrival_s = arrival_schedule(opts);
     if (log)
       log(fmt::format("{} requests to {}{} (model '{}'), concurrency {}, rate {}", opts.num_prompts, opts.base_url,
