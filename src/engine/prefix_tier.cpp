@@ -26,10 +26,12 @@ constexpr int32_t kPrefetchDepth = 4;
 // pressure the same blocks were otherwise read from disk at every step.
 constexpr int32_t kPrefetchRetrySteps = 16;
 
-// Fresh blocks an import may take now: pins hold at most half the pool (the
-// running sequences keep room to grow), and only free or evictable ones.
-int32_t import_room(const KVCacheManager& kv) {
-  return std::min(kv.num_available_blocks(), kv.num_usable_blocks() / 2 - kv.num_pinned_blocks());
+// Fresh blocks an import may take now: only free or evictable ones, less a
+// reserve of two per running sequence (their next blocks: under overload an
+// import must not preempt what runs), and pins hold at most half the pool.
+int32_t import_room(const Scheduler& s) {
+  const KVCacheManager& kv = s.kv();
+  return std::min(kv.num_available_blocks() - 2 * s.num_running(), kv.num_usable_blocks() / 2 - kv.num_pinned_blocks());
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -235,7 +237,7 @@ std::vector<Sequence*> PrefixTier::take_ready(std::span<const std::unique_ptr<Sc
     const auto t = std::chrono::steady_clock::now();
     const PrefixImport imp = s.import_prefix(
         l.seq->token_ids, static_cast<uint64_t>(l.seq->lora_id), l.max_blocks,
-        [&](int g, int32_t i) { return got.count({g, i}) > 0; }, std::max(0, import_room(s.kv())));
+        [&](int g, int32_t i) { return got.count({g, i}) > 0; }, std::max(0, import_room(s)));
     if (!imp.fills.empty()) {
       const size_t bytes = offload_->config().block_bytes;
       std::vector<BlockId> ids;
