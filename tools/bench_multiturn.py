@@ -6,8 +6,10 @@ workload (conversations whose turns repeat a growing prefix, with think time).
 
 Per configuration it starts the server, runs the workload, stops it; the disk
 tier is then started again on the same folder and the workload repeated
-("after a restart": even first turns may find their prefix on disk). Prints
-TTFT p50 of first and of later turns.
+("after a restart": even first turns may find their prefix on disk). The
+llama-server peer does the same with its slot save/restore: each slot is
+saved (POST /slots/N?action=save) before the stop and restored after the
+start. Prints TTFT p50 of first and of later turns.
 
   tools/bench_multiturn.py --pagellm build/pagellm --llama-server /work/peers/llama-build/bin/llama-server \\
       --model build/default-model.txt --kv-cache-memory 64MiB --output-json build/multiturn.json
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -56,8 +59,36 @@ def stop(proc):
         proc.wait()
 
 
-def workload(args, port, model_name):
+def slots(port, n, action):
+    """llama-server's slot save/restore (--slot-save-path): one file per slot."""
+    for i in range(n):
+        body = json.dumps({"filename": f"slot{i}.bin"}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/slots/{i}?action={action}", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=600).read()
+        except urllib.error.HTTPError as e:  # an empty slot has nothing to save or restore
+            print(f"  slot {i} {action}: HTTP {e.code} {e.read()[:120]!r}", file=sys.stderr)
+
+
+def tier_metrics(port):
+    """pagellm's offload-tier counters (empty for a server without them)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("pagellm:kv_offload_") or line.startswith("pagellm_kv_offload_"):
+            key, _, value = line.rpartition(" ")
+            out[key.split(":", 1)[-1]] = float(value)
+    return out
+
+
+def workload(args, port, model_name, model_file):
+    # The model's own tokenizer makes the prompts exactly --input-len tokens long.
     cmd = [args.pagellm, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", "--model", model_name,
+           "--tokenizer", str(model_file),
            "--num-prompts", str(args.conversations), "--multi-turn", str(args.turns),
            "--max-concurrency", str(args.concurrency), "--input-len", str(args.input_len),
            "--turn-input-len", str(args.turn_input_len), "--output-len", str(args.output_len),
@@ -75,14 +106,14 @@ def main():
     ap.add_argument("--llama-server")
     ap.add_argument("--model", required=True, help="GGUF file, or a .txt naming one (build/default-model.txt)")
     ap.add_argument("--kv-cache-memory", default="64MiB", help="pagellm's pool, too small for every conversation")
-    ap.add_argument("--ctx", type=int, default=4096, help="pagellm's --max-model-len; llama-server's -c per slot")
+    ap.add_argument("--ctx", type=int, default=2048, help="pagellm's --max-model-len; llama-server's -c per slot")
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=8, help="conversations at once")
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--turn-input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=32)
-    ap.add_argument("--think-time", type=float, default=0.5)
+    ap.add_argument("--think-time", type=float, default=2.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--output-json")
     args = ap.parse_args()
@@ -96,25 +127,39 @@ def main():
     configs = [("pagellm, no tier", base, False),
                ("pagellm --kv-offload-host-gb 2", base + ["--kv-offload-host-gb", "2"], False),
                ("pagellm --kv-offload-dir", base + ["--kv-offload-dir", str(disk)], True)]
+    slot_dir = Path(tempfile.mkdtemp(prefix="llama-slots-"))
     if args.llama_server:
-        configs.append(("llama-server (prompt cache)", [args.llama_server, "-m", str(model), "--host", "127.0.0.1",
-                                                        "-t", str(args.threads), "-np", str(args.concurrency),
-                                                        "-c", str(args.ctx * args.concurrency), "--alias", name,
-                                                        "--no-webui"], False))
+        llama_cmd = [args.llama_server, "-m", str(model), "--host", "127.0.0.1", "-t", str(args.threads),
+                 "-np", str(args.concurrency), "-c", str(args.ctx * args.concurrency), "--alias", name, "--no-webui"]
+        configs.append(("llama-server (prompt cache)", llama_cmd, False))
+        # A restored slot is reused only with whole sliding-window layers in
+        # it (--swa-full; Gemma 3): without, the next prompt is recomputed.
+        configs.append(("llama-server --swa-full (prompt cache, slot save/restore)",
+                        llama_cmd + ["--swa-full", "--slot-save-path", f"{slot_dir}/"], True))
     rows = []
     for label, cmd, restart in configs:
+        llama = cmd[0] == args.llama_server
         for run in (["first start", "after a restart"] if restart else ["first start"]):
             port = free_port()
             proc = start(cmd + ["--port", str(port)], port)
             try:
-                r = workload(args, port, name)
+                if llama and run == "after a restart":
+                    slots(port, args.concurrency, "restore")
+                r = workload(args, port, name, model)
+                r["tier"] = {} if llama else tier_metrics(port)
+                if llama and restart and run == "first start":  # before the stop
+                    slots(port, args.concurrency, "save")
             finally:
                 stop(proc)
             r.update(config=label, run=run)
             rows.append(r)
             print(f"{label:32s} {run:16s} TTFT p50 first turns {r['first_ms']:8.1f} ms, later turns "
                   f"{r['later_ms']:8.1f} ms, failed {r['failed']}", file=sys.stderr, flush=True)
+            for key, value in r["tier"].items():
+                if value and ("total" in key or "blocks{" in key):
+                    print(f"    {key} {value:g}", file=sys.stderr)
     shutil.rmtree(disk, ignore_errors=True)
+    shutil.rmtree(slot_dir, ignore_errors=True)
     base_later = rows[0]["later_ms"]
     print(f"\n{args.conversations} conversations x {args.turns} turns, {args.concurrency} at once; first prompt "
           f"{args.input_len} tokens, +{args.turn_input_len} per turn, replies of {args.output_len}; think time "
