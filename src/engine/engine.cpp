@@ -554,8 +554,12 @@ RequestOutput Engine::collect(Request& r) {
     out.score = r.embedding.at(static_cast<size_t>(score_model_->head.score_label));
   if (out.finished) out.embedding = std::move(r.embedding);
   if (out.finished) {
-    for (Sample& s : r.samples)
-      if (s.seq) seq_owner_.erase(s.seq->id);
+    for (Sample& s : r.samples) {
+      if (!s.seq) continue;
+      seq_owner_.erase(s.seq->id);
+      // A load kept for a sequence that ran anyway must not outlive it.
+      if (prefix_tier_) prefix_tier_->forget(s.seq->id, schedulers_);
+    }
     requests_.erase(r.id);  // destroys r
   }
   return out;

@@ -333,7 +333,10 @@ TEST(KvOffloadEngine, WaitingSequencesAreNotReadAgainAtEveryStep) {
   c.kv_offload_disk_bytes = int64_t{256} << 20;
   Engine e(c);
   const auto ps = prompts(6, e.model_config().n_vocab);
-  for (size_t i = 0; i < ps.size(); ++i) e.add_request(test::make_request("w" + std::to_string(i), ps[i], 100));
+  // Every other request ends at its first token: sequences that finish in
+  // the step that admits them, while the tier may hold a load for them.
+  for (size_t i = 0; i < ps.size(); ++i)
+    e.add_request(test::make_request("w" + std::to_string(i), ps[i], i % 2 ? 1 : 100));
   test::run_all(e);
   const EngineStats st = e.stats();
   EXPECT_GT(st.metrics.num_preemptions, 0) << "the pool should force preemption";
