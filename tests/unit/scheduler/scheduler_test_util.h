@@ -5,19 +5,15 @@
 
 #include <map>
 #include <memory>
-#include <numeric>
 #include <vector>
 
+#include "kv/kv_test_util.h"
 #include "scheduler/scheduler.h"
 
 namespace pagellm::test {
 
-// n token ids first, first + 1, ...
-inline std::vector<TokenId> tokens(int32_t n, TokenId first = 100) {
-  std::vector<TokenId> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+// n token ids first, first + 1, ... (the KV tests' iota_tokens, from 100 here).
+inline std::vector<TokenId> tokens(int32_t n, TokenId first = 100) { return iota_tokens(n, first); }
 
 inline SchedulerConfig sched_config(int32_t budget, int32_t max_seqs = 256, int32_t max_model_len = 1024) {
   SchedulerConfig c;
