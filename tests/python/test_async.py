@@ -100,7 +100,7 @@ def test_errors(engine):
         asyncio.run(bad_params())
 
     async def duplicate():
-        gen1 = engine.generate("Once", SamplingParams(max_tokens=100, ignore_eos=True), "dup")
+        gen1 = engine.generate("Once", SamplingParams(max_tokens=200, ignore_eos=True), "dup")
         await gen1.__anext__()
         try:
             await collect(engine, "Once", GREEDY, "dup")

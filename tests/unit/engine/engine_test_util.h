@@ -35,7 +35,10 @@ struct Result {
 using Results = std::map<std::string, std::vector<Result>>;  // request id -> one per sample
 
 // Steps until every request is done, checking the KV invariants each step.
-inline Results run_all(Engine& engine, int64_t* peak_running = nullptr) {
+// flush_kv_tier: each step's KV offload stores are written before the next
+// step, so that what the tier holds does not depend on how fast its I/O
+// thread runs beside the test.
+inline Results run_all(Engine& engine, int64_t* peak_running = nullptr, bool flush_kv_tier = false) {
   Results results;
   while (engine.has_unfinished()) {
     for (RequestOutput& out : engine.step()) {
@@ -54,6 +57,7 @@ inline Results run_all(Engine& engine, int64_t* peak_running = nullptr) {
       }
     }
     engine.check_invariants();
+    if (flush_kv_tier) engine.flush_kv_offload();
     if (peak_running) *peak_running = std::max(*peak_running, engine.metrics().num_requests_running);
   }
   return results;

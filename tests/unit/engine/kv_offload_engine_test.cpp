@@ -94,6 +94,7 @@ std::map<std::string, Finished> run_rounds(Engine& e, const std::vector<std::vec
           if (o.finished) f.cached = o.num_cached_tokens;
         }
         e.check_invariants();
+        e.flush_kv_offload();  // the tier holds what it was given, however slow its thread
       }
     }
   }
@@ -282,7 +283,7 @@ TEST(KvOffloadEngine, TierHitsMixedIntoABatchChangeNoOutput) {
   }
   Engine e(tiered);
   for (const EngineRequest& r : reqs) e.add_request(r);
-  const test::Results together = test::run_all(e);
+  const test::Results together = test::run_all(e, nullptr, /*flush_kv_tier=*/true);
   for (const EngineRequest& r : reqs) {
     ASSERT_EQ(together.at(r.id).size(), alone.at(r.id).size()) << r.id;
     for (size_t k = 0; k < alone.at(r.id).size(); ++k)
@@ -308,7 +309,7 @@ TEST(KvOffloadEngine, APreemptedSequenceGetsItsLostBlocksBack) {
   auto run = [&](const EngineConfig& c) {
     Engine e(c);
     for (const EngineRequest& r : reqs) e.add_request(r);
-    auto out = test::run_all(e);
+    auto out = test::run_all(e, nullptr, /*flush_kv_tier=*/true);
     EXPECT_EQ(e.stats().kv.used_blocks, 0);
     return std::make_pair(out, e.stats());
   };
@@ -337,7 +338,7 @@ TEST(KvOffloadEngine, WaitingSequencesAreNotReadAgainAtEveryStep) {
   // the step that admits them, while the tier may hold a load for them.
   for (size_t i = 0; i < ps.size(); ++i)
     e.add_request(test::make_request("w" + std::to_string(i), ps[i], i % 2 ? 1 : 100));
-  test::run_all(e);
+  test::run_all(e, nullptr, /*flush_kv_tier=*/true);
   const EngineStats st = e.stats();
   EXPECT_GT(st.metrics.num_preemptions, 0) << "the pool should force preemption";
   int64_t read = 0;
