@@ -292,6 +292,17 @@ const std::vector<EngineArg> kEngineArgs = {
          [](EngineArgs& a, const json& v) {
            if (v.get<bool>()) a.config.backend_options["exact_matmul"] = "true";
          }},
+    {.name = "repack",
+     .negation = "no-repack",
+     .type = T::Bool,
+     .default_text = "true",
+     .help = "CPU backend: repack weight matrices at load into the layouts of the SIMD kernels (a second copy, "
+             "built on --threads threads; default on). --no-repack multiplies from the file's rows: less memory "
+             "and a faster start, slower prompts; the same as --backend-option repack=false",
+     .apply =
+         [](EngineArgs& a, const json& v) {
+           if (!v.get<bool>()) a.config.backend_options["repack"] = "false";
+         }},
     {.name = "gpu-memory-utilization",
      .type = T::Float,
      .min_f = 0,

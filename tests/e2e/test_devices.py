@@ -153,3 +153,18 @@ def test_info_lists_devices(pagellm_bin):
     assert "; 1 device): " in out
     if PLUGIN.exists():
         assert "device opencl (" + str(PLUGIN) in out
+
+
+def test_no_repack_multiplies_from_the_file_rows(pagellm_bin, default_model):
+    # The default repacks every quantized matrix for the SIMD kernels and says how much it
+    # holds; --no-repack keeps the file's rows (and the same start of the greedy text).
+    args = ["generate", "-m", default_model, "-p", "The capital of France is", "-n", "6", "--temp", "0"]
+    code, packed_out, err = run(pagellm_bin, *args)
+    assert code == 0, err
+    assert "of weights repacked at load" in err, err
+    code, rows_out, err = run(pagellm_bin, *args, "--no-repack")
+    assert code == 0, err
+    assert "weights not repacked (--no-repack)" in err and "repacked at load" not in err, err
+    assert rows_out.split()[:3] == packed_out.split()[:3], (rows_out, packed_out)
+    code, _, err = run(pagellm_bin, *args, "--backend-option", "repack=perhaps")
+    assert_one_line_error(code, err, "cpu backend option repack='perhaps' is not a boolean")

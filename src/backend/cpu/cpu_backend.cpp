@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -70,8 +71,14 @@ size_t meminfo_bytes(const char* key) {
 
 class CpuWeight : public Weight {
  public:
+  ~CpuWeight() override {
+    if (matrix && repacked_total) *repacked_total -= matrix->packed_bytes();
+  }
   std::unique_ptr<cpu::MatmulWeight> matrix;  // for matrices
   std::vector<float> vec;                     // for vectors (norms, biases, rope factors)
+  // The backend's count of repacked bytes (LoRA slots replace their weights
+  // at run time); shared, so a weight may outlive the backend.
+  std::shared_ptr<std::atomic<size_t>> repacked_total;
 };
 
 const CpuWeight& as_cpu(const Weight& w) { return static_cast<const CpuWeight&>(w); }
@@ -87,12 +94,17 @@ enum Category { kMatmul, kAttention, kOther, kNumCategories };
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& o)
-      : pool_(o.threads), isa_(cpu_features().best()), ops_(&cpu::ops_table(isa_)), exact_matmul_(o.exact_matmul) {}
+      : pool_(o.threads), isa_(cpu_features().best()), ops_(&cpu::ops_table(isa_)), exact_matmul_(o.exact_matmul),
+        repack_(o.repack) {}
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return fmt::format("cpu ({} threads, {}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
+    return fmt::format("cpu ({} threads, {}{}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
                        exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "",
+                       !repack_           ? ", weights not repacked (--no-repack)"
+                       : *repacked_bytes_ > 0
+                           ? fmt::format(", {} of weights repacked at load", format_bytes(static_cast<int64_t>(repacked_bytes_->load())))
+                           : std::string(),
                        cpu_features().describe());
   }
 
@@ -146,9 +158,17 @@ class CpuBackend : public Backend {
     } else {
       if (!cpu::matmul_supported(t.type))
         fail("tensor '{}' has type {}, which the CPU backend cannot multiply", t.name, dtype_name(t.type));
-      w->matrix = cpu::prepare_matmul_weight(t.type, w->rows, w->cols, t.data);
+      cpu::PrepareOptions prep;
+      prep.repack = repack_;
+      prep.threads = pool_.size();
+      w->matrix = cpu::prepare_matmul_weight(t.type, w->rows, w->cols, t.data, prep);
       w->held_type = t.type;
-      w->held_bytes = dtype_row_bytes(t.type, w->cols) * static_cast<size_t>(w->rows);
+      // A repacked copy is what stays in memory (the file's pages are only
+      // read to build it).
+      const size_t packed = w->matrix->packed_bytes();
+      w->held_bytes = packed > 0 ? packed : dtype_row_bytes(t.type, w->cols) * static_cast<size_t>(w->rows);
+      *repacked_bytes_ += packed;
+      w->repacked_total = repacked_bytes_;
     }
     return w;
   }
@@ -851,6 +871,8 @@ class CpuBackend : public Backend {
   std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
   Sampler sampler_;  // scratch of sample()
   bool exact_matmul_ = false;
+  bool repack_ = true;
+  std::shared_ptr<std::atomic<size_t>> repacked_bytes_ = std::make_shared<std::atomic<size_t>>(0);  // start-up line
   bool deterministic_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
   cpu::ExpertGroups moe_groups_;      // matmul_experts: slots per expert
@@ -1006,10 +1028,11 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
 }
 
 CpuBackendOptions CpuBackendOptions::from(const BackendOptions& o) {
-  check_backend_options(o, "cpu", {"threads", "exact_matmul"});
+  check_backend_options(o, "cpu", {"threads", "exact_matmul", "repack"});
   CpuBackendOptions c;
   c.threads = backend_option_int(o, "cpu", "threads", 0);
   c.exact_matmul = backend_option_bool(o, "cpu", "exact_matmul", false);
+  c.repack = backend_option_bool(o, "cpu", "repack", true);
   return c;
 }
 

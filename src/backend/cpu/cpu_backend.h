@@ -16,7 +16,10 @@ struct CpuBackendOptions {
   // the stored weights (8-bit activations add noise that a long greedy
   // continuation can amplify into a different token).
   bool exact_matmul = false;
-  // From registry options: threads=N, exact_matmul=true|false.
+  // Repack weights at load into the SIMD kernels' layouts (a second copy);
+  // off, products read the file's rows (cpu::PrepareOptions::repack).
+  bool repack = true;
+  // From registry options: threads=N, exact_matmul=true|false, repack=true|false.
   static CpuBackendOptions from(const BackendOptions& o);
 };
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/kernels_neon.h"
@@ -45,27 +47,54 @@ bool float_panels(Isa isa, DType type) {
 #endif
 }
 
+// Calls fn(begin, end) over [0, n) on up to `threads` threads of its own.
+// Load time only: the backend's pool may be running a step on another thread.
+void split_over_threads(int64_t n, int threads, size_t bytes, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr size_t kMinBytesPerThread = size_t{4} << 20;  // below this a thread costs more than it saves
+  const int64_t nth = std::clamp<int64_t>(static_cast<int64_t>(bytes / kMinBytesPerThread), 1,
+                                          std::min<int64_t>(threads, n));
+  if (nth <= 1) return fn(0, n);
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < nth; ++i) {
+    int64_t b = 0, e = 0;
+    split_range(n, i, static_cast<int>(nth), 1, b, e);
+    helpers.emplace_back(fn, b, e);
+  }
+  int64_t b = 0, e = 0;
+  split_range(n, 0, static_cast<int>(nth), 1, b, e);
+  fn(b, e);
+  for (auto& t : helpers) t.join();
+}
+
 class PreparedWeight final : public MatmulWeight {
  public:
-  PreparedWeight(DType type, int64_t rows, int64_t cols, const void* data) {
+  PreparedWeight(DType type, int64_t rows, int64_t cols, const void* data, const PrepareOptions& o) {
     type_ = type;
     rows_ = rows;
     cols_ = cols;
     data_ = data;
+    if (!o.repack) return;
     // The interleaved layout only pays off with the SIMD kernels; the scalar
     // path reads the original rows.
     const size_t block_bytes = interleaved_block_bytes(type);
     if (block_bytes > 0 && packed_kernels(kernel_isa())) {
       group_bytes_ = block_bytes * static_cast<size_t>(cols / dtype_block_size(type));
-      packed_ = allocate_aligned(group_bytes_ * static_cast<size_t>(groups()));
-      for (int64_t g = 0; g < groups(); ++g) repack_group_x8(type, data, rows, cols, g, packed_.get() + g * group_bytes_);
+      packed_bytes_ = group_bytes_ * static_cast<size_t>(groups());
+      packed_ = allocate_aligned(packed_bytes_);
+      split_over_threads(groups(), o.threads, packed_bytes_, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g)
+          repack_group_x8(type, data, rows, cols, g, packed_.get() + g * group_bytes_);
+      });
     }
 #if defined(PAGELLM_CPU_X86)
     if (float_panels(kernel_isa(), type)) {
       panel_bytes_ = avx512::float_panel_bytes(type, cols);
-      packed_ = allocate_aligned(panel_bytes_ * static_cast<size_t>(panels()));
-      for (int64_t p = 0; p < panels(); ++p)
-        avx512::pack_float_panel(type, data, rows, cols, p, packed_.get() + p * panel_bytes_);
+      packed_bytes_ = panel_bytes_ * static_cast<size_t>(panels());
+      packed_ = allocate_aligned(packed_bytes_);
+      split_over_threads(panels(), o.threads, packed_bytes_, [&](int64_t p0, int64_t p1) {
+        for (int64_t p = p0; p < p1; ++p)
+          avx512::pack_float_panel(type, data, rows, cols, p, packed_.get() + p * panel_bytes_);
+      });
     }
 #endif
   }
@@ -208,7 +237,8 @@ void matmul_float(ThreadPool& pool, const PreparedWeight& w, const float* x, int
 
 bool matmul_supported(DType type) { return vec_dot_supported(type); }
 
-std::unique_ptr<MatmulWeight> prepare_matmul_weight(DType type, int64_t rows, int64_t cols, const void* data) {
+std::unique_ptr<MatmulWeight> prepare_matmul_weight(DType type, int64_t rows, int64_t cols, const void* data,
+                                                    const PrepareOptions& options) {
   PAGELLM_CHECK(matmul_supported(type), "matmul: no kernel for weight type {}", dtype_name(type));
   PAGELLM_CHECK(rows > 0 && cols > 0, "matmul: bad weight shape [{}, {}]", rows, cols);
   const int act_block = dtype_block_size(vec_dot_type(type));
@@ -216,7 +246,7 @@ std::unique_ptr<MatmulWeight> prepare_matmul_weight(DType type, int64_t rows, in
                 "matmul: {} weight with {} columns: not a multiple of its block size {}", dtype_name(type), cols,
                 std::max(dtype_block_size(type), act_block));
   PAGELLM_CHECK(data != nullptr, "matmul: null weight data");
-  return std::make_unique<PreparedWeight>(type, rows, cols, data);
+  return std::make_unique<PreparedWeight>(type, rows, cols, data, options);
 }
 
 void matmul_float_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) {

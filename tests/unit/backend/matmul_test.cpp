@@ -176,6 +176,51 @@ TEST_P(MatmulTypes, ManyProductsEqualEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Matmul, MatmulTypes, ::testing::ValuesIn(test::weight_types()),
                          [](const auto& info) { return dtype_name(info.param); });
 
+// --no-repack: the kernels read the file's rows (no copy), with the same
+// bits as weights the scalar level left unpacked; any type, any level.
+TEST_P(MatmulTypes, RepackOffReadsTheFileRows) {
+  const DType type = GetParam();
+  const int64_t rows = 21, cols = 1024, n = 5;
+  const auto wq = random_weight(type, rows, cols, 9);
+  const auto x = normal_values(static_cast<size_t>(n * cols), 10);
+  std::vector<float> ref(static_cast<size_t>(n * rows));
+  PrepareOptions off;
+  off.repack = false;
+  ThreadPool pool(2);
+  for (Isa isa : test::testable_isas()) {
+    std::unique_ptr<MatmulWeight> unpacked;
+    {
+      IsaGuard scalar(Isa::Scalar);
+      unpacked = prepare_matmul_weight(type, rows, cols, wq.data());
+    }
+    IsaGuard guard(isa);
+    const auto w = prepare_matmul_weight(type, rows, cols, wq.data(), off);
+    EXPECT_EQ(w->packed_bytes(), 0u);
+    matmul_ref(*w, x.data(), n, ref.data());
+    const auto y = run_matmul(pool, *w, x, n);
+    EXPECT_LT(test::normalized_error(y, ref), error_bound(type)) << isa_name(isa);
+    EXPECT_EQ(y, run_matmul(pool, *unpacked, x, n)) << isa_name(isa);
+  }
+}
+
+// The repacked copy built on several threads (weights of 8 MiB and more at
+// load) is the one built on one: the same products, bit for bit.
+TEST(Matmul, RepackOnThreadsBuildsTheSameCopy) {
+  ThreadPool pool(2);
+  for (DType type : {DType::Q8_0, DType::F16, DType::BF16}) {
+    // 8.6-8.9 MiB: two threads; an odd number of row groups and panels.
+    const int64_t cols = 4096, rows = type == DType::Q8_0 ? 2049 : 1100, n = 3;
+    const auto wq = random_weight(type, rows, cols, 11);
+    const auto x = normal_values(static_cast<size_t>(n * cols), 12);
+    PrepareOptions one, three;
+    three.threads = 3;
+    const auto w1 = prepare_matmul_weight(type, rows, cols, wq.data(), one);
+    const auto w3 = prepare_matmul_weight(type, rows, cols, wq.data(), three);
+    EXPECT_EQ(w1->packed_bytes(), w3->packed_bytes()) << dtype_name(type);
+    EXPECT_EQ(run_matmul(pool, *w1, x, n), run_matmul(pool, *w3, x, n)) << dtype_name(type);
+  }
+}
+
 TEST(Matmul, RejectsBadWeights) {
   std::vector<uint8_t> buf(1 << 16);
   EXPECT_THROW(prepare_matmul_weight(DType::Q8_K, 4, 256, buf.data()), Error);
