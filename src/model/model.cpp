@@ -332,7 +332,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         const TensorData p = cut_tensor(whole, cut, shard_storage_);
         const size_t bytes = p.bytes();
         weight_bytes_ += bytes;
-        expert_bytes_ += bytes;
+        // MLA's per-head matrices are stacked like experts, but every token reads them all.
+        if (spec.slots[0] != Slot::MlaQAbsorb && spec.slots[0] != Slot::MlaOAbsorb) expert_bytes_ += bytes;
         ws.push_back(backend_.upload(p));
         held_weight_bytes_ += ws.back()->held_bytes;
         if (progress) progress(++done, total);

@@ -11,12 +11,14 @@
 // (derive_tensors below): q_b with each head's rows reordered [rope | nope]
 // (the rope op turns leading dims), kv_a split into two zero-padded halves
 // (so that one sum assembles the cache vector), and kv_b's per-head blocks
-// as the absorbed matrices. DeepSeek's RoPE rotates adjacent pairs.
+// as the absorbed matrices (F16 unless the checkpoint is F32). DeepSeek's
+// RoPE rotates adjacent pairs.
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "format/gguf.h"
 #include "model/blocks.h"
@@ -202,9 +204,9 @@ class MlaSource : public TensorSource {
       // [L rows, R + nope cols] per head: the rope part passes through, the
       // latent rows are W_UK^T: out[R + d][R + j] = W_UK[j][d].
       const int64_t cols = R + nope;
-      float* out = floats(static_cast<size_t>(H * L * cols));
+      std::vector<float> out(static_cast<size_t>(H * L * cols));
       for (int64_t h = 0; h < H; ++h) {
-        float* mh = out + h * L * cols;
+        float* mh = out.data() + h * L * cols;
         for (int64_t r = 0; r < R; ++r) mh[r * cols + r] = 1.0f;
         if (m.kv_b_fused) {
           for (int64_t j = 0; j < nope; ++j) {
@@ -215,16 +217,30 @@ class MlaSource : public TensorSource {
           for (int64_t d = 0; d < D; ++d) std::memcpy(mh + (R + d) * cols + R, row(h * D + d), nope * sizeof(float));
         }
       }
-      return TensorData{"", DType::F32, {cols, L, H}, out};
+      return held_as(std::move(out), {cols, L, H}, b->type);
     }
     // [v rows, L cols] per head: zero rope columns, then W_UV.
-    float* out = floats(static_cast<size_t>(H * v * L));
+    std::vector<float> out(static_cast<size_t>(H * v * L));
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < v; ++i) {
         const float* uv = row(m.kv_b_fused ? h * (nope + v) + nope + i : h * v + i);
-        std::memcpy(out + (h * v + i) * L + R, uv, static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(out.data() + (h * v + i) * L + R, uv, static_cast<size_t>(D) * sizeof(float));
       }
-    return TensorData{"", DType::F32, {L, v, H}, out};
+    return held_as(std::move(out), {L, v, H}, b->type);
+  }
+
+  // The absorbed matrices stay F32 for an F32 checkpoint and are F16 for any
+  // other: half the bytes each decode step reads. They only rearrange kv_b's
+  // values, so F16 holds BF16 and F16 ones exactly (in F16's range) and a
+  // quantized one's to 2^-12, far inside its quantization step.
+  TensorData held_as(std::vector<float> values, Dims shape, DType source) const {
+    if (source == DType::F32) {
+      floats_.push_back(std::move(values));
+      return TensorData{"", DType::F32, std::move(shape), floats_.back().data()};
+    }
+    auto* half = reinterpret_cast<uint16_t*>(bytes(values.size() * sizeof(uint16_t)));
+    for (size_t i = 0; i < values.size(); ++i) half[i] = fp32_to_fp16(values[i]);
+    return TensorData{"", DType::F16, std::move(shape), half};
   }
 
   const ModelConfig c_;

@@ -779,6 +779,37 @@ TEST(ArchDummies, MoeDecodeBytesCountOnlyRoutedExperts) {
             model->weight_bytes() - embd - experts + experts / cfg.n_expert * cfg.n_expert_used);
 }
 
+// MLA's absorbed matrices (stacked per head, as experts are) are F16 for a
+// quantized file, F32 for an F32 one, and the roofline counts them whole:
+// every token reads every head's.
+TEST(ArchDummies, MlaAbsorbedMatricesAreReadWholeAndF16ForQuantizedFiles) {
+  ThreadPool pool(2);
+  auto backend = make_cpu_backend(2);
+  const ModelConfig cfg = dummy_config("tiny-deepseek2", 512);
+  for (DType type : {DType::Q8_0, DType::F32}) {
+    auto src = make_dummy_source(cfg, DummySpec{"tiny-deepseek2", type, 1}, pool);
+    const auto derived = arch_info(cfg.arch).derive_tensors(cfg, *src);
+    const TensorData* q = derived->find("blk.0.mla_q_absorb.weight");
+    const TensorData* o = derived->find("blk.0.mla_o_absorb.weight");
+    ASSERT_TRUE(q && o);
+    const DType want = type == DType::F32 ? DType::F32 : DType::F16;
+    EXPECT_EQ(q->type, want) << dtype_name(type);
+    EXPECT_EQ(o->type, want) << dtype_name(type);
+    auto model = Model::from_source(cfg, *src, *backend);
+    size_t experts = 0;
+    for (int il = 0; il < cfg.n_layer; ++il)
+      for (const char* n : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"})
+        if (const TensorData* t = src->find("blk." + std::to_string(il) + "." + n))
+          experts += dtype_row_bytes(t->type, t->cols()) * static_cast<size_t>(t->rows());
+    ASSERT_GT(experts, 0u);
+    const TensorData* embd = src->find("token_embd.weight");
+    const size_t embd_bytes = dtype_row_bytes(embd->type, embd->cols()) * static_cast<size_t>(embd->rows());
+    EXPECT_EQ(model->decode_weight_bytes(),
+              model->weight_bytes() - embd_bytes - experts + experts / cfg.n_expert * cfg.n_expert_used)
+        << dtype_name(type);
+  }
+}
+
 // A one-row matrix may be [n] (GGUF) or [n, 1] (HF); a norm given [n, 1]
 // must be refused, not uploaded as a matrix that rms_norm cannot read.
 TEST(ArchDummies, OnlyMatricesDropATrailingOne) {
