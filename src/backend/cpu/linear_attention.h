@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/cpu_features.h"
 
 namespace pagellm::cpu {
 
@@ -22,7 +23,32 @@ void causal_conv1d_seq(const float* x, int64_t n_tokens, int64_t dim, const floa
 // cfg.qkv_dim() values, a and b rows of n_v_heads, S the head's
 // [head_k_dim, head_v_dim] state (updated), out rows of n_v_heads * head_v_dim
 // (only head h's part is written). See GatedDeltaConfig for the recurrence.
+// Runs the kernel built for `isa` (scalar, AVX2 + FMA, AVX-512; the
+// baseline build elsewhere): the same steps, rounded as each ISA's FMAs do.
 void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int64_t n_tokens,
-                           const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out);
+                           const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out,
+                           Isa isa);
+
+// One head's work in plain values, for the per-ISA kernels
+// (linear_attention_impl.h).
+constexpr int kMaxDeltaHeadDim = 512;
+struct DeltaHeadArgs {
+  const float* q = nullptr;  // token 0's query head (its key head's), then every qkv_stride floats
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t qkv_stride = 0;
+  const float* a = nullptr;  // token 0's a and b of the head, then every ab_stride floats
+  const float* b = nullptr;
+  int64_t ab_stride = 0;
+  int64_t n_tokens = 0;
+  int head_k_dim = 0, head_v_dim = 0;
+  float scale = 1.0f, ssm_a = 0.0f, dt_bias = 0.0f;
+  float* state = nullptr;  // [head_k_dim, head_v_dim]
+  float* out = nullptr;    // token 0's output head, then every out_stride floats
+  int64_t out_stride = 0;
+};
+void delta_rule_head_scalar(const DeltaHeadArgs& args);
+void delta_rule_head_avx2(const DeltaHeadArgs& args);
+void delta_rule_head_avx512(const DeltaHeadArgs& args);
 
 }  // namespace pagellm::cpu
