@@ -99,12 +99,12 @@ class CpuBackend : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
+    const int64_t repacked = static_cast<int64_t>(repacked_bytes_->load());
+    const std::string layout = !repack_      ? ", weights not repacked (--no-repack)"
+                               : repacked > 0 ? fmt::format(", {} of weights repacked at load", format_bytes(repacked))
+                                              : std::string();
     return fmt::format("cpu ({} threads, {}{}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
-                       exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "",
-                       !repack_           ? ", weights not repacked (--no-repack)"
-                       : *repacked_bytes_ > 0
-                           ? fmt::format(", {} of weights repacked at load", format_bytes(static_cast<int64_t>(repacked_bytes_->load())))
-                           : std::string(),
+                       exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "", layout,
                        cpu_features().describe());
   }
 

@@ -51,8 +51,8 @@ bool float_panels(Isa isa, DType type) {
 // Load time only: the backend's pool may be running a step on another thread.
 void split_over_threads(int64_t n, int threads, size_t bytes, const std::function<void(int64_t, int64_t)>& fn) {
   constexpr size_t kMinBytesPerThread = size_t{4} << 20;  // below this a thread costs more than it saves
-  const int64_t nth = std::clamp<int64_t>(static_cast<int64_t>(bytes / kMinBytesPerThread), 1,
-                                          std::min<int64_t>(threads, n));
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(threads, n));
+  const int64_t nth = std::clamp<int64_t>(static_cast<int64_t>(bytes / kMinBytesPerThread), 1, most);
   if (nth <= 1) return fn(0, n);
   std::vector<std::thread> helpers;
   for (int i = 1; i < nth; ++i) {
