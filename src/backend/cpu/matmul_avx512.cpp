@@ -579,6 +579,8 @@ struct KernelQ3K {
   }
 };
 
+constexpr int kWideTileTokens = 6;
+
 template <typename Kernel, int T>
 void run_tiles_of(const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
                   int64_t ldy, int nrows) {
@@ -613,8 +615,10 @@ bool has_gemm_x16(DType type) {
 void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
               float* y, int64_t ldy, int nrows) {
   switch (type) {
-    case DType::Q4_0: return run_tiles_of<KernelQ4_0, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q8_0: return run_tiles_of<KernelQ8_0, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    // Q4_0 and Q8_0 keep few registers per token: tiles of 6 tokens share each weight load
+    // further (bench ops, n = 512, one core: Q4_0 +5%, Q8_0 +7-9% against 4; 8 gave no more).
+    case DType::Q4_0: return run_tiles_of<KernelQ4_0, kWideTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q8_0: return run_tiles_of<KernelQ8_0, kWideTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q4_1: return run_tiles_of<KernelQ4Q5<false, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
