@@ -104,7 +104,7 @@ void check_linear_attention_options(const EngineConfig& c, const SchedulerConfig
                 "linear-attention states are not swapped); use --preemption-mode recompute", a);
   PAGELLM_CHECK(s.kv_eviction != KvEviction::Sliding, "--kv-eviction sliding is not supported for {} (its "
                 "linear-attention states cannot drop tokens)", a);
-  // (Tensor parallelism: the model refuses to load; pipeline stages keep their layers' states.)
+  // (Tensor-parallel ranks keep their heads' states, pipeline stages their layers'.)
   (void)comm;
 }
 

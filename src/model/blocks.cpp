@@ -64,7 +64,7 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n) {
   const LinearAttnWeights& L = p.layers[il].lin;
   Backend& be = p.be;
   ActivationBuffers& buf = p.buf;
-  const ModelConfig::LinearAttn& la = c.linear;
+  const ModelConfig::LinearAttn& la = p.geo.lin;  // this rank's heads
   const int state_layer = il - p.geo.layer_begin;  // this stage's layer, as the cache spec numbers them
   be.rms_norm(*buf.x, A.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
   be.matmul(*L.qkv, *buf.h, n, *buf.lin_qkv);
@@ -83,6 +83,7 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n) {
   be.rms_norm(*buf.lin_out, L.norm.get(), n * la.n_v_heads, la.head_v_dim, c.norm_eps, *buf.lin_out);
   be.glu(*buf.lin_z, *buf.lin_out, n * la.value_dim(), Activation::Silu, *buf.lin_out);
   be.matmul(*L.out, *buf.lin_out, n, *buf.o);
+  p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel out: each rank's value heads' share
   be.add(*buf.x, *buf.o, n * c.n_embd);
 }
 

@@ -254,8 +254,6 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
     PAGELLM_CHECK(!geo_.tp && shard_.pp_size == 1, "encoders ({}) do not run under tensor or pipeline parallelism yet",
                   arch.gguf_name);
   if (c.n_linear_layers() > 0) {
-    PAGELLM_CHECK(!geo_.tp, "{}'s linear-attention (Gated DeltaNet) layers do not run under tensor parallelism yet",
-                  arch.gguf_name);
     if (!backend_.supports(Feature::LinearAttention) || !backend_.supports(Feature::KvGroups))
       fail("the {} backend does not run linear-attention (Gated DeltaNet) layers, which {} has; use --device cpu",
            backend_.name(), arch.gguf_name);
@@ -478,7 +476,7 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
     // Linear-attention layers keep a state slot per sequence and no K/V: the
     // full-attention layers fill a block's slots in order (one group).
     PAGELLM_CHECK(!groups || !groups->grouped(), "KV-cache groups with linear-attention layers are not supported");
-    const ModelConfig::LinearAttn& la = cfg_.linear;
+    const ModelConfig::LinearAttn& la = geo_.lin;  // this rank's heads
     kv.state = {0, state_slots, static_cast<int>(la.conv_dim()), la.conv_kernel, la.n_v_heads, la.head_k_dim,
                 la.head_v_dim};
     int32_t full = 0;
@@ -548,7 +546,7 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;
   const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
   const bool lin = c.n_linear_layers() > 0;
-  const ModelConfig::LinearAttn& la = c.linear;
+  const ModelConfig::LinearAttn& la = g.lin;
   return {{&Buffers::x, c.n_embd, true},   {&Buffers::h, c.n_embd, true},     {&Buffers::q, std::max(qd, mla_q), true},
           {&Buffers::k, kd, true},         {&Buffers::v, kd, true},           {&Buffers::attn, qd, true},
           {&Buffers::o, c.n_embd, true},   {&Buffers::gate, ff, true},        {&Buffers::up, ff, true},

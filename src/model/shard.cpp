@@ -39,6 +39,26 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
     local = total / n;
     begin = r * local;
   };
+  g.lin = c.linear;
+  if (c.n_linear_layers() > 0 && n > 1) {
+    const ModelConfig::LinearAttn& la = c.linear;
+    PAGELLM_CHECK(la.n_k_heads % n == 0, "--tensor-parallel-size {} does not divide the model's {} linear-attention "
+                  "key heads", n, la.n_k_heads);
+    const int nk = la.n_k_heads / n, per_k = la.n_v_heads / la.n_k_heads;
+    g.lin.n_k_heads = nk;
+    g.lin.n_v_heads = nk * per_k;
+    g.lin_k_begin = r * nk;
+    g.lin_all_k_heads = la.n_k_heads;
+    // Local value head h' reads local key head h' % nk (tiled) or h' / per_k
+    // (grouped), as its global one reads the global key head.
+    if (la.v_heads_tiled) {
+      for (int j = 0; j < per_k; ++j)
+        for (int i = 0; i < nk; ++i) g.lin_v_heads.push_back(j * la.n_k_heads + g.lin_k_begin + i);
+    } else {
+      for (int i = 0; i < nk; ++i)
+        for (int j = 0; j < per_k; ++j) g.lin_v_heads.push_back((g.lin_k_begin + i) * per_k + j);
+    }
+  }
   split(c.n_ff, "feed-forward units", g.n_ff, g.ff_begin);
   split(c.n_ff_exp, "feed-forward units per expert", g.n_ff_exp, g.ff_exp_begin);
   split(c.n_ff_shexp, "shared-expert units", g.n_ff_shexp, g.ff_shexp_begin);
@@ -137,6 +157,7 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
   switch (slot) {
     // Column-parallel: each rank computes its heads / units.
     case Slot::Q:
+    case Slot::QGate:
     case Slot::QBias: return {K::Rows, g.head_begin * q_hd, g.n_head * q_hd};
     case Slot::MlaQAbsorb:
     case Slot::MlaOAbsorb: return {K::Stack, g.head_begin, g.n_head};
@@ -161,12 +182,94 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
     case Slot::DownShexp: return {K::Cols, g.ff_shexp_begin, g.n_ff_shexp};
     // Added to each expert's output before the sum over ranks: one rank only.
     case Slot::DownExpsBias: return tp_rank == 0 ? TensorCut{} : TensorCut{K::None, 0, 0};
-    default: return {};  // norms, the router, biases added after the all-reduce
+    default: break;
   }
+  if (!g.lin_v_heads.empty()) {
+    // Gated DeltaNet: this rank's key heads' q and k and its value heads,
+    // wherever the file keeps them.
+    const ModelConfig::LinearAttn& l = g.lin;
+    const int64_t dk = l.head_k_dim, dv = l.head_v_dim, key_dim = static_cast<int64_t>(l.n_k_heads) * dk;
+    const int64_t global_keys = static_cast<int64_t>(g.lin_all_k_heads) * dk;
+    auto per_v = [&](int64_t first, int64_t unit) {
+      TensorCut c;
+      for (int v : g.lin_v_heads) c.runs.emplace_back(first + v * unit, unit);
+      return c;
+    };
+    auto with = [](TensorCut c, K kind) {
+      c.kind = kind;
+      return c;
+    };
+    switch (slot) {
+      case Slot::LinQkv:
+      case Slot::LinConv: {  // [q | k | v]: rows of qkv; channels of the conv (a vector, conv_kernel taps each)
+        const int64_t unit = slot == Slot::LinConv ? l.conv_kernel : 1;
+        TensorCut c = per_v(2 * global_keys * unit, dv * unit);
+        c.runs.insert(c.runs.begin(), {(global_keys + g.lin_k_begin * dk) * unit, key_dim * unit});
+        c.runs.insert(c.runs.begin(), {g.lin_k_begin * dk * unit, key_dim * unit});
+        return with(c, K::GatherRows);
+      }
+      case Slot::LinZ: return with(per_v(0, dv), K::GatherRows);
+      case Slot::LinBeta:
+      case Slot::LinAlpha:
+      case Slot::LinA:
+      case Slot::LinDtBias: return with(per_v(0, 1), K::GatherRows);
+      case Slot::LinOut: return with(per_v(0, dv), K::GatherCols);
+      default: break;
+    }
+  }
+  return {};  // norms, the router, biases added after the all-reduce
+}
+
+// GatherRows / GatherCols: the runs copied, in order, into one buffer.
+static TensorData gather(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
+  const bool vector = t.rows() == 1, by_rows = cut.kind == TensorCut::GatherRows && !vector;
+  const int64_t limit = by_rows ? t.rows() : t.cols();
+  int64_t kept = 0;
+  const int block = dtype_block_size(t.type);
+  for (const auto& [b, n] : cut.runs) {
+    PAGELLM_CHECK(b >= 0 && n > 0 && b + n <= limit, "tensor '{}': slice [{}, {}) outside its {} {}", t.name, b,
+                  b + n, limit, by_rows ? "rows" : "columns");
+    PAGELLM_CHECK(by_rows || (b % block == 0 && n % block == 0),
+                  "tensor '{}' ({}) cannot be split at column {}: {} blocks are {} values wide; choose a "
+                  "--tensor-parallel-size that divides its blocks", t.name, dtype_name(t.type), b,
+                  dtype_name(t.type), block);
+    kept += n;
+  }
+  const auto* base = static_cast<const uint8_t*>(t.data);
+  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  TensorData out = t;
+  if (by_rows) {
+    AlignedBuffer buf = allocate_aligned(row_bytes * static_cast<size_t>(kept));
+    size_t at = 0;
+    for (const auto& [b, n] : cut.runs) {
+      std::memcpy(buf.get() + at, base + row_bytes * static_cast<size_t>(b), row_bytes * static_cast<size_t>(n));
+      at += row_bytes * static_cast<size_t>(n);
+    }
+    out.shape = {t.cols(), kept};
+    out.data = buf.get();
+    storage.push_back(std::move(buf));
+    return out;
+  }
+  const int64_t rows = t.rows();
+  const size_t keep = dtype_row_bytes(t.type, kept);
+  AlignedBuffer buf = allocate_aligned(keep * static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    size_t at = keep * static_cast<size_t>(i);
+    for (const auto& [b, n] : cut.runs) {
+      const size_t skip = dtype_row_bytes(t.type, b), bytes = dtype_row_bytes(t.type, n);
+      std::memcpy(buf.get() + at, base + row_bytes * static_cast<size_t>(i) + skip, bytes);
+      at += bytes;
+    }
+  }
+  out.shape[0] = kept;
+  out.data = buf.get();
+  storage.push_back(std::move(buf));
+  return out;
 }
 
 TensorData cut_tensor(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
   if (cut.kind == TensorCut::All) return t;
+  if (cut.kind == TensorCut::GatherRows || cut.kind == TensorCut::GatherCols) return gather(t, cut, storage);
   PAGELLM_CHECK(cut.kind != TensorCut::None, "tensor '{}' is not held by this rank", t.name);
   PAGELLM_CHECK(cut.kind != TensorCut::Stack, "tensor '{}': a stack is cut by its matrices, not within one",
                 t.name);

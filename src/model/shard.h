@@ -43,6 +43,14 @@ struct ShardGeometry {
   // Vocabulary rows [vocab_begin, vocab_begin + n_vocab); every rank's slice
   // but the last has vocab_stride rows (ceil(n_vocab / tp_size)).
   int64_t n_vocab = 0, vocab_begin = 0, vocab_stride = 0;
+  // Gated DeltaNet layers: this rank's key heads (n_k_heads / tp_size from
+  // lin_k_begin) and the value heads that read them, as ModelConfig::LinearAttn
+  // with the local counts (the value heads keep the file's order, tiled or
+  // grouped, among themselves); lin_v_heads lists their global numbers in
+  // local order (empty without tensor parallelism).
+  ModelConfig::LinearAttn lin;
+  int lin_k_begin = 0, lin_all_k_heads = 0;
+  std::vector<int> lin_v_heads;
   int layer_begin = 0, layer_end = 0;        // this pipeline stage's layers
   std::vector<int> stage_layers;             // every stage's layer count (KV blocks are sized for the largest)
   bool first_stage = true, last_stage = true;
@@ -69,8 +77,11 @@ std::vector<int> balance_pipeline_stages(const std::vector<int64_t>& layer_cost,
 // stack of per-head matrices such as MLA's absorbed ones) a range of the
 // stacked matrices, each whole.
 struct TensorCut {
-  enum Kind { All, Rows, Cols, None, Stack } kind = All;
+  enum Kind { All, Rows, Cols, None, Stack, GatherRows, GatherCols } kind = All;
   int64_t begin = 0, count = 0;
+  // GatherRows / GatherCols: the runs [begin, begin + count) of rows (of
+  // elements, for a vector) or columns kept, in order (a copy).
+  std::vector<std::pair<int64_t, int64_t>> runs;
 };
 TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_dim);
 

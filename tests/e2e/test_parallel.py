@@ -141,15 +141,18 @@ def test_families_exact_within_near_ties(tmp_path, shape, how):
     assert_close(ref, generate(model, batch, ranks, flags))
 
 
-@pytest.mark.parametrize("shape", ["tiny-qwen35", "tiny-qwen3next"])
-def test_linear_attention_pipeline_equals_one_rank(tmp_path, shape):
+@pytest.mark.parametrize("shape,how", [("tiny-qwen35", "pp2"), ("tiny-qwen3next", "pp2"), ("tiny-qwen35", "tp2"),
+                                       ("tiny-qwen3next", "tp2"), ("tiny-qwen35moe", "tp2")])
+def test_linear_attention_parallel_equals_one_rank(tmp_path, shape, how):
     """Gated DeltaNet layers' states on their own stage (each virtual engine
-    its own range of state slots), with n-gram speculation's snapshots on top:
-    the same greedy tokens as one rank."""
+    its own range of state slots), or cut by key heads and the value heads
+    that read them (tiled as in GGUF files, grouped as in Qwen3-Next's; the
+    gated attention layers by query heads), with n-gram speculation's
+    snapshots on top: the same greedy tokens as one rank."""
     model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
     batch = batch_file(tmp_path, ID_PROMPTS, max_tokens=24)
     ref = generate(model, batch)
-    ranks, flags = PARALLEL["pp2"]
+    ranks, flags = PARALLEL[how]
     assert_same(ref, generate(model, batch, ranks, flags))
     spec = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 4,
                                                 "prompt_lookup_min": 1, "prompt_lookup_max": 3})]
@@ -174,7 +177,8 @@ def test_mla_exact_equals_one_rank(tmp_path, shape, ranks):
 
 
 @pytest.mark.parametrize("shape,dtype,how", [("tiny-llama", "f32", "tp2"), ("tiny-qwen3moe", "bf16", "tp2"),
-                                             ("tiny-gemma3", "bf16", "tp2"), ("tiny-qwen3", "f16", "pp2")])
+                                             ("tiny-gemma3", "bf16", "tp2"), ("tiny-qwen3", "f16", "pp2"),
+                                             ("tiny-qwen35", "f32", "tp2")])
 def test_safetensors_folder_shards_equal_one_rank(tmp_path, shape, dtype, how):
     """Shards cut at load from a Hugging Face folder (config.json and two
     safetensors files) as from a GGUF file: the same greedy tokens as one rank."""

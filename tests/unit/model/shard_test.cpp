@@ -201,6 +201,85 @@ TEST(CutTensor, VectorsAreCutByColumns) {
   EXPECT_EQ(static_cast<const float*>(part.data)[31], bias[47]);
 }
 
+// Gated DeltaNet under TP: a rank takes key heads and the value heads that
+// read them, so that its local heads keep the file's order (tiled: value
+// head h reads key head h % n_k; grouped: h / (n_v / n_k)).
+TEST(ShardGeometry, GatedDeltaNetCutsByKeyHeadsAndTheirValueHeads) {
+  ModelConfig c = config(4, 2, 512, 512);
+  c.is_linear = {true, false, true, false};
+  c.linear = {4, 8, 16, 16, 4, true};
+  const ShardGeometry tiled = shard_geometry(c, shard(1, 2, 0, 1));
+  EXPECT_EQ(tiled.lin.n_k_heads, 2);
+  EXPECT_EQ(tiled.lin.n_v_heads, 4);
+  EXPECT_EQ(tiled.lin_v_heads, (std::vector<int>{2, 3, 6, 7}));
+  for (size_t h = 0; h < tiled.lin_v_heads.size(); ++h)  // local key head h % 2 is global key head 2 + h % 2
+    EXPECT_EQ(tiled.lin_v_heads[h] % 4, 2 + static_cast<int>(h) % 2);
+  const TensorCut qkv = tensor_cut(Slot::LinQkv, tiled, 1, c.head_dim);
+  EXPECT_EQ(qkv.kind, TensorCut::GatherRows);
+  const std::vector<std::pair<int64_t, int64_t>> want{{32, 32},       {64 + 32, 32},  {128 + 2 * 16, 16},
+                                                      {128 + 3 * 16, 16}, {128 + 6 * 16, 16}, {128 + 7 * 16, 16}};
+  EXPECT_EQ(qkv.runs, want);
+  const TensorCut conv = tensor_cut(Slot::LinConv, tiled, 1, c.head_dim);  // 4 taps per channel
+  ASSERT_EQ(conv.runs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(conv.runs[i], std::make_pair(want[i].first * 4, want[i].second * 4));
+  const TensorCut out = tensor_cut(Slot::LinOut, tiled, 1, c.head_dim);
+  EXPECT_EQ(out.kind, TensorCut::GatherCols);
+  EXPECT_EQ(out.runs, (std::vector<std::pair<int64_t, int64_t>>{{32, 16}, {48, 16}, {96, 16}, {112, 16}}));
+  EXPECT_EQ(tensor_cut(Slot::LinA, tiled, 1, c.head_dim).runs,
+            (std::vector<std::pair<int64_t, int64_t>>{{2, 1}, {3, 1}, {6, 1}, {7, 1}}));
+  EXPECT_EQ(tensor_cut(Slot::LinNorm, tiled, 1, c.head_dim).kind, TensorCut::All);
+  EXPECT_EQ(tensor_cut(Slot::QGate, tiled, 1, c.head_dim).kind, TensorCut::Rows);
+
+  c.linear.v_heads_tiled = false;
+  const ShardGeometry grouped = shard_geometry(c, shard(1, 2, 0, 1));
+  EXPECT_EQ(grouped.lin_v_heads, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(shard_geometry(c, shard(0, 1, 0, 1)).lin_v_heads.empty());
+  c.n_head = c.n_head_kv = 8;  // (so that the attention heads split 8 ways)
+  try {
+    shard_geometry(c, shard(0, 8, 0, 1));
+    ADD_FAILURE() << "8 ranks for 4 key heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the model's 4 linear-attention key heads"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CutTensor, GatherTakesRunsOfRowsColumnsAndElementsInOrder) {
+  std::vector<float> m(6 * 4);  // 6 rows of 4
+  for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i) + 0.5f;
+  const TensorData t{"m", DType::F32, {4, 6}, m.data()};
+  std::vector<AlignedBuffer> storage;
+  TensorCut rows{TensorCut::GatherRows, 0, 0, {{4, 1}, {1, 2}}};
+  const TensorData r = cut_tensor(t, rows, storage);
+  ASSERT_EQ(r.rows(), 3);
+  ASSERT_EQ(r.cols(), 4);
+  const auto* rd = static_cast<const float*>(r.data);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(rd[j], m[4 * 4 + j]);
+    EXPECT_EQ(rd[4 + j], m[1 * 4 + j]);
+    EXPECT_EQ(rd[8 + j], m[2 * 4 + j]);
+  }
+  TensorCut cols{TensorCut::GatherCols, 0, 0, {{2, 2}, {0, 1}}};
+  const TensorData cpart = cut_tensor(t, cols, storage);
+  ASSERT_EQ(cpart.rows(), 6);
+  ASSERT_EQ(cpart.cols(), 3);
+  const auto* cd = static_cast<const float*>(cpart.data);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(cd[3 * i], m[4 * i + 2]);
+    EXPECT_EQ(cd[3 * i + 1], m[4 * i + 3]);
+    EXPECT_EQ(cd[3 * i + 2], m[4 * i]);
+  }
+  const TensorData v{"v", DType::F32, {6}, m.data()};
+  const TensorData vpart = cut_tensor(v, rows, storage);  // a vector: runs of elements
+  ASSERT_EQ(vpart.cols(), 3);
+  EXPECT_EQ(static_cast<const float*>(vpart.data)[0], m[4]);
+  EXPECT_EQ(static_cast<const float*>(vpart.data)[2], m[2]);
+  TensorCut outside{TensorCut::GatherRows, 0, 0, {{5, 2}}};
+  EXPECT_THROW(cut_tensor(t, outside, storage), Error);
+}
+
 TEST(ShardGeometry, LayerPartitionSetsEachStagesLayers) {
   const ModelConfig c = config(8, 4, 512, 512, 5);
   const ModelShard s = shard(0, 1, 1, 3, {2, 1, 2});
