@@ -190,9 +190,14 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
     const ModelConfig::LinearAttn& l = g.lin;
     const int64_t dk = l.head_k_dim, dv = l.head_v_dim, key_dim = static_cast<int64_t>(l.n_k_heads) * dk;
     const int64_t global_keys = static_cast<int64_t>(g.lin_all_k_heads) * dk;
-    auto per_v = [&](int64_t first, int64_t unit) {
+    auto per_v = [&](int64_t first, int64_t unit) {  // adjacent heads in one run (whole quantization blocks)
       TensorCut c;
-      for (int v : g.lin_v_heads) c.runs.emplace_back(first + v * unit, unit);
+      for (int v : g.lin_v_heads) {
+        if (!c.runs.empty() && c.runs.back().first + c.runs.back().second == first + v * unit)
+          c.runs.back().second += unit;
+        else
+          c.runs.emplace_back(first + v * unit, unit);
+      }
       return c;
     };
     auto with = [](TensorCut c, K kind) {

@@ -216,8 +216,8 @@ TEST(ShardGeometry, GatedDeltaNetCutsByKeyHeadsAndTheirValueHeads) {
     EXPECT_EQ(tiled.lin_v_heads[h] % 4, 2 + static_cast<int>(h) % 2);
   const TensorCut qkv = tensor_cut(Slot::LinQkv, tiled, 1, c.head_dim);
   EXPECT_EQ(qkv.kind, TensorCut::GatherRows);
-  const std::vector<std::pair<int64_t, int64_t>> want{{32, 32},       {64 + 32, 32},  {128 + 2 * 16, 16},
-                                                      {128 + 3 * 16, 16}, {128 + 6 * 16, 16}, {128 + 7 * 16, 16}};
+  // (Adjacent value heads make one run.)
+  const std::vector<std::pair<int64_t, int64_t>> want{{32, 32}, {64 + 32, 32}, {128 + 2 * 16, 32}, {128 + 6 * 16, 32}};
   EXPECT_EQ(qkv.runs, want);
   const TensorCut conv = tensor_cut(Slot::LinConv, tiled, 1, c.head_dim);  // 4 taps per channel
   ASSERT_EQ(conv.runs.size(), want.size());
@@ -225,15 +225,17 @@ TEST(ShardGeometry, GatedDeltaNetCutsByKeyHeadsAndTheirValueHeads) {
     EXPECT_EQ(conv.runs[i], std::make_pair(want[i].first * 4, want[i].second * 4));
   const TensorCut out = tensor_cut(Slot::LinOut, tiled, 1, c.head_dim);
   EXPECT_EQ(out.kind, TensorCut::GatherCols);
-  EXPECT_EQ(out.runs, (std::vector<std::pair<int64_t, int64_t>>{{32, 16}, {48, 16}, {96, 16}, {112, 16}}));
+  EXPECT_EQ(out.runs, (std::vector<std::pair<int64_t, int64_t>>{{32, 32}, {96, 32}}));
   EXPECT_EQ(tensor_cut(Slot::LinA, tiled, 1, c.head_dim).runs,
-            (std::vector<std::pair<int64_t, int64_t>>{{2, 1}, {3, 1}, {6, 1}, {7, 1}}));
+            (std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {6, 2}}));
   EXPECT_EQ(tensor_cut(Slot::LinNorm, tiled, 1, c.head_dim).kind, TensorCut::All);
   EXPECT_EQ(tensor_cut(Slot::QGate, tiled, 1, c.head_dim).kind, TensorCut::Rows);
 
   c.linear.v_heads_tiled = false;
   const ShardGeometry grouped = shard_geometry(c, shard(1, 2, 0, 1));
   EXPECT_EQ(grouped.lin_v_heads, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(tensor_cut(Slot::LinZ, grouped, 1, c.head_dim).runs,
+            (std::vector<std::pair<int64_t, int64_t>>{{64, 64}}));
   EXPECT_TRUE(shard_geometry(c, shard(0, 1, 0, 1)).lin_v_heads.empty());
   c.n_head = c.n_head_kv = 8;  // (so that the attention heads split 8 ways)
   try {
