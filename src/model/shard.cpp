@@ -190,8 +190,9 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
     const ModelConfig::LinearAttn& l = g.lin;
     const int64_t dk = l.head_k_dim, dv = l.head_v_dim, key_dim = static_cast<int64_t>(l.n_k_heads) * dk;
     const int64_t global_keys = static_cast<int64_t>(g.lin_all_k_heads) * dk;
-    auto per_v = [&](int64_t first, int64_t unit) {  // adjacent heads in one run (whole quantization blocks)
+    auto per_v = [&](K kind, int64_t first, int64_t unit) {  // adjacent heads in one run (whole quantization blocks)
       TensorCut c;
+      c.kind = kind;
       for (int v : g.lin_v_heads) {
         if (!c.runs.empty() && c.runs.back().first + c.runs.back().second == first + v * unit)
           c.runs.back().second += unit;
@@ -200,73 +201,71 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
       }
       return c;
     };
-    auto with = [](TensorCut c, K kind) {
-      c.kind = kind;
-      return c;
-    };
     switch (slot) {
       case Slot::LinQkv:
       case Slot::LinConv: {  // [q | k | v]: rows of qkv; channels of the conv (a vector, conv_kernel taps each)
         const int64_t unit = slot == Slot::LinConv ? l.conv_kernel : 1;
-        TensorCut c = per_v(2 * global_keys * unit, dv * unit);
+        TensorCut c = per_v(K::GatherRows, 2 * global_keys * unit, dv * unit);
         c.runs.insert(c.runs.begin(), {(global_keys + g.lin_k_begin * dk) * unit, key_dim * unit});
         c.runs.insert(c.runs.begin(), {g.lin_k_begin * dk * unit, key_dim * unit});
-        return with(c, K::GatherRows);
+        return c;
       }
-      case Slot::LinZ: return with(per_v(0, dv), K::GatherRows);
+      case Slot::LinZ: return per_v(K::GatherRows, 0, dv);
       case Slot::LinBeta:
       case Slot::LinAlpha:
       case Slot::LinA:
-      case Slot::LinDtBias: return with(per_v(0, 1), K::GatherRows);
-      case Slot::LinOut: return with(per_v(0, dv), K::GatherCols);
+      case Slot::LinDtBias: return per_v(K::GatherRows, 0, 1);
+      case Slot::LinOut: return per_v(K::GatherCols, 0, dv);
       default: break;
     }
   }
   return {};  // norms, the router, biases added after the all-reduce
 }
 
-// GatherRows / GatherCols: the runs copied, in order, into one buffer.
-static TensorData gather(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
-  const bool vector = t.rows() == 1, by_rows = cut.kind == TensorCut::GatherRows && !vector;
+// Run [b, b + n) must lie in the tensor's rows (by_rows) or columns; a
+// column run must keep quantization blocks whole.
+static void check_run(const TensorData& t, int64_t b, int64_t n, bool by_rows) {
   const int64_t limit = by_rows ? t.rows() : t.cols();
-  int64_t kept = 0;
+  PAGELLM_CHECK(b >= 0 && n > 0 && b + n <= limit, "tensor '{}': slice [{}, {}) outside its {} {}", t.name, b, b + n,
+                limit, by_rows ? "rows" : "columns");
   const int block = dtype_block_size(t.type);
-  for (const auto& [b, n] : cut.runs) {
-    PAGELLM_CHECK(b >= 0 && n > 0 && b + n <= limit, "tensor '{}': slice [{}, {}) outside its {} {}", t.name, b,
-                  b + n, limit, by_rows ? "rows" : "columns");
-    PAGELLM_CHECK(by_rows || (b % block == 0 && n % block == 0),
-                  "tensor '{}' ({}) cannot be split at column {}: {} blocks are {} values wide; choose a "
-                  "--tensor-parallel-size that divides its blocks", t.name, dtype_name(t.type), b,
-                  dtype_name(t.type), block);
-    kept += n;
-  }
+  PAGELLM_CHECK(by_rows || (b % block == 0 && n % block == 0),
+                "tensor '{}' ({}) cannot be split at column {}: {} blocks are {} values wide; choose a "
+                "--tensor-parallel-size that divides its blocks",
+                t.name, dtype_name(t.type), b, dtype_name(t.type), block);
+}
+
+// The runs of rows (by_rows) or columns, copied in order into one buffer kept in storage.
+static TensorData copy_runs(const TensorData& t, const std::vector<std::pair<int64_t, int64_t>>& runs, bool by_rows,
+                            std::vector<AlignedBuffer>& storage) {
+  int64_t kept = 0;
+  for (const auto& run : runs) kept += run.second;
   const auto* base = static_cast<const uint8_t*>(t.data);
   const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
   TensorData out = t;
+  AlignedBuffer buf;
   if (by_rows) {
-    AlignedBuffer buf = allocate_aligned(row_bytes * static_cast<size_t>(kept));
+    buf = allocate_aligned(row_bytes * static_cast<size_t>(kept));
     size_t at = 0;
-    for (const auto& [b, n] : cut.runs) {
+    for (const auto& [b, n] : runs) {
       std::memcpy(buf.get() + at, base + row_bytes * static_cast<size_t>(b), row_bytes * static_cast<size_t>(n));
       at += row_bytes * static_cast<size_t>(n);
     }
     out.shape = {t.cols(), kept};
-    out.data = buf.get();
-    storage.push_back(std::move(buf));
-    return out;
-  }
-  const int64_t rows = t.rows();
-  const size_t keep = dtype_row_bytes(t.type, kept);
-  AlignedBuffer buf = allocate_aligned(keep * static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) {
-    size_t at = keep * static_cast<size_t>(i);
-    for (const auto& [b, n] : cut.runs) {
-      const size_t skip = dtype_row_bytes(t.type, b), bytes = dtype_row_bytes(t.type, n);
-      std::memcpy(buf.get() + at, base + row_bytes * static_cast<size_t>(i) + skip, bytes);
-      at += bytes;
+  } else {
+    const int64_t rows = t.rows();
+    const size_t keep = dtype_row_bytes(t.type, kept);
+    buf = allocate_aligned(keep * static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      size_t at = keep * static_cast<size_t>(i);
+      for (const auto& [b, n] : runs) {
+        const size_t skip = dtype_row_bytes(t.type, b), bytes = dtype_row_bytes(t.type, n);
+        std::memcpy(buf.get() + at, base + row_bytes * static_cast<size_t>(i) + skip, bytes);
+        at += bytes;
+      }
     }
+    out.shape[0] = kept;
   }
-  out.shape[0] = kept;
   out.data = buf.get();
   storage.push_back(std::move(buf));
   return out;
@@ -274,42 +273,31 @@ static TensorData gather(const TensorData& t, const TensorCut& cut, std::vector<
 
 TensorData cut_tensor(const TensorData& t, const TensorCut& cut, std::vector<AlignedBuffer>& storage) {
   if (cut.kind == TensorCut::All) return t;
-  if (cut.kind == TensorCut::GatherRows || cut.kind == TensorCut::GatherCols) return gather(t, cut, storage);
   PAGELLM_CHECK(cut.kind != TensorCut::None, "tensor '{}' is not held by this rank", t.name);
   PAGELLM_CHECK(cut.kind != TensorCut::Stack, "tensor '{}': a stack is cut by its matrices, not within one",
                 t.name);
+  // A vector (one row) is cut by its columns whichever kind is asked.
   const bool vector = t.rows() == 1;
-  const int64_t limit = cut.kind == TensorCut::Rows && !vector ? t.rows() : t.cols();
-  PAGELLM_CHECK(cut.begin >= 0 && cut.count > 0 && cut.begin + cut.count <= limit,
-                "tensor '{}': slice [{}, {}) outside its {} {}", t.name, cut.begin, cut.begin + cut.count, limit,
-                cut.kind == TensorCut::Rows && !vector ? "rows" : "columns");
+  const bool by_rows = (cut.kind == TensorCut::Rows || cut.kind == TensorCut::GatherRows) && !vector;
+  if (cut.kind == TensorCut::GatherRows || cut.kind == TensorCut::GatherCols) {
+    for (const auto& [b, n] : cut.runs) check_run(t, b, n, by_rows);
+    return copy_runs(t, cut.runs, by_rows, storage);
+  }
+  check_run(t, cut.begin, cut.count, by_rows);
+  // One range of rows, or of a vector's elements: a view of the same bytes.
   TensorData out = t;
   const auto* base = static_cast<const uint8_t*>(t.data);
-  if (cut.kind == TensorCut::Rows && !vector) {
-    const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
+  if (by_rows) {
     out.shape = {t.cols(), cut.count};
-    out.data = base + static_cast<size_t>(cut.begin) * row_bytes;
+    out.data = base + static_cast<size_t>(cut.begin) * dtype_row_bytes(t.type, t.cols());
     return out;
   }
-  const int block = dtype_block_size(t.type);
-  PAGELLM_CHECK(cut.begin % block == 0 && cut.count % block == 0,
-                "tensor '{}' ({}) cannot be split at column {}: {} blocks are {} values wide; choose a "
-                "--tensor-parallel-size that divides its blocks",
-                t.name, dtype_name(t.type), cut.begin, dtype_name(t.type), block);
-  const size_t row_bytes = dtype_row_bytes(t.type, t.cols());
-  const size_t skip = dtype_row_bytes(t.type, cut.begin), keep = dtype_row_bytes(t.type, cut.count);
-  out.shape[0] = cut.count;
   if (vector) {
-    out.data = base + skip;
+    out.shape[0] = cut.count;
+    out.data = base + dtype_row_bytes(t.type, cut.begin);
     return out;
   }
-  const int64_t rows = t.rows();
-  AlignedBuffer buf = allocate_aligned(keep * static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(buf.get() + keep * static_cast<size_t>(i), base + row_bytes * static_cast<size_t>(i) + skip, keep);
-  out.data = buf.get();
-  storage.push_back(std::move(buf));
-  return out;
+  return copy_runs(t, {{cut.begin, cut.count}}, false, storage);
 }
 
 }  // namespace pagellm

@@ -18,7 +18,6 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "format/gguf.h"
 #include "model/blocks.h"
@@ -238,8 +237,8 @@ class MlaSource : public TensorSource {
       floats_.push_back(std::move(values));
       return TensorData{"", DType::F32, std::move(shape), floats_.back().data()};
     }
-    auto* half = reinterpret_cast<uint16_t*>(bytes(values.size() * sizeof(uint16_t)));
-    for (size_t i = 0; i < values.size(); ++i) half[i] = fp32_to_fp16(values[i]);
+    uint8_t* half = bytes(values.size() * sizeof(uint16_t));
+    quantize_row_ref(DType::F16, values.data(), half, static_cast<int64_t>(values.size()));
     return TensorData{"", DType::F16, std::move(shape), half};
   }
 

@@ -253,26 +253,27 @@ TEST(CutTensor, GatherTakesRunsOfRowsColumnsAndElementsInOrder) {
   for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i) + 0.5f;
   const TensorData t{"m", DType::F32, {4, 6}, m.data()};
   std::vector<AlignedBuffer> storage;
+  // The part's values, row by row, and those at (row, column) of m.
+  auto values = [](const TensorData& part) {
+    const auto* d = static_cast<const float*>(part.data);
+    return std::vector<float>(d, d + part.rows() * part.cols());
+  };
+  auto picked = [&](const std::vector<int>& rows, const std::vector<int>& cols) {
+    std::vector<float> v;
+    for (int r : rows)
+      for (int c : cols) v.push_back(m[static_cast<size_t>(4 * r + c)]);
+    return v;
+  };
   TensorCut rows{TensorCut::GatherRows, 0, 0, {{4, 1}, {1, 2}}};
   const TensorData r = cut_tensor(t, rows, storage);
   ASSERT_EQ(r.rows(), 3);
   ASSERT_EQ(r.cols(), 4);
-  const auto* rd = static_cast<const float*>(r.data);
-  for (int j = 0; j < 4; ++j) {
-    EXPECT_EQ(rd[j], m[4 * 4 + j]);
-    EXPECT_EQ(rd[4 + j], m[1 * 4 + j]);
-    EXPECT_EQ(rd[8 + j], m[2 * 4 + j]);
-  }
+  EXPECT_EQ(values(r), picked({4, 1, 2}, {0, 1, 2, 3}));
   TensorCut cols{TensorCut::GatherCols, 0, 0, {{2, 2}, {0, 1}}};
   const TensorData cpart = cut_tensor(t, cols, storage);
   ASSERT_EQ(cpart.rows(), 6);
   ASSERT_EQ(cpart.cols(), 3);
-  const auto* cd = static_cast<const float*>(cpart.data);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(cd[3 * i], m[4 * i + 2]);
-    EXPECT_EQ(cd[3 * i + 1], m[4 * i + 3]);
-    EXPECT_EQ(cd[3 * i + 2], m[4 * i]);
-  }
+  EXPECT_EQ(values(cpart), picked({0, 1, 2, 3, 4, 5}, {2, 3, 0}));
   const TensorData v{"v", DType::F32, {6}, m.data()};
   const TensorData vpart = cut_tensor(v, rows, storage);  // a vector: runs of elements
   ASSERT_EQ(vpart.cols(), 3);
