@@ -174,8 +174,7 @@ void dense_ffn_block(const LayerPass& p, int il, int64_t n) {
   Backend& be = p.be;
   ActivationBuffers& buf = p.buf;
   be.rms_norm(*buf.x, F.norm.get(), n, c.n_embd, c.norm_eps, *buf.h);
-  // Per-layer sizes (Gemma 4's double-wide FFN) run without tensor parallelism.
-  glu_ffn(p, *F.gate, *F.up, *F.down, n, c.layers_alike() ? p.geo.n_ff : c.layer_ff(il), *buf.o, il);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.ff_units(il), *buf.o, il);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel down
   if (F.post_norm) be.rms_norm(*buf.o, F.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);

@@ -18,10 +18,11 @@ namespace pagellm {
 Model::Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard)
     : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {
   softcap_on_device_ = cfg_.final_softcap > 0 && !geo_.tp && backend_.supports_op(op_query(PGLB_OP_SOFTCAP));
-  // Every layer's per-layer input comes from the input embedding, which only
-  // one whole model (its first stage, its whole vocabulary) has.
-  PAGELLM_CHECK(cfg_.n_embd_per_layer == 0 || (shard_.tp_size == 1 && shard_.pp_size == 1),
-                "per-layer embeddings (Gemma 4) are not supported with tensor or pipeline parallelism yet");
+  // Per-layer inputs are computed from the input embedding on the first
+  // stage; the models that have them (Gemma 4 E2B, E4B) also share K/V from
+  // their middle layers to their last ones, which no stage cut keeps together.
+  PAGELLM_CHECK(cfg_.n_embd_per_layer == 0 || shard_.pp_size == 1,
+                "per-layer embeddings (Gemma 4 E2B / E4B) run under tensor parallelism, not pipeline parallelism");
 }
 
 Model::~Model() = default;
@@ -273,10 +274,6 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       if (!backend_.supports_op(op_query(op)))
         fail("the {} backend cannot run the {} op, which {}'s Mixture-of-Experts layers need", backend_.name(),
              op_name(op), arch.gguf_name);
-  if (!c.layers_alike())
-    PAGELLM_CHECK(!geo_.tp && geo_.stage_layers.size() <= 1, "{}'s layers of different head or FFN sizes (global "
-                  "layers' own head size, double-wide FFN) do not run under tensor or pipeline parallelism yet",
-                  arch.gguf_name);
   layers_.resize(c.n_layer);
   for (int pass = 0; pass < 2; ++pass) {
     // Pass 0 checks and counts the tensors (for progress), pass 1 uploads them.
@@ -317,7 +314,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       }
       auto& ws = expert_slot(spec.slots[0], il);
       ws.clear();
-      TensorCut cut = tensor_cut(spec.slots[0], geo_, shard_.tp_rank, lc.head_dim);
+      TensorCut cut = tensor_cut(spec.slots[0], geo_.for_layer(il), shard_.tp_rank, lc.head_dim);
       if (cut.kind == TensorCut::None) return;
       if (cut.kind == TensorCut::Stack) {  // this rank's heads' matrices, each whole
         PAGELLM_CHECK(cut.begin >= 0 && cut.begin + cut.count <= static_cast<int64_t>(parts.size()),
@@ -392,7 +389,7 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         }
         if (!spec.matrix && part.shape.size() == 2) part.shape = {part.cols() * part.rows()};  // conv taps: one vector
         row0 += parts[k];
-        const TensorCut cut = tensor_cut(spec.slots[k], geo_, shard_.tp_rank, lc.head_dim);
+        const TensorCut cut = tensor_cut(spec.slots[k], geo_.for_layer(il), shard_.tp_rank, lc.head_dim);
         if (cut.kind == TensorCut::None) continue;
         part = cut_tensor(part, cut, shard_storage_);
         if (spec.slots.size() == 1 && spec.matrix && part.shape.size() == 1)
@@ -518,7 +515,7 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
     }
     for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {
       if (cfg_.layer_reuses_kv(il)) continue;
-      kv.layer_kv_heads.push_back(cfg_.layer_n_head_kv(il));
+      kv.layer_kv_heads.push_back(geo_.kv_heads(il));
       kv.layer_head_dim.push_back(cfg_.layer_head_dim(il));
     }
   }
@@ -535,10 +532,13 @@ KVCacheSpec Model::kv_cache_spec(int block_size, int num_blocks, DType dtype, co
 std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const ModelConfig& c = cfg_;
   const ShardGeometry& g = geo_;
-  // Layers of their own shapes (Gemma 4's global ones) run without tensor parallelism: the largest.
+  // Layers of their own shapes (Gemma 4's global ones): the largest.
   const int64_t qd = static_cast<int64_t>(g.n_head) * c.max_head_dim();
-  const int64_t kd = c.layers_alike() ? static_cast<int64_t>(g.n_head_kv) * c.head_dim : c.max_kv_row();
-  const int64_t dense_ff = c.layers_alike() ? g.n_ff : c.max_ff();
+  int64_t kd = static_cast<int64_t>(g.n_head_kv) * c.head_dim, dense_ff = g.n_ff;
+  for (int il = 0; il < c.n_layer && !c.layers_alike(); ++il) {
+    kd = std::max(kd, int64_t{g.kv_heads(il)} * c.layer_head_dim(il));
+    dense_ff = std::max(dense_ff, g.ff_units(il));
+  }
   // The dense FFN (leading dense layers of a MoE model too, Gemma 4's MLP beside its experts) or the shared expert.
   const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? dense_ff : 0) : dense_ff;
   const ModelConfig::Mla& mla = c.mla;
@@ -677,13 +677,20 @@ void Model::embed() {
   if (cfg_.n_embd_per_layer > 0) per_layer_inputs();
   if (!pos_table_.empty()) add_positions();
   if (!geo_.tp) return;
-  const int64_t d = cfg_.n_embd;
-  host_.resize(static_cast<size_t>(n_ * d));
-  hidden_to_host(host_.data());
+  // A token's rows are whole on the rank that holds it (its embedding, and
+  // what was computed from it alone: positions, per-layer inputs); the others
+  // zero theirs before the sum.
+  sum_token_owners(*buf_.x, cfg_.n_embd);
+  if (cfg_.n_embd_per_layer > 0) sum_token_owners(*buf_.ple, int64_t{cfg_.n_layer} * cfg_.n_embd_per_layer);
+}
+
+void Model::sum_token_owners(Buffer& buf, int64_t width) {
+  host_.resize(static_cast<size_t>(n_ * width));
+  to_host(buf, n_ * width, host_.data());
   for (int64_t i = 0; i < n_; ++i)
-    if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * d, d, 0.0f);
+    if (local_ids_[static_cast<size_t>(i)] < 0) std::fill_n(host_.data() + i * width, width, 0.0f);
   tp_comm_->all_reduce_sum(host_.data(), host_.size());
-  hidden_from_host(host_.data());
+  from_host(host_.data(), buf, n_ * width);
 }
 
 // Each token's type (segment): 0, or 1 after the first separator of its

@@ -169,6 +169,8 @@ class Model {
   void from_host(const float* src, Buffer& buf, int64_t values);
   // Tensor parallel: the sum over ranks of buf's first `values` floats.
   void all_reduce(Buffer& buf, int64_t values);
+  // Vocabulary-parallel rows ([n, width]): each token's from the rank that holds it.
+  void sum_token_owners(Buffer& buf, int64_t width);
 
   ModelConfig cfg_;
   Backend& backend_;

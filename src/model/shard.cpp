@@ -19,16 +19,20 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
                 c.n_head);
   g.n_head = c.n_head / n;
   g.head_begin = r * g.n_head;
-  if (c.n_head_kv % n == 0) {
-    g.n_head_kv = c.n_head_kv / n;
-    g.kv_head_begin = r * g.n_head_kv;
-  } else {
-    PAGELLM_CHECK(n % c.n_head_kv == 0,
-                  "--tensor-parallel-size {} neither divides nor is a multiple of the model's {} KV heads", n,
-                  c.n_head_kv);
-    g.n_head_kv = 1;  // replicated: this rank's query heads all read one KV head
-    g.kv_head_begin = g.head_begin / (c.n_head / c.n_head_kv);
-  }
+  // A rank's KV heads: n_kv / tp_size of them, or the one (replicated) its
+  // query heads read when there are fewer KV heads than ranks.
+  auto kv_split = [&](int n_kv, int& local, int& begin) {
+    if (n_kv % n == 0) {
+      local = n_kv / n;
+      begin = r * local;
+      return;
+    }
+    PAGELLM_CHECK(n % n_kv == 0, "--tensor-parallel-size {} neither divides nor is a multiple of the model's {} KV "
+                  "heads", n, n_kv);
+    local = 1;
+    begin = g.head_begin / (c.n_head / n_kv);
+  };
+  kv_split(c.n_head_kv, g.n_head_kv, g.kv_head_begin);
   if (c.is_mla()) {
     g.q_rows_per_head = c.mla.q_head_dim();
     g.o_cols_per_head = c.mla.v_head_dim;
@@ -60,6 +64,18 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
     }
   }
   split(c.n_ff, "feed-forward units", g.n_ff, g.ff_begin);
+  if (!c.layers_alike()) {
+    for (int il = 0; il < c.n_layer; ++il) {
+      int kv = 0, kv_begin = 0;
+      int64_t ff = 0, ff_begin = 0;
+      kv_split(c.layer_n_head_kv(il), kv, kv_begin);
+      split(c.layer_ff(il), "feed-forward units", ff, ff_begin);
+      g.layer_n_head_kv.push_back(kv);
+      g.layer_kv_head_begin.push_back(kv_begin);
+      g.layer_n_ff.push_back(ff);
+      g.layer_ff_begin.push_back(ff_begin);
+    }
+  }
   split(c.n_ff_exp, "feed-forward units per expert", g.n_ff_exp, g.ff_exp_begin);
   split(c.n_ff_shexp, "shared-expert units", g.n_ff_shexp, g.ff_shexp_begin);
   PAGELLM_CHECK(c.n_vocab >= n, "a vocabulary of {} tokens does not split {} ways", c.n_vocab, n);
@@ -90,6 +106,17 @@ ShardGeometry shard_geometry(const ModelConfig& c, const ModelShard& s) {
   g.layer_end = g.layer_begin + g.stage_layers[s.pp_rank];
   g.first_stage = s.pp_rank == 0;
   g.last_stage = s.pp_rank == s.pp_size - 1;
+  return g;
+}
+
+ShardGeometry ShardGeometry::for_layer(int il) const {
+  ShardGeometry g = *this;
+  if (layer_n_head_kv.empty()) return g;
+  const auto i = static_cast<size_t>(il);
+  g.n_head_kv = layer_n_head_kv[i];
+  g.kv_head_begin = layer_kv_head_begin[i];
+  g.n_ff = layer_n_ff[i];
+  g.ff_begin = layer_ff_begin[i];
   return g;
 }
 
@@ -148,6 +175,7 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
   const int64_t o_hd = g.o_cols_per_head > 0 ? g.o_cols_per_head : hd;
   switch (slot) {
     case Slot::TokEmbd:
+    case Slot::PleTokEmbd:
     case Slot::Output:
       if (!g.tp) return {};
       return {K::Rows, g.vocab_begin, g.n_vocab};

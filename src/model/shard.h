@@ -51,11 +51,20 @@ struct ShardGeometry {
   ModelConfig::LinearAttn lin;
   int lin_k_begin = 0, lin_all_k_heads = 0;
   std::vector<int> lin_v_heads;
+  // Layers of their own shape (Gemma 4's global layers, its double-wide
+  // FFN): each layer's local KV heads and FFN units, cut as the uniform ones
+  // are. Empty when the layers are alike.
+  std::vector<int> layer_n_head_kv, layer_kv_head_begin;
+  std::vector<int64_t> layer_n_ff, layer_ff_begin;
   int layer_begin = 0, layer_end = 0;        // this pipeline stage's layers
   std::vector<int> stage_layers;             // every stage's layer count (KV blocks are sized for the largest)
   bool first_stage = true, last_stage = true;
   bool tp = false;
   bool has_layer(int il) const { return il >= layer_begin && il < layer_end; }
+  int kv_heads(int il) const { return layer_n_head_kv.empty() ? n_head_kv : layer_n_head_kv[static_cast<size_t>(il)]; }
+  int64_t ff_units(int il) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(il)]; }
+  // This geometry with layer il's KV heads and FFN units (to cut its tensors).
+  ShardGeometry for_layer(int il) const;
 };
 
 // Fails with an error naming the size that does not divide.

@@ -20,6 +20,9 @@ void slice_batch(const BatchInfo& batch, int32_t begin, int32_t end, BatchInfo& 
   out.token_ids.assign(batch.token_ids.begin() + begin, batch.token_ids.begin() + end);
   out.positions.assign(batch.positions.begin() + begin, batch.positions.begin() + end);
   out.slot_mapping.assign(batch.slot_mapping.begin() + begin, batch.slot_mapping.begin() + end);
+  out.group_slots.resize(batch.group_slots.size());
+  for (size_t g = 0; g < batch.group_slots.size(); ++g)
+    out.group_slots[g].assign(batch.group_slots[g].begin() + begin, batch.group_slots[g].begin() + end);
   out.seqs.clear();
   for (const SeqInfo& s : batch.seqs) {
     const int32_t lo = std::max(s.q_start, begin), hi = std::min(s.q_start + s.q_len, end);

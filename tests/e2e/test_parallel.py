@@ -31,6 +31,8 @@ TEXT_PROMPTS = ["Once upon a time", "The little dog ran to the park and", "Lily"
 # a prompt.
 LONG_PROMPTS = [(p + ". ") * k for p, k in zip(TEXT_PROMPTS, (16, 9, 40, 12, 11))]
 ID_PROMPTS = [[1, 5, 9, 200, 31], [3, 3, 70], [400, 12, 8, 9, 10, 11, 12, 13, 14, 15, 16], [7], [250, 251, 252, 253]]
+# Longer than the tiny shapes' 32-token windows, and together cut into micro-batches.
+LONG_ID_PROMPTS = [[(7 * i + k) % 500 + 1 for i in range(n)] for k, n in ((3, 40), (11, 75), (5, 100), (2, 9))]
 
 
 def mpi(n, args):
@@ -159,6 +161,33 @@ def test_linear_attention_parallel_equals_one_rank(tmp_path, shape, how):
     assert_same(ref, generate(model, batch, ranks, flags, spec))
 
 
+@pytest.mark.parametrize("shape,how", [("tiny-gemma4", "tp2"), ("tiny-gemma4g", "tp2"), ("tiny-gemma4-31b", "tp2"),
+                                       ("tiny-gemma4-31b", "pp2"), ("tiny-gemma4moe", "tp2")])
+def test_gemma4_parallel_equals_one_rank(tmp_path, shape, how):
+    """Gemma 4: per-layer embeddings looked up in each rank's vocabulary
+    slice, layers that read an earlier layer's K/V, global layers of their own
+    head size and KV heads (cut per layer; one KV head replicated), values
+    taken from the keys, the double-wide MLP, the MoE variant: the same greedy
+    tokens as one rank."""
+    model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
+    batch = batch_file(tmp_path, ID_PROMPTS + LONG_ID_PROMPTS, max_tokens=24)
+    ref = generate(model, batch)
+    ranks, flags = PARALLEL[how]
+    assert_same(ref, generate(model, batch, ranks, flags))
+
+
+@pytest.mark.parametrize("shape", ["tiny-gemma3", "tiny-gemma2"])
+def test_sliding_window_groups_across_pipeline_stages(tmp_path, shape):
+    """Sliding-window layers in KV-cache groups of their own, under pipeline
+    parallelism: each stage holds some of the groups, every micro-batch
+    carries every group's slots, and prompts run past the window: the same
+    greedy tokens as one rank."""
+    model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
+    batch = batch_file(tmp_path, LONG_ID_PROMPTS, max_tokens=24)
+    ref = generate(model, batch)
+    assert_same(ref, generate(model, batch, 2, ["--pipeline-parallel-size", "2"]))
+
+
 @pytest.mark.parametrize("shape,ranks", [("tiny-deepseek3", 2), ("tiny-deepseek3", 4), ("tiny-deepseek2", 2)])
 def test_mla_exact_equals_one_rank(tmp_path, shape, ranks):
     """Multi-head latent attention cut by query heads (q_b rows, the absorbed
@@ -178,7 +207,7 @@ def test_mla_exact_equals_one_rank(tmp_path, shape, ranks):
 
 @pytest.mark.parametrize("shape,dtype,how", [("tiny-llama", "f32", "tp2"), ("tiny-qwen3moe", "bf16", "tp2"),
                                              ("tiny-gemma3", "bf16", "tp2"), ("tiny-qwen3", "f16", "pp2"),
-                                             ("tiny-qwen35", "f32", "tp2")])
+                                             ("tiny-qwen35", "f32", "tp2"), ("tiny-gemma4g", "bf16", "tp2")])
 def test_safetensors_folder_shards_equal_one_rank(tmp_path, shape, dtype, how):
     """Shards cut at load from a Hugging Face folder (config.json and two
     safetensors files) as from a GGUF file: the same greedy tokens as one rank."""

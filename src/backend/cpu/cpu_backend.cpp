@@ -306,14 +306,16 @@ class CpuBackend : public Backend {
     if (!kv_cfg_.num_blocks) return;
     const int64_t n_slots = static_cast<int64_t>(kv_cfg_.num_blocks) * kv_cfg_.block_size;
     for (int64_t s : batch.slot_mapping) PAGELLM_CHECK(s >= 0 && s < n_slots, "KV slot {} out of range", s);
-    PAGELLM_CHECK(static_cast<int>(batch.group_slots.size()) == kv_groups_ - 1,
+    // A pipeline stage's layers may use only some of the engine's groups:
+    // the batch covers at least theirs.
+    PAGELLM_CHECK(static_cast<int>(batch.group_slots.size()) >= kv_groups_ - 1,
                   "batch has slots for {} KV-cache groups, the cache has {}", batch.group_slots.size() + 1, kv_groups_);
     for (const auto& slots : batch.group_slots) {
       PAGELLM_CHECK(static_cast<int64_t>(slots.size()) == n, "batch arrays disagree in length");
       for (int64_t s : slots) PAGELLM_CHECK(s >= 0 && s < n_slots, "KV slot {} out of range", s);
     }
     for (const auto& seq : batch.seqs) {
-      PAGELLM_CHECK(static_cast<int>(seq.group_tables.size()) == kv_groups_ - 1,
+      PAGELLM_CHECK(static_cast<int>(seq.group_tables.size()) >= kv_groups_ - 1,
                     "sequence has block tables for {} KV-cache groups, the cache has {}", seq.group_tables.size() + 1,
                     kv_groups_);
       PAGELLM_CHECK(seq.q_len > 0 && seq.q_start >= 0 && seq.q_start + seq.q_len <= n && seq.ctx_len >= seq.q_len,

@@ -22,8 +22,8 @@
 // The released checkpoints' global layers have their own head size and KV
 // head count (global_head_dim, num_global_key_value_heads), their values may
 // be their keys (attention_k_eq_v), and the shared layers' MLP may be twice
-// as wide (use_double_wide_mlp): ModelConfig's per-layer shapes. Not yet
-// supported: tensor and pipeline parallelism of these shapes.
+// as wide (use_double_wide_mlp): ModelConfig's per-layer shapes, cut per
+// layer under tensor parallelism (ShardGeometry::for_layer).
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -326,7 +326,7 @@ void moe_block(const LayerPass& p, int il, int64_t n) {
   const int k = c.n_expert_used;
   const int64_t d = c.n_embd;
   be.rms_norm(*buf.x, F.norm.get(), n, d, c.norm_eps, *buf.h);
-  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.n_ff, *buf.o, il);
+  glu_ffn(p, *F.gate, *F.up, *F.down, n, p.geo.ff_units(il), *buf.o, il);
   p.all_reduce(*buf.o, n * d);
   be.rms_norm(*buf.o, F.post_norm1.get(), n, d, c.norm_eps, *buf.o);
 
@@ -415,9 +415,8 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   const AttnWeights& A = L.attn;
   Backend& be = p.be;
   ActivationBuffers& buf = p.buf;
-  // Global layers may have their own shape (run without tensor parallelism then).
-  const int hd = c.layer_head_dim(il), n_head = p.geo.n_head;
-  const int n_head_kv = c.layers_alike() ? p.geo.n_head_kv : c.layer_n_head_kv(il);
+  // Global layers may have their own shape.
+  const int hd = c.layer_head_dim(il), n_head = p.geo.n_head, n_head_kv = p.geo.kv_heads(il);
   const bool swa = c.is_swa[il];
   const int cache = c.cache_layer_of(il) - c.cache_layers_before(p.geo.layer_begin);
 
@@ -448,6 +447,7 @@ void gemma4_layer_forward(const LayerPass& p, int il, int64_t n) {
   be.attention(cache, *buf.q, *buf.attn, ac);
   be.matmul(*A.wo, *buf.attn, n, *buf.o);
   lora_add(p, il, LoraTarget::O, *buf.attn, n, *buf.o);
+  p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share
   be.rms_norm(*buf.o, A.post_norm.get(), n, c.n_embd, c.norm_eps, *buf.o);
   be.add(*buf.x, *buf.o, n * c.n_embd);
 
@@ -505,6 +505,17 @@ void tiny_gemma4g(ModelConfig& c) {
     if (c.layer_reuses_kv(il)) c.layer_n_ff[static_cast<size_t>(il)] = 2 * c.n_ff;
 }
 
+// tiny-gemma4-31b: the 31B's layout: global layers of their own shape (heads
+// of 256 against 64, two KV heads against four, values from the keys), no
+// per-layer embeddings and no shared layers, so pipeline stages can cut it.
+void tiny_gemma4_31b(ModelConfig& c) {
+  tiny_gemma4g(c);
+  c.kv_source.clear();
+  c.n_embd_per_layer = 0;
+  c.n_head_kv_global = 2;
+  c.layer_n_ff.clear();
+}
+
 // tiny-gemma4moe: the MoE variant (8 experts of 256, 2 per token, beside the
 // dense MLP of 512), without per-layer embeddings or shared layers, as the
 // 26B-A4B has neither.
@@ -557,6 +568,7 @@ ArchInfo gemma4() {
       {"tiny-gemma4", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4},
       {"tiny-gemma4moe", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 8, 2, 256, 0, tiny_gemma4moe},
       {"tiny-gemma4g", 512, 256, 6, 4, 2, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4g},
+      {"tiny-gemma4-31b", 512, 256, 6, 4, 4, 64, 512, 512, 1000000.f, 1e-6f, true, 32, 0, 0, 0, 0, tiny_gemma4_31b},
   };
   return a;
 }

@@ -93,6 +93,32 @@ TEST(ShardGeometry, CutsFollowColumnAndRowParallelLayers) {
   EXPECT_EQ(tensor_cut(Slot::Q, one, 0, 64).kind, TensorCut::All);
 }
 
+// Gemma 4's global layers (heads of 256, their own KV head count) and
+// double-wide FFN are cut per layer; the per-layer embedding table by the
+// vocabulary, like the token embedding.
+TEST(ShardGeometry, LayersOfTheirOwnShapeAreCutPerLayer) {
+  const ModelConfig g4 = dummy_config("tiny-gemma4g", 512);  // KV heads 2 local, 1 global; FFN 2x in layers 3..5
+  const ShardGeometry g = shard_geometry(g4, shard(1, 2, 0, 1));
+  ASSERT_EQ(g.layer_n_head_kv.size(), 6u);
+  EXPECT_EQ(g.kv_heads(0), 1);
+  EXPECT_EQ(g.for_layer(0).kv_head_begin, 1);
+  EXPECT_EQ(g.kv_heads(2), 1);  // one global KV head, replicated
+  EXPECT_EQ(g.for_layer(2).kv_head_begin, 0);
+  EXPECT_EQ(g.ff_units(0), 256);
+  EXPECT_EQ(g.ff_units(4), 512);
+  EXPECT_EQ(tensor_cut(Slot::Gate, g.for_layer(4), 1, 64).begin, 512);
+  EXPECT_EQ(tensor_cut(Slot::K, g.for_layer(5), 1, 256).begin, 0);
+  EXPECT_EQ(tensor_cut(Slot::K, g.for_layer(5), 1, 256).count, 256);
+  EXPECT_EQ(tensor_cut(Slot::PleTokEmbd, g, 1, 64).kind, TensorCut::Rows);
+  EXPECT_EQ(tensor_cut(Slot::PleTokEmbd, g, 1, 64).begin, 256);
+  const ModelConfig d = dummy_config("tiny-gemma4-31b", 512);  // KV heads 4 local, 2 global
+  const ShardGeometry h = shard_geometry(d, shard(1, 2, 0, 1));
+  EXPECT_EQ(h.kv_heads(0), 2);
+  EXPECT_EQ(h.kv_heads(2), 1);
+  EXPECT_EQ(tensor_cut(Slot::K, h.for_layer(2), 1, 256).begin, 256);
+  EXPECT_TRUE(shard_geometry(config(8, 4, 512, 512), shard(1, 2, 0, 1)).layer_n_head_kv.empty());
+}
+
 // Multi-head latent attention: Q's rows and O's columns go by the query and
 // value head sizes (its head_dim is the latent's), the absorbed per-head
 // matrices by whole heads, and the latent's own projections stay whole.

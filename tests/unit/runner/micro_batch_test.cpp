@@ -59,5 +59,18 @@ TEST(MicroBatch, SliceCutsASequenceIntoChunks) {
   EXPECT_EQ(second.slot_mapping.back(), 16 * 9 + 4);
 }
 
+// A sliding group's slots travel with the rows (a stage that holds those
+// layers writes them).
+TEST(MicroBatch, SliceKeepsEveryKvGroupsSlots) {
+  BatchInfo b = two_sequences();
+  std::vector<int64_t> slots(static_cast<size_t>(b.n_tokens()));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = 1000 + static_cast<int64_t>(i);
+  b.group_slots = {slots, slots};
+  BatchInfo second;
+  slice_batch(b, 6, 11, second);
+  ASSERT_EQ(second.group_slots.size(), 2u);
+  EXPECT_EQ(second.group_slots[1], (std::vector<int64_t>{1006, 1007, 1008, 1009, 1010}));
+}
+
 }  // namespace
 }  // namespace pagellm
