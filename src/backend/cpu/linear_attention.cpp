@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -65,6 +66,13 @@ void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int
   p.state = S;
   p.out = out + static_cast<int64_t>(h) * dv;
   p.out_stride = static_cast<int64_t>(cfg.n_v_heads) * dv;
+#if defined(PAGELLM_CPU_X86)
+  if (n_tokens >= kDeltaChunkMinTokens && isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(delta_rule_scratch_floats(dk, dv)));
+    p.scratch = scratch.data();
+  }
+#endif
 #if defined(PAGELLM_CPU_X86)
   if (isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) return delta_rule_head_avx512(p);
   if (isa == Isa::Avx2) return delta_rule_head_avx2(p);

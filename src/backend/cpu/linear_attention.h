@@ -46,7 +46,17 @@ struct DeltaHeadArgs {
   float* state = nullptr;  // [head_k_dim, head_v_dim]
   float* out = nullptr;    // token 0's output head, then every out_stride floats
   int64_t out_stride = 0;
+  // The chunked form's work space (delta_rule_scratch_floats), or null for
+  // the token-by-token recurrence.
+  float* scratch = nullptr;
 };
+// Under AVX-512, runs of at least kDeltaChunkMinTokens tokens take the
+// chunked form, kDeltaChunk tokens per chunk (prefill); shorter ones, and
+// other ISAs, the recurrence.
+constexpr int kDeltaChunk = 32, kDeltaChunkMinTokens = 16;
+constexpr int64_t delta_rule_scratch_floats(int head_k_dim, int head_v_dim) {
+  return int64_t{kDeltaChunk} * (3 * head_k_dim + 2 * head_v_dim + 2 * kDeltaChunk);
+}
 void delta_rule_head_scalar(const DeltaHeadArgs& args);
 void delta_rule_head_avx2(const DeltaHeadArgs& args);
 void delta_rule_head_avx512(const DeltaHeadArgs& args);

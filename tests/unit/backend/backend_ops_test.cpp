@@ -1278,9 +1278,13 @@ TEST_P(BackendOps, GatedDeltaNetContinuesEachSequencesState) {
 
     // Per sequence (by state slot): its whole history of inputs.
     std::map<int, std::vector<float>> hx, hqkv, ha, hb;
-    // Steps: (slot, q_len) per sequence; slot 3 forks from slot 1 before step 3.
+    // Steps: (slot, q_len) per sequence; slot 3 forks from slot 1 before step
+    // 3. The last step's long runs take the CPU's chunked form (64-token
+    // chunks from 16 tokens on): several chunks and a partial one, exactly
+    // one, and a short run beside them.
     const std::vector<std::vector<std::pair<int, int>>> steps = {
-        {{0, 5}, {1, 3}}, {{0, 1}, {1, 4}, {2, 2}}, {{3, 2}, {1, 1}, {0, 1}, {4, 1}}};
+        {{0, 5}, {1, 3}}, {{0, 1}, {1, 4}, {2, 2}}, {{3, 2}, {1, 1}, {0, 1}, {4, 1}},
+        {{0, 150}, {2, 64}, {1, 16}, {3, 3}}};
     uint32_t seed = 700;
     for (size_t si = 0; si < steps.size(); ++si) {
       if (si == 2) {
