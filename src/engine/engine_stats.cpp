@@ -31,8 +31,16 @@ std::string Engine::describe() const {
   // vLLM's "maximum concurrency": sequences of max_model_len the pool holds at once.
   const int32_t per_seq = kv_blocks_per_seq(kv_config_.groups, kv_config_.block_size, sched_config_.max_model_len,
                                             sched_config_.max_num_batched_tokens);
-  const std::string groups =
+  std::string groups =
       kv_config_.groups.size() > 1 ? fmt::format(", groups {}", describe_kv_groups(kv_config_.groups)) : "";
+  if (kv_config_.num_state_slots > 0) {
+    // Linear-attention layers: a fixed-size state per sequence, beside the blocks.
+    const KVCacheSpec& spec = backend_->kv_cache_spec();
+    const int64_t slots = static_cast<int64_t>(kv_config_.num_state_slots) * static_cast<int64_t>(schedulers_.size());
+    groups += fmt::format(", linear-attention states: {} slots x {} ({} layers){}", slots,
+                          format_bytes(static_cast<int64_t>(spec.state.bytes_per_slot())), spec.state.n_layers,
+                          kv_config_.state_snapshots ? " and as many snapshots" : "");
+  }
   return fmt::format("{}; weights {}; KV cache {} blocks x {} tokens ({} {}{}; {:.2f} sequences of max_model_len {}); "
                      "{}",
                      model_config().describe(), format_bytes(static_cast<int64_t>(model_->weight_bytes())),
@@ -90,6 +98,8 @@ KVCacheStats Engine::kv_stats() const {
     t.groups = k.groups;
     t.group_used_blocks.resize(k.group_used_blocks.size());
     for (size_t g = 0; g < k.group_used_blocks.size(); ++g) t.group_used_blocks[g] += k.group_used_blocks[g];
+    t.state_slots += k.state_slots;
+    t.used_state_slots += k.used_state_slots;
   }
   t.fragmentation = t.used_blocks ? fragmented_slots / t.used_blocks : 0.0;
   return t;
@@ -112,6 +122,8 @@ void Engine::update_gauges() {
      : kind == KvGroupKind::Sliding ? metrics_.kv_blocks_used_sliding
                                     : metrics_.kv_blocks_used_mla_latent) += kv.group_used_blocks[g];
   }
+  metrics_.kv_state_slots_total = kv.state_slots;
+  metrics_.kv_state_slots_used = kv.used_state_slots;
   const int64_t block_bytes = static_cast<int64_t>(backend_->kv_cache_spec().bytes_per_block());
   metrics_.num_requests_running = metrics_.num_requests_waiting = metrics_.num_requests_swapped = 0;
   metrics_.prefix_cache_queries = metrics_.prefix_cache_hits = 0;

@@ -20,6 +20,7 @@ struct EngineMetrics {
   double kv_fragmentation = 0;
   // Used blocks by the kind of KV-cache group whose tables hold them.
   int64_t kv_blocks_used_full = 0, kv_blocks_used_sliding = 0, kv_blocks_used_mla_latent = 0;
+  int64_t kv_state_slots_total = 0, kv_state_slots_used = 0;  // linear-attention states (one per running sequence)
   // Blocks allocated right after a sequence's last block, and those placed
   // next to it (contiguous placement's hits).
   int64_t kv_following_allocations = 0, kv_contiguous_allocations = 0;

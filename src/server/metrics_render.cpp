@@ -124,6 +124,11 @@ std::string render_metrics(const EngineStats& stats, const std::string& model_na
              {{"full", static_cast<double>(m.kv_blocks_used_full)},
               {"sliding", static_cast<double>(m.kv_blocks_used_sliding)},
               {"mla_latent", static_cast<double>(m.kv_blocks_used_mla_latent)}});
+  w.gauge("kv_state_slots_total", static_cast<double>(m.kv_state_slots_total),
+          "Linear-attention (Gated DeltaNet) state slots: each running sequence of such a model holds one, "
+          "a fixed-size state beside its KV blocks (0 for other models).");
+  w.gauge("kv_state_slots_used", static_cast<double>(m.kv_state_slots_used),
+          "Linear-attention state slots held by sequences.");
   w.gauge("kv_blocks_cached", static_cast<double>(m.kv_blocks_cached),
           "Free KV-cache blocks that still hold a cached prefix.");
   w.gauge("kv_blocks_free", static_cast<double>(m.kv_blocks_free), "Free KV-cache blocks.");

@@ -69,5 +69,23 @@ TEST(LinearAttentionEngine, GreedyTokensDoNotDependOnTheBatch) {
   }
 }
 
+// The states are a kind of KV-cache memory of their own: the start-up line
+// and the metrics count them beside the blocks.
+TEST(LinearAttentionEngine, StateSlotsAreCountedBesideTheBlocks) {
+  EngineConfig c = qwen35_config();
+  c.scheduler.max_num_seqs = 8;
+  Engine engine(c);
+  EXPECT_NE(engine.describe().find("linear-attention states: 8 slots x "), std::string::npos) << engine.describe();
+  for (int i = 0; i < 3; ++i)
+    engine.add_request(test::make_request("r" + std::to_string(i), {5, 9, 31, int32_t(40 + i)}, 6));
+  (void)engine.step();
+  EngineMetrics m = engine.stats().metrics;
+  EXPECT_EQ(m.kv_state_slots_total, 8);
+  EXPECT_EQ(m.kv_state_slots_used, 3);
+  (void)test::run_all(engine);
+  m = engine.stats().metrics;
+  EXPECT_EQ(m.kv_state_slots_used, 0);
+}
+
 }  // namespace
 }  // namespace pagellm

@@ -34,6 +34,8 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   m.kv_blocks_used = 50;
   m.kv_blocks_cached = 10;
   m.kv_blocks_free = 50;
+  m.kv_state_slots_total = 8;
+  m.kv_state_slots_used = 3;
   m.prompt_tokens = 1234;
   m.generation_tokens = 77;
   m.prefix_cache_queries = 64;
@@ -55,6 +57,8 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   EXPECT_TRUE(has_line(text, "pagellm:kv_cache_usage_perc" + l + "} 0.5"));
   EXPECT_TRUE(has_line(text, "pagellm:kv_blocks_total" + l + "} 100.0"));
   EXPECT_TRUE(has_line(text, "pagellm:kv_blocks_cached" + l + "} 10.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:kv_state_slots_total" + l + "} 8.0"));
+  EXPECT_TRUE(has_line(text, "pagellm:kv_state_slots_used" + l + "} 3.0"));
   EXPECT_TRUE(has_line(text, "# TYPE pagellm:prompt_tokens_total counter"));
   EXPECT_TRUE(has_line(text, "pagellm:prompt_tokens_total" + l + "} 1234.0"));
   EXPECT_TRUE(has_line(text, "pagellm:generation_tokens_total" + l + "} 77.0"));
@@ -78,7 +82,7 @@ TEST(ServerMetrics, RendersVllmNamedFamilies) {
   // Each family's TYPE line comes once, before its samples.
   size_t types = 0;
   for (size_t pos = 0; (pos = text.find("# TYPE ", pos)) != std::string::npos; ++pos) ++types;
-  EXPECT_EQ(types, 49u);
+  EXPECT_EQ(types, 51u);
   // Speculative decoding, by vLLM's names.
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_drafts_total" + l + "} 10.0"));
   EXPECT_TRUE(has_line(text, "pagellm:spec_decode_num_draft_tokens_total" + l + "} 40.0"));
