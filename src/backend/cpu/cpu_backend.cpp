@@ -632,7 +632,7 @@ class CpuBackend : public Backend {
         float* S = state_at(sl, q.state_slot) + st.conv_floats() + h * dk * dv;
         if (q.ctx_len == q.q_len) std::fill_n(S, dk * dv, 0.0f);
         cpu::gated_delta_rule_head(qkv + q.q_start * cfg.qkv_dim(), a + q.q_start * H, b + q.q_start * H, q.q_len,
-                                   cfg, h, sa[h], dt[h], S, out + q.q_start * H * dv, isa_);
+                                   cfg, h, sa[h], dt[h], S, out + q.q_start * H * dv, isa_, !deterministic_);
       }
     });
   }

@@ -44,7 +44,7 @@ void causal_conv1d_seq(const float* x, int64_t n_tokens, int64_t dim, const floa
 
 void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int64_t n_tokens,
                            const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out,
-                           Isa isa) {
+                           Isa isa, bool allow_chunked) {
   const int dk = cfg.head_k_dim, dv = cfg.head_v_dim;
   PAGELLM_CHECK(dk <= kMaxDeltaHeadDim && dv <= kMaxDeltaHeadDim, "gated delta rule: head dims {}/{} over {}", dk,
                 dv, kMaxDeltaHeadDim);
@@ -67,7 +67,7 @@ void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int
   p.out = out + static_cast<int64_t>(h) * dv;
   p.out_stride = static_cast<int64_t>(cfg.n_v_heads) * dv;
 #if defined(PAGELLM_CPU_X86)
-  if (n_tokens >= kDeltaChunkMinTokens && isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) {
+  if (allow_chunked && n_tokens >= kDeltaChunkMinTokens && isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(delta_rule_scratch_floats(dk, dv)));
     p.scratch = scratch.data();

@@ -25,9 +25,11 @@ void causal_conv1d_seq(const float* x, int64_t n_tokens, int64_t dim, const floa
 // (only head h's part is written). See GatedDeltaConfig for the recurrence.
 // Runs the kernel built for `isa` (scalar, AVX2 + FMA, AVX-512; the
 // baseline build elsewhere): the same steps, rounded as each ISA's FMAs do.
+// allow_chunked false keeps the recurrence for every run, so a token's bits
+// do not depend on how its sequence was cut into steps (deterministic mode).
 void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int64_t n_tokens,
                            const GatedDeltaConfig& cfg, int h, float ssm_a, float dt_bias, float* S, float* out,
-                           Isa isa);
+                           Isa isa, bool allow_chunked = true);
 
 // One head's work in plain values, for the per-ISA kernels
 // (linear_attention_impl.h).

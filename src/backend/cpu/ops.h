@@ -1,7 +1,8 @@
 // Elementwise, normalization, RoPE and attention kernels of the CPU backend.
-// ops_impl.h holds one implementation; it is compiled twice (ops_scalar.cpp for
-// baseline x86-64, ops_avx2.cpp with AVX2/FMA/F16C) and the backend picks a
-// table at start-up. The scalar table is the reference the tests compare with.
+// ops_impl.h holds one implementation; it is compiled three times
+// (ops_scalar.cpp for baseline x86-64, ops_avx2.cpp with AVX2/FMA/F16C,
+// ops_avx512.cpp with AVX-512 attention) and the backend picks a table at
+// start-up. The scalar table is the reference the tests compare with.
 #pragma once
 
 #include <cstdint>
@@ -84,5 +85,6 @@ struct OpsTable {
 const OpsTable& ops_table(Isa isa);
 const OpsTable& ops_scalar();
 const OpsTable& ops_avx2();
+const OpsTable& ops_avx512();
 
 }  // namespace pagellm::cpu

@@ -1,6 +1,7 @@
-// Kernel bodies shared by ops_scalar.cpp and ops_avx2.cpp. Included once per
-// ISA inside a distinct namespace (OPS_NS), so no symbol is shared between the
-// two compilations. Plain loops with `omp simd` reductions: the compiler
+// Kernel bodies shared by ops_scalar.cpp, ops_avx2.cpp and ops_avx512.cpp
+// (the AVX2 code with 512-bit attention scores and value sums). Included once
+// per ISA inside a distinct namespace (OPS_NS), so no symbol is shared between
+// the compilations. Plain loops with `omp simd` reductions: the compiler
 // vectorises them for the ISA of the including file. No STL here (ODR safety).
 #include <algorithm>
 #include <cmath>
@@ -255,6 +256,75 @@ static inline void pv_chunk(float* acc, int n8, __m256 corr, const float* w, int
   }
 }
 
+#if defined(OPS_AVX512)
+// The 512-bit build (ops_avx512.cpp): scores and value sums 16 lanes at a
+// time, each element computed by the same operations in the same order as
+// above (a row's bits do not change between the AVX2 and AVX-512 paths of
+// this build, so decode and prefill still agree).
+static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 load16(const half_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+static inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// pv_chunk_n over N 16-float vectors.
+template <int N, typename VT>
+static inline void pv_chunk16_n(float* acc, float corr, const float* w, int cnt, const VT* v, int64_t stride,
+                                const float* vs) {
+  const __m512 vcorr = _mm512_set1_ps(corr);
+  __m512 a[N];
+  for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), vcorr);
+  for (int k = 0; k < cnt; ++k) {
+    if (w[k] == 0.0f) continue;
+    const __m512 wk = _mm512_set1_ps(vs ? w[k] * vs[k] : w[k]);
+    const VT* vk = v + k * stride;
+    for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(wk, load16(vk + 16 * i), a[i]);
+  }
+  for (int i = 0; i < N; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
+}
+
+template <typename VT>
+static inline void pv_chunk16(float* acc, int n16, float corr, const float* w, int cnt, const VT* v, int64_t stride,
+                              const float* vs) {
+  switch (n16) {
+    case 8: return pv_chunk16_n<8>(acc, corr, w, cnt, v, stride, vs);
+    case 7: return pv_chunk16_n<7>(acc, corr, w, cnt, v, stride, vs);
+    case 6: return pv_chunk16_n<6>(acc, corr, w, cnt, v, stride, vs);
+    case 5: return pv_chunk16_n<5>(acc, corr, w, cnt, v, stride, vs);
+    case 4: return pv_chunk16_n<4>(acc, corr, w, cnt, v, stride, vs);
+    case 3: return pv_chunk16_n<3>(acc, corr, w, cnt, v, stride, vs);
+    case 2: return pv_chunk16_n<2>(acc, corr, w, cnt, v, stride, vs);
+    default: return pv_chunk16_n<1>(acc, corr, w, cnt, v, stride, vs);
+  }
+}
+
+// score_rows for rn (<= 8) rows and 16 keys: per key the same sums (lane l
+// of dimensions l, l + 8, ..., then hsum8x8's tree), 16 keys per vector.
+static inline void score_rows16(const float* q0, int D, const float* kt, int ld, int rn, float* out) {
+  __m512 lane[8][8];
+  for (int l = 0; l < 8; ++l) {
+    __m512 s[8];
+    for (int i = 0; i < 8; ++i) s[i] = _mm512_setzero_ps();
+    for (int d = l; d < D; d += 8) {
+      const __m512 kk = _mm512_loadu_ps(kt + d * ld);
+      for (int i = 0; i < 8; ++i) {
+        if (i >= rn) break;
+        s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q0[i * D + d]), kk, s[i]);
+      }
+    }
+    for (int i = 0; i < 8; ++i) lane[i][l] = s[i];
+  }
+  for (int i = 0; i < rn; ++i) {
+    const __m512(&p)[8] = lane[i];
+    const __m512 lo = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+    const __m512 hi = _mm512_add_ps(_mm512_add_ps(p[4], p[5]), _mm512_add_ps(p[6], p[7]));
+    _mm512_storeu_ps(out + i * kMaxBlock, _mm512_add_ps(lo, hi));
+  }
+}
+#endif
+
 // Prefetches bytes [0, n) at p into L2 (a 256-dim block slice is 8 KiB of
 // keys and 8 of values: into L1 they would evict the working tiles). Always
 // inlined, as are its callers: GCC's pure-const pass takes a function that
@@ -429,12 +499,23 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     // not (decode).
     // Two vectors of 8 keys per pass where the block has them: each query
     // broadcast then feeds two FMAs (one load per FMA instead of 1.25).
+#if defined(OPS_AVX512)
+    // 8 rows x 16 keys per tile; an odd 8 keys at the end as above.
+    for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 8) {
+      const int rn = static_cast<int>(min64(8, R - r0));
+      int k0 = 0;
+      for (; k0 + 16 <= cnt8; k0 += 16) score_rows16(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
+      for (int r1 = r0; k0 < cnt8 && r1 < r0 + rn; r1 += 4)
+        score_rows<1>(qs + r1 * D, D, kt + k0, cnt8, static_cast<int>(min64(4, r0 + rn - r1)), sc + r1 * kMaxBlock + k0);
+    }
+#else
     for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 4) {
       const int rn = static_cast<int>(min64(4, R - r0));
       int k0 = 0;
       for (; k0 + 16 <= cnt8; k0 += 16) score_rows<2>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
       if (k0 < cnt8) score_rows<1>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
     }
+#endif
     if constexpr (kScaled) {
       const float* ks = kv.k_scale + base;
       for (int r = 0; r < R; ++r)
@@ -478,12 +559,27 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       // acc += w_k * v_k over the block's keys, 64 dimensions at a time, from
       // the converted block or straight from the cache.
       const float* vs = kScaled ? kv.v_scale + base : nullptr;
+#if defined(OPS_AVX512)
+      for (int d0 = 0; d0 < D; d0 += 128) {
+        const int dn = static_cast<int>(min64(128, D - d0));
+        float* acc = out.acc + r * D + d0;
+        if (dn % 16 != 0) {
+          if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
+          else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
+        } else if (direct) {
+          pv_chunk16(acc, dn / 16, corr, s, cnt, vc + base * D + d0, D, vs);
+        } else {
+          pv_chunk16(acc, dn / 16, corr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
+        }
+      }
+#else
       for (int d0 = 0; d0 < D; d0 += 64) {
         const int dn = static_cast<int>(min64(64, D - d0));
         float* acc = out.acc + r * D + d0;
         if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
         else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
       }
+#endif
     }
     j += cnt;
   }

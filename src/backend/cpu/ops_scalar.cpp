@@ -10,7 +10,8 @@ const OpsTable& ops_scalar() { return scalar::kTable; }
 
 const OpsTable& ops_table(Isa isa) {
 #if defined(PAGELLM_CPU_X86)
-  return isa == Isa::Scalar ? ops_scalar() : ops_avx2();
+  if (isa == Isa::Scalar) return ops_scalar();
+  return isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni ? ops_avx512() : ops_avx2();
 #else
   return ops_scalar();
 #endif

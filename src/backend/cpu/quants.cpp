@@ -72,7 +72,7 @@ std::string describe_kernels(Isa isa) {
   // F16 / BF16 weights: the 512-bit panel GEMM (matmul_float_avx512.cpp) at both AVX-512 levels.
   const std::string float_types = cpu_features().avx512bf16 ? "F16 BF16" : "F16";
   if (isa < Isa::Avx512Vnni) {
-    if (isa == Isa::Avx512) return "avx512 kernels for " + float_types + ", avx2 kernels for the other types and ops";
+    if (isa == Isa::Avx512) return "avx512 kernels for " + float_types + " and attention, avx2 kernels for the other types and ops";
     return std::string(isa_name(isa)) + " kernels";
   }
   std::string types, decode_avx2;
@@ -86,7 +86,7 @@ std::string describe_kernels(Isa isa) {
   std::string text = fmt::format("{} kernels for {}", isa_name(isa), types);
   // Decode is bound by memory: where the 512-bit kernel measured no faster, AVX2's runs.
   if (!decode_avx2.empty()) text += fmt::format(" (one-token steps of {}: avx2)", decode_avx2);
-  return text + ", avx512 for " + float_types + ", avx2 for the other types and ops";
+  return text + ", avx512 for " + float_types + " and attention, avx2 for the other types and ops";
 }
 
 void set_isa_override(Isa isa) {

@@ -75,7 +75,7 @@ Isa kernel_isa();
 // products when the kernels of `isa` are chosen.
 Isa kernel_isa_for(Isa isa, DType weight_type);
 // What runs at `isa`, for start-up lines: e.g. "avx512-vnni kernels for Q4_0
-// Q8_0 Q4_K Q6_K, avx2 for the other types and ops".
+// Q8_0 Q4_K Q6_K, avx512 for F16 and attention, avx2 for the other types and ops".
 std::string describe_kernels(Isa isa);
 bool isa_supported(Isa isa);
 // Forces the kernels of one ISA (tests, benchmarks). Throws Error if this CPU

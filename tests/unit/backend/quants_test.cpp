@@ -563,11 +563,11 @@ TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_EQ(describe_kernels(Isa::Avx2), "avx2 kernels");
   const std::string float_types = cpu_features().avx512bf16 ? "F16 BF16" : "F16";
   EXPECT_EQ(describe_kernels(Isa::Avx512),
-            "avx512 kernels for " + float_types + ", avx2 kernels for the other types and ops");
+            "avx512 kernels for " + float_types + " and attention, avx2 kernels for the other types and ops");
   EXPECT_EQ(describe_kernels(Isa::Avx512Vnni),
             "avx512-vnni kernels for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 (one-token "
             "steps of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q6_K: avx2), avx512 for " + float_types +
-                ", avx2 for the other types and ops");
+                " and attention, avx2 for the other types and ops");
 #endif
 }
 
