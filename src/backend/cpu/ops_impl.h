@@ -241,19 +241,26 @@ static inline void pv_chunk_n(float* acc, __m256 corr, const float* w, int cnt, 
   for (int i = 0; i < N; ++i) _mm256_storeu_ps(acc + 8 * i, a8[i]);
 }
 
+// fn(std::integral_constant<int, n>) for n in [1, 8]: a runtime count as the
+// fixed trip count of a register tile.
+template <typename Fn>
+static inline void with_count8(int n, Fn&& fn) {
+  switch (n) {
+    case 8: return fn(std::integral_constant<int, 8>{});
+    case 7: return fn(std::integral_constant<int, 7>{});
+    case 6: return fn(std::integral_constant<int, 6>{});
+    case 5: return fn(std::integral_constant<int, 5>{});
+    case 4: return fn(std::integral_constant<int, 4>{});
+    case 3: return fn(std::integral_constant<int, 3>{});
+    case 2: return fn(std::integral_constant<int, 2>{});
+    default: return fn(std::integral_constant<int, 1>{});
+  }
+}
+
 template <typename VT>
 static inline void pv_chunk(float* acc, int n8, __m256 corr, const float* w, int cnt, const VT* v, int64_t stride,
                             const float* vs) {
-  switch (n8) {
-    case 8: return pv_chunk_n<8>(acc, corr, w, cnt, v, stride, vs);
-    case 7: return pv_chunk_n<7>(acc, corr, w, cnt, v, stride, vs);
-    case 6: return pv_chunk_n<6>(acc, corr, w, cnt, v, stride, vs);
-    case 5: return pv_chunk_n<5>(acc, corr, w, cnt, v, stride, vs);
-    case 4: return pv_chunk_n<4>(acc, corr, w, cnt, v, stride, vs);
-    case 3: return pv_chunk_n<3>(acc, corr, w, cnt, v, stride, vs);
-    case 2: return pv_chunk_n<2>(acc, corr, w, cnt, v, stride, vs);
-    default: return pv_chunk_n<1>(acc, corr, w, cnt, v, stride, vs);
-  }
+  with_count8(n8, [&](auto n) { pv_chunk_n<decltype(n)::value>(acc, corr, w, cnt, v, stride, vs); });
 }
 
 #if defined(OPS_AVX512)
@@ -288,16 +295,7 @@ static inline void pv_chunk16_n(float* acc, float corr, const float* w, int cnt,
 template <typename VT>
 static inline void pv_chunk16(float* acc, int n16, float corr, const float* w, int cnt, const VT* v, int64_t stride,
                               const float* vs) {
-  switch (n16) {
-    case 8: return pv_chunk16_n<8>(acc, corr, w, cnt, v, stride, vs);
-    case 7: return pv_chunk16_n<7>(acc, corr, w, cnt, v, stride, vs);
-    case 6: return pv_chunk16_n<6>(acc, corr, w, cnt, v, stride, vs);
-    case 5: return pv_chunk16_n<5>(acc, corr, w, cnt, v, stride, vs);
-    case 4: return pv_chunk16_n<4>(acc, corr, w, cnt, v, stride, vs);
-    case 3: return pv_chunk16_n<3>(acc, corr, w, cnt, v, stride, vs);
-    case 2: return pv_chunk16_n<2>(acc, corr, w, cnt, v, stride, vs);
-    default: return pv_chunk16_n<1>(acc, corr, w, cnt, v, stride, vs);
-  }
+  with_count8(n16, [&](auto n) { pv_chunk16_n<decltype(n)::value>(acc, corr, w, cnt, v, stride, vs); });
 }
 
 // score_rows for rn (<= 8) rows and 16 keys: per key the same sums (lane l
