@@ -265,7 +265,8 @@ def test_gemma_readme_example(gemma):
     client = openai_client(gemma)
     c = client.chat.completions.parse(
         model=model_name(gemma), response_format=City, temperature=0, max_tokens=100,
-        messages=[{"role": "user", "content": "Describe Paris as JSON."}])
+        messages=[{"role": "user",
+                   "content": "Describe Paris as JSON: its name, its country and whether it is the capital."}])
     city = c.choices[0].message.parsed
     assert isinstance(city, City)
     assert city.name == "Paris" and city.country == "France"
