@@ -67,17 +67,19 @@ void gated_delta_rule_head(const float* qkv, const float* a, const float* b, int
   p.out = out + static_cast<int64_t>(h) * dv;
   p.out_stride = static_cast<int64_t>(cfg.n_v_heads) * dv;
 #if defined(PAGELLM_CPU_X86)
-  if (allow_chunked && n_tokens >= kDeltaChunkMinTokens && isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(delta_rule_scratch_floats(dk, dv)));
-    p.scratch = scratch.data();
+  if (isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) {
+    // A work space given is the kernel's cue for the chunked form.
+    if (allow_chunked && n_tokens >= kDeltaChunkMinTokens && dv % 32 == 0) {
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<size_t>(delta_rule_scratch_floats(dk, dv)));
+      p.scratch = scratch.data();
+    }
+    return delta_rule_head_avx512(p);
   }
-#endif
-#if defined(PAGELLM_CPU_X86)
-  if (isa >= Isa::Avx512 && isa <= Isa::Avx512Vnni) return delta_rule_head_avx512(p);
   if (isa == Isa::Avx2) return delta_rule_head_avx2(p);
 #else
   (void)isa;
+  (void)allow_chunked;
 #endif
   delta_rule_head_scalar(p);
 }

@@ -48,8 +48,9 @@ struct DeltaHeadArgs {
   float* state = nullptr;  // [head_k_dim, head_v_dim]
   float* out = nullptr;    // token 0's output head, then every out_stride floats
   int64_t out_stride = 0;
-  // The chunked form's work space (delta_rule_scratch_floats), or null for
-  // the token-by-token recurrence.
+  // The chunked form's work space (delta_rule_scratch_floats; AVX-512
+  // builds, head_v_dim a multiple of 32), or null for the token-by-token
+  // recurrence.
   float* scratch = nullptr;
 };
 // Under AVX-512, runs of at least kDeltaChunkMinTokens tokens take the

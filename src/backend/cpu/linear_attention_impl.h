@@ -239,7 +239,7 @@ static void delta_rule_chunked(const DeltaHeadArgs& p) {
 
 static void delta_rule_head(const DeltaHeadArgs& p) {
 #if defined(__AVX512F__)
-  if (p.scratch && p.n_tokens >= kDeltaChunkMinTokens && p.head_v_dim % 32 == 0) return delta_rule_chunked(p);
+  if (p.scratch) return delta_rule_chunked(p);
 #endif
   delta_rule_recurrent(p);
 }

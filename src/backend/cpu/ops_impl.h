@@ -554,30 +554,25 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       out.l[r] = out.l[r] * corr + hsum8(lsum);
       out.m[r] = mx;
       const __m256 vcorr = _mm256_set1_ps(corr);
-      // acc += w_k * v_k over the block's keys, 64 dimensions at a time, from
-      // the converted block or straight from the cache.
+      // acc += w_k * v_k over the block's keys, 64 dimensions at a time (128
+      // in the 512-bit build), from v: the converted block or straight from
+      // the cache, rows D apart.
       const float* vs = kScaled ? kv.v_scale + base : nullptr;
+      const auto add_values = [&](const auto* v) {
 #if defined(OPS_AVX512)
-      for (int d0 = 0; d0 < D; d0 += 128) {
-        const int dn = static_cast<int>(min64(128, D - d0));
-        float* acc = out.acc + r * D + d0;
-        if (dn % 16 != 0) {
-          if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
-          else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
-        } else if (direct) {
-          pv_chunk16(acc, dn / 16, corr, s, cnt, vc + base * D + d0, D, vs);
-        } else {
-          pv_chunk16(acc, dn / 16, corr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
+        for (int d0 = 0; d0 < D; d0 += 128) {
+          const int dn = static_cast<int>(min64(128, D - d0));
+          float* acc = out.acc + r * D + d0;
+          if (dn % 16 == 0) pv_chunk16(acc, dn / 16, corr, s, cnt, v + d0, D, vs);
+          else pv_chunk(acc, dn / 8, vcorr, s, cnt, v + d0, D, vs);
         }
-      }
 #else
-      for (int d0 = 0; d0 < D; d0 += 64) {
-        const int dn = static_cast<int>(min64(64, D - d0));
-        float* acc = out.acc + r * D + d0;
-        if (direct) pv_chunk(acc, dn / 8, vcorr, s, cnt, vc + base * D + d0, D, vs);
-        else pv_chunk(acc, dn / 8, vcorr, s, cnt, static_cast<const float*>(vb + d0), D, vs);
-      }
+        for (int d0 = 0; d0 < D; d0 += 64)
+          pv_chunk(out.acc + r * D + d0, static_cast<int>(min64(64, D - d0)) / 8, vcorr, s, cnt, v + d0, D, vs);
 #endif
+      };
+      if (direct) add_values(vc + base * D);
+      else add_values(static_cast<const float*>(vb));
     }
     j += cnt;
   }
