@@ -233,6 +233,8 @@ typedef enum pglb_op {
   PGLB_OP_ACTIVATION = 19,        /* out = act(x); out may be x */
   /* LoRA adapters; optional (supports_op): without it the host runs two MATMUL_EXPERTS and an ADD */
   PGLB_OP_LORA_MATMUL = 20,       /* y[t] += B[s] (A[s] x[t]) for each row t of slot s = slots[t] > 0 */
+  /* Attention over this step's keys and values, not the cache (MLA's expanded form); optional (supports_op) */
+  PGLB_OP_ATTENTION_KV = 21,
   PGLB_OP_COUNT
 } pglb_op;
 
@@ -322,6 +324,19 @@ typedef struct pglb_attention_params {
    * PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION) keeps keys at |p - j| < window. */
   int32_t non_causal;
 } pglb_attention_params;
+
+/* PGLB_OP_ATTENTION_KV: causal attention (attn's heads, scale, window,
+ * softcap, sinks; its layer unused) over keys and values this step made:
+ * every sequence is whole in the step (ctx_len == q_len). Token t's KV head
+ * g is the row kv + (t * n_head_kv + g) * kv_row: its key the first head_dim
+ * values, its value v_dim values from v_offset. out [n_tokens, n_head * v_dim]. */
+typedef struct pglb_attention_kv_params {
+  size_t struct_size;
+  const pglb_attention_params* attn;
+  const pglb_buffer* kv;
+  int64_t kv_row, v_offset;
+  int32_t v_dim;
+} pglb_attention_kv_params;
 
 typedef struct pglb_glu_params {
   size_t struct_size;

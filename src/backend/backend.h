@@ -203,6 +203,14 @@ struct GatedDeltaConfig {
   }
 };
 
+// Where attention_kv finds its keys and values: token t's KV head g is the
+// row kv[(t * n_head_kv + g) * row ...], its key the first head_dim values,
+// its value v_dim values from v_offset.
+struct KvRowLayout {
+  int64_t row = 0, v_offset = 0;
+  int v_dim = 0;
+};
+
 struct KVCacheSpec {
   // n_layers: layer slots per block. Without groups, one per layer; with
   // KV-cache groups (Feature::KvGroups), the slots of one group's block, and
@@ -348,6 +356,7 @@ class Backend {
   virtual bool supports(Feature f) const { return false; }
   // Feature::Deterministic; the default accepts only false.
   virtual void set_deterministic(bool on);
+  virtual bool deterministic() const { return false; }
 
   // ---- memory
   virtual MemoryInfo memory_info() const = 0;
@@ -459,6 +468,13 @@ class Backend {
   virtual bool supports_op(const OpQuery& q) const;
 
   // ---- optional ops (supports_op says; the defaults throw)
+  // Causal attention of q [n_tokens, n_head * head_dim] over keys and values
+  // this step made, kv [n_tokens, n_head_kv rows], not the cache -> out
+  // [n_tokens, n_head * v_dim] (PGLB_OP_ATTENTION_KV: MLA's expanded form
+  // for prefill, where keys and values are wider per head than the cached
+  // latent is cheap). Every sequence must be whole in the step (ctx_len == q_len).
+  virtual void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
+                            const AttentionConfig& cfg);
   // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).
   virtual void softcap(Buffer& x, int64_t n, float cap);
   // y[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w + b for rows of

@@ -182,7 +182,9 @@ class CBackend final : public Backend {
   void set_deterministic(bool on) override {
     if (!d_->di.set_deterministic || !supports(Feature::Deterministic)) return Backend::set_deterministic(on);
     d_->check(d_->di.set_deterministic(d_->dev, on), "set_deterministic");
+    deterministic_ = on;
   }
+  bool deterministic() const override { return deterministic_; }
 
   MemoryInfo memory_info() const override {
     if (!d_->di.memory_info) d_->missing("memory_info");
@@ -388,6 +390,14 @@ class CBackend final : public Backend {
                             cfg.non_causal ? 1 : 0};
     enqueue(PGLB_OP_ATTENTION, &p, "attention");
   }
+  void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
+                    const AttentionConfig& cfg) override {
+    pglb_attention_params a{sizeof a, 0, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
+                            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks),
+                            cfg.non_causal ? 1 : 0};
+    pglb_attention_kv_params p{sizeof p, &a, h(kv), rows.row, rows.v_offset, rows.v_dim};
+    enqueue(PGLB_OP_ATTENTION_KV, &p, "attention_kv");
+  }
   void glu(const Buffer& gate, const Buffer& up, int64_t n, Activation act, Buffer& out) override {
     pglb_glu_params p{sizeof p, h(gate), h(up), n, static_cast<pglb_activation>(act), h(out)};
     enqueue(PGLB_OP_GLU, &p, "glu");
@@ -525,6 +535,7 @@ class CBackend final : public Backend {
 
   DevicePtr d_;
   uint64_t features_ = 0;
+  bool deterministic_ = false;
   int lora_op_ = -1;  // the device has PGLB_OP_LORA_MATMUL (asked once; -1: not yet)
   KVCacheSpec kv_;
   std::vector<pglb_seq> seqs_;

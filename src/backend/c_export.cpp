@@ -106,6 +106,19 @@ BlockPairs pairs_of(const pglb_block_pair* p, size_t n) {
   return out;
 }
 
+AttentionConfig attention_config(const pglb_attention_params& p) {
+  AttentionConfig c;
+  c.n_head = p.n_head;
+  c.n_head_kv = p.n_head_kv;
+  c.head_dim = p.head_dim;
+  c.scale = p.scale;
+  c.sliding_window = p.sliding_window;
+  c.softcap = p.softcap;
+  c.sinks = weight_or_null(p.sinks);
+  c.non_causal = p.non_causal != 0;
+  return c;
+}
+
 void run_op(Backend& be, pglb_op op, const void* params) {
   switch (op) {
     case PGLB_OP_EMBED: {
@@ -136,16 +149,15 @@ void run_op(Backend& be, pglb_op op, const void* params) {
     }
     case PGLB_OP_ATTENTION: {
       const auto p = read_struct<pglb_attention_params>(params, "attention");
-      AttentionConfig c;
-      c.n_head = p.n_head;
-      c.n_head_kv = p.n_head_kv;
-      c.head_dim = p.head_dim;
-      c.scale = p.scale;
-      c.sliding_window = p.sliding_window;
-      c.softcap = p.softcap;
-      c.sinks = weight_or_null(p.sinks);
-      c.non_causal = p.non_causal != 0;
-      return be.attention(p.layer, buf(p.q, "attention"), buf(p.out, "attention"), c);
+      return be.attention(p.layer, buf(p.q, "attention"), buf(p.out, "attention"), attention_config(p));
+    }
+    case PGLB_OP_ATTENTION_KV: {
+      const auto p = read_struct<pglb_attention_kv_params>(params, "attention_kv");
+      if (!p.attn) fail("attention_kv: no attention parameters");
+      const auto a = read_struct<pglb_attention_params>(p.attn, "attention_kv");
+      const KvRowLayout rows{p.kv_row, p.v_offset, p.v_dim};
+      return be.attention_kv(buf(a.q, "attention_kv"), buf(p.kv, "attention_kv"), rows, buf(a.out, "attention_kv"),
+                             attention_config(a));
     }
     case PGLB_OP_GLU: {
       const auto p = read_struct<pglb_glu_params>(params, "glu");

@@ -42,7 +42,7 @@ enum class Slot {
   // DeepSeek: the router's choice bias, and MLA: q-LoRA's down projection
   // and norm, then the weights derived at load (Need::Derived) for the
   // absorbed form (model/families/deepseek2.cpp).
-  RouterChoiceBias, MlaQA, MlaQANorm, MlaKvRope, MlaKvLatent, MlaKvNorm, MlaQAbsorb, MlaOAbsorb,
+  RouterChoiceBias, MlaQA, MlaQANorm, MlaKvRope, MlaKvLatent, MlaKvNorm, MlaQAbsorb, MlaOAbsorb, MlaKvExpand,
   // Gemma 4: per-layer embeddings (the table, the input embedding's
   // projection and its norm; per layer the gate, the projection back and
   // its norm), V's unweighted norm has no tensor; the layer's output scale.

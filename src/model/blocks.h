@@ -37,6 +37,10 @@ struct AttnWeights {
   // and the latent output's c_kv part -> W_UV ([v, R + D], zero rope columns).
   std::vector<std::unique_ptr<Weight>> q_absorb, o_absorb;
   std::vector<const Weight*> q_absorb_view, o_absorb_view;
+  // The expanded form (prefill): per head, the cache vector -> [rope | K nope
+  // | V] ([R + nope + v, R + D]: the rope part passes through, then W_UK, W_UV).
+  std::vector<std::unique_ptr<Weight>> kv_expand;
+  std::vector<const Weight*> kv_expand_view;
 };
 
 // A Gated DeltaNet layer's mixer (Qwen3.5), in place of attention; its input
@@ -125,7 +129,7 @@ struct ActivationBuffers {
   BufferPtr mla_qa;     // [n, q_lora]
   BufferPtr mla_kv;     // [n, R + D] the cache vector
   BufferPtr mla_kv2;    // [n, R + D] its latent half, before the sum
-  BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries
+  BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries, or [n, n_head * (R + nope + v)] expanded K, V
   BufferPtr mla_o;      // [n, n_head * v]
   BufferPtr mla_heads;  // I32 [n, n_head]: 0 .. n_head - 1 per row (the per-head products' "routes")
   // Per-layer embeddings (empty otherwise).
@@ -151,6 +155,10 @@ struct LayerPass {
   const std::vector<LayerWeights>& layers;
   std::function<void(Buffer& buf, int64_t values)> all_reduce;
   const LoraPass* lora = nullptr;  // the pass's adapters; null: no row has one
+  // Every sequence is whole in this step (its prompt in one piece) and the
+  // backend may attend over keys made this step (attention_kv): MLA then
+  // takes its expanded form.
+  bool step_keys_whole = false;
 };
 
 // x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend ->
@@ -160,11 +168,13 @@ void attention_block(const LayerPass& p, int il, int64_t n);
 // projection), z, a, b -> causal conv + SiLU of q, k, v -> gated delta rule
 // from the sequence's state -> per-head RMSNorm * silu(z) -> out -> x += out.
 void linear_attention_block(const LayerPass& p, int il, int64_t n);
-// Multi-head latent attention, absorbed form (DeepSeek V2 / V3): x -> norm
-// -> q (q-LoRA: q_a, norm, q_b) -> rope of each head's rope part -> per head
-// [rope | W_UK^T nope]; the token's cache vector [rope(k_pe), norm(c_kv)]
-// (one KV head) -> attention in the latent space -> per head W_UV of the
-// c_kv part -> o -> x += o.
+// Multi-head latent attention (DeepSeek V2 / V3): x -> norm -> q (q-LoRA:
+// q_a, norm, q_b) -> rope of each head's rope part; the token's cache vector
+// [rope(k_pe), norm(c_kv)] (one KV head). Absorbed form (decode, and any
+// step with cached keys): per head [rope | W_UK^T nope] -> attention in the
+// latent space -> per head W_UV of the c_kv part. Expanded form (whole
+// prompts, step_keys_whole): each head's K [rope | W_UK c_kv] and V W_UV c_kv
+// from the step's cache vectors -> attention over those. Then o -> x += o.
 void mla_attention_block(const LayerPass& p, int il, int64_t n);
 // The latent's norm runs over the zero-padded row [0 (R), c_kv (D)]: its
 // epsilon and the factor its weight is multiplied by at load.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -179,6 +180,7 @@ std::vector<std::unique_ptr<Weight>>& Model::expert_slot(Slot s, int il) {
     case Slot::DownExpsBias: return F.down_exps_b;
     case Slot::MlaQAbsorb: return layers_.at(il).attn.q_absorb;
     case Slot::MlaOAbsorb: return layers_.at(il).attn.o_absorb;
+    case Slot::MlaKvExpand: return layers_.at(il).attn.kv_expand;
     default: break;
   }
   fail("weight slot {} does not hold experts", static_cast<int>(s));
@@ -328,7 +330,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
         const size_t bytes = p.bytes();
         weight_bytes_ += bytes;
         // MLA's per-head matrices are stacked like experts, but every token reads them all.
-        if (spec.slots[0] != Slot::MlaQAbsorb && spec.slots[0] != Slot::MlaOAbsorb) expert_bytes_ += bytes;
+        const Slot s0 = spec.slots[0];
+        if (s0 != Slot::MlaQAbsorb && s0 != Slot::MlaOAbsorb && s0 != Slot::MlaKvExpand) expert_bytes_ += bytes;
         ws.push_back(backend_.upload(p));
         held_weight_bytes_ += ws.back()->held_bytes;
         if (progress) progress(++done, total);
@@ -428,7 +431,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
   PAGELLM_CHECK(type_table_.empty() || !pos_table_.empty(), "the model has a token-type table but no position table");
   set_context_length(c.n_ctx_train);
   for (LayerWeights& L : layers_) {
-    for (auto [from, to] : {std::pair{&L.attn.q_absorb, &L.attn.q_absorb_view}, {&L.attn.o_absorb, &L.attn.o_absorb_view}}) {
+    for (auto [from, to] : {std::pair{&L.attn.q_absorb, &L.attn.q_absorb_view}, {&L.attn.o_absorb, &L.attn.o_absorb_view},
+                            {&L.attn.kv_expand, &L.attn.kv_expand_view}}) {
       to->clear();
       for (const auto& w : *from) to->push_back(w.get());
     }
@@ -543,7 +547,8 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
   const int64_t ff = c.moe() ? std::max<int64_t>(g.n_ff_shexp, c.n_dense_lead > 0 || c.moe_dense_ffn ? dense_ff : 0) : dense_ff;
   const ModelConfig::Mla& mla = c.mla;
   const bool is_mla = c.is_mla();
-  const int64_t mla_q = is_mla ? static_cast<int64_t>(g.n_head) * std::max(mla.q_head_dim(), mla.latent_dim()) : 0;
+  const int64_t mla_q =
+      is_mla ? g.n_head * std::max({mla.q_head_dim(), mla.latent_dim(), mla.q_head_dim() + mla.v_head_dim}) : 0;
   const int64_t k = c.moe() ? c.n_expert_used : 0, shared = c.n_ff_shexp > 0 ? 1 : 0;
   const bool lin = c.n_linear_layers() > 0;
   const ModelConfig::LinearAttn& la = g.lin;
@@ -640,6 +645,16 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   find_segments(batch);
   ensure_buffers(n_, std::max<int64_t>(m, 1));
   lora_pass_ = false;
+  // MLA's expanded form needs every sequence whole in the step, and changes
+  // a row's bits against the absorbed form: not in deterministic mode, where
+  // a row must not depend on what else the step holds.
+  step_keys_whole_ = false;
+  if (cfg_.is_mla()) {
+    if (attention_kv_ < 0) attention_kv_ = backend_.supports_op(op_query(PGLB_OP_ATTENTION_KV)) ? 1 : 0;
+    step_keys_whole_ = attention_kv_ == 1 && !backend_.deterministic() &&
+                       std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                   [](const SeqInfo& s) { return s.ctx_len == s.q_len; });
+  }
   if (lora_) {
     lora_row_slots_.assign(static_cast<size_t>(n_), 0);
     for (const SeqInfo& s : batch.seqs) {
@@ -756,6 +771,7 @@ void Model::run_layers() {
   LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
                  [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
   if (lora_pass_) pass.lora = &lora_->pass();
+  pass.step_keys_whole = step_keys_whole_;
   // The family's own layer, or the shared decoder layer (model/blocks.h).
   const auto layer = arch_info(cfg_.arch).layer_forward;
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) (layer ? layer : decoder_layer)(pass, il, n_);

@@ -216,6 +216,8 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<LoraSlots> lora_;
   bool lora_pass_ = false;                // a row of the pass begun has an adapter
+  bool step_keys_whole_ = false;          // LayerPass::step_keys_whole of the pass begun
+  int attention_kv_ = -1;                 // the backend runs attention_kv (asked once; -1: not yet)
   std::vector<int32_t> lora_row_slots_;   // its rows' slots
 
   Buffers buf_;  // activations, grown on demand

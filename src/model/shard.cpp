@@ -188,7 +188,8 @@ TensorCut tensor_cut(Slot slot, const ShardGeometry& g, int tp_rank, int head_di
     case Slot::QGate:
     case Slot::QBias: return {K::Rows, g.head_begin * q_hd, g.n_head * q_hd};
     case Slot::MlaQAbsorb:
-    case Slot::MlaOAbsorb: return {K::Stack, g.head_begin, g.n_head};
+    case Slot::MlaOAbsorb:
+    case Slot::MlaKvExpand: return {K::Stack, g.head_begin, g.n_head};
     case Slot::AttnSinks: return {K::Rows, g.head_begin, g.n_head};
     case Slot::K:
     case Slot::V:

@@ -141,6 +141,7 @@ class CpuBackend : public Backend {
   // whatever the batch and threads; attention's key-range splits are what
   // this fixes (see attention()).
   void set_deterministic(bool on) override { deterministic_ = on; }
+  bool deterministic() const override { return deterministic_; }
   bool supports_weight(DType t) const override { return cpu::matmul_supported(t); }
 
   std::unique_ptr<Weight> upload(const TensorData& t) override {
@@ -417,6 +418,8 @@ class CpuBackend : public Backend {
   }
 
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override;
+  void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
+                    const AttentionConfig& cfg) override;
 
   void glu(const Buffer& gate_b, const Buffer& up_b, int64_t n, Activation act, Buffer& out_b) override {
     Timer t(this, kOther, "glu");
@@ -639,7 +642,8 @@ class CpuBackend : public Backend {
 
   bool supports_op(const OpQuery& q) const override {
     return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || q.op == PGLB_OP_LAYER_NORM ||
-           q.op == PGLB_OP_ACTIVATION || q.op == PGLB_OP_LORA_MATMUL || Backend::supports_op(q);
+           q.op == PGLB_OP_ACTIVATION || q.op == PGLB_OP_LORA_MATMUL || q.op == PGLB_OP_ATTENTION_KV ||
+           Backend::supports_op(q);
   }
 
   void layer_norm(const Buffer& xb, const Weight* w, const Weight* bias, int64_t n_rows, int64_t dim, float eps,
@@ -870,7 +874,11 @@ class CpuBackend : public Backend {
     int64_t pos0;      // position of the tile's first token
   };
   std::vector<AttnUnit> units_;
-  std::vector<float> partials_;  // [units, tile rows * (2 + head_dim)]
+  std::vector<float> partials_;  // [units, tile rows * (2 + value dims)]
+  // Both attention ops: work units over each sequence's keys, kv_of(unit)
+  // saying where they are; out [n_tokens, n_head * Dv].
+  template <typename KvOf>
+  void attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, KvOf kv_of);
   Sampler sampler_;  // scratch of sample()
   bool exact_matmul_ = false;
   bool repack_ = true;
@@ -886,18 +894,56 @@ class CpuBackend : public Backend {
 
 void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, const AttentionConfig& cfg) {
   Timer timer(this, kAttention, "attention");
-  // Plain variables, not a structured binding: the worker lambda below captures them (C++17).
+  // Plain variables, not a structured binding: the lambda below captures them (C++17).
   const int group = kv_place(layer).first, slot = kv_place(layer).second;
   const float* q = f32(q_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   float* out = f32(out_buf, batch_->n_tokens() * cfg.n_head * cfg.head_dim);
   const auto [layer_heads, layer_hd] = kv_layer_shape(layer);
-  PAGELLM_CHECK(cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == layer_heads && cfg.head_dim == layer_hd,
+  PAGELLM_CHECK(cfg.n_head_kv > 0 && cfg.n_head % cfg.n_head_kv == 0 && cfg.n_head_kv == layer_heads &&
+                    cfg.head_dim == layer_hd,
                 "attention shape does not match the KV cache");
+  PAGELLM_CHECK(kv_cfg_.block_size <= cpu::kAttnMaxBlock, "attention kernel limits: block size {} (<= {})",
+                kv_cfg_.block_size, cpu::kAttnMaxBlock);
   const int heads_per_block = block_heads(slot, cfg.head_dim);
+  attend_units(cfg, q, out, cfg.head_dim, [&](const AttnUnit& w) {
+    return cpu::AttnKV{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
+                       v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, cfg.head_dim,
+                       batch_->seqs[w.seq].table(group).data(), heads_per_block};
+  });
+}
+
+void CpuBackend::attention_kv(const Buffer& q_buf, const Buffer& kv_buf, const KvRowLayout& rows, Buffer& out_buf,
+                              const AttentionConfig& cfg) {
+  Timer timer(this, kAttention, "attention_kv");
+  const int64_t n = batch_->n_tokens();
+  PAGELLM_CHECK(cfg.n_head_kv > 0 && cfg.n_head % cfg.n_head_kv == 0 && rows.v_dim > 0 && rows.v_dim % 8 == 0 &&
+                    rows.v_dim <= cpu::kAttnMaxHeadDim && cfg.head_dim <= rows.row &&
+                    rows.v_offset + rows.v_dim <= rows.row && rows.v_offset >= 0,
+                "attention_kv: {} heads of {} on {} KV heads, values [{}, {}) of rows of {}", cfg.n_head,
+                cfg.head_dim, cfg.n_head_kv, rows.v_offset, rows.v_offset + rows.v_dim, rows.row);
+  for (const auto& s : batch_->seqs)
+    PAGELLM_CHECK(s.ctx_len == s.q_len && s.kv_evicted_to <= s.kv_sinks,
+                  "attention_kv needs each sequence whole in the step: one has {} of its {} tokens", s.q_len,
+                  s.ctx_len);
+  const float* q = f32(q_buf, n * cfg.n_head * cfg.head_dim);
+  const float* kv = f32(kv_buf, n * cfg.n_head_kv * rows.row);
+  float* out = f32(out_buf, n * cfg.n_head * rows.v_dim);
+  attend_units(cfg, q, out, rows.v_dim, [&](const AttnUnit& w) {
+    const float* k = kv + (static_cast<int64_t>(batch_->seqs[w.seq].q_start) * cfg.n_head_kv + w.g) * rows.row;
+    cpu::AttnKV a{k, k + rows.v_offset, cpu::KVElem::F32, nullptr, nullptr, cfg.n_head_kv, cpu::kAttnMaxBlock,
+                  cfg.head_dim, nullptr, cfg.n_head_kv};
+    a.key_stride = cfg.n_head_kv * rows.row;
+    a.v_dim = rows.v_dim;
+    return a;
+  });
+}
+
+template <typename KvOf>
+void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, KvOf kv_of) {
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
-  PAGELLM_CHECK(D % 8 == 0 && D <= 576 && kv_cfg_.block_size <= 64 && G <= 128,
-                "attention kernel limits: head_dim {} (multiple of 8, <= 576), block size {} (<= 64), {} query heads "
-                "per KV head (<= 128)", D, kv_cfg_.block_size, G);
+  PAGELLM_CHECK(D % 8 == 0 && D <= cpu::kAttnMaxHeadDim && G <= cpu::kAttnMaxRows,
+                "attention kernel limits: head_dim {} (multiple of 8, <= {}), {} query heads per KV head (<= {})", D,
+                cpu::kAttnMaxHeadDim, G, cpu::kAttnMaxRows);
   const int ahead = cfg.non_causal && cfg.sliding_window > 0 ? cfg.sliding_window - 1 : 0;
   const float* sinks = cfg.sinks ? as_cpu(*cfg.sinks).vec.data() : nullptr;
   if (sinks)
@@ -972,10 +1018,10 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
     }
   }
   const size_t rows_max = static_cast<size_t>(tile_tokens) * G;
-  const size_t unit_floats = rows_max * (2 + D);
+  const size_t unit_floats = rows_max * (2 + Dv);
   if (partials_.size() < units_.size() * unit_floats) partials_.resize(units_.size() * unit_floats);
 
-  const int64_t q_stride = static_cast<int64_t>(cfg.n_head) * D;
+  const int64_t q_stride = static_cast<int64_t>(cfg.n_head) * D, out_stride = static_cast<int64_t>(cfg.n_head) * Dv;
   std::atomic<int64_t> next{0};
   const int64_t n_units = static_cast<int64_t>(units_.size());
   pool_.run_dynamic([&](int, int) {
@@ -983,9 +1029,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
       if (u >= n_units) break;
       const AttnUnit& w = units_[u];
-      cpu::AttnKV kv{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
-                     v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, D,
-                     batch_->seqs[w.seq].table(group).data(), heads_per_block};
+      const cpu::AttnKV kv = kv_of(w);
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap,
                          ahead};
@@ -1005,19 +1049,19 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
       // A sink is one more score in the softmax, whose value adds nothing.
       float m = sinks ? sinks[head] : -INFINITY;
       for (int64_t k = u; k < e; ++k) m = std::max(m, partials_[k * unit_floats + r]);
-      float* o = out + static_cast<int64_t>(units_[u].row + r / G) * q_stride + head * D;
-      for (int d = 0; d < D; ++d) o[d] = 0;
+      float* o = out + static_cast<int64_t>(units_[u].row + r / G) * out_stride + head * Dv;
+      for (int d = 0; d < Dv; ++d) o[d] = 0;
       float l = sinks ? std::exp(sinks[head] - m) : 0.0f;
       for (int64_t k = u; k < e; ++k) {
         const float* p = partials_.data() + k * unit_floats;
         if (p[r] == -INFINITY) continue;  // this part saw no key of this row
         const float w = std::exp(p[r] - m);
         l += p[rows + r] * w;
-        const float* acc = p + 2 * rows + static_cast<int64_t>(r) * D;
-        for (int d = 0; d < D; ++d) o[d] += acc[d] * w;
+        const float* acc = p + 2 * rows + static_cast<int64_t>(r) * Dv;
+        for (int d = 0; d < Dv; ++d) o[d] += acc[d] * w;
       }
       const float inv = l > 0 ? 1.0f / l : 0.0f;
-      for (int d = 0; d < D; ++d) o[d] *= inv;
+      for (int d = 0; d < Dv; ++d) o[d] *= inv;
     }
     u = e;
   }

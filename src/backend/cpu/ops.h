@@ -36,6 +36,10 @@ struct AttnTile {
   int ahead = 0;
 };
 
+// The attention kernels' limits. 576: an MLA latent (DeepSeek's 512 + 64);
+// 128 rows: its 128 query heads on one KV head.
+constexpr int kAttnMaxHeadDim = 576, kAttnMaxBlock = 64, kAttnMaxRows = 128;
+
 // Element type of a KV cache. I8 holds round(x / s) per element and a float
 // scale s = max |x| / 127 per (token, KV head) vector.
 enum class KVElem { F32, F16, I8 };
@@ -52,6 +56,12 @@ struct AttnKV {
   // Heads' room in a block: n_kv_heads, or more where the cache slot is
   // shared with a layer of bigger rows (core/kv_layout.h's kv_slot_shapes).
   int block_heads;
+  // Dense keys (block_table null, F32; attention_kv): the sequence's key j
+  // at k + j * key_stride and its value at v + j * key_stride, the pointers
+  // already at its first token and this KV head; block_size keys are one
+  // chunk. Values may then be shorter than keys (v_dim; 0: head_dim).
+  int64_t key_stride = 0;
+  int v_dim = 0;
 };
 
 // Where one token's K and V rows go (store_kv).

@@ -210,8 +210,7 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(is_tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// 576: an MLA latent (DeepSeek's 512 + 64); 128 rows: its 128 query heads on one KV head.
-constexpr int kMaxHeadDim = 576, kMaxBlock = 64, kMaxRows = 128;
+constexpr int kMaxHeadDim = kAttnMaxHeadDim, kMaxBlock = kAttnMaxBlock, kMaxRows = kAttnMaxRows;
 // Below this many query rows per KV head, scores are direct dot products.
 constexpr int kDirectScoreRows = 4;
 
@@ -398,6 +397,9 @@ static inline void score_rows(const float* q0, int D, const float* kt, int ld, i
 template <typename T>
 static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
   const int D = kv.head_dim, B = kv.block_size, G = a.group, R = a.n_tokens * a.group;
+  const int Dv = kv.v_dim > 0 ? kv.v_dim : D;
+  const bool dense = kv.block_table == nullptr;
+  const int64_t ks = dense ? kv.key_stride : D;  // elements between a chunk's consecutive keys
   alignas(32) float qs[kMaxRows * kMaxHeadDim];  // [R][D] scaled queries
   alignas(32) float kt[kMaxHeadDim * kMaxBlock];  // [D][B_pad] this block's keys, transposed
   alignas(32) float vb[kMaxBlock * kMaxHeadDim];  // [B][D] this block's values
@@ -408,7 +410,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int d = 0; d < D; d += 8) _mm256_store_ps(qs + r * D + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), vs));
     out.m[r] = -INFINITY;
     out.l[r] = 0.0f;
-    for (int d = 0; d < D; ++d) out.acc[r * D + d] = 0.0f;
+    for (int d = 0; d < Dv; ++d) out.acc[r * Dv + d] = 0.0f;
   }
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
@@ -421,35 +423,46 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   // this one is worked on, as the hardware prefetcher does not. The first
   // block whole; each next one a key at a time while this block's values are
   // converted (a 256-dim block's 256 lines at once overflow the miss queues).
-  const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T));
+  const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T)), value_bytes = Dv * static_cast<int64_t>(sizeof(T));
+  // The cache slot of key j_at (paged), and the element offset of its vectors.
   const auto block_slot = [&](int64_t j_at) {
     return (static_cast<int64_t>(kv.block_table[j_at / B]) * kv.block_heads + g) * B + j_at % B;
   };
+  const auto key_offset = [&](int64_t j_at) { return dense ? j_at * ks : block_slot(j_at) * D; };
   if (a.j0 < a.j1) {  // (a unit without keys must not read the block table past its end)
-    const int64_t slot0 = block_slot(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
-    prefetch_lines(kc + slot0 * D, keys * key_bytes);
-    prefetch_lines(vc + slot0 * D, keys * key_bytes);
+    const int64_t off0 = key_offset(a.j0), keys = min64(a.j1 - a.j0, B - a.j0 % B);
+    if (dense) {
+      for (int64_t k = 0; k < keys; ++k) {
+        prefetch_lines(kc + off0 + k * ks, key_bytes);
+        prefetch_lines(vc + off0 + k * ks, value_bytes);
+      }
+    } else {
+      prefetch_lines(kc + off0, keys * key_bytes);
+      prefetch_lines(vc + off0, keys * key_bytes);
+    }
   }
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t blk = j / B;
     const int off0 = static_cast<int>(j % B);
     const int cnt = static_cast<int>(min64(a.j1 - j, B - off0));
     const int cnt8 = (cnt + 7) & ~7;
-    const int64_t base = (static_cast<int64_t>(kv.block_table[blk]) * kv.block_heads + g) * B + off0;
+    // base: the first key's cache slot (its int8 scales); at: its vectors' offset.
+    const int64_t base = dense ? 0 : (static_cast<int64_t>(kv.block_table[blk]) * kv.block_heads + g) * B + off0;
+    const int64_t at = dense ? j * ks : base * D;
     const int64_t j_next = j + cnt;
     const int next_cnt = j_next < a.j1 ? static_cast<int>(min64(a.j1 - j_next, B - j_next % B)) : 0;
-    const int64_t next_slot = next_cnt > 0 ? block_slot(j_next) : 0;
+    const int64_t next_at = next_cnt > 0 ? key_offset(j_next) : 0;
     const auto prefetch_next = [&](int k) __attribute__((always_inline)) {
       if (k >= next_cnt) return;
-      prefetch_lines(kc + (next_slot + k) * D, key_bytes);
-      prefetch_lines(vc + (next_slot + k) * D, key_bytes);
+      prefetch_lines(kc + next_at + k * ks, key_bytes);
+      prefetch_lines(vc + next_at + k * ks, value_bytes);
     };
     const bool direct = R < kDirectScoreRows;
     // Many rows share each value: convert the block once. Few rows read the cache directly.
     for (int k = 0; k < cnt && !direct; ++k) {
       prefetch_next(k);
-      const T* vr = vc + (base + k) * D;
-      for (int d = 0; d < D; d += 8) _mm256_store_ps(vb + k * D + d, load8(vr + d));
+      const T* vr = vc + at + k * ks;
+      for (int d = 0; d < Dv; d += 8) _mm256_store_ps(vb + k * Dv + d, load8(vr + d));
     }
     for (int k = direct ? 0 : cnt; k < next_cnt; ++k) prefetch_next(k);
     if (direct) {
@@ -461,17 +474,17 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
           __m256 acc[8];
           for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
           const int kn = static_cast<int>(min64(8, cnt - k0));
-          const T* k8 = kc + (base + k0) * D;
+          const T* k8 = kc + at + k0 * ks;
           if (kn == 8) {  // a whole group: fixed trip counts keep acc in registers
             for (int d = 0; d < D; d += 8) {
               const __m256 qv = _mm256_load_ps(qs + r * D + d);
 #pragma GCC unroll 8
-              for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * D + d), acc[i]);
+              for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * ks + d), acc[i]);
             }
           } else {
             for (int d = 0; d < D; d += 8) {
               const __m256 qv = _mm256_load_ps(qs + r * D + d);
-              for (int i = 0; i < kn; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * D + d), acc[i]);
+              for (int i = 0; i < kn; ++i) acc[i] = _mm256_fmadd_ps(qv, load8(k8 + i * ks + d), acc[i]);
             }
           }
           _mm256_store_ps(sc + r * kMaxBlock + k0, hsum8x8(acc));
@@ -484,7 +497,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
         const int kn = static_cast<int>(min64(8, cnt - k0));
         for (int d = 0; d < D; d += 8) {
           __m256 v[8];
-          for (int i = 0; i < 8; ++i) v[i] = i < kn ? load8(kc + (base + k0 + i) * D + d) : _mm256_setzero_ps();
+          for (int i = 0; i < 8; ++i) v[i] = i < kn ? load8(kc + at + (k0 + i) * ks + d) : _mm256_setzero_ps();
           transpose8x8(v);
           for (int i = 0; i < 8; ++i) _mm256_store_ps(kt + (d + i) * cnt8 + k0, v[i]);
         }
@@ -555,24 +568,24 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       out.m[r] = mx;
       const __m256 vcorr = _mm256_set1_ps(corr);
       // acc += w_k * v_k over the block's keys, 64 dimensions at a time (128
-      // in the 512-bit build), from v: the converted block or straight from
-      // the cache, rows D apart.
+      // in the 512-bit build), from v: the converted block (rows Dv apart)
+      // or straight from the cache (rows ks apart).
       const float* vs = kScaled ? kv.v_scale + base : nullptr;
-      const auto add_values = [&](const auto* v) {
+      const auto add_values = [&](const auto* v, int64_t stride) {
 #if defined(OPS_AVX512)
-        for (int d0 = 0; d0 < D; d0 += 128) {
-          const int dn = static_cast<int>(min64(128, D - d0));
-          float* acc = out.acc + r * D + d0;
-          if (dn % 16 == 0) pv_chunk16(acc, dn / 16, corr, s, cnt, v + d0, D, vs);
-          else pv_chunk(acc, dn / 8, vcorr, s, cnt, v + d0, D, vs);
+        for (int d0 = 0; d0 < Dv; d0 += 128) {
+          const int dn = static_cast<int>(min64(128, Dv - d0));
+          float* acc = out.acc + r * Dv + d0;
+          if (dn % 16 == 0) pv_chunk16(acc, dn / 16, corr, s, cnt, v + d0, stride, vs);
+          else pv_chunk(acc, dn / 8, vcorr, s, cnt, v + d0, stride, vs);
         }
 #else
-        for (int d0 = 0; d0 < D; d0 += 64)
-          pv_chunk(out.acc + r * D + d0, static_cast<int>(min64(64, D - d0)) / 8, vcorr, s, cnt, v + d0, D, vs);
+        for (int d0 = 0; d0 < Dv; d0 += 64)
+          pv_chunk(out.acc + r * Dv + d0, static_cast<int>(min64(64, Dv - d0)) / 8, vcorr, s, cnt, v + d0, stride, vs);
 #endif
       };
-      if (direct) add_values(vc + base * D);
-      else add_values(static_cast<const float*>(vb));
+      if (direct) add_values(vc + at, ks);
+      else add_values(static_cast<const float*>(vb), Dv);
     }
     j += cnt;
   }
@@ -590,23 +603,26 @@ static void attend(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) 
 template <typename T>
 static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
   const int D = kv.head_dim, B = kv.block_size, G = a.group, R = a.n_tokens * a.group;
+  const int Dv = kv.v_dim > 0 ? kv.v_dim : D;
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
   for (int r = 0; r < R; ++r) {
     const float* q = a.q + (r / G) * a.q_stride + (r % G) * D;
     const int64_t p = a.pos0 + r / G;
     float m = -INFINITY, l = 0.0f;
-    float* acc = out.acc + r * D;
-    for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+    float* acc = out.acc + r * Dv;
+    for (int d = 0; d < Dv; ++d) acc[d] = 0.0f;
     for (int64_t j = a.j0; j < a.j1; ++j) {
       if (!key_visible(j, p, a.window, a.ahead)) continue;
-      const int64_t slot = (static_cast<int64_t>(kv.block_table[j / B]) * kv.block_heads + g) * B + j % B;
+      const bool dense = kv.block_table == nullptr;
+      const int64_t slot = dense ? 0 : (static_cast<int64_t>(kv.block_table[j / B]) * kv.block_heads + g) * B + j % B;
+      const int64_t at = dense ? j * kv.key_stride : slot * D;
       const float ks = kv.k_scale ? kv.k_scale[slot] : 1.0f, vs = kv.v_scale ? kv.v_scale[slot] : 1.0f;
-      const float s = cap_score(dot_q(q, kc + slot * D, D) * ks * a.scale, a.softcap);
+      const float s = cap_score(dot_q(q, kc + at, D) * ks * a.scale, a.softcap);
       const float mx = s > m ? s : m;
       const float corr = std::exp(m - mx), w = std::exp(s - mx);
       l = l * corr + w;
-      scale_add(acc, corr, w * vs, vc + slot * D, D);
+      scale_add(acc, corr, w * vs, vc + at, Dv);
       m = mx;
     }
     out.m[r] = m;

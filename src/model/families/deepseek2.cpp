@@ -48,6 +48,9 @@ Dims latent_mat(const ModelConfig& c) { return {c.n_embd, c.mla.latent_dim()}; }
 Dims latent_vec(const ModelConfig& c) { return {c.mla.latent_dim()}; }
 Dims q_absorb(const ModelConfig& c) { return {c.mla.q_head_dim(), c.mla.latent_dim(), c.n_head}; }
 Dims o_absorb(const ModelConfig& c) { return {c.mla.latent_dim(), c.mla.v_head_dim, c.n_head}; }
+Dims kv_expand(const ModelConfig& c) {
+  return {c.mla.latent_dim(), c.mla.q_head_dim() + c.mla.v_head_dim, c.n_head};
+}
 Dims mla_o_mat(const ModelConfig& c) { return {static_cast<int64_t>(c.n_head) * c.mla.v_head_dim, c.n_embd}; }
 
 TensorSpec derived(TensorSpec t) {
@@ -83,6 +86,7 @@ std::vector<TensorSpec> layer() {
       derived(vec("mla_kv_norm.weight", "", latent_vec, Slot::MlaKvNorm)),
       derived_experts("mla_q_absorb.weight", q_absorb, Slot::MlaQAbsorb),
       derived_experts("mla_o_absorb.weight", o_absorb, Slot::MlaOAbsorb),
+      derived_experts("mla_kv_expand.weight", kv_expand, Slot::MlaKvExpand),
       vec("ffn_norm.weight", "post_attention_layernorm.weight", embd_vec, Slot::FfnNorm),
   };
   // The FFN: dense in the leading layers, experts after.
@@ -119,6 +123,7 @@ class MlaSource : public TensorSource {
     else if (what == "mla_kv_norm.weight") t = kv_norm(blk);
     else if (what == "mla_q_absorb.weight") t = absorb(blk, true);
     else if (what == "mla_o_absorb.weight") t = absorb(blk, false);
+    else if (what == "mla_kv_expand.weight") t = expand(blk);
     else return nullptr;
     if (!t.data) return nullptr;  // a tensor it is made from is missing (the loader names that one)
     t.name = name;
@@ -226,6 +231,43 @@ class MlaSource : public TensorSource {
         std::memcpy(out.data() + (h * v + i) * L + R, uv, static_cast<size_t>(D) * sizeof(float));
       }
     return held_as(std::move(out), {L, v, H}, b->type);
+  }
+
+  // Per head [R + nope + v rows, L cols]: the rope part passes through, then
+  // W_UK's rows (the key's nope part) and W_UV's (the value), both on the
+  // c_kv columns.
+  TensorData expand(const std::string& blk) const {
+    const Mla& m = c_.mla;
+    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
+    const int64_t L = R + D, H = c_.n_head, rows = R + nope + v;
+    const TensorData* kb = m.kv_b_fused ? raw(blk + "attn_kv_b.weight", kv_b_mat(c_))
+                                        : raw(blk + "attn_k_b.weight", k_b_mat(c_));
+    const TensorData* vb = m.kv_b_fused ? kb : raw(blk + "attn_v_b.weight", v_b_mat(c_));
+    if (!kb || !vb) return {};
+    std::vector<float> w(static_cast<size_t>(std::max(kb->cols(), vb->cols())));
+    auto row = [&](const TensorData* t, int64_t r) {
+      const size_t bytes = dtype_row_bytes(t->type, t->cols());
+      dequantize_row_ref(t->type, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r) * bytes, w.data(),
+                         t->cols());
+      return w.data();
+    };
+    std::vector<float> out(static_cast<size_t>(H * rows * L));
+    for (int64_t h = 0; h < H; ++h) {
+      float* mh = out.data() + h * rows * L;
+      for (int64_t r = 0; r < R; ++r) mh[r * L + r] = 1.0f;
+      if (m.kv_b_fused) {
+        for (int64_t j = 0; j < nope; ++j) std::memcpy(mh + (R + j) * L + R, row(kb, h * (nope + v) + j), D * sizeof(float));
+      } else {  // attn_k_b holds W_UK^T: D rows of nope
+        for (int64_t d = 0; d < D; ++d) {
+          const float* uk = row(kb, h * D + d);
+          for (int64_t j = 0; j < nope; ++j) mh[(R + j) * L + R + d] = uk[j];
+        }
+      }
+      for (int64_t i = 0; i < v; ++i)
+        std::memcpy(mh + (R + nope + i) * L + R, row(vb, m.kv_b_fused ? h * (nope + v) + nope + i : h * v + i),
+                    D * sizeof(float));
+    }
+    return held_as(std::move(out), {L, rows, H}, kb->type);
   }
 
   // The absorbed matrices stay F32 for an F32 checkpoint and are F16 for any

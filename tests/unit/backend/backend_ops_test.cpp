@@ -364,6 +364,106 @@ TEST_P(BackendOps, NonCausalAttentionSymmetricWindow) {
   for (const auto& c : cases) check_attention(*this, *be_, c, seed++);
 }
 
+// Attention over keys and values the step made (attention_kv: MLA's
+// expanded form): whole sequences, keys and values in one row per token and
+// KV head with room around them, values narrower than keys; compared with a
+// full-softmax reference.
+TEST_P(BackendOps, AttentionOverStepKeysMatchesReference) {
+  if (!be_->supports_op(op_query(PGLB_OP_ATTENTION_KV))) GTEST_SKIP() << "no attention_kv";
+  struct Case {
+    int n_head, n_kv, D, Dv, v_offset, row, window;
+    std::vector<int> seqs;
+  };
+  const std::vector<Case> cases = {
+      {16, 16, 192, 128, 192, 320, 0, {70, 1, 33}},  // DeepSeek's expanded heads
+      {8, 2, 24, 16, 32, 56, 0, {40, 5}},            // GQA, a gap between key and value
+      {4, 4, 64, 64, 64, 128, 0, {130}},             // more than two 64-key chunks
+      {4, 1, 32, 32, 32, 64, 10, {50, 9}},           // a sliding window
+  };
+  uint32_t seed = 1300;
+  for (const Case& c : cases) {
+    KVCacheSpec spec;  // attention_kv reads no cache, but a batch has its blocks
+    spec.n_layers = 1;
+    spec.n_kv_heads = 1;
+    spec.head_dim = 8;
+    spec.num_blocks = 1;
+    for (int len : c.seqs) spec.num_blocks += (len + 15) / 16;
+    be_->allocate_kv_cache(spec);
+    BatchInfo b;
+    int32_t next_block = 1;
+    for (int len : c.seqs) {
+      SeqInfo si;
+      si.q_start = static_cast<int32_t>(b.token_ids.size());
+      si.q_len = si.ctx_len = len;
+      for (int p = 0; p < len; ++p) {
+        if (p % 16 == 0) si.block_table.push_back(next_block++);
+        b.token_ids.push_back(0);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(int64_t{si.block_table.back()} * 16 + p % 16);
+      }
+      b.seqs.push_back(si);
+    }
+    const int64_t n = b.n_tokens();
+    const auto q = randn(n * c.n_head * c.D, seed++);
+    const auto kv = randn(n * c.n_kv * c.row, seed++);
+    AttentionConfig ac;
+    ac.n_head = c.n_head;
+    ac.n_head_kv = c.n_kv;
+    ac.head_dim = c.D;
+    ac.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    ac.sliding_window = c.window;
+    be_->set_batch(b);
+    auto qb = put(q), kvb = put(kv);
+    auto ob = zeros_like(n * c.n_head * c.Dv);
+    be_->attention_kv(*qb, *kvb, KvRowLayout{c.row, c.v_offset, c.Dv}, *ob, ac);
+    const auto out = get(*ob, static_cast<size_t>(n * c.n_head * c.Dv));
+
+    std::vector<double> ref(out.size());
+    const int G = c.n_head / c.n_kv;
+    for (const SeqInfo& si : b.seqs)
+      for (int i = 0; i < si.q_len; ++i)
+        for (int h = 0; h < c.n_head; ++h) {
+          const int64_t row = si.q_start + i;
+          const float* kv_of = kv.data() + static_cast<int64_t>(si.q_start) * c.n_kv * c.row + (h / G) * c.row;
+          std::vector<double> w;
+          double mx = -1e300;
+          const int j0 = c.window > 0 ? std::max(0, i - c.window + 1) : 0;
+          for (int j = j0; j <= i; ++j) {
+            double dot = 0;
+            for (int d = 0; d < c.D; ++d)
+              dot += static_cast<double>(q[(row * c.n_head + h) * c.D + d]) * kv_of[j * c.n_kv * c.row + d];
+            w.push_back(dot * ac.scale);
+            mx = std::max(mx, w.back());
+          }
+          double l = 0;
+          for (auto& x : w) l += (x = std::exp(x - mx));
+          for (int d = 0; d < c.Dv; ++d) {
+            double acc = 0;
+            for (int j = j0; j <= i; ++j) acc += w[j - j0] * kv_of[j * c.n_kv * c.row + c.v_offset + d];
+            ref[(row * c.n_head + h) * c.Dv + d] = acc / l;
+          }
+        }
+    EXPECT_LT(rel_l2(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << c.D << " Dv " << c.Dv;
+  }
+  // A sequence with cached keys before the step is refused, not misread.
+  BatchInfo cached;
+  cached.token_ids = {0};
+  cached.positions = {5};
+  SeqInfo si;
+  si.q_len = 1;
+  si.ctx_len = 6;
+  si.block_table = {1};
+  cached.seqs = {si};
+  cached.slot_mapping = {16 + 5};
+  be_->set_batch(cached);
+  AttentionConfig ac;
+  ac.n_head = ac.n_head_kv = 1;
+  ac.head_dim = 8;
+  auto qb = put(randn(8, 1)), kvb = put(randn(16, 2));
+  auto ob = zeros_like(8);
+  EXPECT_THROW(be_->attention_kv(*qb, *kvb, KvRowLayout{16, 8, 8}, *ob, ac), Error);
+}
+
 // A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an
 // MLA latent is both; one KV head of DeepSeek's 576 dims and up to 128
 // query heads on it.

@@ -4,11 +4,16 @@
 // what else is in the batch, on prefix-cache hits or on preemption.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "test_paths.h"
 
 namespace pagellm {
 namespace {
@@ -84,6 +89,42 @@ TEST(MlaEngine, GreedyTokensDoNotDependOnTheBatch) {
     }
     if (cfg == &preempted) EXPECT_GT(engine.metrics().num_preemptions, 0);
   }
+}
+
+// The ops a run recorded (--trace's events) with tracing on.
+std::set<std::string> traced_ops(const EngineConfig& c, const std::string& name) {
+  trace::enable(true);
+  {
+    Engine engine(c);
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 40; ++t) prompt.push_back(3 + t * 17 % 400);
+    engine.add_request(test::make_request("a", prompt, 4));
+    test::run_all(engine);
+  }
+  trace::enable(false);
+  const std::string path = test::temp_dir() + "/" + name + ".json";
+  trace::write(path);
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> names;
+  for (const auto& e : j["traceEvents"]) names.insert(e["name"].get<std::string>());
+  return names;
+}
+
+// A step of whole prompts takes the expanded form (each head's keys and
+// values made from the latent, attention_kv); decode steps the absorbed one
+// (attention over the latent cache); deterministic mode only the absorbed
+// one, as the two round differently. (Both forms are checked against
+// transformers by the HF fixtures: the whole prompt, then 7-token chunks.)
+TEST(MlaEngine, WholePromptsTakeTheExpandedForm) {
+  EngineConfig c = deepseek_config();
+  const std::set<std::string> deterministic = traced_ops(c, "mla-deterministic");
+  EXPECT_TRUE(deterministic.count("attention"));
+  EXPECT_FALSE(deterministic.count("attention_kv"));
+  c.deterministic = false;
+  const std::set<std::string> fast = traced_ops(c, "mla-fast");
+  EXPECT_TRUE(fast.count("attention_kv"));
+  EXPECT_TRUE(fast.count("attention"));
 }
 
 }  // namespace
