@@ -18,8 +18,9 @@ namespace neon {
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
-// True for the weight types with NEON dot products (Q4_0, Q8_0, Q4_K, Q6_K);
-// the others run the scalar reference.
+// True for the weight types with NEON dot products (the quantized types:
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4); the
+// float types run the scalar reference.
 bool has_vec_dot(DType weight_type);
 float vec_dot(DType weight_type, int64_t n, const void* w, const void* a);
 }  // namespace neon

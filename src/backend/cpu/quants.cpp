@@ -54,12 +54,14 @@ Isa kernel_isa_for(Isa isa, DType weight_type) {
 
 std::string describe_kernels(Isa isa) {
 #if defined(PAGELLM_CPU_ARM)
-  // e.g. "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_K
-  // Q6_K, scalar for the other types" (the ops are the baseline build, auto-vectorised for NEON).
+  // e.g. "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_1
+  // ... MXFP4, scalar for the other types" (the float types; the ops are the baseline build,
+  // auto-vectorised for NEON).
   if (isa < Isa::Neon) return "scalar kernels";
   auto types_at = [&](Isa level) {
     std::string types;
-    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                       DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4})
       if (kernel_isa_for(isa, type) == level) types += (types.empty() ? "" : " ") + std::string(dtype_name(type));
     return types;
   };

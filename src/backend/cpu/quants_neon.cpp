@@ -69,9 +69,18 @@ void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
 bool has_vec_dot(DType weight_type) {
   switch (weight_type) {
     case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
-    case DType::Q6_K: return true;
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }

@@ -541,19 +541,22 @@ TEST(QuantsIsa, EnvironmentCapsTheLevel) {
 TEST(QuantsIsa, KernelsPerTypeAreNamed) {
   EXPECT_EQ(kernel_isa_for(Isa::Scalar, DType::Q4_0), Isa::Scalar);
 #if defined(PAGELLM_CPU_ARM)
-  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                     DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
     EXPECT_EQ(kernel_isa_for(Isa::Neon, type), Isa::Neon) << dtype_name(type);
     EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, type), Isa::NeonDotprod) << dtype_name(type);
   }
   EXPECT_EQ(kernel_isa_for(Isa::NeonDotprod, DType::Q8_0), Isa::NeonDotprod);
   EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::Q4_0), Isa::NeonI8mm);
-  EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::Q3_K), Isa::Scalar);
+  EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::BF16), Isa::Scalar);
   EXPECT_EQ(kernel_isa_for(Isa::NeonI8mm, DType::F16), Isa::Scalar);
   EXPECT_EQ(describe_kernels(Isa::Scalar), "scalar kernels");
-  EXPECT_EQ(describe_kernels(Isa::Neon), "neon kernels for Q4_0 Q8_0 Q4_K Q6_K, scalar for the other types");
+  EXPECT_EQ(describe_kernels(Isa::Neon),
+            "neon kernels for Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, scalar for the "
+            "other types");
   EXPECT_EQ(describe_kernels(Isa::NeonI8mm),
-            "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_K Q6_K, "
-            "scalar for the other types");
+            "neon-i8mm kernels for Q4_0 Q8_0 (steps of 2+ tokens), neon-dotprod for one-token steps and Q4_1 Q5_0 "
+            "Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, scalar for the other types");
 #else
   EXPECT_EQ(kernel_isa_for(Isa::Avx512, DType::Q4_0), Isa::Avx2);
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
