@@ -19,11 +19,6 @@ namespace pagellm {
 Model::Model(const ModelConfig& cfg, Backend& backend, const ModelShard& shard)
     : cfg_(cfg), backend_(backend), shard_(shard), geo_(shard_geometry(cfg, shard)) {
   softcap_on_device_ = cfg_.final_softcap > 0 && !geo_.tp && backend_.supports_op(op_query(PGLB_OP_SOFTCAP));
-  // Per-layer inputs are computed from the input embedding on the first
-  // stage; the models that have them (Gemma 4 E2B, E4B) also share K/V from
-  // their middle layers to their last ones, which no stage cut keeps together.
-  PAGELLM_CHECK(cfg_.n_embd_per_layer == 0 || shard_.pp_size == 1,
-                "per-layer embeddings (Gemma 4 E2B / E4B) run under tensor parallelism, not pipeline parallelism");
 }
 
 Model::~Model() = default;
@@ -418,6 +413,8 @@ void Model::load_weights(const TensorSource& src, const LoadProgress& progress) 
       const Slot s0 = spec.slots[0];
       if (s0 == Slot::TokEmbd && !geo_.first_stage && !(geo_.last_stage && !src.find("output.weight"))) continue;
       if ((s0 == Slot::Output || s0 == Slot::OutputNorm) && !geo_.last_stage) continue;
+      // Per-layer inputs are computed on the first stage (per_layer_inputs()).
+      if ((s0 == Slot::PleTokEmbd || s0 == Slot::PleModelProj || s0 == Slot::PleProjNorm) && !geo_.first_stage) continue;
       get(spec, spec.gguf, 0, c);
     }
     for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) {

@@ -113,6 +113,11 @@ class Model {
   void run_layers();
   void hidden_to_host(float* out);
   Buffer& hidden_states() { return *buf_.x; }  // [n, n_embd] of the pass begun (pipeline sends)
+  // Per-layer inputs (Gemma 4 E2B / E4B): the first stage computes every
+  // layer's from the input embedding; the next stages receive them with the
+  // hidden states. Null without them; else [n, n_layer * n_embd_per_layer].
+  Buffer* per_layer_input_buffer() { return cfg_.n_embd_per_layer > 0 ? buf_.ple.get() : nullptr; }
+  int64_t per_layer_input_values() const { return n_ * cfg_.n_layer * cfg_.n_embd_per_layer; }
   void hidden_from_host(const float* in);
   void compute_logits(const std::vector<int32_t>& logits_rows, float* logits);
   // The same in two halves: the logits stay in backend memory, then either

@@ -265,12 +265,18 @@ void ModelRunner::pipeline_forward(const BatchInfo& batch, const std::vector<int
     const size_t hidden_values = static_cast<size_t>((r1 - r0) * d);
     r0 = r1;
     model_.begin_pass(mb, static_cast<int64_t>(rows.size()));
-    if (g.first_stage) model_.embed();
-    else pp_comm_->recv(model_.hidden_states(), hidden_values, prev);
+    Buffer* per_layer = model_.per_layer_input_buffer();
+    if (g.first_stage) {
+      model_.embed();
+    } else {
+      pp_comm_->recv(model_.hidden_states(), hidden_values, prev);
+      if (per_layer) pp_comm_->recv(*per_layer, static_cast<size_t>(model_.per_layer_input_values()), prev);
+    }
     model_.run_layers();
     if (!g.last_stage) {
       // In stream order: rank 0 goes on to its next step without waiting for the next stage.
       pp_comm_->send(model_.hidden_states(), hidden_values, next);
+      if (per_layer) pp_comm_->send(*per_layer, static_cast<size_t>(model_.per_layer_input_values()), next);
       continue;
     }
     scratch_.resize(rows.size() * static_cast<size_t>(vocab));

@@ -82,7 +82,9 @@ def need(path):
 
 PARALLEL = {"tp2": (2, ["--tensor-parallel-size", "2"]), "pp2": (2, ["--pipeline-parallel-size", "2"]),
             "pp2-4+1": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "4,1"]),
-            "pp2-balanced": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "balanced"])}
+            "pp2-balanced": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "balanced"]),
+            # tiny-gemma4's last three layers read layers 1 and 2's K/V: a cut that keeps them together
+            "pp2-1+5": (2, ["--pipeline-parallel-size", "2", "--pipeline-layer-partition", "1,5"])}
 
 
 @pytest.mark.parametrize("how", ["tp2", "pp2", "pp2-4+1"])
@@ -162,13 +164,15 @@ def test_linear_attention_parallel_equals_one_rank(tmp_path, shape, how):
 
 
 @pytest.mark.parametrize("shape,how", [("tiny-gemma4", "tp2"), ("tiny-gemma4g", "tp2"), ("tiny-gemma4-31b", "tp2"),
-                                       ("tiny-gemma4-31b", "pp2"), ("tiny-gemma4moe", "tp2")])
+                                       ("tiny-gemma4-31b", "pp2"), ("tiny-gemma4moe", "tp2"), ("tiny-gemma4", "pp2-1+5"),
+                                       ("tiny-gemma4g", "pp2-1+5")])
 def test_gemma4_parallel_equals_one_rank(tmp_path, shape, how):
     """Gemma 4: per-layer embeddings looked up in each rank's vocabulary
-    slice, layers that read an earlier layer's K/V, global layers of their own
-    head size and KV heads (cut per layer; one KV head replicated), values
-    taken from the keys, the double-wide MLP, the MoE variant: the same greedy
-    tokens as one rank."""
+    slice (and, across pipeline stages, computed on the first and sent on
+    with the hidden states), layers that read an earlier layer's K/V, global
+    layers of their own head size and KV heads (cut per layer; one KV head
+    replicated), values taken from the keys, the double-wide MLP, the MoE
+    variant: the same greedy tokens as one rank."""
     model = ["--load-format", "dummy", "--dummy-shape", shape, "--exact-matmul"]
     batch = batch_file(tmp_path, ID_PROMPTS + LONG_ID_PROMPTS, max_tokens=24)
     ref = generate(model, batch)
@@ -375,6 +379,11 @@ def test_launch_errors_are_clear(tmp_path):
     out = subprocess.run(mpi(2, ["generate", "--model", stories, "-p", "Once", "--pipeline-parallel-size", "2",
                                  "--pipeline-layer-partition", "2,2"]), capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "adds up to 4 layers; the model has 5" in out.stdout + out.stderr
+    # tiny-gemma4's even cut leaves layer 3 on the second stage, its K/V source (layer 1) on the first
+    out = subprocess.run(mpi(2, ["generate", "--load-format", "dummy", "--dummy-shape", "tiny-gemma4", "-p", "Once",
+                                 "--pipeline-parallel-size", "2"]), capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "layer 3 reuses the K/V of layer 1, which another pipeline stage holds" in (
+        out.stdout + out.stderr)
 
 
 def test_dead_rank_fails_requests_and_exits_nonzero():

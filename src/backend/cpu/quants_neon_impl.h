@@ -50,31 +50,6 @@ float dot_q8_0(int64_t nb, const BlockQ8_0* w, const BlockQ8_0* a) {
   return sum;
 }
 
-float dot_q4_k(int64_t nb, const BlockQ4_K* w, const BlockQ8_K* a) {
-  const uint8x16_t low4 = vdupq_n_u8(0x0F);
-  float sum = 0;
-  for (int64_t i = 0; i < nb; ++i) {
-    int isum = 0, imin = 0;
-    for (int c = 0; c < 4; ++c) {
-      uint8_t sc_lo, sc_hi, m_lo, m_hi;
-      kquant_scale_min(2 * c, w[i].scales, sc_lo, m_lo);
-      kquant_scale_min(2 * c + 1, w[i].scales, sc_hi, m_hi);
-      const uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * c), q1 = vld1q_u8(w[i].qs + 32 * c + 16);
-      const int8_t* y = a[i].qs + 64 * c;
-      int32x4_t lo = dot16(vdupq_n_s32(0), vreinterpretq_s8_u8(vandq_u8(q0, low4)), vld1q_s8(y));
-      lo = dot16(lo, vreinterpretq_s8_u8(vandq_u8(q1, low4)), vld1q_s8(y + 16));
-      int32x4_t hi = dot16(vdupq_n_s32(0), vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vld1q_s8(y + 32));
-      hi = dot16(hi, vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)), vld1q_s8(y + 48));
-      isum += sc_lo * vaddvq_s32(lo) + sc_hi * vaddvq_s32(hi);
-      const int16_t* bs = a[i].bsums + 4 * c;
-      imin += m_lo * (bs[0] + bs[1]) + m_hi * (bs[2] + bs[3]);
-    }
-    sum += a[i].d * (fp16_to_fp32(w[i].d) * static_cast<float>(isum) -
-                     fp16_to_fp32(w[i].dmin) * static_cast<float>(imin));
-  }
-  return sum;
-}
-
 // Q6_K: element 128h + 32k + l (k = 0..3, l = 0..31) has its low 4 bits in
 // ql[64h + l (+32 for k odd)] (high nibble for k >= 2) and its top 2 bits at
 // bits 2k of qh[32h + l]; each 16 elements share a scale.
@@ -206,11 +181,15 @@ float dot_iq4_xs(int64_t nb, const BlockIQ4_XS* w, const BlockQ8_K* a) {
   return sum;
 }
 
-float dot_q5_k(int64_t nb, const BlockQ5_K* w, const BlockQ8_K* a) {
+// Q4_K and Q5_K (HighBits: each element's fifth bit, bit 2c or 2c + 1 of qh[l]
+// for the low or high nibbles of chunk c).
+template <bool HighBits, typename Block>
+float dot_q45_k(int64_t nb, const Block* w, const BlockQ8_K* a) {
   const uint8x16_t low4 = vdupq_n_u8(0x0F), sixteen = vdupq_n_u8(0x10);
   float sum = 0;
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8x16_t h0 = vld1q_u8(w[i].qh), h1 = vld1q_u8(w[i].qh + 16);
+    uint8x16_t h0 = vdupq_n_u8(0), h1 = h0;
+    if constexpr (HighBits) h0 = vld1q_u8(w[i].qh), h1 = vld1q_u8(w[i].qh + 16);
     int isum = 0, imin = 0;
     for (int c = 0; c < 4; ++c) {
       uint8_t sc_lo, sc_hi, m_lo, m_hi;
@@ -220,7 +199,8 @@ float dot_q5_k(int64_t nb, const BlockQ5_K* w, const BlockQ8_K* a) {
       const uint8x16_t bit_lo = vdupq_n_u8(static_cast<uint8_t>(1 << (2 * c)));
       const uint8x16_t bit_hi = vdupq_n_u8(static_cast<uint8_t>(2 << (2 * c)));
       const auto level = [&](uint8x16_t nib, uint8x16_t h, uint8x16_t bit) {
-        return vreinterpretq_s8_u8(vorrq_u8(nib, vandq_u8(vtstq_u8(h, bit), sixteen)));
+        if constexpr (HighBits) nib = vorrq_u8(nib, vandq_u8(vtstq_u8(h, bit), sixteen));
+        return vreinterpretq_s8_u8(nib);
       };
       const int8_t* y = a[i].qs + 64 * c;
       int32x4_t lo = dot16(vdupq_n_s32(0), level(vandq_u8(q0, low4), h0, bit_lo), vld1q_s8(y));
@@ -249,8 +229,8 @@ float dot_q2_k(int64_t nb, const BlockQ2_K* w, const BlockQ8_K* a) {
       for (int s = 0; s < 4; ++s)
         for (int half = 0; half < 2; ++half) {
           const int j = 8 * h + 2 * s + half;
-          const uint8x16_t shift = vreinterpretq_u8_s8(vdupq_n_s8(static_cast<int8_t>(-2 * s)));
-          const int8x16_t lv = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q[half], vreinterpretq_s8_u8(shift)), three));
+          const int8x16_t shift = vdupq_n_s8(static_cast<int8_t>(-2 * s));  // right by 2s
+          const int8x16_t lv = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q[half], shift), three));
           const int part = vaddvq_s32(dot16(vdupq_n_s32(0), lv, vld1q_s8(a[i].qs + 16 * j)));
           isum += (w[i].scales[j] & 0x0F) * part;
           imin += (w[i].scales[j] >> 4) * a[i].bsums[j];
@@ -295,12 +275,12 @@ float vec_dot(DType type, int64_t n, const void* w, const void* a) {
   switch (type) {
     case DType::Q4_0: return dot_q4_0(nb, static_cast<const BlockQ4_0*>(w), static_cast<const BlockQ8_0*>(a));
     case DType::Q8_0: return dot_q8_0(nb, static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a));
-    case DType::Q4_K: return dot_q4_k(nb, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q4_K: return dot_q45_k<false>(nb, static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q6_K: return dot_q6_k(nb, static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q4_1: return dot_q4_1(nb, static_cast<const BlockQ4_1*>(w), static_cast<const BlockQ8_1*>(a));
     case DType::Q5_0: return dot_q5_0(nb, static_cast<const BlockQ5_0*>(w), static_cast<const BlockQ8_0*>(a));
     case DType::Q5_1: return dot_q5_1(nb, static_cast<const BlockQ5_1*>(w), static_cast<const BlockQ8_1*>(a));
-    case DType::Q5_K: return dot_q5_k(nb, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
+    case DType::Q5_K: return dot_q45_k<true>(nb, static_cast<const BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q2_K: return dot_q2_k(nb, static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::Q3_K: return dot_q3_k(nb, static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a));
     case DType::IQ4_XS: return dot_iq4_xs(nb, static_cast<const BlockIQ4_XS*>(w), static_cast<const BlockQ8_K*>(a));

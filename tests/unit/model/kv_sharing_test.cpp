@@ -58,16 +58,13 @@ TEST(KvSharing, SharedLayersKeepNoCache) {
   auto unshared_src = make_dummy_source(unshared, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
   auto unshared_model = Model::from_source(unshared, *unshared_src, *backend);
   EXPECT_EQ(unshared_model->kv_cache_spec(16, 8, DType::F16).bytes_per_block(), 2 * plain.bytes_per_block());
-  // Per-layer embeddings come from the first stage's input embedding: tensor
-  // parallelism (test_parallel.py), not pipeline parallelism.
-  expect_error([&] { Model::from_source(c, *src, *backend, {}, ModelShard{0, 1, 1, 2, {}, false}); },
-               "per-layer embeddings (Gemma 4 E2B / E4B) run under tensor parallelism");
-  // Without them, a pipeline stage must hold each shared layer's source.
-  ModelConfig no_ple = c;
-  no_ple.n_embd_per_layer = 0;
-  auto no_ple_src = make_dummy_source(no_ple, DummySpec{"tiny-gemma4", DType::F32, 1}, pool);
-  auto second_stage = Model::from_source(no_ple, *no_ple_src, *backend, {}, ModelShard{0, 1, 1, 2, {}, false});
+  // A pipeline stage must hold each shared layer's source: the even cut
+  // (layers 3-5 on the second stage) does not, a cut after layer 0 does
+  // (per-layer inputs come from the first stage with the hidden states).
+  auto second_stage = Model::from_source(c, *src, *backend, {}, ModelShard{0, 1, 1, 2, {}, false});
   expect_error([&] { second_stage->kv_cache_spec(16, 8, DType::F16); }, "which another pipeline stage holds");
+  auto sources_kept = Model::from_source(c, *src, *backend, {}, ModelShard{0, 1, 1, 2, {1, 5}, false});
+  EXPECT_EQ(sources_kept->kv_cache_spec(16, 8, DType::F16).n_layers, 2);  // layers 1 and 2
   // Grouped: the global cache layer in the full group, each local one in a sliding group of one slot.
   const KvGroupPlan plan = plan_kv_groups(model->kv_layer_windows(), 512);
   ASSERT_TRUE(plan.grouped());
