@@ -323,13 +323,19 @@ typedef struct pglb_attention_params {
    * the cache: its prompt is one step); a sliding_window with it (only with
    * PGLB_FEATURE_SYMMETRIC_WINDOW_ATTENTION) keeps keys at |p - j| < window. */
   int32_t non_causal;
+  /* Appended; absent: 0. 1: the rows of sequences whole in the step
+   * (ctx_len == q_len) may be left as they are (PGLB_OP_ATTENTION_KV
+   * computes them: MLA's two forms in one step). A hint: computing them is
+   * also right. */
+  int32_t skip_whole;
 } pglb_attention_params;
 
 /* PGLB_OP_ATTENTION_KV: causal attention (attn's heads, scale, window,
- * softcap, sinks; its layer unused) over keys and values this step made:
- * every sequence is whole in the step (ctx_len == q_len). Token t's KV head
- * g is the row kv + (t * n_head_kv + g) * kv_row: its key the first head_dim
- * values, its value v_dim values from v_offset. out [n_tokens, n_head * v_dim]. */
+ * softcap, sinks; its layer and skip_whole unused) over keys and values this
+ * step made, for the sequences whole in the step (ctx_len == q_len); the
+ * rows of the others are left as they are. Token t's KV head g is the row
+ * kv + (t * n_head_kv + g) * kv_row: its key the first head_dim values, its
+ * value v_dim values from v_offset. out [n_tokens, n_head * v_dim]. */
 typedef struct pglb_attention_kv_params {
   size_t struct_size;
   const pglb_attention_params* attn;

@@ -162,6 +162,10 @@ struct AttentionConfig {
   // (an encoder's bidirectional attention; the sequence's whole prompt is in
   // the cache, computed in this one step), or those in its symmetric window.
   bool non_causal = false;
+  // The rows of sequences whole in the step (ctx_len == q_len) may be left
+  // as they are: attention_kv computes them (MLA's two forms in one step). A
+  // hint; computing them is right too.
+  bool skip_whole = false;
 };
 
 // Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) keep no
@@ -472,7 +476,8 @@ class Backend {
   // this step made, kv [n_tokens, n_head_kv rows], not the cache -> out
   // [n_tokens, n_head * v_dim] (PGLB_OP_ATTENTION_KV: MLA's expanded form
   // for prefill, where keys and values are wider per head than the cached
-  // latent is cheap). Every sequence must be whole in the step (ctx_len == q_len).
+  // latent is cheap), for the sequences whole in the step (ctx_len ==
+  // q_len); the other sequences' rows of out are left as they are.
   virtual void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                             const AttentionConfig& cfg);
   // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).

@@ -387,7 +387,7 @@ class CBackend final : public Backend {
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override {
     pglb_attention_params p{sizeof p, layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
                             cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks),
-                            cfg.non_causal ? 1 : 0};
+                            cfg.non_causal ? 1 : 0, cfg.skip_whole ? 1 : 0};
     enqueue(PGLB_OP_ATTENTION, &p, "attention");
   }
   void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,

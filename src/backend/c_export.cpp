@@ -116,6 +116,7 @@ AttentionConfig attention_config(const pglb_attention_params& p) {
   c.softcap = p.softcap;
   c.sinks = weight_or_null(p.sinks);
   c.non_causal = p.non_causal != 0;
+  c.skip_whole = p.skip_whole != 0;
   return c;
 }
 

@@ -120,8 +120,8 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
   }
   // Each head is [rope | nope]: the rope op turns its leading dims.
   be.rope(*buf.q, n_head, static_cast<int>(m.q_head_dim()), c.rope);
-  const bool expanded = p.step_keys_whole && !A.kv_expand_view.empty();
-  if (!expanded) be.matmul_experts(A.q_absorb_view, *buf.q, n, n_head, true, *buf.mla_heads, *buf.mla_q);
+  const MlaForm form = A.kv_expand_view.empty() ? MlaForm::Absorbed : p.mla_form;
+  if (form != MlaForm::Expanded) be.matmul_experts(A.q_absorb_view, *buf.q, n, n_head, true, *buf.mla_heads, *buf.mla_q);
 
   // The cache vector [k_pe, norm(c_kv)] as the sum of two zero-padded
   // products: the norm over the padded row is the norm over c_kv, as the
@@ -136,20 +136,24 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
   AttentionConfig ac;
   ac.n_head = n_head;
   ac.scale = c.attn_scale;
-  if (expanded) {
+  if (form != MlaForm::Expanded) {
+    AttentionConfig absorbed = ac;
+    absorbed.n_head_kv = 1;
+    absorbed.head_dim = static_cast<int>(latent);
+    absorbed.skip_whole = form == MlaForm::Both;  // attention_kv below writes their rows
+    be.attention(kv_layer, *buf.mla_q, *buf.attn, absorbed);
+    be.matmul_experts(A.o_absorb_view, *buf.attn, n, n_head, true, *buf.mla_heads, *buf.mla_o);
+  }
+  if (form != MlaForm::Absorbed) {
     // Per pair of tokens, q_head_dim + v (320) multiply-adds per head instead
     // of the latent's 2 x (R + D) (1152); per token, the expansion costs what
-    // the absorbed query and output products do.
+    // the absorbed query and output products do. (mla_q is free again: the
+    // absorbed attention above has read it.)
     const int64_t qd = m.q_head_dim(), row = qd + m.v_head_dim;
     be.matmul_experts(A.kv_expand_view, *buf.mla_kv, n, n_head, false, *buf.mla_heads, *buf.mla_q);
     ac.n_head_kv = n_head;
     ac.head_dim = static_cast<int>(qd);
     be.attention_kv(*buf.q, *buf.mla_q, KvRowLayout{row, qd, static_cast<int>(m.v_head_dim)}, *buf.mla_o, ac);
-  } else {
-    ac.n_head_kv = 1;
-    ac.head_dim = static_cast<int>(latent);
-    be.attention(kv_layer, *buf.mla_q, *buf.attn, ac);
-    be.matmul_experts(A.o_absorb_view, *buf.attn, n, n_head, true, *buf.mla_heads, *buf.mla_o);
   }
   be.matmul(*A.wo, *buf.mla_o, n, *buf.o);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share

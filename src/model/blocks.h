@@ -143,6 +143,13 @@ struct ActivationBuffers {
   BufferPtr lora_d;     // [n, the widest target's rows]
 };
 
+// The forms multi-head latent attention takes in a step (Model::begin_pass
+// chooses): Absorbed (attention over the cached latent), Expanded (every
+// sequence whole in the step: attention over each head's keys and values
+// made from the step's latent, attention_kv), or Both (the whole sequences
+// expanded, the others absorbed).
+enum class MlaForm { Absorbed, Expanded, Both };
+
 // What a block reads and writes during one pass: the config, this rank's
 // share of the model (heads, FFN units, layers), the backend, the
 // activations, the weights, and the tensor-parallel sum of a buffer's first
@@ -155,10 +162,7 @@ struct LayerPass {
   const std::vector<LayerWeights>& layers;
   std::function<void(Buffer& buf, int64_t values)> all_reduce;
   const LoraPass* lora = nullptr;  // the pass's adapters; null: no row has one
-  // Every sequence is whole in this step (its prompt in one piece) and the
-  // backend may attend over keys made this step (attention_kv): MLA then
-  // takes its expanded form.
-  bool step_keys_whole = false;
+  MlaForm mla_form = MlaForm::Absorbed;
 };
 
 // x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend ->
@@ -173,8 +177,9 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n);
 // [rope(k_pe), norm(c_kv)] (one KV head). Absorbed form (decode, and any
 // step with cached keys): per head [rope | W_UK^T nope] -> attention in the
 // latent space -> per head W_UV of the c_kv part. Expanded form (whole
-// prompts, step_keys_whole): each head's K [rope | W_UK c_kv] and V W_UV c_kv
-// from the step's cache vectors -> attention over those. Then o -> x += o.
+// prompts, LayerPass::mla_form): each head's K [rope | W_UK c_kv] and V
+// W_UV c_kv from the step's cache vectors -> attention over those. Then o
+// -> x += o.
 void mla_attention_block(const LayerPass& p, int il, int64_t n);
 // The latent's norm runs over the zero-padded row [0 (R), c_kv (D)]: its
 // epsilon and the factor its weight is multiplied by at load.

@@ -642,16 +642,7 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   find_segments(batch);
   ensure_buffers(n_, std::max<int64_t>(m, 1));
   lora_pass_ = false;
-  // MLA's expanded form needs every sequence whole in the step, and changes
-  // a row's bits against the absorbed form: not in deterministic mode, where
-  // a row must not depend on what else the step holds.
-  step_keys_whole_ = false;
-  if (cfg_.is_mla()) {
-    if (attention_kv_ < 0) attention_kv_ = backend_.supports_op(op_query(PGLB_OP_ATTENTION_KV)) ? 1 : 0;
-    step_keys_whole_ = attention_kv_ == 1 && !backend_.deterministic() &&
-                       std::all_of(batch.seqs.begin(), batch.seqs.end(),
-                                   [](const SeqInfo& s) { return s.ctx_len == s.q_len; });
-  }
+  mla_form_ = cfg_.is_mla() ? mla_form(batch) : MlaForm::Absorbed;
   if (lora_) {
     lora_row_slots_.assign(static_cast<size_t>(n_), 0);
     for (const SeqInfo& s : batch.seqs) {
@@ -682,6 +673,23 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
     tp_batch_.token_ids[i] = std::max(local_ids_[i], 0);
   }
   backend_.set_batch(tp_batch_);
+}
+
+// MLA's expanded form serves the sequences whole in the step; it changes a
+// row's bits against the absorbed form, so not in deterministic mode (a row
+// must not depend on what else the step holds). Beside sequences with cached
+// keys, both forms run and the whole ones pay the absorbed form's per-token
+// products too (~184K multiply-adds per head) for the pairs they save (832
+// per head): worth it from prompts of about 450 tokens on.
+MlaForm Model::mla_form(const BatchInfo& batch) {
+  constexpr int64_t kMixedMinPromptTokens = 512;
+  if (attention_kv_ < 0) attention_kv_ = backend_.supports_op(op_query(PGLB_OP_ATTENTION_KV)) ? 1 : 0;
+  if (attention_kv_ != 1 || backend_.deterministic()) return MlaForm::Absorbed;
+  int64_t whole = 0, whole_tokens = 0;
+  for (const SeqInfo& s : batch.seqs)
+    if (s.ctx_len == s.q_len) ++whole, whole_tokens += s.q_len;
+  if (whole == static_cast<int64_t>(batch.seqs.size())) return MlaForm::Expanded;
+  return whole > 0 && whole_tokens >= kMixedMinPromptTokens * whole ? MlaForm::Both : MlaForm::Absorbed;
 }
 
 void Model::embed() {
@@ -768,7 +776,7 @@ void Model::run_layers() {
   LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
                  [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
   if (lora_pass_) pass.lora = &lora_->pass();
-  pass.step_keys_whole = step_keys_whole_;
+  pass.mla_form = mla_form_;
   // The family's own layer, or the shared decoder layer (model/blocks.h).
   const auto layer = arch_info(cfg_.arch).layer_forward;
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) (layer ? layer : decoder_layer)(pass, il, n_);

@@ -159,6 +159,7 @@ class Model {
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
   void per_layer_inputs();  // buf_.ple from the embedded tokens (Gemma 4)
+  MlaForm mla_form(const BatchInfo& batch);
   using Buffers = ActivationBuffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;
@@ -221,7 +222,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<LoraSlots> lora_;
   bool lora_pass_ = false;                // a row of the pass begun has an adapter
-  bool step_keys_whole_ = false;          // LayerPass::step_keys_whole of the pass begun
+  MlaForm mla_form_ = MlaForm::Absorbed;  // LayerPass::mla_form of the pass begun
   int attention_kv_ = -1;                 // the backend runs attention_kv (asked once; -1: not yet)
   std::vector<int32_t> lora_row_slots_;   // its rows' slots
 

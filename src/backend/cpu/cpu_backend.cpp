@@ -875,10 +875,11 @@ class CpuBackend : public Backend {
   };
   std::vector<AttnUnit> units_;
   std::vector<float> partials_;  // [units, tile rows * (2 + value dims)]
-  // Both attention ops: work units over each sequence's keys, kv_of(unit)
-  // saying where they are; out [n_tokens, n_head * Dv].
-  template <typename KvOf>
-  void attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, KvOf kv_of);
+  // Both attention ops: work units over the keys of each sequence take(seq)
+  // accepts, kv_of(unit) saying where they are; out [n_tokens, n_head * Dv]
+  // (the other sequences' rows untouched).
+  template <typename Take, typename KvOf>
+  void attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, Take take, KvOf kv_of);
   Sampler sampler_;  // scratch of sample()
   bool exact_matmul_ = false;
   bool repack_ = true;
@@ -905,7 +906,8 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(kv_cfg_.block_size <= cpu::kAttnMaxBlock, "attention kernel limits: block size {} (<= {})",
                 kv_cfg_.block_size, cpu::kAttnMaxBlock);
   const int heads_per_block = block_heads(slot, cfg.head_dim);
-  attend_units(cfg, q, out, cfg.head_dim, [&](const AttnUnit& w) {
+  const auto take = [&](const SeqInfo& s) { return !(cfg.skip_whole && s.ctx_len == s.q_len); };
+  attend_units(cfg, q, out, cfg.head_dim, take, [&](const AttnUnit& w) {
     return cpu::AttnKV{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
                        v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, cfg.head_dim,
                        batch_->seqs[w.seq].table(group).data(), heads_per_block};
@@ -921,14 +923,11 @@ void CpuBackend::attention_kv(const Buffer& q_buf, const Buffer& kv_buf, const K
                     rows.v_offset + rows.v_dim <= rows.row && rows.v_offset >= 0,
                 "attention_kv: {} heads of {} on {} KV heads, values [{}, {}) of rows of {}", cfg.n_head,
                 cfg.head_dim, cfg.n_head_kv, rows.v_offset, rows.v_offset + rows.v_dim, rows.row);
-  for (const auto& s : batch_->seqs)
-    PAGELLM_CHECK(s.ctx_len == s.q_len && s.kv_evicted_to <= s.kv_sinks,
-                  "attention_kv needs each sequence whole in the step: one has {} of its {} tokens", s.q_len,
-                  s.ctx_len);
   const float* q = f32(q_buf, n * cfg.n_head * cfg.head_dim);
   const float* kv = f32(kv_buf, n * cfg.n_head_kv * rows.row);
   float* out = f32(out_buf, n * cfg.n_head * rows.v_dim);
-  attend_units(cfg, q, out, rows.v_dim, [&](const AttnUnit& w) {
+  const auto whole = [](const SeqInfo& s) { return s.ctx_len == s.q_len; };
+  attend_units(cfg, q, out, rows.v_dim, whole, [&](const AttnUnit& w) {
     const float* k = kv + (static_cast<int64_t>(batch_->seqs[w.seq].q_start) * cfg.n_head_kv + w.g) * rows.row;
     cpu::AttnKV a{k, k + rows.v_offset, cpu::KVElem::F32, nullptr, nullptr, cfg.n_head_kv, cpu::kAttnMaxBlock,
                   cfg.head_dim, nullptr, cfg.n_head_kv};
@@ -938,8 +937,9 @@ void CpuBackend::attention_kv(const Buffer& q_buf, const Buffer& kv_buf, const K
   });
 }
 
-template <typename KvOf>
-void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, KvOf kv_of) {
+template <typename Take, typename KvOf>
+void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float* out, int Dv, Take take,
+                              KvOf kv_of) {
   const int G = cfg.n_head / cfg.n_head_kv, D = cfg.head_dim;
   PAGELLM_CHECK(D % 8 == 0 && D <= cpu::kAttnMaxHeadDim && G <= cpu::kAttnMaxRows,
                 "attention kernel limits: head_dim {} (multiple of 8, <= {}), {} query heads per KV head (<= {})", D,
@@ -963,11 +963,13 @@ void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float*
   // thread count.
   const int64_t split = (kDeterministicSplit + kv_cfg_.block_size - 1) / kv_cfg_.block_size * kv_cfg_.block_size;
   int64_t base_units = 0;
-  for (const auto& s : batch_->seqs) base_units += ((s.q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
+  for (const auto& s : batch_->seqs)
+    if (take(s)) base_units += ((s.q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
   const int64_t want_units = static_cast<int64_t>(nth) * 4;
   units_.clear();
   for (int32_t si = 0; si < static_cast<int32_t>(batch_->seqs.size()); ++si) {
     const auto& s = batch_->seqs[si];
+    if (!take(s)) continue;
     for (int32_t t0 = 0; t0 < s.q_len; t0 += tile_tokens) {
       const int32_t nt = std::min(tile_tokens, s.q_len - t0);
       // Non-causal: every key of the sequence, and the tile masks as if each

@@ -445,23 +445,31 @@ TEST_P(BackendOps, AttentionOverStepKeysMatchesReference) {
         }
     EXPECT_LT(rel_l2(out, ref), 2e-6) << "heads " << c.n_head << "/" << c.n_kv << " D " << c.D << " Dv " << c.Dv;
   }
-  // A sequence with cached keys before the step is refused, not misread.
-  BatchInfo cached;
-  cached.token_ids = {0};
-  cached.positions = {5};
-  SeqInfo si;
-  si.q_len = 1;
-  si.ctx_len = 6;
-  si.block_table = {1};
-  cached.seqs = {si};
-  cached.slot_mapping = {16 + 5};
-  be_->set_batch(cached);
+  // A sequence with cached keys before the step (row 0) is left to the
+  // cache's attention: its output row keeps what it held.
+  BatchInfo mixed;
+  mixed.token_ids = {0, 0, 0, 0};
+  mixed.positions = {5, 0, 1, 2};
+  mixed.slot_mapping = {16 + 5, 32, 33, 34};
+  SeqInfo cached;
+  cached.q_len = 1;
+  cached.ctx_len = 6;
+  cached.block_table = {1};
+  SeqInfo fresh;
+  fresh.q_start = 1;
+  fresh.q_len = fresh.ctx_len = 3;
+  fresh.block_table = {2};
+  mixed.seqs = {cached, fresh};
+  be_->set_batch(mixed);
   AttentionConfig ac;
   ac.n_head = ac.n_head_kv = 1;
   ac.head_dim = 8;
-  auto qb = put(randn(8, 1)), kvb = put(randn(16, 2));
-  auto ob = zeros_like(8);
-  EXPECT_THROW(be_->attention_kv(*qb, *kvb, KvRowLayout{16, 8, 8}, *ob, ac), Error);
+  auto qb = put(randn(4 * 8, 1)), kvb = put(randn(4 * 16, 2));
+  auto ob = zeros_like(4 * 8);
+  be_->attention_kv(*qb, *kvb, KvRowLayout{16, 8, 8}, *ob, ac);
+  const auto out = get(*ob, 4 * 8);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(out[d], -7.0f) << d;
+  for (int d = 8; d < 32; ++d) EXPECT_NE(out[d], -7.0f) << d;
 }
 
 // A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an

@@ -1,0 +1,110 @@
+// Multi-head latent attention's two forms in one step: a sequence with keys
+// in the cache (the absorbed form) beside a whole prompt of 512 tokens (the
+// expanded form, attention_kv): each row's logits are those its sequence
+// gets alone. (Each form alone is checked against transformers by the HF
+// fixtures.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+
+#include "backend/registry.h"
+#include "core/thread_pool.h"
+#include "core/trace.h"
+#include "model/dummy.h"
+#include "model/model.h"
+#include "test_paths.h"
+
+namespace pagellm {
+namespace {
+
+constexpr int kBlock = 16;
+
+// One sequence's slice of a batch: tokens at positions [ctx, ctx + n) in
+// blocks first_block, first_block + 1, ...
+void add_seq(BatchInfo& b, const std::vector<int32_t>& tokens, int ctx, int first_block) {
+  SeqInfo s;
+  s.q_start = static_cast<int32_t>(b.token_ids.size());
+  s.q_len = static_cast<int32_t>(tokens.size());
+  s.ctx_len = ctx + s.q_len;
+  for (int blk = 0; blk * kBlock < s.ctx_len; ++blk) s.block_table.push_back(first_block + blk);
+  for (int i = 0; i < s.q_len; ++i) {
+    const int pos = ctx + i;
+    b.token_ids.push_back(tokens[static_cast<size_t>(i)]);
+    b.positions.push_back(pos);
+    b.slot_mapping.push_back(int64_t{s.block_table[static_cast<size_t>(pos / kBlock)]} * kBlock + pos % kBlock);
+  }
+  b.seqs.push_back(s);
+}
+
+std::vector<float> logits_of(Model& m, const BatchInfo& b, const std::vector<int32_t>& rows) {
+  std::vector<float> out(rows.size() * static_cast<size_t>(m.config().n_vocab));
+  m.forward(b, rows, out.data());
+  return out;
+}
+
+double max_rel_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  double gap = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    gap = std::max(gap, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return gap / scale;
+}
+
+TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config("tiny-deepseek3", 512);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-deepseek3", DType::F32, 1}, pool);
+  auto model = Model::from_source(cfg, *src, *backend);
+  backend->allocate_kv_cache(model->kv_cache_spec(kBlock, 1 + 4 + 32 + 32, DType::F32));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(3, cfg.n_vocab - 1);
+  std::vector<int32_t> a(40), b(512);
+  for (auto& t : a) t = tok(rng);
+  for (auto& t : b) t = tok(rng);
+  const int32_t a_next = tok(rng);
+  const auto n = static_cast<size_t>(cfg.n_vocab);
+
+  // a's prompt, then its next token alone: the reference for a's row.
+  BatchInfo prompt;
+  add_seq(prompt, a, 0, 1);
+  logits_of(*model, prompt, {});
+  BatchInfo decode;
+  add_seq(decode, {a_next}, 40, 1);
+  const std::vector<float> a_alone = logits_of(*model, decode, {0});
+  // b alone (blocks 37..): the reference for b's last row.
+  BatchInfo b_batch;
+  add_seq(b_batch, b, 0, 37);
+  const std::vector<float> b_alone = logits_of(*model, b_batch, {511});
+
+  // Both in one step, b in blocks 5..36; a rewrites its token's K/V with the same values.
+  BatchInfo mixed;
+  add_seq(mixed, {a_next}, 40, 1);
+  add_seq(mixed, b, 0, 5);
+  trace::enable(true);
+  const std::vector<float> both = logits_of(*model, mixed, {0, 512});
+  trace::enable(false);
+  const std::string path = test::temp_dir() + "/mla-forms.json";
+  trace::write(path);
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> ops;
+  for (const auto& e : j["traceEvents"]) ops.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(ops.count("attention"));
+  EXPECT_TRUE(ops.count("attention_kv"));
+
+  // Float sums in other orders only (other row counts per product): far
+  // below what a wrong row would move (the other form's rows, or stale ones).
+  EXPECT_LT(max_rel_gap(std::vector<float>(both.begin(), both.begin() + n), a_alone), 1e-5);
+  EXPECT_LT(max_rel_gap(std::vector<float>(both.begin() + n, both.end()), b_alone), 1e-5);
+}
+
+}  // namespace
+}  // namespace pagellm
