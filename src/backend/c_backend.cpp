@@ -384,17 +384,18 @@ class CBackend final : public Backend {
     pglb_store_kv_params p{sizeof p, layer, h(k), h(v), k_rope ? &r : nullptr};
     enqueue(PGLB_OP_STORE_KV, &p, "store_kv");
   }
+  pglb_attention_params attention_params(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) {
+    return {sizeof(pglb_attention_params), layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
+            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks), cfg.non_causal ? 1 : 0,
+            cfg.skip_whole ? 1 : 0};
+  }
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override {
-    pglb_attention_params p{sizeof p, layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
-                            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks),
-                            cfg.non_causal ? 1 : 0, cfg.skip_whole ? 1 : 0};
+    pglb_attention_params p = attention_params(layer, q, out, cfg);
     enqueue(PGLB_OP_ATTENTION, &p, "attention");
   }
   void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                     const AttentionConfig& cfg) override {
-    pglb_attention_params a{sizeof a, 0, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
-                            cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks),
-                            cfg.non_causal ? 1 : 0};
+    pglb_attention_params a = attention_params(0, q, out, cfg);  // its layer unused
     pglb_attention_kv_params p{sizeof p, &a, h(kv), rows.row, rows.v_offset, rows.v_dim};
     enqueue(PGLB_OP_ATTENTION_KV, &p, "attention_kv");
   }

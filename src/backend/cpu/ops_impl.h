@@ -604,6 +604,7 @@ template <typename T>
 static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartial out) {
   const int D = kv.head_dim, B = kv.block_size, G = a.group, R = a.n_tokens * a.group;
   const int Dv = kv.v_dim > 0 ? kv.v_dim : D;
+  const bool dense = kv.block_table == nullptr;
   const T* kc = static_cast<const T*>(kv.k);
   const T* vc = static_cast<const T*>(kv.v);
   for (int r = 0; r < R; ++r) {
@@ -614,7 +615,6 @@ static void attend_rows_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int d = 0; d < Dv; ++d) acc[d] = 0.0f;
     for (int64_t j = a.j0; j < a.j1; ++j) {
       if (!key_visible(j, p, a.window, a.ahead)) continue;
-      const bool dense = kv.block_table == nullptr;
       const int64_t slot = dense ? 0 : (static_cast<int64_t>(kv.block_table[j / B]) * kv.block_heads + g) * B + j % B;
       const int64_t at = dense ? j * kv.key_stride : slot * D;
       const float ks = kv.k_scale ? kv.k_scale[slot] : 1.0f, vs = kv.v_scale ? kv.v_scale[slot] : 1.0f;

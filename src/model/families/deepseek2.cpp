@@ -187,16 +187,18 @@ class MlaSource : public TensorSource {
     return TensorData{"", DType::F32, {R + D}, out};
   }
 
-  // Per head, W_UK [nope, D] and W_UV [v, D]: kv_b's rows (one tensor), or
-  // attn_k_b (W_UK^T: D rows of nope) and attn_v_b (W_UV).
-  TensorData absorb(const std::string& blk, bool query_side) const {
+  // kv_b's per-head halves in float: W_UK [H, nope, D] (keys) or W_UV
+  // [H, v, D] (values), from kv_b's rows (one tensor) or attn_k_b (W_UK^T:
+  // D rows of nope per head) and attn_v_b (W_UV). Empty when the tensor is
+  // missing (the loader names it); `type` is its type.
+  std::vector<float> kv_b_half(const std::string& blk, bool keys, DType& type) const {
     const Mla& m = c_.mla;
-    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
-    const int64_t L = R + D, H = c_.n_head;
+    const int64_t D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim, H = c_.n_head;
     const TensorData* b = m.kv_b_fused ? raw(blk + "attn_kv_b.weight", kv_b_mat(c_))
-                          : query_side ? raw(blk + "attn_k_b.weight", k_b_mat(c_))
+                          : keys       ? raw(blk + "attn_k_b.weight", k_b_mat(c_))
                                        : raw(blk + "attn_v_b.weight", v_b_mat(c_));
     if (!b) return {};
+    type = b->type;
     std::vector<float> w(static_cast<size_t>(b->cols()));
     auto row = [&](int64_t r) {
       const size_t bytes = dtype_row_bytes(b->type, b->cols());
@@ -204,6 +206,33 @@ class MlaSource : public TensorSource {
                          b->cols());
       return w.data();
     };
+    const int64_t n = keys ? nope : v;
+    std::vector<float> out(static_cast<size_t>(H * n * D));
+    for (int64_t h = 0; h < H; ++h) {
+      float* oh = out.data() + h * n * D;
+      if (m.kv_b_fused) {
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(oh + i * D, row(h * (nope + v) + (keys ? 0 : nope) + i), static_cast<size_t>(D) * sizeof(float));
+      } else if (keys) {
+        for (int64_t d = 0; d < D; ++d) {
+          const float* ukt = row(h * D + d);
+          for (int64_t j = 0; j < nope; ++j) oh[j * D + d] = ukt[j];
+        }
+      } else {
+        for (int64_t i = 0; i < v; ++i) std::memcpy(oh + i * D, row(h * v + i), static_cast<size_t>(D) * sizeof(float));
+      }
+    }
+    return out;
+  }
+
+  // The absorbed form's per-head matrices, from W_UK and W_UV (kv_b_half).
+  TensorData absorb(const std::string& blk, bool query_side) const {
+    const Mla& m = c_.mla;
+    const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
+    const int64_t L = R + D, H = c_.n_head;
+    DType type = DType::F32;
+    const std::vector<float> half = kv_b_half(blk, query_side, type);
+    if (half.empty()) return {};
     if (query_side) {
       // [L rows, R + nope cols] per head: the rope part passes through, the
       // latent rows are W_UK^T: out[R + d][R + j] = W_UK[j][d].
@@ -211,63 +240,40 @@ class MlaSource : public TensorSource {
       std::vector<float> out(static_cast<size_t>(H * L * cols));
       for (int64_t h = 0; h < H; ++h) {
         float* mh = out.data() + h * L * cols;
+        const float* uk = half.data() + h * nope * D;
         for (int64_t r = 0; r < R; ++r) mh[r * cols + r] = 1.0f;
-        if (m.kv_b_fused) {
-          for (int64_t j = 0; j < nope; ++j) {
-            const float* uk = row(h * (nope + v) + j);
-            for (int64_t d = 0; d < D; ++d) mh[(R + d) * cols + R + j] = uk[d];
-          }
-        } else {
-          for (int64_t d = 0; d < D; ++d) std::memcpy(mh + (R + d) * cols + R, row(h * D + d), nope * sizeof(float));
-        }
+        for (int64_t j = 0; j < nope; ++j)
+          for (int64_t d = 0; d < D; ++d) mh[(R + d) * cols + R + j] = uk[j * D + d];
       }
-      return held_as(std::move(out), {cols, L, H}, b->type);
+      return held_as(std::move(out), {cols, L, H}, type);
     }
     // [v rows, L cols] per head: zero rope columns, then W_UV.
     std::vector<float> out(static_cast<size_t>(H * v * L));
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < v; ++i) {
-        const float* uv = row(m.kv_b_fused ? h * (nope + v) + nope + i : h * v + i);
-        std::memcpy(out.data() + (h * v + i) * L + R, uv, static_cast<size_t>(D) * sizeof(float));
-      }
-    return held_as(std::move(out), {L, v, H}, b->type);
+    for (int64_t hi = 0; hi < H * v; ++hi)
+      std::memcpy(out.data() + hi * L + R, half.data() + hi * D, static_cast<size_t>(D) * sizeof(float));
+    return held_as(std::move(out), {L, v, H}, type);
   }
 
-  // Per head [R + nope + v rows, L cols]: the rope part passes through, then
-  // W_UK's rows (the key's nope part) and W_UV's (the value), both on the
-  // c_kv columns.
+  // The expanded form's per head [R + nope + v rows, L cols]: the rope part
+  // passes through, then W_UK's rows (the key's nope part) and W_UV's (the
+  // value), both on the c_kv columns.
   TensorData expand(const std::string& blk) const {
     const Mla& m = c_.mla;
     const int64_t R = m.qk_rope_head_dim, D = m.kv_lora_rank, nope = m.qk_nope_head_dim, v = m.v_head_dim;
     const int64_t L = R + D, H = c_.n_head, rows = R + nope + v;
-    const TensorData* kb = m.kv_b_fused ? raw(blk + "attn_kv_b.weight", kv_b_mat(c_))
-                                        : raw(blk + "attn_k_b.weight", k_b_mat(c_));
-    const TensorData* vb = m.kv_b_fused ? kb : raw(blk + "attn_v_b.weight", v_b_mat(c_));
-    if (!kb || !vb) return {};
-    std::vector<float> w(static_cast<size_t>(std::max(kb->cols(), vb->cols())));
-    auto row = [&](const TensorData* t, int64_t r) {
-      const size_t bytes = dtype_row_bytes(t->type, t->cols());
-      dequantize_row_ref(t->type, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r) * bytes, w.data(),
-                         t->cols());
-      return w.data();
-    };
+    DType type = DType::F32, v_type = DType::F32;  // held as the keys' tensor (kv_b or attn_k_b)
+    const std::vector<float> uk = kv_b_half(blk, true, type), uv = kv_b_half(blk, false, v_type);
+    if (uk.empty() || uv.empty()) return {};
     std::vector<float> out(static_cast<size_t>(H * rows * L));
     for (int64_t h = 0; h < H; ++h) {
       float* mh = out.data() + h * rows * L;
       for (int64_t r = 0; r < R; ++r) mh[r * L + r] = 1.0f;
-      if (m.kv_b_fused) {
-        for (int64_t j = 0; j < nope; ++j) std::memcpy(mh + (R + j) * L + R, row(kb, h * (nope + v) + j), D * sizeof(float));
-      } else {  // attn_k_b holds W_UK^T: D rows of nope
-        for (int64_t d = 0; d < D; ++d) {
-          const float* uk = row(kb, h * D + d);
-          for (int64_t j = 0; j < nope; ++j) mh[(R + j) * L + R + d] = uk[j];
-        }
+      for (int64_t i = 0; i < nope + v; ++i) {
+        const float* src = i < nope ? uk.data() + (h * nope + i) * D : uv.data() + (h * v + i - nope) * D;
+        std::memcpy(mh + (R + i) * L + R, src, static_cast<size_t>(D) * sizeof(float));
       }
-      for (int64_t i = 0; i < v; ++i)
-        std::memcpy(mh + (R + nope + i) * L + R, row(vb, m.kv_b_fused ? h * (nope + v) + nope + i : h * v + i),
-                    D * sizeof(float));
     }
-    return held_as(std::move(out), {L, rows, H}, kb->type);
+    return held_as(std::move(out), {L, rows, H}, type);
   }
 
   // The absorbed matrices stay F32 for an F32 checkpoint and are F16 for any
