@@ -140,19 +140,20 @@ thread_local Scratch t_scratch;
 // Weight levels are stored unsigned; this is the zero point the kernels take
 // out as zero_point * sum(activations). The VNNI kernels make signed levels
 // (Q8_0's, and IQ4_NL's and MXFP4's table values) unsigned by adding 128.
-int zero_point(DType type, bool x16) {
+int zero_point(DType type, bool vnni) {
   switch (type) {
     case DType::Q4_0: return 8;
     case DType::Q5_0: return 16;
     case DType::Q8_0:
     case DType::IQ4_NL:
-    case DType::MXFP4: return x16 ? 128 : 0;
+    case DType::MXFP4: return vnni ? 128 : 0;
     default: return 0;
   }
 }
 
-// The 16-row AVX-512 VNNI kernels run this type at this level.
-bool use_x16(Isa isa, DType type) { return isa >= Isa::Avx512Vnni && avx512::has_gemm_x16(type); }
+// Row groups per call of the AVX-512 VNNI kernels for this type at this
+// level; 0: the AVX2 kernels run it.
+int vnni_groups(Isa isa, DType type) { return isa >= Isa::Avx512Vnni ? avx512::gemm_group_count(type) : 0; }
 
 size_t side_bytes_per_block(DType act) {
   switch (act) {
@@ -297,7 +298,7 @@ struct Plan {
   size_t block_stride = 0, side_stride = 0;
   uint8_t* scratch = nullptr;  // [n][block_stride] blocks, then [n][side_stride] extras
   int64_t chunk = 0, run = 0, runs = 0, items = 0, first_item = 0;
-  bool x16 = false;  // row groups in pairs through avx512::gemm_x16
+  int vnni_groups = 0;  // row groups per avx512::gemm_groups call (0: the AVX2 kernels)
 };
 
 // A thread's own run of work items (matmul_many, one token chunk); others
@@ -309,7 +310,7 @@ struct alignas(64) Segment {
 
 void quantize_plan(const Plan& p, int64_t t0, int64_t t1) {
   const int64_t cols = p.w->cols();
-  const int offset = zero_point(p.w->type(), p.x16);
+  const int offset = zero_point(p.w->type(), p.vnni_groups > 0);
   uint8_t* side = p.scratch + static_cast<size_t>(p.n) * p.block_stride;
   for (int64_t t = t0; t < t1; ++t)
     avx2::quantize_act_row(p.act, offset, p.x + t * cols, cols, p.scratch + t * p.block_stride,
@@ -327,21 +328,22 @@ void run_item(const Plan& p, int64_t item) {
   // One-token chunks (decode, bound by memory) stream one group at a time:
   // the two-group kernel's two weight streams measured slower there. Types
   // without a VNNI decode kernel take the AVX2 loop at the end.
-  if (p.x16 && nt == 1 && avx512::has_gemv_x8(w.type())) {
+  if (p.vnni_groups > 0 && nt == 1 && avx512::has_gemv_x8(w.type())) {
     for (; g < g1; ++g) {
       const int nrows = static_cast<int>(std::min<int64_t>(kGroupRows, rows - g * kGroupRows));
       avx512::gemv_x8(w.type(), w.packed() + g * w.group_bytes(), nb, a, t0, p.y + t0 * rows + g * kGroupRows, nrows);
     }
     return;
   }
-  // Runs start at even groups; an odd last group goes to the AVX2 kernel (the
-  // same bits).
-  if (p.x16 && nt > 1) {
-    for (; g + 2 <= g1; g += 2) {
-      const int nrows = static_cast<int>(std::min<int64_t>(2 * kGroupRows, rows - g * kGroupRows));
-      const uint8_t* w0 = w.packed() + g * w.group_bytes();
-      avx512::gemm_x16(w.type(), w0, w0 + w.group_bytes(), nb, a, t0, nt, p.y + t0 * rows + g * kGroupRows, rows,
-                       nrows);
+  // Runs start at multiples of the call's groups; a run's last groups take
+  // the two-group kernel, an odd last group the AVX2 one (the same bits).
+  if (nt > 1) {
+    for (int k = p.vnni_groups; k >= 2; k /= 2) {
+      for (; g + k <= g1; g += k) {
+        const int nrows = static_cast<int>(std::min<int64_t>(k * kGroupRows, rows - g * kGroupRows));
+        avx512::gemm_groups(w.type(), w.packed() + g * w.group_bytes(), w.group_bytes(), k, nb, a, t0, nt,
+                            p.y + t0 * rows + g * kGroupRows, rows, nrows);
+      }
     }
   }
   for (; g < g1; ++g) {
@@ -451,7 +453,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.y = pr.y;
     p.n = pr.n;
     p.act = vec_dot_type(w.type());
-    p.x16 = use_x16(isa, w.type());
+    p.vnni_groups = vnni_groups(isa, w.type());
     const int64_t act_blocks = w.cols() / dtype_block_size(p.act);
     p.block_stride = round_up64(dtype_row_bytes(p.act, w.cols()));
     p.side_stride = round_up64(static_cast<size_t>(act_blocks) * side_bytes_per_block(p.act));
@@ -501,7 +503,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.chunk = std::max<int64_t>(avx2::kTileTokens, p.chunk / avx2::kTileTokens * avx2::kTileTokens);
     p.run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / p.w->group_bytes()));
     p.run = std::min(p.run, std::max<int64_t>(1, total_groups / (4 * pool.size())));  // enough items to balance
-    if (p.x16) p.run = (p.run + 1) / 2 * 2;  // whole pairs of groups
+    if (p.vnni_groups > 0) p.run = (p.run + p.vnni_groups - 1) / p.vnni_groups * p.vnni_groups;  // whole calls
     p.runs = (groups + p.run - 1) / p.run;
     p.items = ((p.n + p.chunk - 1) / p.chunk) * p.runs;
     p.first_item = items;

@@ -71,19 +71,19 @@ inline __m512i odd16(__m512i v) {
   return Signed ? _mm512_srai_epi32(v, 16) : _mm512_srli_epi32(v, 16);
 }
 
-// As matmul_avx2.cpp: decode (T == 1) is bound by memory, so fetch both
-// groups' blocks a few blocks ahead.
+// A tile that reads its weights first (decode, or the first tile of a token
+// chunk) is bound by memory: fetch a few blocks ahead in every group (bench
+// ops, n = 8: +20-100%). Later tiles find the run in L2 and skip it.
 constexpr int64_t kPrefetchBytes = 4096;
-template <int T, typename Block>
-inline void prefetch_ahead(const Block* w0, const Block* w1, int64_t b) {
-  if constexpr (T == 1) {
-    constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
-    const char* p0 = reinterpret_cast<const char*>(w0 + b + ahead);
-    const char* p1 = reinterpret_cast<const char*>(w1 + b + ahead);
-    for (size_t off = 0; off < sizeof(Block); off += 64) {
-      _mm_prefetch(p0 + off, _MM_HINT_T0);
-      _mm_prefetch(p1 + off, _MM_HINT_T0);
-    }
+template <typename Block>
+inline void prefetch_ahead(bool cold, const Block* w0, const Block* w1, int64_t b) {
+  if (!cold) return;
+  constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
+  const char* p0 = reinterpret_cast<const char*>(w0 + b + ahead);
+  const char* p1 = reinterpret_cast<const char*>(w1 + b + ahead);
+  for (size_t off = 0; off < sizeof(Block); off += 64) {
+    _mm_prefetch(p0 + off, _MM_HINT_T0);
+    _mm_prefetch(p1 + off, _MM_HINT_T0);
   }
 }
 
@@ -110,70 +110,103 @@ inline void zero(__m512i (&v)[T]) {
   for (int t = 0; t < T; ++t) v[t] = _mm512_setzero_si512();
 }
 
-// Each kernel: run<T>() computes two row groups (16 rows) x T tokens over all blocks.
+// Each kernel: run<T>() computes two row groups (16 rows) x T tokens over all
+// blocks. The wide kernels' run<P, T>() computes 2P groups (group g's blocks at
+// w + g * gbytes): each broadcast activation quad then feeds P vpdpbusd, and
+// the broadcast loads, not the products, were the limit at P = 1.
+template <typename Block, int G>
+inline void group_blocks(const uint8_t* w, int64_t gbytes, const Block* (&out)[G]) {
+  for (int g = 0; g < G; ++g) out[g] = reinterpret_cast<const Block*>(w + g * gbytes);
+}
+
+// One int32 sum per (pair, token) and block, offset by c (the weights' zero
+// point times the activation sum), times both scales into the accumulator.
+template <int P, int T, typename Block>
+inline void epilogue_q8_0(const Block* const* w, int64_t b, const TileActs<T, BlockQ8_0, ActSideQ8_0>& in,
+                          const __m512i (&sum)[P][T], __m512 (&acc)[P][T]) {
+  __m512 dw[P];
+  for (int p = 0; p < P; ++p) dw[p] = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
+  for (int t = 0; t < T; ++t) {
+    const __m512i c = _mm512_set1_epi32(in.s[t][b].c);
+    const __m512 da = _mm512_set1_ps(in.s[t][b].d);
+    for (int p = 0; p < P; ++p)
+      fmadd(acc[p][t], _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[p][t], c)), _mm512_mul_ps(dw[p], da));
+  }
+}
+
+template <int P, int T>
+inline void store_tiles(const __m512 (&acc)[P][T], float* y, int64_t ldy, int nrows) {
+  for (int p = 0; p < P && 16 * p < nrows; ++p) store_tile<T>(acc[p], y + 16 * p, ldy, nrows - 16 * p);
+}
 
 // ---- Q4_0 x Q8_0 ------------------------------------------------------------------
 // Levels 0..15; the -8 comes out as 8 * (activation sum), the side's c.
 struct KernelQ4_0 {
-  template <int T>
-  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
-    const auto* w0 = static_cast<const BlockQ4_0x8*>(w0p);
-    const auto* w1 = static_cast<const BlockQ4_0x8*>(w1p);
+  template <int P, int T>
+  __attribute__((noinline)) static void run(const uint8_t* wp, int64_t gbytes, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
+    const BlockQ4_0x8* w[2 * P];
+    group_blocks(wp, gbytes, w);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m512 acc[P][T];
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w0, w1, b);
-      __m512i lo_sum[T], hi_sum[T];  // two chains: the dpbusd latency is not the limit
-      zero(lo_sum);
-      zero(hi_sum);
+      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+      __m512i sum[P][T];  // one chain each: the dpbusd latency is not the limit
+      for (int p = 0; p < P; ++p) zero(sum[p]);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512i q = load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i);
-        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 4 * i));
-        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
+        __m512i lo[P], hi[P];
+        for (int p = 0; p < P; ++p) {
+          const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
+          lo[p] = _mm512_and_si512(q, m4);
+          hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i a_lo = bcast32(in.a[t][b].qs + 4 * i), a_hi = bcast32(in.a[t][b].qs + 16 + 4 * i);
+          for (int p = 0; p < P; ++p) {
+            dpbusd(sum[p][t], lo[p], a_lo);
+            dpbusd(sum[p][t], hi[p], a_hi);
+          }
+        }
       }
-      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
-      for (int t = 0; t < T; ++t) {
-        const __m512i i32 = _mm512_sub_epi32(_mm512_add_epi32(lo_sum[t], hi_sum[t]), _mm512_set1_epi32(in.s[t][b].c));
-        fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
-      }
+      epilogue_q8_0<P, T>(w, b, in, sum, acc);
     }
-    store_tile<T>(acc, y, ldy, nrows);
+    store_tiles<P, T>(acc, y, ldy, nrows);
   }
 };
 
 // ---- Q8_0 x Q8_0 ------------------------------------------------------------------
 struct KernelQ8_0 {
-  template <int T>
-  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
-    const auto* w0 = static_cast<const BlockQ8_0x8*>(w0p);
-    const auto* w1 = static_cast<const BlockQ8_0x8*>(w1p);
+  template <int P, int T>
+  __attribute__((noinline)) static void run(const uint8_t* wp, int64_t gbytes, int64_t nb, const ActRows& rows,
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
+    const BlockQ8_0x8* w[2 * P];
+    group_blocks(wp, gbytes, w);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m512 acc[P][T];
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w0, w1, b);
-      __m512i even[T], odd[T];
-      zero(even);
-      zero(odd);
+      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+      __m512i sum[P][T];
+      for (int p = 0; p < P; ++p) zero(sum[p]);
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
-        const __m512i q = _mm512_xor_si512(load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i), flip);  // w + 128
-        for (int t = 0; t < T; ++t) dpbusd(i % 2 == 0 ? even[t] : odd[t], q, bcast32(in.a[t][b].qs + 4 * i));
+        __m512i q[P];
+        for (int p = 0; p < P; ++p)  // w + 128
+          q[p] = _mm512_xor_si512(load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i), flip);
+        for (int t = 0; t < T; ++t) {
+          const __m512i a = bcast32(in.a[t][b].qs + 4 * i);
+          for (int p = 0; p < P; ++p) dpbusd(sum[p][t], q[p], a);
+        }
       }
-      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
-      for (int t = 0; t < T; ++t) {
-        const __m512i i32 = _mm512_sub_epi32(_mm512_add_epi32(even[t], odd[t]), _mm512_set1_epi32(in.s[t][b].c));
-        fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
-      }
+      epilogue_q8_0<P, T>(w, b, in, sum, acc);
     }
-    store_tile<T>(acc, y, ldy, nrows);
+    store_tiles<P, T>(acc, y, ldy, nrows);
   }
 };
 
@@ -187,7 +220,7 @@ struct KernelQ45K {
   using WBlock = std::conditional_t<HighBits, BlockQ5_Kx8, BlockQ4_Kx8>;
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const WBlock*>(w0p);
     const auto* w1 = static_cast<const WBlock*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
@@ -195,6 +228,7 @@ struct KernelQ45K {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int c = 0; c < 4; ++c) {
@@ -280,14 +314,14 @@ struct KernelQ6K {
 
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const BlockQ6_Kx8*>(w0p);
     const auto* w1 = static_cast<const BlockQ6_Kx8*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<T>(w0, w1, b);
+      prefetch_ahead(cold, w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int h = 0; h < 2; ++h) {
@@ -315,7 +349,7 @@ struct KernelQ4Q5 {
   using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const WBlock*>(w0p);
     const auto* w1 = static_cast<const WBlock*>(w1p);
     const TileActs<T, ABlock, Side> in(rows, t0);
@@ -323,6 +357,7 @@ struct KernelQ4Q5 {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i lo_sum[T], hi_sum[T];
       zero(lo_sum);
       zero(hi_sum);
@@ -386,7 +421,7 @@ struct KernelLut4 {
 
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const WBlock*>(w0p);
     const auto* w1 = static_cast<const WBlock*>(w1p);
     const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
@@ -394,6 +429,7 @@ struct KernelLut4 {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i lo_sum[T], hi_sum[T];
       zero(lo_sum);
       zero(hi_sum);
@@ -421,7 +457,7 @@ struct KernelLut4 {
 struct KernelIQ4XS {
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const BlockIQ4_XSx8*>(w0p);
     const auto* w1 = static_cast<const BlockIQ4_XSx8*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
@@ -429,6 +465,7 @@ struct KernelIQ4XS {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int j = 0; j < 8; ++j) {
@@ -470,7 +507,7 @@ struct KernelQ2K {
 
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const BlockQ2_Kx8*>(w0p);
     const auto* w1 = static_cast<const BlockQ2_Kx8*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
@@ -478,6 +515,7 @@ struct KernelQ2K {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int h = 0; h < 2; ++h)
@@ -530,7 +568,7 @@ struct KernelQ3K {
 
   template <int T>
   __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
-                                            int64_t t0, float* y, int64_t ldy, int nrows) {
+                                            int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const auto* w0 = static_cast<const BlockQ3_Kx8*>(w0p);
     const auto* w1 = static_cast<const BlockQ3_Kx8*>(w1p);
     const TileActs<T, BlockQ8_K, ActSideQ8_K> in(rows, t0);
@@ -538,6 +576,7 @@ struct KernelQ3K {
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(cold, w0, w1, b);
       __m512i isum[T];
       zero(isum);
       for (int h = 0; h < 2; ++h)
@@ -579,27 +618,52 @@ struct KernelQ3K {
   }
 };
 
-constexpr int kWideTileTokens = 6;
+// Tokens per tile of the wide kernels: P = 2 x 8 tokens keeps 16 int32 sums
+// in registers (the float sums spill, touched once per block). bench ops,
+// n = 512, one core: Q8_0 435 -> ~600 GOP/s against P = 1 x 6 tokens.
+constexpr int kWideTileTokens = 8;
+// Pairs of groups per call of the wide kernels.
+constexpr int kWidePairs = 2;
 
 template <typename Kernel, int T>
-void run_tiles_of(const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
-                  int64_t ldy, int nrows) {
+void run_tiles_of(const uint8_t* w, int64_t gbytes, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
+                  int64_t ldy, int nrows, bool cold = true) {
   int64_t t = 0;
-  for (; t + T <= nt; t += T) Kernel::template run<T>(w0, w1, nb, a, t0 + t, y + t * ldy, ldy, nrows);
+  for (; t + T <= nt; t += T, cold = false)
+    Kernel::template run<T>(w, w + gbytes, nb, a, t0 + t, y + t * ldy, ldy, nrows, cold);
   if constexpr (T > 1) {
-    if (t < nt) run_tiles_of<Kernel, T - 1>(w0, w1, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows);
+    if (t < nt) run_tiles_of<Kernel, T - 1>(w, gbytes, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows, cold);
   }
+}
+
+template <typename Kernel, int P, int T>
+void run_wide_tiles_of(const uint8_t* w, int64_t gbytes, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
+                       float* y, int64_t ldy, int nrows, bool cold = true) {
+  int64_t t = 0;
+  for (; t + T <= nt; t += T, cold = false)
+    Kernel::template run<P, T>(w, gbytes, nb, a, t0 + t, y + t * ldy, ldy, nrows, cold);
+  if constexpr (T > 1) {
+    if (t < nt) run_wide_tiles_of<Kernel, P, T - 1>(w, gbytes, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows, cold);
+  }
+}
+
+template <typename Kernel>
+void run_wide(const uint8_t* w, int64_t gbytes, int groups, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
+              float* y, int64_t ldy, int nrows) {
+  if (groups == 2 * kWidePairs)
+    return run_wide_tiles_of<Kernel, kWidePairs, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+  run_wide_tiles_of<Kernel, 1, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
 }
 
 }  // namespace
 
-bool has_gemm_x16(DType type) {
+int gemm_group_count(DType type) {
   switch (type) {
     case DType::Q4_0:
+    case DType::Q8_0: return 2 * kWidePairs;
     case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1:
-    case DType::Q8_0:
     case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
@@ -607,30 +671,30 @@ bool has_gemm_x16(DType type) {
     case DType::Q6_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
-    case DType::MXFP4: return true;
-    default: return false;
+    case DType::MXFP4: return 2;
+    default: return 0;
   }
 }
 
-void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
-              float* y, int64_t ldy, int nrows) {
+void gemm_groups(DType type, const uint8_t* w, int64_t gbytes, int groups, int64_t nb, const ActRows& a, int64_t t0,
+                 int64_t nt, float* y, int64_t ldy, int nrows) {
+  PAGELLM_CHECK(groups == 2 || groups == gemm_group_count(type), "gemm_groups: {} groups of {}", groups,
+                dtype_name(type));
   switch (type) {
-    // Q4_0 and Q8_0 keep few registers per token: tiles of 6 tokens share each weight load
-    // further (bench ops, n = 512, one core: Q4_0 +5%, Q8_0 +7-9% against 4; 8 gave no more).
-    case DType::Q4_0: return run_tiles_of<KernelQ4_0, kWideTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q8_0: return run_tiles_of<KernelQ8_0, kWideTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q4_1: return run_tiles_of<KernelQ4Q5<false, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_K: return run_tiles_of<KernelQ45K<true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::IQ4_NL: return run_tiles_of<KernelLut4<false>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::IQ4_XS: return run_tiles_of<KernelIQ4XS, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::MXFP4: return run_tiles_of<KernelLut4<true>, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q6_K: return run_tiles_of<KernelQ6K, kTileTokens>(w0, w1, nb, a, t0, nt, y, ldy, nrows);
-    default: fail("gemm_x16: no AVX-512 VNNI kernel for {}", dtype_name(type));
+    case DType::Q4_0: return run_wide<KernelQ4_0>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q8_0: return run_wide<KernelQ8_0>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_1: return run_tiles_of<KernelQ4Q5<false, true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_K: return run_tiles_of<KernelQ45K<true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_NL: return run_tiles_of<KernelLut4<false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_XS: return run_tiles_of<KernelIQ4XS, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::MXFP4: return run_tiles_of<KernelLut4<true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q6_K: return run_tiles_of<KernelQ6K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    default: fail("gemm_groups: no AVX-512 VNNI kernel for {}", dtype_name(type));
   }
 }
 

@@ -39,23 +39,26 @@ namespace avx512 {
 
 constexpr int kTileTokens = 4;
 
-// True if gemm_x16 has a kernel for the type (the others run avx2::gemm_x8).
-bool has_gemm_x16(DType type);
+// Row groups per gemm_groups call: 4 (32 rows) for the types whose kernels
+// take two pairs of groups, 2 for the other types with a kernel, 0 for none
+// (those run avx2::gemm_x8).
+int gemm_group_count(DType type);
 
-// Two interleaved row groups, w0 (rows 0-7) and w1 (rows 8-15), nb blocks
-// each, times tokens [t0, t0 + nt): y[t * ldy + r] for r < nrows (<= 16).
-// Bit-identical to avx2::gemm_x8 on each group. The activation side's c holds
-// 8 * sum for Q4_0 and 16 * sum for Q5_0 (as for AVX2), and 128 * sum for
-// Q8_0, IQ4_NL and MXFP4 (AVX2 does not read it for those).
-void gemm_x16(DType type, const void* w0, const void* w1, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
-              float* y, int64_t ldy, int nrows);
+// groups interleaved row groups (2, or gemm_group_count), group g's nb blocks
+// at w + g * group_bytes, times tokens [t0, t0 + nt): y[t * ldy + r] for
+// r < nrows (<= 8 * groups). Bit-identical to avx2::gemm_x8 on each group.
+// The activation side's c holds 8 * sum for Q4_0 and 16 * sum for Q5_0 (as
+// for AVX2), and 128 * sum for Q8_0, IQ4_NL and MXFP4 (AVX2 does not read it
+// for those).
+void gemm_groups(DType type, const uint8_t* w, int64_t group_bytes, int groups, int64_t nb, const ActRows& a,
+                 int64_t t0, int64_t nt, float* y, int64_t ldy, int nrows);
 
 // True if gemv_x8 has a kernel for the type (the others run avx2::gemm_x8).
 bool has_gemv_x8(DType type);
 
 // One interleaved row group (8 rows, nb blocks at w) times token t (decode):
 // y[r] for r < nrows (<= 8). Bit-identical to avx2::gemm_x8; the activation
-// side's c as for gemm_x16.
+// side's c as for gemm_groups.
 void gemv_x8(DType type, const void* w, int64_t nb, const ActRows& a, int64_t t, float* y, int nrows);
 
 // ---- F16 / BF16 weights in 32-row panels (matmul_float_avx512.cpp) ----

@@ -40,7 +40,7 @@ Isa kernel_isa() {
 
 Isa kernel_isa_for(Isa isa, DType weight_type) {
 #if defined(PAGELLM_CPU_X86)
-  if (isa >= Isa::Avx512Vnni && (avx512::has_vec_dot(weight_type) || avx512::has_gemm_x16(weight_type)))
+  if (isa >= Isa::Avx512Vnni && (avx512::has_vec_dot(weight_type) || avx512::gemm_group_count(weight_type) > 0))
     return Isa::Avx512Vnni;
   return isa >= Isa::Avx2 ? Isa::Avx2 : Isa::Scalar;
 #elif defined(PAGELLM_CPU_ARM)
@@ -82,7 +82,7 @@ std::string describe_kernels(Isa isa) {
                      DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
     if (kernel_isa_for(isa, type) != Isa::Avx512Vnni) continue;
     types += (types.empty() ? "" : " ") + dtype_name(type);
-    if (avx512::has_gemm_x16(type) && !avx512::has_gemv_x8(type))
+    if (avx512::gemm_group_count(type) > 0 && !avx512::has_gemv_x8(type))
       decode_avx2 += (decode_avx2.empty() ? "" : " ") + dtype_name(type);
   }
   std::string text = fmt::format("{} kernels for {}", isa_name(isa), types);
