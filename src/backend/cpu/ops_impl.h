@@ -281,7 +281,9 @@ static inline void pv_chunk16_n(float* acc, float corr, const float* w, int cnt,
                                 const float* vs) {
   const __m512 vcorr = _mm512_set1_ps(corr);
   __m512 a[N];
-  for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), vcorr);
+  for (int i = 0; i < N; ++i) a[i] = _mm512_loadu_ps(acc + 16 * i);
+  if (corr != 1.0f)  // x * 1 is x: the same bits without the multiplies
+    for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(a[i], vcorr);
   for (int k = 0; k < cnt; ++k) {
     if (w[k] == 0.0f) continue;
     const __m512 wk = _mm512_set1_ps(vs ? w[k] * vs[k] : w[k]);
@@ -297,28 +299,68 @@ static inline void pv_chunk16(float* acc, int n16, float corr, const float* w, i
   with_count8(n16, [&](auto n) { pv_chunk16_n<decltype(n)::value>(acc, corr, w, cnt, v, stride, vs); });
 }
 
-// score_rows for rn (<= 8) rows and 16 keys: per key the same sums (lane l
-// of dimensions l, l + 8, ..., then hsum8x8's tree), 16 keys per vector.
-static inline void score_rows16(const float* q0, int D, const float* kt, int ld, int rn, float* out) {
-  __m512 lane[8][8];
+// pv_chunk16_n for two rows over the same values: each loaded value vector
+// feeds both rows' FMAs. Each row's sums are pv_chunk16_n's, in its order,
+// skipping its own masked keys.
+template <int N, typename VT>
+static inline void pv_pair16_n(float* acc0, float* acc1, float corr0, float corr1, const float* w0, const float* w1,
+                               int cnt, const VT* v, int64_t stride, const float* vs) {
+  __m512 a[N], b[N];
+  for (int i = 0; i < N; ++i) {
+    a[i] = _mm512_loadu_ps(acc0 + 16 * i);
+    b[i] = _mm512_loadu_ps(acc1 + 16 * i);
+  }
+  if (corr0 != 1.0f)
+    for (int i = 0; i < N; ++i) a[i] = _mm512_mul_ps(a[i], _mm512_set1_ps(corr0));
+  if (corr1 != 1.0f)
+    for (int i = 0; i < N; ++i) b[i] = _mm512_mul_ps(b[i], _mm512_set1_ps(corr1));
+  for (int k = 0; k < cnt; ++k) {
+    const float x0 = w0[k], x1 = w1[k];
+    const VT* vk = v + k * stride;
+    const __m512 wk0 = _mm512_set1_ps(vs ? x0 * vs[k] : x0), wk1 = _mm512_set1_ps(vs ? x1 * vs[k] : x1);
+    if (x0 != 0.0f && x1 != 0.0f) {
+      for (int i = 0; i < N; ++i) {
+        const __m512 vv = load16(vk + 16 * i);
+        a[i] = _mm512_fmadd_ps(wk0, vv, a[i]);
+        b[i] = _mm512_fmadd_ps(wk1, vv, b[i]);
+      }
+    } else if (x0 != 0.0f) {
+      for (int i = 0; i < N; ++i) a[i] = _mm512_fmadd_ps(wk0, load16(vk + 16 * i), a[i]);
+    } else if (x1 != 0.0f) {
+      for (int i = 0; i < N; ++i) b[i] = _mm512_fmadd_ps(wk1, load16(vk + 16 * i), b[i]);
+    }
+  }
+  for (int i = 0; i < N; ++i) {
+    _mm512_storeu_ps(acc0 + 16 * i, a[i]);
+    _mm512_storeu_ps(acc1 + 16 * i, b[i]);
+  }
+}
+
+// score_rows for RN (<= 8) rows and 16 keys: per key the same sums (lane l
+// of dimensions l, l + 8, ..., then hsum8x8's tree), 16 keys per vector. RN
+// is a fixed trip count: a runtime row count left a compare and branch beside
+// every FMA.
+template <int RN>
+static inline void score_rows16_n(const float* q0, int D, const float* kt, int ld, float* out) {
+  __m512 lane[RN][8];
   for (int l = 0; l < 8; ++l) {
-    __m512 s[8];
-    for (int i = 0; i < 8; ++i) s[i] = _mm512_setzero_ps();
+    __m512 s[RN];
+    for (int i = 0; i < RN; ++i) s[i] = _mm512_setzero_ps();
     for (int d = l; d < D; d += 8) {
       const __m512 kk = _mm512_loadu_ps(kt + d * ld);
-      for (int i = 0; i < 8; ++i) {
-        if (i >= rn) break;
-        s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q0[i * D + d]), kk, s[i]);
-      }
+      for (int i = 0; i < RN; ++i) s[i] = _mm512_fmadd_ps(_mm512_set1_ps(q0[i * D + d]), kk, s[i]);
     }
-    for (int i = 0; i < 8; ++i) lane[i][l] = s[i];
+    for (int i = 0; i < RN; ++i) lane[i][l] = s[i];
   }
-  for (int i = 0; i < rn; ++i) {
+  for (int i = 0; i < RN; ++i) {
     const __m512(&p)[8] = lane[i];
     const __m512 lo = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
     const __m512 hi = _mm512_add_ps(_mm512_add_ps(p[4], p[5]), _mm512_add_ps(p[6], p[7]));
     _mm512_storeu_ps(out + i * kMaxBlock, _mm512_add_ps(lo, hi));
   }
+}
+static inline void score_rows16(const float* q0, int D, const float* kt, int ld, int rn, float* out) {
+  with_count8(rn, [&](auto n) { score_rows16_n<decltype(n)::value>(q0, D, kt, ld, out); });
 }
 #endif
 
@@ -532,7 +574,9 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       for (int r = 0; r < R; ++r)
         for (int k = 0; k < cnt; ++k) sc[r * kMaxBlock + k] *= ks[k];
     }
-    // Per row: mask, online softmax update, then acc += weights x V.
+    // Per row: mask and online softmax update (the weights replace the
+    // scores in sc); then acc += weights x V.
+    float corrs[kMaxRows];  // each row's rescale of acc; -1: nothing visible yet
     for (int r = 0; r < R; ++r) {
       float* s = sc + r * kMaxBlock;
       const int64_t p = a.pos0 + r / G;
@@ -555,8 +599,10 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
           mx = s[k] > mx ? s[k] : mx;
         }
       }
+      corrs[r] = -1.0f;
       if (mx == -INFINITY) continue;  // nothing visible yet for this row
-      const float corr = std::exp(out.m[r] - mx);
+      // exp(0) is 1: a block that leaves the max alone (most) needs no exp.
+      const float corr = mx == out.m[r] ? 1.0f : std::exp(out.m[r] - mx);
       const __m256 vmx = _mm256_set1_ps(mx);
       __m256 lsum = _mm256_setzero_ps();
       for (int k = 0; k < cnt8; k += 8) {
@@ -566,26 +612,50 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       }
       out.l[r] = out.l[r] * corr + hsum8(lsum);
       out.m[r] = mx;
-      const __m256 vcorr = _mm256_set1_ps(corr);
-      // acc += w_k * v_k over the block's keys, 64 dimensions at a time (128
-      // in the 512-bit build), from v: the converted block (rows Dv apart)
-      // or straight from the cache (rows ks apart).
-      const float* vs = kScaled ? kv.v_scale + base : nullptr;
-      const auto add_values = [&](const auto* v, int64_t stride) {
+      corrs[r] = corr;
+    }
+    // acc += w_k * v_k over the block's keys, 64 dimensions at a time (128
+    // in the 512-bit build), from v: the converted block (rows Dv apart)
+    // or straight from the cache (rows ks apart).
+    const float* vs = kScaled ? kv.v_scale + base : nullptr;
+    const auto add_values = [&](int r, const auto* v, int64_t stride) {
+      const float* w = sc + r * kMaxBlock;
 #if defined(OPS_AVX512)
-        for (int d0 = 0; d0 < Dv; d0 += 128) {
-          const int dn = static_cast<int>(min64(128, Dv - d0));
-          float* acc = out.acc + r * Dv + d0;
-          if (dn % 16 == 0) pv_chunk16(acc, dn / 16, corr, s, cnt, v + d0, stride, vs);
-          else pv_chunk(acc, dn / 8, vcorr, s, cnt, v + d0, stride, vs);
-        }
+      for (int d0 = 0; d0 < Dv; d0 += 128) {
+        const int dn = static_cast<int>(min64(128, Dv - d0));
+        float* acc = out.acc + r * Dv + d0;
+        if (dn % 16 == 0) pv_chunk16(acc, dn / 16, corrs[r], w, cnt, v + d0, stride, vs);
+        else pv_chunk(acc, dn / 8, _mm256_set1_ps(corrs[r]), w, cnt, v + d0, stride, vs);
+      }
 #else
-        for (int d0 = 0; d0 < Dv; d0 += 64)
-          pv_chunk(out.acc + r * Dv + d0, static_cast<int>(min64(64, Dv - d0)) / 8, vcorr, s, cnt, v + d0, stride, vs);
+      for (int d0 = 0; d0 < Dv; d0 += 64)
+        pv_chunk(out.acc + r * Dv + d0, static_cast<int>(min64(64, Dv - d0)) / 8, _mm256_set1_ps(corrs[r]), w, cnt,
+                 v + d0, stride, vs);
 #endif
-      };
-      if (direct) add_values(vc + at, ks);
-      else add_values(static_cast<const float*>(vb), Dv);
+    };
+    int r = 0;
+#if defined(OPS_AVX512)
+    // Many rows over the converted block: rows in pairs, each value load
+    // feeding both (the same sums per row).
+    for (; !direct && Dv % 16 == 0 && r + 1 < R; r += 2) {
+      if (corrs[r] < 0.0f || corrs[r + 1] < 0.0f) {
+        for (int rr = r; rr < r + 2; ++rr)
+          if (corrs[rr] >= 0.0f) add_values(rr, static_cast<const float*>(vb), Dv);
+        continue;
+      }
+      for (int d0 = 0; d0 < Dv; d0 += 128) {
+        const int n16 = static_cast<int>(min64(128, Dv - d0)) / 16;
+        with_count8(n16, [&](auto n) {
+          pv_pair16_n<decltype(n)::value>(out.acc + r * Dv + d0, out.acc + (r + 1) * Dv + d0, corrs[r], corrs[r + 1],
+                                          sc + r * kMaxBlock, sc + (r + 1) * kMaxBlock, cnt, vb + d0, Dv, vs);
+        });
+      }
+    }
+#endif
+    for (; r < R; ++r) {
+      if (corrs[r] < 0.0f) continue;
+      if (direct) add_values(r, vc + at, ks);
+      else add_values(r, static_cast<const float*>(vb), Dv);
     }
     j += cnt;
   }
