@@ -499,8 +499,11 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
   int64_t items = 0;
   for (Plan& p : plans) {
     const int64_t groups = p.w->groups();
-    p.chunk = static_cast<int64_t>(kChunkBytes / (p.block_stride + p.side_stride));
-    p.chunk = std::max<int64_t>(avx2::kTileTokens, p.chunk / avx2::kTileTokens * avx2::kTileTokens);
+    // Chunks of equal size, whole tiles (a short last chunk would stream the weights for few tokens).
+    const int64_t max_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (p.block_stride + p.side_stride)));
+    const int64_t chunks = (p.n + max_chunk - 1) / max_chunk;
+    constexpr int64_t kTile = 8;
+    p.chunk = std::max<int64_t>(kTile, ((p.n + chunks - 1) / chunks + kTile - 1) / kTile * kTile);
     p.run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / p.w->group_bytes()));
     p.run = std::min(p.run, std::max<int64_t>(1, total_groups / (4 * pool.size())));  // enough items to balance
     if (p.vnni_groups > 0) p.run = (p.run + p.vnni_groups - 1) / p.vnni_groups * p.vnni_groups;  // whole calls
