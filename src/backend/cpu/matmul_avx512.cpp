@@ -347,46 +347,59 @@ struct KernelQ4Q5 {
   using WBlock = std::conditional_t<Fifth, std::conditional_t<HasMin, BlockQ5_1x8, BlockQ5_0x8>, BlockQ4_1x8>;
   using ABlock = std::conditional_t<HasMin, BlockQ8_1, BlockQ8_0>;
   using Side = std::conditional_t<HasMin, ActSideQ8_1, ActSideQ8_0>;
-  template <int T>
-  __attribute__((noinline)) static void run(const void* w0p, const void* w1p, int64_t nb, const ActRows& rows,
+  template <int P, int T>
+  __attribute__((noinline)) static void run(const uint8_t* wp, int64_t gbytes, int64_t nb, const ActRows& rows,
                                             int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
-    const auto* w0 = static_cast<const WBlock*>(w0p);
-    const auto* w1 = static_cast<const WBlock*>(w1p);
+    const WBlock* w[2 * P];
+    group_blocks(wp, gbytes, w);
     const TileActs<T, ABlock, Side> in(rows, t0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    __m512 acc[P][T];
+    for (int p = 0; p < P; ++p)
+      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead(cold, w0, w1, b);
-      __m512i lo_sum[T], hi_sum[T];
-      zero(lo_sum);
-      zero(hi_sum);
-      __m512i qh = _mm512_setzero_si512();
-      if constexpr (Fifth) qh = load_pair(w0[b].qh, w1[b].qh);
+      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+      __m512i sum[P][T];  // low and high nibbles' products in one chain each
+      __m512i qh[P];
+      for (int p = 0; p < P; ++p) {
+        zero(sum[p]);
+        qh[p] = _mm512_setzero_si512();
+        if constexpr (Fifth) qh[p] = load_pair(w[2 * p][b].qh, w[2 * p + 1][b].qh);
+      }
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512i q = load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i);
-        __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        if constexpr (Fifth) {  // bit i to bit 4 (low nibbles), bit i + 4 to bit 4 (high)
-          lo = _mm512_or_si512(lo, _mm512_and_si512(i < 4 ? _mm512_slli_epi16(qh, 4 - i) : qh, m10));
-          hi = _mm512_or_si512(hi, _mm512_and_si512(i == 0 ? qh : _mm512_srli_epi16(qh, i), m10));
+        __m512i lo[P], hi[P];
+        for (int p = 0; p < P; ++p) {
+          const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
+          lo[p] = _mm512_and_si512(q, m4);
+          hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          if constexpr (Fifth) {  // bit i to bit 4 (low nibbles), bit i + 4 to bit 4 (high)
+            lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(i < 4 ? _mm512_slli_epi16(qh[p], 4 - i) : qh[p], m10));
+            hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(i == 0 ? qh[p] : _mm512_srli_epi16(qh[p], i), m10));
+          }
         }
-        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 4 * i));
-        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
+        for (int t = 0; t < T; ++t) {
+          const __m512i a_lo = bcast32(in.a[t][b].qs + 4 * i), a_hi = bcast32(in.a[t][b].qs + 16 + 4 * i);
+          for (int p = 0; p < P; ++p) {
+            dpbusd(sum[p][t], lo[p], a_lo);
+            dpbusd(sum[p][t], hi[p], a_hi);
+          }
+        }
       }
-      const __m512 dw = load_halves16(w0[b].d, w1[b].d);
-      for (int t = 0; t < T; ++t) {
-        const __m512i isum = _mm512_add_epi32(lo_sum[t], hi_sum[t]);
-        if constexpr (HasMin) {
-          fmadd(acc[t], _mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
-          fmadd(acc[t], load_halves16(w0[b].m, w1[b].m), _mm512_set1_ps(in.s[t][b].s));
-        } else {
-          const __m512i i32 = _mm512_sub_epi32(isum, _mm512_set1_epi32(in.s[t][b].c));
-          fmadd(acc[t], _mm512_cvtepi32_ps(i32), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
+      if constexpr (HasMin) {
+        for (int p = 0; p < P; ++p) {
+          const __m512 dw = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
+          const __m512 mw = load_halves16(w[2 * p][b].m, w[2 * p + 1][b].m);
+          for (int t = 0; t < T; ++t) {
+            fmadd(acc[p][t], _mm512_cvtepi32_ps(sum[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
+            fmadd(acc[p][t], mw, _mm512_set1_ps(in.s[t][b].s));
+          }
         }
+      } else {
+        epilogue_q8_0<P, T>(w, b, in, sum, acc);
       }
     }
-    store_tile<T>(acc, y, ldy, nrows);
+    store_tiles<P, T>(acc, y, ldy, nrows);
   }
 };
 
@@ -660,9 +673,11 @@ void run_wide(const uint8_t* w, int64_t gbytes, int groups, int64_t nb, const Ac
 int gemm_group_count(DType type) {
   switch (type) {
     case DType::Q4_0:
-    case DType::Q8_0: return 2 * kWidePairs;
-    case DType::Q4_1:
     case DType::Q5_0:
+    case DType::Q8_0: return 2 * kWidePairs;
+    // Q4_1 / Q5_1 run the same kernel on one pair: the second float step per
+    // token spills at two (bench ops n = 512: Q4_1 ~590 against ~500 GOP/s).
+    case DType::Q4_1:
     case DType::Q5_1:
     case DType::Q2_K:
     case DType::Q3_K:
@@ -683,9 +698,9 @@ void gemm_groups(DType type, const uint8_t* w, int64_t gbytes, int groups, int64
   switch (type) {
     case DType::Q4_0: return run_wide<KernelQ4_0>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q8_0: return run_wide<KernelQ8_0>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q4_1: return run_tiles_of<KernelQ4Q5<false, true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_0: return run_tiles_of<KernelQ4Q5<true, false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_1: return run_tiles_of<KernelQ4Q5<true, true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_1: return run_wide<KernelQ4Q5<false, true>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_0: return run_wide<KernelQ4Q5<true, false>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_1: return run_wide<KernelQ4Q5<true, true>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
