@@ -499,7 +499,8 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
   int64_t items = 0;
   for (Plan& p : plans) {
     const int64_t groups = p.w->groups();
-    // Chunks of equal size, whole tiles (a short last chunk would stream the weights for few tokens).
+    // Chunks of equal size in whole tiles of the widest kernels (8 tokens): a
+    // short last chunk would stream the weights again for few tokens.
     const int64_t max_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (p.block_stride + p.side_stride)));
     const int64_t chunks = (p.n + max_chunk - 1) / max_chunk;
     constexpr int64_t kTile = 8;
