@@ -640,25 +640,27 @@ constexpr int kWideTileTokens = 8;
 // Pairs of groups per call of the wide kernels.
 constexpr int kWidePairs = 2;
 
-template <typename Kernel, int T>
+// The two-group kernels (run<T>(w0, w1, ...)) as wide kernels of one pair.
+template <typename Kernel>
+struct OnePair {
+  template <int P, int T>
+  static void run(const uint8_t* w, int64_t gbytes, int64_t nb, const ActRows& a, int64_t t0, float* y, int64_t ldy,
+                  int nrows, bool cold) {
+    static_assert(P == 1);
+    Kernel::template run<T>(w, w + gbytes, nb, a, t0, y, ldy, nrows, cold);
+  }
+};
+
+// Tiles of T tokens, then the rest in tiles of T - 1, ...; only the first
+// tile reads the weights cold.
+template <typename Kernel, int P, int T>
 void run_tiles_of(const uint8_t* w, int64_t gbytes, int64_t nb, const ActRows& a, int64_t t0, int64_t nt, float* y,
                   int64_t ldy, int nrows, bool cold = true) {
   int64_t t = 0;
   for (; t + T <= nt; t += T, cold = false)
-    Kernel::template run<T>(w, w + gbytes, nb, a, t0 + t, y + t * ldy, ldy, nrows, cold);
-  if constexpr (T > 1) {
-    if (t < nt) run_tiles_of<Kernel, T - 1>(w, gbytes, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows, cold);
-  }
-}
-
-template <typename Kernel, int P, int T>
-void run_wide_tiles_of(const uint8_t* w, int64_t gbytes, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
-                       float* y, int64_t ldy, int nrows, bool cold = true) {
-  int64_t t = 0;
-  for (; t + T <= nt; t += T, cold = false)
     Kernel::template run<P, T>(w, gbytes, nb, a, t0 + t, y + t * ldy, ldy, nrows, cold);
   if constexpr (T > 1) {
-    if (t < nt) run_wide_tiles_of<Kernel, P, T - 1>(w, gbytes, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows, cold);
+    if (t < nt) run_tiles_of<Kernel, P, T - 1>(w, gbytes, nb, a, t0 + t, nt - t, y + t * ldy, ldy, nrows, cold);
   }
 }
 
@@ -666,8 +668,8 @@ template <typename Kernel>
 void run_wide(const uint8_t* w, int64_t gbytes, int groups, int64_t nb, const ActRows& a, int64_t t0, int64_t nt,
               float* y, int64_t ldy, int nrows) {
   if (groups == 2 * kWidePairs)
-    return run_wide_tiles_of<Kernel, kWidePairs, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-  run_wide_tiles_of<Kernel, 1, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    return run_tiles_of<Kernel, kWidePairs, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+  run_tiles_of<Kernel, 1, kWideTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
 }
 
 }  // namespace
@@ -703,15 +705,15 @@ void gemm_groups(DType type, const uint8_t* w, int64_t gbytes, int groups, int64
     case DType::Q4_1: return run_wide<KernelQ4Q5<false, true>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_0: return run_wide<KernelQ4Q5<true, false>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
     case DType::Q5_1: return run_wide<KernelQ4Q5<true, true>>(w, gbytes, groups, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q2_K: return run_tiles_of<KernelQ2K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q3_K: return run_tiles_of<KernelQ3K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q2_K: return run_tiles_of<OnePair<KernelQ2K>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q3_K: return run_tiles_of<OnePair<KernelQ3K>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
     // Q4_K: 5 tokens keep 4 x 5 sums in registers (6 spill): bench ops n = 512 +5% against 4.
-    case DType::Q4_K: return run_tiles_of<KernelQ45K<false>, 5>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q5_K: return run_tiles_of<KernelQ45K<true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::IQ4_NL: return run_tiles_of<KernelLut4<false>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::IQ4_XS: return run_tiles_of<KernelIQ4XS, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::MXFP4: return run_tiles_of<KernelLut4<true>, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
-    case DType::Q6_K: return run_tiles_of<KernelQ6K, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q4_K: return run_tiles_of<OnePair<KernelQ45K<false>>, 1, 5>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q5_K: return run_tiles_of<OnePair<KernelQ45K<true>>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_NL: return run_tiles_of<OnePair<KernelLut4<false>>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::IQ4_XS: return run_tiles_of<OnePair<KernelIQ4XS>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::MXFP4: return run_tiles_of<OnePair<KernelLut4<true>>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
+    case DType::Q6_K: return run_tiles_of<OnePair<KernelQ6K>, 1, kTileTokens>(w, gbytes, nb, a, t0, nt, y, ldy, nrows);
     default: fail("gemm_groups: no AVX-512 VNNI kernel for {}", dtype_name(type));
   }
 }
