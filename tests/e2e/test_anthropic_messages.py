@@ -92,7 +92,7 @@ def test_streaming(server, client):
 
 
 def test_tool_use_round_trip(client):
-    m = client.messages.create(model=MODEL, max_tokens=60, messages=ASK, tools=[WEATHER],
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=ASK, tools=[WEATHER], extra_body=GREEDY,
                                tool_choice={"type": "tool", "name": "get_weather"})
     assert m.stop_reason == "tool_use"
     (use,) = m.content

@@ -98,7 +98,7 @@ def check_call(item):
 def test_function_tool_round_trip(client):
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     r = client.responses.create(model=MODEL, input=ask, tools=[WEATHER], tool_choice=FORCE_WEATHER,
-                                max_output_tokens=60)
+                                max_output_tokens=200, temperature=0)
     assert r.status == "completed"
     (call,) = r.output
     check_call(call)
@@ -117,7 +117,7 @@ def test_function_tool_round_trip(client):
 
 def test_streamed_function_call(client):
     with client.responses.stream(model=MODEL, input="Weather in Oslo?", tools=[WEATHER], tool_choice="required",
-                                 parallel_tool_calls=False, max_output_tokens=80) as stream:
+                                 parallel_tool_calls=False, max_output_tokens=200, temperature=0) as stream:
         events = list(stream)
         final = stream.get_final_response()
     types = [e.type for e in events]
