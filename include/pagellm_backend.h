@@ -235,6 +235,8 @@ typedef enum pglb_op {
   PGLB_OP_LORA_MATMUL = 20,       /* y[t] += B[s] (A[s] x[t]) for each row t of slot s = slots[t] > 0 */
   /* Attention over this step's keys and values, not the cache (MLA's expanded form); optional (supports_op) */
   PGLB_OP_ATTENTION_KV = 21,
+  /* The cached keys of some sequences as dense rows (MLA's expanded form after cached keys); optional */
+  PGLB_OP_GATHER_KV = 22,
   PGLB_OP_COUNT
 } pglb_op;
 
@@ -328,21 +330,43 @@ typedef struct pglb_attention_params {
    * computes them: MLA's two forms in one step). A hint: computing them is
    * also right. */
   int32_t skip_whole;
+  /* Appended; absent: null. One flag per sequence of the batch (host
+   * memory, valid until the op returns): 1: PGLB_OP_ATTENTION_KV computes
+   * the sequence's rows and this op may leave them (a hint); it overrides
+   * skip_whole. PGLB_OP_ATTENTION_KV takes the marked sequences (null: those
+   * whole in the step). */
+  const uint8_t* kv_seqs;
 } pglb_attention_params;
 
 /* PGLB_OP_ATTENTION_KV: causal attention (attn's heads, scale, window,
- * softcap, sinks; its layer and skip_whole unused) over keys and values this
- * step made, for the sequences whole in the step (ctx_len == q_len); the
- * rows of the others are left as they are. Token t's KV head g is the row
- * kv + (t * n_head_kv + g) * kv_row: its key the first head_dim values, its
- * value v_dim values from v_offset. out [n_tokens, n_head * v_dim]. */
+ * softcap, sinks; its layer and skip_whole unused) over keys and values
+ * given in kv, for the sequences attn->kv_seqs marks (null: those whole in
+ * the step, ctx_len == q_len); the rows of the others are left as they are.
+ * Token t's KV head g is the row kv + (t * n_head_kv + g) * kv_row: its key
+ * the first head_dim values, its value v_dim values from v_offset. Token t
+ * is the step's t-th, or with context = 1 the t-th of every key of the
+ * sequences taken: positions [0, ctx_len) of each, in batch order (the rows
+ * PGLB_OP_GATHER_KV gives). out [n_tokens, n_head * v_dim]. */
 typedef struct pglb_attention_kv_params {
   size_t struct_size;
   const pglb_attention_params* attn;
   const pglb_buffer* kv;
   int64_t kv_row, v_offset;
   int32_t v_dim;
+  int32_t context;                   /* appended; absent: 0 */
 } pglb_attention_kv_params;
+
+/* PGLB_OP_GATHER_KV: the layer's cached keys of the sequences `seqs` marks
+ * (one flag per sequence of the batch, host memory valid until the op
+ * returns), positions [0, ctx_len) of each, sequences in batch order, as F32
+ * rows of n_kv_heads * head_dim into out. A marked sequence has no evicted
+ * keys. */
+typedef struct pglb_gather_kv_params {
+  size_t struct_size;
+  int32_t layer;
+  const uint8_t* seqs;
+  pglb_buffer* out;
+} pglb_gather_kv_params;
 
 typedef struct pglb_glu_params {
   size_t struct_size;

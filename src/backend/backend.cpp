@@ -124,7 +124,7 @@ const char* op_name(pglb_op op) {
                                       "add",            "gather_rows", "moe_route",   "matmul_experts",
                                       "moe_combine",    "scale_rows_sigmoid", "softcap", "sample",
                                       "causal_conv1d",  "gated_delta_rule", "layer_norm", "activation",
-                                      "lora_matmul",    "attention_kv"};
+                                      "lora_matmul",    "attention_kv", "gather_kv"};
   static_assert(sizeof names / sizeof names[0] == PGLB_OP_COUNT, "a name for every op");
   return op >= 0 && op < PGLB_OP_COUNT ? names[op] : "unknown op";
 }
@@ -147,6 +147,7 @@ bool Backend::supports_op(const OpQuery& q) const {
     case PGLB_OP_ACTIVATION:
     case PGLB_OP_LORA_MATMUL:
     case PGLB_OP_ATTENTION_KV:
+    case PGLB_OP_GATHER_KV:
       return false;
     default:
       return q.op >= 0 && q.op < PGLB_OP_COUNT;
@@ -157,6 +158,7 @@ void Backend::softcap(Buffer&, int64_t, float) { fail("the {} backend has no sof
 void Backend::attention_kv(const Buffer&, const Buffer&, const KvRowLayout&, Buffer&, const AttentionConfig&) {
   fail("the {} backend has no attention_kv op", name());
 }
+void Backend::gather_kv(int, std::span<const uint8_t>, Buffer&) { fail("the {} backend has no gather_kv op", name()); }
 void Backend::layer_norm(const Buffer&, const Weight*, const Weight*, int64_t, int64_t, float, Buffer&) {
   fail("the {} backend has no layer_norm op", name());
 }

@@ -162,10 +162,12 @@ struct AttentionConfig {
   // (an encoder's bidirectional attention; the sequence's whole prompt is in
   // the cache, computed in this one step), or those in its symmetric window.
   bool non_causal = false;
-  // The rows of sequences whole in the step (ctx_len == q_len) may be left
-  // as they are: attention_kv computes them (MLA's two forms in one step). A
-  // hint; computing them is right too.
-  bool skip_whole = false;
+  // MLA's two forms in one step: one flag per sequence of the batch; 1:
+  // attention_kv computes the sequence's rows, and attention may leave them
+  // as they are (a hint; computing them is right too). Empty: attention
+  // computes every row, attention_kv the sequences whole in the step
+  // (ctx_len == q_len).
+  std::span<const uint8_t> kv_seqs;
 };
 
 // Linear-attention layers (Gated DeltaNet: Qwen3-Next, Qwen3.5) keep no
@@ -209,10 +211,14 @@ struct GatedDeltaConfig {
 
 // Where attention_kv finds its keys and values: token t's KV head g is the
 // row kv[(t * n_head_kv + g) * row ...], its key the first head_dim values,
-// its value v_dim values from v_offset.
+// its value v_dim values from v_offset. Token t is the step's t-th token, or
+// with `context`, the t-th of every key of the sequences attention_kv takes:
+// each one's positions [0, ctx_len), sequences in batch order (gather_kv's
+// rows, expanded).
 struct KvRowLayout {
   int64_t row = 0, v_offset = 0;
   int v_dim = 0;
+  bool context = false;
 };
 
 struct KVCacheSpec {
@@ -473,13 +479,19 @@ class Backend {
 
   // ---- optional ops (supports_op says; the defaults throw)
   // Causal attention of q [n_tokens, n_head * head_dim] over keys and values
-  // this step made, kv [n_tokens, n_head_kv rows], not the cache -> out
-  // [n_tokens, n_head * v_dim] (PGLB_OP_ATTENTION_KV: MLA's expanded form
-  // for prefill, where keys and values are wider per head than the cached
-  // latent is cheap), for the sequences whole in the step (ctx_len ==
-  // q_len); the other sequences' rows of out are left as they are.
+  // given in kv, not the cache (rows: KvRowLayout) -> out [n_tokens, n_head *
+  // v_dim] (PGLB_OP_ATTENTION_KV: MLA's expanded form for prefill, where keys
+  // and values are wider per head than the cached latent is cheap), for the
+  // sequences cfg.kv_seqs marks (empty: those whole in the step); the other
+  // sequences' rows of out are left as they are.
   virtual void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                             const AttentionConfig& cfg);
+  // The cached keys of the marked sequences (one flag per sequence of the
+  // batch), positions [0, ctx_len) of each, in batch order, as F32 rows of
+  // n_kv_heads * head_dim -> out (PGLB_OP_GATHER_KV: MLA's expanded form for
+  // a prompt chunk after cached keys). Sequences with evicted keys cannot be
+  // marked.
+  virtual void gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out);
   // x = cap * tanh(x / cap) over n values (Gemma 2's final logits).
   virtual void softcap(Buffer& x, int64_t n, float cap);
   // y[r] = (x[r] - mean(x[r])) / sqrt(var(x[r]) + eps) * w + b for rows of

@@ -387,7 +387,7 @@ class CBackend final : public Backend {
   pglb_attention_params attention_params(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) {
     return {sizeof(pglb_attention_params), layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
             cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks), cfg.non_causal ? 1 : 0,
-            cfg.skip_whole ? 1 : 0};
+            0, cfg.kv_seqs.empty() ? nullptr : cfg.kv_seqs.data()};
   }
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override {
     pglb_attention_params p = attention_params(layer, q, out, cfg);
@@ -396,8 +396,12 @@ class CBackend final : public Backend {
   void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                     const AttentionConfig& cfg) override {
     pglb_attention_params a = attention_params(0, q, out, cfg);  // its layer unused
-    pglb_attention_kv_params p{sizeof p, &a, h(kv), rows.row, rows.v_offset, rows.v_dim};
+    pglb_attention_kv_params p{sizeof p, &a, h(kv), rows.row, rows.v_offset, rows.v_dim, rows.context ? 1 : 0};
     enqueue(PGLB_OP_ATTENTION_KV, &p, "attention_kv");
+  }
+  void gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out) override {
+    pglb_gather_kv_params p{sizeof p, layer, seqs.data(), h(out)};
+    enqueue(PGLB_OP_GATHER_KV, &p, "gather_kv");
   }
   void glu(const Buffer& gate, const Buffer& up, int64_t n, Activation act, Buffer& out) override {
     pglb_glu_params p{sizeof p, h(gate), h(up), n, static_cast<pglb_activation>(act), h(out)};

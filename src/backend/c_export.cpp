@@ -106,7 +106,14 @@ BlockPairs pairs_of(const pglb_block_pair* p, size_t n) {
   return out;
 }
 
-AttentionConfig attention_config(const pglb_attention_params& p) {
+// The host's flags per sequence of the batch (null: none given).
+std::span<const uint8_t> seq_flags(const uint8_t* flags, size_t n_seqs) {
+  return flags ? std::span<const uint8_t>(flags, n_seqs) : std::span<const uint8_t>();
+}
+
+// skip_whole (older hosts) becomes the same flags: the sequences whole in the step.
+AttentionConfig attention_config(const pglb_attention_params& p, const BatchInfo& batch,
+                                 std::vector<uint8_t>& whole) {
   AttentionConfig c;
   c.n_head = p.n_head;
   c.n_head_kv = p.n_head_kv;
@@ -116,11 +123,17 @@ AttentionConfig attention_config(const pglb_attention_params& p) {
   c.softcap = p.softcap;
   c.sinks = weight_or_null(p.sinks);
   c.non_causal = p.non_causal != 0;
-  c.skip_whole = p.skip_whole != 0;
+  c.kv_seqs = seq_flags(p.kv_seqs, batch.seqs.size());
+  if (!p.kv_seqs && p.skip_whole) {
+    whole.clear();
+    for (const SeqInfo& s : batch.seqs) whole.push_back(s.ctx_len == s.q_len ? 1 : 0);
+    c.kv_seqs = whole;
+  }
   return c;
 }
 
-void run_op(Backend& be, pglb_op op, const void* params) {
+void run_op(Backend& be, const BatchInfo& batch, pglb_op op, const void* params) {
+  std::vector<uint8_t> whole;
   switch (op) {
     case PGLB_OP_EMBED: {
       const auto p = read_struct<pglb_embed_params>(params, "embed");
@@ -150,15 +163,20 @@ void run_op(Backend& be, pglb_op op, const void* params) {
     }
     case PGLB_OP_ATTENTION: {
       const auto p = read_struct<pglb_attention_params>(params, "attention");
-      return be.attention(p.layer, buf(p.q, "attention"), buf(p.out, "attention"), attention_config(p));
+      return be.attention(p.layer, buf(p.q, "attention"), buf(p.out, "attention"), attention_config(p, batch, whole));
     }
     case PGLB_OP_ATTENTION_KV: {
       const auto p = read_struct<pglb_attention_kv_params>(params, "attention_kv");
       if (!p.attn) fail("attention_kv: no attention parameters");
       const auto a = read_struct<pglb_attention_params>(p.attn, "attention_kv");
-      const KvRowLayout rows{p.kv_row, p.v_offset, p.v_dim};
+      const KvRowLayout rows{p.kv_row, p.v_offset, p.v_dim, p.context != 0};
       return be.attention_kv(buf(a.q, "attention_kv"), buf(p.kv, "attention_kv"), rows, buf(a.out, "attention_kv"),
-                             attention_config(a));
+                             attention_config(a, batch, whole));
+    }
+    case PGLB_OP_GATHER_KV: {
+      const auto p = read_struct<pglb_gather_kv_params>(params, "gather_kv");
+      if (!p.seqs) fail("gather_kv: no sequence flags");
+      return be.gather_kv(p.layer, seq_flags(p.seqs, batch.seqs.size()), buf(p.out, "gather_kv"));
     }
     case PGLB_OP_GLU: {
       const auto p = read_struct<pglb_glu_params>(params, "glu");
@@ -468,7 +486,7 @@ pglb_status s_set_batch(pglb_stream* s, const pglb_batch* batch) {
   });
 }
 pglb_status s_enqueue(pglb_stream* s, pglb_op op, const void* params) {
-  return guarded(dev(s), [&] { run_op(*dev(s)->be, op, params); });
+  return guarded(dev(s), [&] { run_op(*dev(s)->be, dev(s)->batch, op, params); });
 }
 pglb_status s_copy_blocks(pglb_stream* s, const pglb_block_pair* p, size_t n) {
   return guarded(dev(s), [&] { dev(s)->be->copy_blocks(pairs_of(p, n)); });

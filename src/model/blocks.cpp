@@ -120,7 +120,7 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
   }
   // Each head is [rope | nope]: the rope op turns its leading dims.
   be.rope(*buf.q, n_head, static_cast<int>(m.q_head_dim()), c.rope);
-  const MlaForm form = A.kv_expand_view.empty() ? MlaForm::Absorbed : p.mla_form;
+  const MlaForm form = A.kv_expand_view.empty() || !p.mla ? MlaForm::Absorbed : p.mla->form;
   if (form != MlaForm::Expanded) be.matmul_experts(A.q_absorb_view, *buf.q, n, n_head, true, *buf.mla_heads, *buf.mla_q);
 
   // The cache vector [k_pe, norm(c_kv)] as the sum of two zero-padded
@@ -140,7 +140,7 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
     AttentionConfig absorbed = ac;
     absorbed.n_head_kv = 1;
     absorbed.head_dim = static_cast<int>(latent);
-    absorbed.skip_whole = form == MlaForm::Both;  // attention_kv below writes their rows
+    if (form == MlaForm::Both) absorbed.kv_seqs = p.mla->expanded;  // attention_kv below writes their rows
     be.attention(kv_layer, *buf.mla_q, *buf.attn, absorbed);
     be.matmul_experts(A.o_absorb_view, *buf.attn, n, n_head, true, *buf.mla_heads, *buf.mla_o);
   }
@@ -149,11 +149,22 @@ void mla_attention_block(const LayerPass& p, int il, int64_t n) {
     // of the latent's 2 x (R + D) (1152); per token, the expansion costs what
     // the absorbed query and output products do. (mla_q is free again: the
     // absorbed attention above has read it.)
+    // After cached keys, every key of the expanded sequences is expanded
+    // from the cache: per token of context, what the step's own tokens cost.
     const int64_t qd = m.q_head_dim(), row = qd + m.v_head_dim;
-    be.matmul_experts(A.kv_expand_view, *buf.mla_kv, n, n_head, false, *buf.mla_heads, *buf.mla_q);
     ac.n_head_kv = n_head;
     ac.head_dim = static_cast<int>(qd);
-    be.attention_kv(*buf.q, *buf.mla_q, KvRowLayout{row, qd, static_cast<int>(m.v_head_dim)}, *buf.mla_o, ac);
+    ac.kv_seqs = p.mla->expanded;
+    const KvRowLayout layout{row, qd, static_cast<int>(m.v_head_dim), p.mla->context};
+    if (p.mla->context) {
+      be.gather_kv(kv_layer, p.mla->expanded, *buf.mla_ctx);
+      be.matmul_experts(A.kv_expand_view, *buf.mla_ctx, p.mla->context_rows, n_head, false, *buf.mla_ctx_heads,
+                        *buf.mla_ctx_kv);
+      be.attention_kv(*buf.q, *buf.mla_ctx_kv, layout, *buf.mla_o, ac);
+    } else {
+      be.matmul_experts(A.kv_expand_view, *buf.mla_kv, n, n_head, false, *buf.mla_heads, *buf.mla_q);
+      be.attention_kv(*buf.q, *buf.mla_q, layout, *buf.mla_o, ac);
+    }
   }
   be.matmul(*A.wo, *buf.mla_o, n, *buf.o);
   p.all_reduce(*buf.o, n * c.n_embd);  // row-parallel O: each rank's heads' share

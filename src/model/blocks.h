@@ -132,6 +132,12 @@ struct ActivationBuffers {
   BufferPtr mla_q;      // [n, n_head * (R + D)] absorbed queries, or [n, n_head * (R + nope + v)] expanded K, V
   BufferPtr mla_o;      // [n, n_head * v]
   BufferPtr mla_heads;  // I32 [n, n_head]: 0 .. n_head - 1 per row (the per-head products' "routes")
+  // MLA's expanded form after cached keys: every key of the expanded
+  // sequences (MlaPlan::context_rows <= cap_context), allocated on first use.
+  BufferPtr mla_ctx;        // [rows, R + D] their cache vectors (gather_kv)
+  BufferPtr mla_ctx_kv;     // [rows, n_head * (R + nope + v)] each head's K, V
+  BufferPtr mla_ctx_heads;  // I32 [rows, n_head], as mla_heads
+  int64_t cap_context = 0;
   // Per-layer embeddings (empty otherwise).
   BufferPtr ple;        // [n, n_layer * P]: every layer's input
   BufferPtr ple_tok;    // [n, n_layer * P]: the table's part of it
@@ -145,10 +151,19 @@ struct ActivationBuffers {
 
 // The forms multi-head latent attention takes in a step (Model::begin_pass
 // chooses): Absorbed (attention over the cached latent), Expanded (every
-// sequence whole in the step: attention over each head's keys and values
-// made from the step's latent, attention_kv), or Both (the whole sequences
-// expanded, the others absorbed).
+// sequence: attention over each head's keys and values made from the
+// latent, attention_kv), or Both (the sequences `expanded` marks expanded,
+// the others absorbed).
 enum class MlaForm { Absorbed, Expanded, Both };
+struct MlaPlan {
+  MlaForm form = MlaForm::Absorbed;
+  std::vector<uint8_t> expanded;  // per sequence of the batch (empty: Absorbed)
+  // Some expanded sequence has cached keys: every key of the expanded
+  // sequences comes from the cache (gather_kv), context_rows of them, not
+  // from the step's latent.
+  bool context = false;
+  int64_t context_rows = 0;
+};
 
 // What a block reads and writes during one pass: the config, this rank's
 // share of the model (heads, FFN units, layers), the backend, the
@@ -162,7 +177,7 @@ struct LayerPass {
   const std::vector<LayerWeights>& layers;
   std::function<void(Buffer& buf, int64_t values)> all_reduce;
   const LoraPass* lora = nullptr;  // the pass's adapters; null: no row has one
-  MlaForm mla_form = MlaForm::Absorbed;
+  const MlaPlan* mla = nullptr;  // null: absorbed
 };
 
 // x -> norm -> q, k, v -> (biases, q/k norm) -> rope -> cache -> attend ->
@@ -176,9 +191,10 @@ void linear_attention_block(const LayerPass& p, int il, int64_t n);
 // q_a, norm, q_b) -> rope of each head's rope part; the token's cache vector
 // [rope(k_pe), norm(c_kv)] (one KV head). Absorbed form (decode, and any
 // step with cached keys): per head [rope | W_UK^T nope] -> attention in the
-// latent space -> per head W_UV of the c_kv part. Expanded form (whole
-// prompts, LayerPass::mla_form): each head's K [rope | W_UK c_kv] and V
-// W_UV c_kv from the step's cache vectors -> attention over those. Then o
+// latent space -> per head W_UV of the c_kv part. Expanded form (long
+// prompts and prompt chunks, LayerPass::mla): each head's K [rope | W_UK
+// c_kv] and V W_UV c_kv from the step's cache vectors, or from all the
+// sequence's cached ones after cached keys -> attention over those. Then o
 // -> x += o.
 void mla_attention_block(const LayerPass& p, int il, int64_t n);
 // The latent's norm runs over the zero-padded row [0 (R), c_kv (D)]: its

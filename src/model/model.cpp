@@ -450,6 +450,7 @@ const TensorData* Model::file_tensor(const std::string& gguf_name) const {
 }
 
 void Model::set_context_length(int n_ctx) {
+  context_len_ = n_ctx;
   const Weight* f = rope_freqs_.get();
   if (rope_long_) f = n_ctx > cfg_.rope.n_ctx_orig ? rope_long_.get() : rope_short_.get();
   cfg_.rope.freq_factors = f;
@@ -574,7 +575,7 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
-  int64_t values = 0;
+  int64_t values = mla_context_cap() * (cfg_.is_mla() ? mla_context_row_values() : 0);
   for (const BufferShape& b : buffer_shapes()) values += b.values * (b.per_token ? n : m);
   return static_cast<size_t>(values) * sizeof(float);  // I32 ids are as large
 }
@@ -642,7 +643,7 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   find_segments(batch);
   ensure_buffers(n_, std::max<int64_t>(m, 1));
   lora_pass_ = false;
-  mla_form_ = cfg_.is_mla() ? mla_form(batch) : MlaForm::Absorbed;
+  plan_mla(batch);
   if (lora_) {
     lora_row_slots_.assign(static_cast<size_t>(n_), 0);
     for (const SeqInfo& s : batch.seqs) {
@@ -675,21 +676,85 @@ void Model::begin_pass(const BatchInfo& batch, int64_t m) {
   backend_.set_batch(tp_batch_);
 }
 
-// MLA's expanded form serves the sequences whole in the step; it changes a
-// row's bits against the absorbed form, so not in deterministic mode (a row
-// must not depend on what else the step holds). Beside sequences with cached
-// keys, both forms run and the whole ones pay the absorbed form's per-token
-// products too (~184K multiply-adds per head) for the pairs they save (832
-// per head): worth it from prompts of about 450 tokens on.
-MlaForm Model::mla_form(const BatchInfo& batch) {
-  constexpr int64_t kMixedMinPromptTokens = 512;
+// MLA's forms. Per pair of tokens the expanded form costs 320 multiply-adds
+// per head against the absorbed form's 1152; per token it expands, it costs
+// what the absorbed query and output products do (~184K per head). So it
+// serves a prompt, or a prompt chunk after cached keys (whose every key it
+// expands again), of about 450 tokens or more; a step of whole prompts
+// only, at any length (it then runs no absorbed products at all). It
+// changes a row's bits against the absorbed form, so not in deterministic
+// mode (a row must not depend on what else the step holds).
+void Model::plan_mla(const BatchInfo& batch) {
+  constexpr int32_t kMinExpandedTokens = 512;
+  mla_plan_ = MlaPlan{};
+  if (!cfg_.is_mla()) return;
   if (attention_kv_ < 0) attention_kv_ = backend_.supports_op(op_query(PGLB_OP_ATTENTION_KV)) ? 1 : 0;
-  if (attention_kv_ != 1 || backend_.deterministic()) return MlaForm::Absorbed;
-  int64_t whole = 0, whole_tokens = 0;
-  for (const SeqInfo& s : batch.seqs)
-    if (s.ctx_len == s.q_len) ++whole, whole_tokens += s.q_len;
-  if (whole == static_cast<int64_t>(batch.seqs.size())) return MlaForm::Expanded;
-  return whole > 0 && whole_tokens >= kMixedMinPromptTokens * whole ? MlaForm::Both : MlaForm::Absorbed;
+  if (gather_kv_ < 0) gather_kv_ = backend_.supports_op(op_query(PGLB_OP_GATHER_KV)) ? 1 : 0;
+  if (attention_kv_ != 1 || backend_.deterministic()) return;
+  const size_t n_seqs = batch.seqs.size();
+  std::vector<uint8_t>& ex = mla_plan_.expanded;
+  ex.assign(n_seqs, 0);
+  const auto whole = [](const SeqInfo& s) { return s.ctx_len == s.q_len; };
+  if (std::all_of(batch.seqs.begin(), batch.seqs.end(), whole)) {
+    std::fill(ex.begin(), ex.end(), 1);
+    mla_plan_.form = MlaForm::Expanded;
+    return;
+  }
+  // Long prompts and chunks; with cached keys among them, every key of each
+  // (from the cache) must fit the context buffers, in batch order.
+  const auto long_one = [&](const SeqInfo& s) { return s.q_len >= kMinExpandedTokens; };
+  const bool context = gather_kv_ == 1 && std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](const SeqInfo& s) {
+    return long_one(s) && !whole(s) && s.kv_evicted_to <= s.kv_sinks && s.ctx_len <= mla_context_cap();
+  });
+  int64_t rows = 0;
+  for (size_t i = 0; i < n_seqs; ++i) {
+    const SeqInfo& s = batch.seqs[i];
+    if (!long_one(s)) continue;
+    if (!context) {
+      ex[i] = whole(s) ? 1 : 0;
+      continue;
+    }
+    if (s.kv_evicted_to > s.kv_sinks || rows + s.ctx_len > mla_context_cap()) continue;
+    ex[i] = 1;
+    rows += s.ctx_len;
+  }
+  const auto marked = std::count(ex.begin(), ex.end(), uint8_t{1});
+  if (marked == 0) {
+    ex.clear();
+    return;
+  }
+  mla_plan_.form = marked == static_cast<std::ptrdiff_t>(n_seqs) ? MlaForm::Expanded : MlaForm::Both;
+  mla_plan_.context = context;
+  mla_plan_.context_rows = rows;
+  if (context) ensure_mla_context_buffers();
+}
+
+// The expanded form's keys after cached keys: one row per key of the
+// expanded sequences, up to ~256 MiB of them (and no more than one sequence
+// can hold); a chunk whose context does not fit stays absorbed.
+int64_t Model::mla_context_row_values() const {
+  const ModelConfig::Mla& m = cfg_.mla;
+  return m.latent_dim() + int64_t{geo_.n_head} * (m.q_head_dim() + m.v_head_dim + 1);
+}
+
+int64_t Model::mla_context_cap() const {
+  if (!cfg_.is_mla()) return 0;
+  constexpr int64_t kContextBytes = int64_t{256} << 20;
+  return std::min<int64_t>(std::max(context_len_, 1), kContextBytes / (mla_context_row_values() * 4));
+}
+
+void Model::ensure_mla_context_buffers() {
+  const int64_t cap = mla_context_cap(), heads = geo_.n_head;
+  if (buf_.cap_context >= cap) return;
+  const ModelConfig::Mla& m = cfg_.mla;
+  buf_.mla_ctx = backend_.alloc(DType::F32, static_cast<size_t>(cap * m.latent_dim()));
+  buf_.mla_ctx_kv = backend_.alloc(DType::F32, static_cast<size_t>(cap * heads * (m.q_head_dim() + m.v_head_dim)));
+  buf_.mla_ctx_heads = backend_.alloc(DType::I32, static_cast<size_t>(cap * heads));
+  std::vector<int32_t> ids(static_cast<size_t>(cap * heads));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % static_cast<size_t>(heads));
+  backend_.copy_from_host(ids.data(), *buf_.mla_ctx_heads, 0, ids.size() * sizeof(int32_t));
+  backend_.synchronize();
+  buf_.cap_context = cap;
 }
 
 void Model::embed() {
@@ -776,7 +841,7 @@ void Model::run_layers() {
   LayerPass pass{cfg_, geo_, backend_, buf_, layers_,
                  [this](Buffer& buf, int64_t values) { all_reduce(buf, values); }};
   if (lora_pass_) pass.lora = &lora_->pass();
-  pass.mla_form = mla_form_;
+  if (cfg_.is_mla()) pass.mla = &mla_plan_;
   // The family's own layer, or the shared decoder layer (model/blocks.h).
   const auto layer = arch_info(cfg_.arch).layer_forward;
   for (int il = geo_.layer_begin; il < geo_.layer_end; ++il) (layer ? layer : decoder_layer)(pass, il, n_);

@@ -159,7 +159,10 @@ class Model {
   void load_weights(const TensorSource& src, const LoadProgress& progress);
   void ensure_buffers(int64_t n_tokens, int64_t n_logits);
   void per_layer_inputs();  // buf_.ple from the embedded tokens (Gemma 4)
-  MlaForm mla_form(const BatchInfo& batch);
+  void plan_mla(const BatchInfo& batch);  // mla_plan_ for the pass
+  int64_t mla_context_cap() const;        // rows of the expanded form's context buffers (0: none)
+  int64_t mla_context_row_values() const;
+  void ensure_mla_context_buffers();
   using Buffers = ActivationBuffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;
@@ -222,8 +225,10 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::unique_ptr<LoraSlots> lora_;
   bool lora_pass_ = false;                // a row of the pass begun has an adapter
-  MlaForm mla_form_ = MlaForm::Absorbed;  // LayerPass::mla_form of the pass begun
+  MlaPlan mla_plan_;                      // LayerPass::mla of the pass begun
   int attention_kv_ = -1;                 // the backend runs attention_kv (asked once; -1: not yet)
+  int gather_kv_ = -1;                    // ... and gather_kv
+  int context_len_ = 0;                   // set_context_length's: the longest sequence
   std::vector<int32_t> lora_row_slots_;   // its rows' slots
 
   Buffers buf_;  // activations, grown on demand

@@ -420,6 +420,7 @@ class CpuBackend : public Backend {
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override;
   void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                     const AttentionConfig& cfg) override;
+  void gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out) override;
 
   void glu(const Buffer& gate_b, const Buffer& up_b, int64_t n, Activation act, Buffer& out_b) override {
     Timer t(this, kOther, "glu");
@@ -643,6 +644,7 @@ class CpuBackend : public Backend {
   bool supports_op(const OpQuery& q) const override {
     return q.op == PGLB_OP_SOFTCAP || q.op == PGLB_OP_SAMPLE || q.op == PGLB_OP_LAYER_NORM ||
            q.op == PGLB_OP_ACTIVATION || q.op == PGLB_OP_LORA_MATMUL || q.op == PGLB_OP_ATTENTION_KV ||
+           q.op == PGLB_OP_GATHER_KV ||
            Backend::supports_op(q);
   }
 
@@ -906,7 +908,9 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(kv_cfg_.block_size <= cpu::kAttnMaxBlock, "attention kernel limits: block size {} (<= {})",
                 kv_cfg_.block_size, cpu::kAttnMaxBlock);
   const int heads_per_block = block_heads(slot, cfg.head_dim);
-  const auto take = [&](const SeqInfo& s) { return !(cfg.skip_whole && s.ctx_len == s.q_len); };
+  PAGELLM_CHECK(cfg.kv_seqs.empty() || cfg.kv_seqs.size() == batch_->seqs.size(),
+                "attention: {} sequence flags for {} sequences", cfg.kv_seqs.size(), batch_->seqs.size());
+  const auto take = [&](int32_t si) { return cfg.kv_seqs.empty() || !cfg.kv_seqs[static_cast<size_t>(si)]; };
   attend_units(cfg, q, out, cfg.head_dim, take, [&](const AttnUnit& w) {
     return cpu::AttnKV{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
                        v_scale(slot),       cfg.n_head_kv, kv_cfg_.block_size, cfg.head_dim,
@@ -923,18 +927,96 @@ void CpuBackend::attention_kv(const Buffer& q_buf, const Buffer& kv_buf, const K
                     rows.v_offset + rows.v_dim <= rows.row && rows.v_offset >= 0,
                 "attention_kv: {} heads of {} on {} KV heads, values [{}, {}) of rows of {}", cfg.n_head,
                 cfg.head_dim, cfg.n_head_kv, rows.v_offset, rows.v_offset + rows.v_dim, rows.row);
+  const auto& seqs = batch_->seqs;
+  PAGELLM_CHECK(cfg.kv_seqs.empty() || cfg.kv_seqs.size() == seqs.size(),
+                "attention_kv: {} sequence flags for {} sequences", cfg.kv_seqs.size(), seqs.size());
+  const auto take = [&](int32_t si) {
+    return cfg.kv_seqs.empty() ? seqs[static_cast<size_t>(si)].ctx_len == seqs[static_cast<size_t>(si)].q_len
+                               : cfg.kv_seqs[static_cast<size_t>(si)] != 0;
+  };
+  // Each taken sequence's first key row: its first token's in the step, or
+  // with rows.context, after the keys of the sequences taken before it.
+  std::vector<int64_t> first_row(seqs.size());
+  int64_t kv_rows = n;
+  if (rows.context) {
+    kv_rows = 0;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (take(static_cast<int32_t>(i))) first_row[i] = kv_rows, kv_rows += seqs[i].ctx_len;
+  } else {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      PAGELLM_CHECK(!take(static_cast<int32_t>(i)) || seqs[i].ctx_len == seqs[i].q_len,
+                    "attention_kv: a sequence with cached keys needs them given (context rows)");
+      first_row[i] = seqs[i].q_start;
+    }
+  }
   const float* q = f32(q_buf, n * cfg.n_head * cfg.head_dim);
-  const float* kv = f32(kv_buf, n * cfg.n_head_kv * rows.row);
+  const float* kv = f32(kv_buf, kv_rows * cfg.n_head_kv * rows.row);
   float* out = f32(out_buf, n * cfg.n_head * rows.v_dim);
-  const auto whole = [](const SeqInfo& s) { return s.ctx_len == s.q_len; };
-  attend_units(cfg, q, out, rows.v_dim, whole, [&](const AttnUnit& w) {
-    const float* k = kv + (static_cast<int64_t>(batch_->seqs[w.seq].q_start) * cfg.n_head_kv + w.g) * rows.row;
+  attend_units(cfg, q, out, rows.v_dim, take, [&](const AttnUnit& w) {
+    const float* k = kv + (first_row[static_cast<size_t>(w.seq)] * cfg.n_head_kv + w.g) * rows.row;
     cpu::AttnKV a{k, k + rows.v_offset, cpu::KVElem::F32, nullptr, nullptr, cfg.n_head_kv, cpu::kAttnMaxBlock,
                   cfg.head_dim, nullptr, cfg.n_head_kv};
     a.key_stride = cfg.n_head_kv * rows.row;
     a.v_dim = rows.v_dim;
     return a;
   });
+}
+
+void CpuBackend::gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out_buf) {
+  Timer timer(this, kAttention, "gather_kv");
+  const int group = kv_place(layer).first, slot = kv_place(layer).second;
+  const int heads = kv_layer_shape(layer).first, hd = kv_layer_shape(layer).second;
+  PAGELLM_CHECK(seqs.size() == batch_->seqs.size(), "gather_kv: {} sequence flags for {} sequences", seqs.size(),
+                batch_->seqs.size());
+  // (sequence, first position, first output row) per block of keys: the units of work.
+  struct Piece {
+    int32_t seq, pos;
+    int64_t row;
+  };
+  std::vector<Piece> pieces;
+  const int bs = kv_cfg_.block_size;
+  int64_t rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) continue;
+    const SeqInfo& s = batch_->seqs[i];
+    PAGELLM_CHECK(s.kv_evicted_to <= s.kv_sinks, "gather_kv: sequence {} has evicted keys", i);
+    for (int32_t p = 0; p < s.ctx_len; p += bs) pieces.push_back({static_cast<int32_t>(i), p, rows + p});
+    rows += s.ctx_len;
+  }
+  const int64_t row = static_cast<int64_t>(heads) * hd;
+  float* out = f32(out_buf, rows * row);
+  const int bh = block_heads(slot, hd);
+  const uint8_t* k = k_cache_[slot];
+  const float* scales = k_scale(slot);
+  const size_t esize = dtype_size(kv_cfg_.dtype);
+  pool_.parallel_for(
+      static_cast<int64_t>(pieces.size()),
+      [&](int64_t b, int64_t e) {
+        for (int64_t u = b; u < e; ++u) {
+          const Piece& pc = pieces[static_cast<size_t>(u)];
+          const SeqInfo& s = batch_->seqs[static_cast<size_t>(pc.seq)];
+          const int64_t block = s.table(group)[static_cast<size_t>(pc.pos / bs)];
+          const int n = std::min(bs, s.ctx_len - pc.pos);
+          for (int g = 0; g < heads; ++g) {
+            const int64_t at = (block * bh + g) * bs;  // the head's first token in the block
+            for (int t = 0; t < n; ++t) {
+              float* o = out + (pc.row + t) * row + static_cast<int64_t>(g) * hd;
+              const uint8_t* src = k + static_cast<size_t>((at + t) * hd) * esize;
+              if (kv_elem_ == cpu::KVElem::F32) {
+                std::memcpy(o, src, static_cast<size_t>(hd) * sizeof(float));
+              } else if (kv_elem_ == cpu::KVElem::F16) {
+                const auto* h = reinterpret_cast<const uint16_t*>(src);
+                for (int d = 0; d < hd; ++d) o[d] = fp16_to_fp32(h[d]);
+              } else {
+                const auto* c = reinterpret_cast<const int8_t*>(src);
+                const float sc = scales[at + t];
+                for (int d = 0; d < hd; ++d) o[d] = static_cast<float>(c[d]) * sc;
+              }
+            }
+          }
+        }
+      },
+      1, 1);
 }
 
 template <typename Take, typename KvOf>
@@ -963,13 +1045,13 @@ void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float*
   // thread count.
   const int64_t split = (kDeterministicSplit + kv_cfg_.block_size - 1) / kv_cfg_.block_size * kv_cfg_.block_size;
   int64_t base_units = 0;
-  for (const auto& s : batch_->seqs)
-    if (take(s)) base_units += ((s.q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
+  for (int32_t si = 0; si < static_cast<int32_t>(batch_->seqs.size()); ++si)
+    if (take(si)) base_units += ((batch_->seqs[si].q_len + tile_tokens - 1) / tile_tokens) * cfg.n_head_kv;
   const int64_t want_units = static_cast<int64_t>(nth) * 4;
   units_.clear();
   for (int32_t si = 0; si < static_cast<int32_t>(batch_->seqs.size()); ++si) {
     const auto& s = batch_->seqs[si];
-    if (!take(s)) continue;
+    if (!take(si)) continue;
     for (int32_t t0 = 0; t0 < s.q_len; t0 += tile_tokens) {
       const int32_t nt = std::min(tile_tokens, s.q_len - t0);
       // Non-causal: every key of the sequence, and the tile masks as if each

@@ -472,6 +472,150 @@ TEST_P(BackendOps, AttentionOverStepKeysMatchesReference) {
   for (int d = 8; d < 32; ++d) EXPECT_NE(out[d], -7.0f) << d;
 }
 
+// Attention over every key of some sequences given as rows (attention_kv
+// with context rows: MLA's expanded form for a prompt chunk after cached
+// keys): a chunk after 30 cached keys, a whole prompt, and an unmarked
+// decode whose row keeps what it held.
+TEST_P(BackendOps, AttentionOverGivenContextKeysMatchesReference) {
+  if (!be_->supports_op(op_query(PGLB_OP_ATTENTION_KV))) GTEST_SKIP() << "no attention_kv";
+  const int n_head = 8, n_kv = 2, D = 48, Dv = 32, v_offset = 48, row = 80;
+  be_->allocate_kv_cache(cache_spec(1, 1, 8, 16));
+  struct S {
+    int q_len, ctx_len;
+  };
+  const std::vector<S> seqs = {{20, 50}, {9, 9}, {1, 40}};
+  const std::vector<uint8_t> marked = {1, 1, 0};
+  BatchInfo b;
+  int32_t next_block = 1;
+  for (const S& x : seqs) {
+    SeqInfo si;
+    si.q_start = static_cast<int32_t>(b.token_ids.size());
+    si.q_len = x.q_len;
+    si.ctx_len = x.ctx_len;
+    for (int p = 0; p < x.ctx_len; p += 16) si.block_table.push_back(next_block++);
+    for (int p = x.ctx_len - x.q_len; p < x.ctx_len; ++p) {
+      b.token_ids.push_back(0);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(int64_t{si.block_table[static_cast<size_t>(p / 16)]} * 16 + p % 16);
+    }
+    b.seqs.push_back(si);
+  }
+  be_->set_batch(b);
+  const int64_t n = b.n_tokens(), kv_rows = 50 + 9;
+  const auto q = randn(n * n_head * D, 1400);
+  const auto kv = randn(kv_rows * n_kv * row, 1401);
+  AttentionConfig ac;
+  ac.n_head = n_head;
+  ac.n_head_kv = n_kv;
+  ac.head_dim = D;
+  ac.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ac.kv_seqs = marked;
+  auto qb = put(q), kvb = put(kv);
+  auto ob = put(std::vector<float>(static_cast<size_t>(n * n_head * Dv), -7.0f));
+  be_->attention_kv(*qb, *kvb, KvRowLayout{row, v_offset, Dv, true}, *ob, ac);
+  const auto out = get(*ob, static_cast<size_t>(n * n_head * Dv));
+
+  std::vector<double> ref(out.size(), -7.0);
+  int64_t first_key = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    if (!marked[si]) continue;
+    const SeqInfo& s = b.seqs[si];
+    for (int i = 0; i < s.q_len; ++i) {
+      const int pos = s.ctx_len - s.q_len + i;
+      for (int h = 0; h < n_head; ++h) {
+        const int64_t t = s.q_start + i;
+        const float* keys = kv.data() + first_key * n_kv * row + (h / (n_head / n_kv)) * row;
+        std::vector<double> w;
+        double mx = -1e300;
+        for (int j = 0; j <= pos; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(q[(t * n_head + h) * D + d]) * keys[j * n_kv * row + d];
+          w.push_back(dot * ac.scale);
+          mx = std::max(mx, w.back());
+        }
+        double l = 0;
+        for (auto& x : w) l += (x = std::exp(x - mx));
+        for (int d = 0; d < Dv; ++d) {
+          double acc = 0;
+          for (int j = 0; j <= pos; ++j) acc += w[static_cast<size_t>(j)] * keys[j * n_kv * row + v_offset + d];
+          ref[static_cast<size_t>((t * n_head + h) * Dv + d)] = acc / l;
+        }
+      }
+    }
+    first_key += s.ctx_len;
+  }
+  EXPECT_LT(rel_l2(out, ref), 2e-6);
+  const size_t decode_row = static_cast<size_t>(b.seqs[2].q_start) * n_head * Dv;
+  for (size_t d = decode_row; d < out.size(); ++d) ASSERT_EQ(out[d], -7.0f) << d;
+}
+
+// gather_kv: the cached keys of the marked sequences, every position, in
+// batch order, from scattered blocks, for each cache type (F16 and int8 as
+// they were stored: rounded).
+TEST_P(BackendOps, GatherKvReturnsTheCachedKeys) {
+  if (!be_->supports_op(op_query(PGLB_OP_GATHER_KV))) GTEST_SKIP() << "no gather_kv";
+  const int n_kv = 2, D = 32, row = n_kv * D;
+  const std::vector<int> lens = {37, 5, 20};
+  const std::vector<std::vector<int32_t>> tables = {{7, 2, 9}, {4}, {1, 8}};
+  const std::vector<uint8_t> marked = {1, 0, 1};
+  for (DType dt : {DType::F32, DType::F16, DType::I8}) {
+    if (dt == DType::I8 && be_->name() != "cpu") continue;
+    SCOPED_TRACE(dtype_name(dt));
+    be_->allocate_kv_cache(cache_spec(2, n_kv, D, 10, dt));
+    BatchInfo fill;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      SeqInfo si;
+      si.q_start = static_cast<int32_t>(fill.token_ids.size());
+      si.q_len = si.ctx_len = lens[i];
+      si.block_table = tables[i];
+      for (int p = 0; p < lens[i]; ++p) {
+        fill.token_ids.push_back(0);
+        fill.positions.push_back(p);
+        fill.slot_mapping.push_back(int64_t{tables[i][static_cast<size_t>(p / 16)]} * 16 + p % 16);
+      }
+      fill.seqs.push_back(si);
+    }
+    be_->set_batch(fill);
+    const auto k = randn(fill.n_tokens() * row, 1500), v = randn(fill.n_tokens() * row, 1501);
+    {
+      auto kb = put(k), vb = put(v);
+      be_->store_kv(1, *kb, *vb);
+    }
+    // The next step: one more token of each (not stored), the same tables.
+    BatchInfo step;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      SeqInfo si = fill.seqs[i];
+      si.q_start = static_cast<int32_t>(i);
+      si.q_len = 1;
+      step.token_ids.push_back(0);
+      step.positions.push_back(lens[i] - 1);
+      step.slot_mapping.push_back(0);
+      step.seqs.push_back(si);
+    }
+    be_->set_batch(step);
+    const int64_t rows = lens[0] + lens[2];
+    auto ob = zeros_like(rows * row);
+    be_->gather_kv(1, marked, *ob);
+    const auto out = get(*ob, static_cast<size_t>(rows * row));
+    int64_t r = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      if (!marked[i]) continue;
+      for (int p = 0; p < lens[i]; ++p, ++r)
+        for (int g = 0; g < n_kv; ++g) {
+          const float* want = k.data() + (fill.seqs[i].q_start + p) * row + g * D;
+          float amax = 0;
+          for (int d = 0; d < D; ++d) amax = std::max(amax, std::fabs(want[d]));
+          for (int d = 0; d < D; ++d) {
+            const float got = out[static_cast<size_t>(r * row + g * D + d)];
+            if (dt == DType::F32) ASSERT_EQ(got, want[d]);
+            if (dt == DType::F16) ASSERT_EQ(got, fp16_to_fp32(fp32_to_fp16(want[d])));
+            if (dt == DType::I8) ASSERT_NEAR(got, want[d], amax / 127 * 0.51f);
+          }
+        }
+    }
+  }
+}
+
 // A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an
 // MLA latent is both; one KV head of DeepSeek's 576 dims and up to 128
 // query heads on it.

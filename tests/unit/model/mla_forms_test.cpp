@@ -1,8 +1,9 @@
 // Multi-head latent attention's two forms in one step: a sequence with keys
 // in the cache (the absorbed form) beside a whole prompt of 512 tokens (the
-// expanded form, attention_kv): each row's logits are those its sequence
-// gets alone. (Each form alone is checked against transformers by the HF
-// fixtures.)
+// expanded form, attention_kv), and a 512-token chunk after cached keys
+// (expanded from the cache, gather_kv) alone and beside a decode: each row's
+// logits are those its sequence gets alone. (Each form alone is checked
+// against transformers by the HF fixtures.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,6 +41,19 @@ void add_seq(BatchInfo& b, const std::vector<int32_t>& tokens, int ctx, int firs
     b.slot_mapping.push_back(int64_t{s.block_table[static_cast<size_t>(pos / kBlock)]} * kBlock + pos % kBlock);
   }
   b.seqs.push_back(s);
+}
+
+// The ops traced since `since` (trace::now_us(); the trace keeps every event written).
+std::set<std::string> traced_ops(const std::string& name, int64_t since = 0) {
+  trace::enable(false);
+  const std::string path = test::temp_dir() + "/" + name + ".json";
+  trace::write(path);
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> ops;
+  for (const auto& e : j["traceEvents"])
+    if (e["ts"].get<double>() >= static_cast<double>(since)) ops.insert(e["name"].get<std::string>());
+  return ops;
 }
 
 std::vector<float> logits_of(Model& m, const BatchInfo& b, const std::vector<int32_t>& rows) {
@@ -90,13 +104,7 @@ TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
   add_seq(mixed, b, 0, 5);
   trace::enable(true);
   const std::vector<float> both = logits_of(*model, mixed, {0, 512});
-  trace::enable(false);
-  const std::string path = test::temp_dir() + "/mla-forms.json";
-  trace::write(path);
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::set<std::string> ops;
-  for (const auto& e : j["traceEvents"]) ops.insert(e["name"].get<std::string>());
+  const std::set<std::string> ops = traced_ops("mla-forms");
   EXPECT_TRUE(ops.count("attention"));
   EXPECT_TRUE(ops.count("attention_kv"));
 
@@ -104,6 +112,73 @@ TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
   // below what a wrong row would move (the other form's rows, or stale ones).
   EXPECT_LT(max_rel_gap(std::vector<float>(both.begin(), both.begin() + n), a_alone), 1e-5);
   EXPECT_LT(max_rel_gap(std::vector<float>(both.begin() + n, both.end()), b_alone), 1e-5);
+}
+
+TEST(MlaForms, AChunkAfterCachedKeysExpandsFromTheCache) {
+  auto backend = create_backend("cpu", {{"threads", "2"}});
+  ThreadPool pool(2);
+  const ModelConfig cfg = dummy_config("tiny-deepseek3", 1024);
+  auto src = make_dummy_source(cfg, DummySpec{"tiny-deepseek3", DType::F32, 1}, pool);
+  auto model = Model::from_source(cfg, *src, *backend);
+  model->set_context_length(1024);
+  backend->allocate_kv_cache(model->kv_cache_spec(kBlock, 1 + 4 + 35 + 35, DType::F32));
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(3, cfg.n_vocab - 1);
+  std::vector<int32_t> a(40), b(552);
+  for (auto& t : a) t = tok(rng);
+  for (auto& t : b) t = tok(rng);
+  const int32_t a_next = tok(rng);
+  const auto n = static_cast<size_t>(cfg.n_vocab);
+  const std::vector<int32_t> head(b.begin(), b.begin() + 40), chunk(b.begin() + 40, b.end());
+
+  // The references: a's next token after its prompt; b whole in one step (blocks 5..39).
+  BatchInfo prompt;
+  add_seq(prompt, a, 0, 1);
+  logits_of(*model, prompt, {});
+  BatchInfo decode;
+  add_seq(decode, {a_next}, 40, 1);
+  const std::vector<float> a_alone = logits_of(*model, decode, {0});
+  BatchInfo whole;
+  add_seq(whole, b, 0, 5);
+  const std::vector<float> b_whole = logits_of(*model, whole, {551});
+
+  // b's first 40 tokens, then the other 512 as one chunk (blocks 40..74):
+  // alone (every sequence expanded), then beside a's decode (both forms).
+  BatchInfo first;
+  add_seq(first, head, 0, 40);
+  logits_of(*model, first, {});
+  BatchInfo rest;
+  add_seq(rest, chunk, 40, 40);
+  int64_t since = trace::now_us();
+  trace::enable(true);
+  const std::vector<float> b_chunked = logits_of(*model, rest, {511});
+  const std::set<std::string> alone_ops = traced_ops("mla-chunk", since);
+  EXPECT_TRUE(alone_ops.count("gather_kv"));
+  EXPECT_TRUE(alone_ops.count("attention_kv"));
+  EXPECT_FALSE(alone_ops.count("attention"));
+  EXPECT_LT(max_rel_gap(b_chunked, b_whole), 1e-5);
+
+  BatchInfo mixed;
+  add_seq(mixed, {a_next}, 40, 1);
+  add_seq(mixed, chunk, 40, 40);
+  since = trace::now_us();
+  trace::enable(true);
+  const std::vector<float> both = logits_of(*model, mixed, {0, 512});
+  const std::set<std::string> mixed_ops = traced_ops("mla-chunk-mixed", since);
+  EXPECT_TRUE(mixed_ops.count("gather_kv"));
+  EXPECT_TRUE(mixed_ops.count("attention"));
+  EXPECT_LT(max_rel_gap(std::vector<float>(both.begin(), both.begin() + n), a_alone), 1e-5);
+  EXPECT_LT(max_rel_gap(std::vector<float>(both.begin() + n, both.end()), b_whole), 1e-5);
+
+  // A shorter chunk after cached keys stays absorbed.
+  BatchInfo short_chunk;
+  add_seq(short_chunk, std::vector<int32_t>(chunk.begin(), chunk.begin() + 100), 40, 40);
+  since = trace::now_us();
+  trace::enable(true);
+  logits_of(*model, short_chunk, {99});
+  const std::set<std::string> short_ops = traced_ops("mla-chunk-short", since);
+  EXPECT_FALSE(short_ops.count("gather_kv"));
+  EXPECT_FALSE(short_ops.count("attention_kv"));
 }
 
 }  // namespace
