@@ -637,13 +637,17 @@ const std::vector<EngineArg> kEngineArgs = {
      .apply = [](EngineArgs& a, const json& v) { a.chat_template = v.get<std::string>(); }},
     {.name = "dtype",
      .default_text = "auto",
-     .help = "auto only: weights run in the types the model file stores, activations in float32",
-     .scope = ArgScope::Library,
+     .help = "The weights' compute type: auto (as the model file stores them; activations in float32) or bfloat16 "
+             "(CPU: F16 weight matrices rounded to BF16 at load, which run the BF16 kernels: about 1.8x faster "
+             "prompts on AVX512-BF16, at BF16's precision; the same as --backend-option dtype=bfloat16)",
+     .scope = ArgScope::All,
      .apply =
-         [](EngineArgs&, const json& v) {
-           if (v.get<std::string>() != "auto")
-             throw ArgValueError("only \"auto\" is supported (weights run in the types the model file stores, "
-                                 "activations in float32)");
+         [](EngineArgs& a, const json& v) {
+           const std::string t = v.get<std::string>();
+           if (t == "bfloat16") a.config.backend_options["dtype"] = "bfloat16";
+           else if (t != "auto")
+             throw ArgValueError("auto (weights as the model file stores them) or bfloat16 (F16 weight matrices "
+                                 "rounded to BF16)");
          }},
     {.name = "trust-remote-code", .type = T::Bool, .help = "vLLM's; no effect", .scope = ArgScope::Library,
      .apply = ignore},

@@ -76,6 +76,7 @@ class CpuWeight : public Weight {
   }
   std::unique_ptr<cpu::MatmulWeight> matrix;  // for matrices
   std::vector<float> vec;                     // for vectors (norms, biases, rope factors)
+  std::vector<uint16_t> bf16;                 // an F16 matrix rounded to BF16 (f16_as_bf16), which matrix reads
   // The backend's count of repacked bytes (LoRA slots replace their weights
   // at run time); shared, so a weight may outlive the backend.
   std::shared_ptr<std::atomic<size_t>> repacked_total;
@@ -95,7 +96,7 @@ class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& o)
       : pool_(o.threads), isa_(cpu_features().best()), ops_(&cpu::ops_table(isa_)), exact_matmul_(o.exact_matmul),
-        repack_(o.repack) {}
+        repack_(o.repack), f16_as_bf16_(o.f16_as_bf16) {}
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
@@ -103,8 +104,9 @@ class CpuBackend : public Backend {
     const std::string layout = !repack_      ? ", weights not repacked (--no-repack)"
                                : repacked > 0 ? fmt::format(", {} of weights repacked at load", format_bytes(repacked))
                                               : std::string();
-    return fmt::format("cpu ({} threads, {}{}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
-                       exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "", layout,
+    return fmt::format("cpu ({} threads, {}{}{}{}{}; cpu has {})", pool_.size(), cpu::describe_kernels(isa_),
+                       exact_matmul_ ? ", exact float matmul" : "", deterministic_ ? ", deterministic" : "",
+                       f16_as_bf16_ ? ", F16 matrices as BF16 (--dtype bfloat16)" : "", layout,
                        cpu_features().describe());
   }
 
@@ -162,12 +164,24 @@ class CpuBackend : public Backend {
       cpu::PrepareOptions prep;
       prep.repack = repack_;
       prep.threads = pool_.size();
-      w->matrix = cpu::prepare_matmul_weight(t.type, w->rows, w->cols, t.data, prep);
-      w->held_type = t.type;
+      const void* data = t.data;
+      if (f16_as_bf16_ && t.type == DType::F16) {
+        // Every path (panels, rows, embedding lookups) then reads the same BF16 values.
+        const auto* h = static_cast<const uint16_t*>(t.data);
+        w->bf16.resize(static_cast<size_t>(w->rows * w->cols));
+        pool_.parallel_for(static_cast<int64_t>(w->bf16.size()), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) w->bf16[static_cast<size_t>(i)] = fp32_to_bf16(fp16_to_fp32(h[i]));
+        }, 64, 1 << 16);
+        w->type = DType::BF16;
+        data = w->bf16.data();
+      }
+      w->matrix = cpu::prepare_matmul_weight(w->type, w->rows, w->cols, data, prep);
+      w->held_type = w->type;
       // A repacked copy is what stays in memory (the file's pages are only
-      // read to build it).
+      // read to build it), with the BF16 rows when they were converted.
       const size_t packed = w->matrix->packed_bytes();
-      w->held_bytes = packed > 0 ? packed : dtype_row_bytes(t.type, w->cols) * static_cast<size_t>(w->rows);
+      const size_t rows_bytes = dtype_row_bytes(w->type, w->cols) * static_cast<size_t>(w->rows);
+      w->held_bytes = packed > 0 ? packed + (w->bf16.empty() ? 0 : rows_bytes) : rows_bytes;
       *repacked_bytes_ += packed;
       w->repacked_total = repacked_bytes_;
     }
@@ -885,6 +899,7 @@ class CpuBackend : public Backend {
   Sampler sampler_;  // scratch of sample()
   bool exact_matmul_ = false;
   bool repack_ = true;
+  bool f16_as_bf16_ = false;
   std::shared_ptr<std::atomic<size_t>> repacked_bytes_ = std::make_shared<std::atomic<size_t>>(0);  // start-up line
   bool deterministic_ = false;
   std::vector<float> exact_rows_;  // [threads, cols] dequantized weight rows
@@ -1158,11 +1173,17 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
 }
 
 CpuBackendOptions CpuBackendOptions::from(const BackendOptions& o) {
-  check_backend_options(o, "cpu", {"threads", "exact_matmul", "repack"});
+  check_backend_options(o, "cpu", {"threads", "exact_matmul", "repack", "dtype"});
   CpuBackendOptions c;
   c.threads = backend_option_int(o, "cpu", "threads", 0);
   c.exact_matmul = backend_option_bool(o, "cpu", "exact_matmul", false);
   c.repack = backend_option_bool(o, "cpu", "repack", true);
+  if (const auto it = o.find("dtype"); it != o.end()) {
+    if (it->second != "auto" && it->second != "bfloat16")
+      fail("cpu backend option dtype={}: auto (weights as stored) or bfloat16 (F16 matrices rounded to BF16)",
+           it->second);
+    c.f16_as_bf16 = it->second == "bfloat16";
+  }
   return c;
 }
 

@@ -19,7 +19,10 @@ struct CpuBackendOptions {
   // Repack weights at load into the SIMD kernels' layouts (a second copy);
   // off, products read the file's rows (cpu::PrepareOptions::repack).
   bool repack = true;
-  // From registry options: threads=N, exact_matmul=true|false, repack=true|false.
+  // F16 weight matrices are rounded to BF16 at load and run the BF16
+  // kernels (vLLM's --dtype bfloat16; on AVX512-BF16, twice the FMA rate).
+  bool f16_as_bf16 = false;
+  // From registry options: threads=N, exact_matmul=true|false, repack=true|false, dtype=auto|bfloat16.
   static CpuBackendOptions from(const BackendOptions& o);
 };
 

@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -23,6 +24,7 @@
 #include "core/quant_blocks.h"
 #include "sampling/sampler.h"
 #include "backend_test_util.h"
+#include "hostile_input.h"
 
 namespace pagellm {
 namespace {
@@ -614,6 +616,43 @@ TEST_P(BackendOps, GatherKvReturnsTheCachedKeys) {
         }
     }
   }
+}
+
+// --dtype bfloat16 (the CPU backend's dtype option): an F16 matrix runs
+// exactly as the BF16 matrix of its rounded values does, for a decode row
+// and a prompt tile alike.
+TEST(CpuDtypeOption, F16MatricesRunAsTheirBf16Rounding) {
+  auto plain = create_backend("cpu", {{"threads", "2"}});
+  auto as_bf16 = create_backend("cpu", {{"threads", "2"}, {"dtype", "bfloat16"}});
+  EXPECT_NE(as_bf16->describe().find("F16 matrices as BF16"), std::string::npos) << as_bf16->describe();
+  const int64_t rows = 70, cols = 256;
+  const auto w = randn(static_cast<size_t>(rows * cols), 1600);
+  std::vector<uint16_t> f16(w.size()), bf16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    f16[i] = fp32_to_fp16(w[i]);
+    bf16[i] = fp32_to_bf16(fp16_to_fp32(f16[i]));
+  }
+  auto w_f16 = as_bf16->upload(TensorData{"w", DType::F16, {cols, rows}, f16.data()});
+  auto w_bf16 = plain->upload(TensorData{"w", DType::BF16, {cols, rows}, bf16.data()});
+  auto w_plain = plain->upload(TensorData{"w", DType::F16, {cols, rows}, f16.data()});
+  const auto run = [&](Backend& be, const Weight& wt, const std::vector<float>& x, int64_t n) {
+    auto xb = be.alloc(DType::F32, x.size());
+    auto yb = be.alloc(DType::F32, static_cast<size_t>(n * rows));
+    be.copy_from_host(x.data(), *xb, 0, x.size() * sizeof(float));
+    be.matmul(wt, *xb, n, *yb);
+    std::vector<float> y(static_cast<size_t>(n * rows));
+    be.copy_to_host(*yb, 0, y.size() * sizeof(float), y.data());
+    be.synchronize();
+    return y;
+  };
+  for (int64_t n : {1, 37}) {
+    const auto x = randn(static_cast<size_t>(n * cols), 1601 + static_cast<uint32_t>(n));
+    const auto got = run(*as_bf16, *w_f16, x, n), want = run(*plain, *w_bf16, x, n);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << n;
+    EXPECT_NE(run(*plain, *w_plain, x, n), got) << "the F16 values themselves, not their rounding";
+  }
+  EXPECT_NE(test::error_of([] { create_backend("cpu", {{"dtype", "float16"}}); }).find("auto (weights as stored) or bfloat16"),
+            std::string::npos);
 }
 
 // A cache without V (KVCacheSpec::v_is_k): the values are the keys, as an
