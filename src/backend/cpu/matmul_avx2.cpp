@@ -90,7 +90,7 @@ inline __m256i move_bits(__m256i v) {
 // that it does not matter.
 constexpr int64_t kPrefetchBytes = 4096;
 template <int T, typename Block>
-inline void prefetch_ahead(const Block* w, int64_t b) {
+[[gnu::always_inline]] inline void prefetch_ahead(const Block* w, int64_t b) {
   if constexpr (T == 1) {
     constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
     const char* p = reinterpret_cast<const char*>(w + b + ahead);
@@ -103,7 +103,7 @@ inline void prefetch_ahead(const Block* w, int64_t b) {
 // once fill the core's miss buffers and stall the loads behind them (Q6_K
 // decode ran at 10 GB/s from memory, 30 from L3).
 template <int T, typename Block>
-inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
+[[gnu::always_inline]] inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
   if constexpr (T == 1) {
     constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
     constexpr int64_t lines = (sizeof(Block) + 63) / 64;

@@ -76,9 +76,12 @@ inline __m512i odd16(__m512i v) {
 // ops, n = 8: +20-100%). Later tiles find the run in L2 and skip it. 2 KiB
 // ahead, not 4: with up to four groups' streams into L1, 4 KiB measured
 // 10-30% slower at n = 8 (8 KiB slower still).
+// always_inline: GCC 12 takes a function whose only effects are prefetches
+// for one without side effects and deletes the calls to it (this one's were
+// gone from every kernel until 2026-12-06).
 constexpr int64_t kPrefetchBytes = 2048;
 template <typename Block>
-inline void prefetch_ahead(bool cold, const Block* w0, const Block* w1, int64_t b) {
+[[gnu::always_inline]] inline void prefetch_ahead(bool cold, const Block* w0, const Block* w1, int64_t b) {
   if (!cold) return;
   constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
   const char* p0 = reinterpret_cast<const char*>(w0 + b + ahead);

@@ -79,7 +79,7 @@ inline __m512i odd16(__m512i v) { return _mm512_srli_epi32(v, 16); }
 // The weight stream fetched ahead, as the AVX2 decode kernels do.
 constexpr int64_t kPrefetchBytes = 4096;
 template <typename Block>
-inline void prefetch_ahead(const Block* w, int64_t b) {
+[[gnu::always_inline]] inline void prefetch_ahead(const Block* w, int64_t b) {
   constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
   const char* p = reinterpret_cast<const char*>(w + b + ahead);
   for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
@@ -89,7 +89,7 @@ inline void prefetch_ahead(const Block* w, int64_t b) {
 // ahead. A long block's ~20-27 prefetches at once fill the core's miss
 // buffers and stall the loads behind them.
 template <typename Block>
-inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
+[[gnu::always_inline]] inline void prefetch_part(const Block* w, int64_t b, int part, int parts) {
   constexpr int64_t ahead = (kPrefetchBytes + sizeof(Block) - 1) / sizeof(Block);
   constexpr int64_t lines = (sizeof(Block) + 63) / 64;
   const char* p = reinterpret_cast<const char*>(w + b + ahead);
