@@ -71,28 +71,50 @@ double max_rel_gap(const std::vector<float>& a, const std::vector<float>& b) {
   return gap / scale;
 }
 
-TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
-  auto backend = create_backend("cpu", {{"threads", "2"}});
-  ThreadPool pool(2);
-  const ModelConfig cfg = dummy_config("tiny-deepseek3", 512);
-  auto src = make_dummy_source(cfg, DummySpec{"tiny-deepseek3", DType::F32, 1}, pool);
-  auto model = Model::from_source(cfg, *src, *backend);
-  backend->allocate_kv_cache(model->kv_cache_spec(kBlock, 1 + 4 + 32 + 32, DType::F32));
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> tok(3, cfg.n_vocab - 1);
-  std::vector<int32_t> a(40), b(512);
-  for (auto& t : a) t = tok(rng);
-  for (auto& t : b) t = tok(rng);
-  const int32_t a_next = tok(rng);
-  const auto n = static_cast<size_t>(cfg.n_vocab);
+// A tiny DeepSeek-V3 with random F32 weights, its cache in blocks of 16;
+// a (40 tokens in blocks 1..3) and its next token, the reference decode.
+struct TinyMla {
+  std::unique_ptr<Backend> backend = create_backend("cpu", {{"threads", "2"}});
+  ThreadPool pool{2};
+  ModelConfig cfg;
+  std::unique_ptr<TensorSource> src;
+  std::unique_ptr<Model> model;
+  std::mt19937 rng;
+  std::vector<int32_t> a;
+  int32_t a_next = 0;
+  std::vector<float> a_alone;  // a_next's logits after a's prompt
 
-  // a's prompt, then its next token alone: the reference for a's row.
-  BatchInfo prompt;
-  add_seq(prompt, a, 0, 1);
-  logits_of(*model, prompt, {});
-  BatchInfo decode;
-  add_seq(decode, {a_next}, 40, 1);
-  const std::vector<float> a_alone = logits_of(*model, decode, {0});
+  TinyMla(int n_vocab, int context, int blocks, uint32_t seed)
+      : cfg(dummy_config("tiny-deepseek3", n_vocab)), rng(seed) {
+    src = make_dummy_source(cfg, DummySpec{"tiny-deepseek3", DType::F32, 1}, pool);
+    model = Model::from_source(cfg, *src, *backend);
+    model->set_context_length(context);
+    backend->allocate_kv_cache(model->kv_cache_spec(kBlock, blocks, DType::F32));
+    a = tokens(40);
+    a_next = tokens(1)[0];
+    BatchInfo prompt;
+    add_seq(prompt, a, 0, 1);
+    logits_of(*model, prompt, {});
+    BatchInfo decode;
+    add_seq(decode, {a_next}, 40, 1);
+    a_alone = logits_of(*model, decode, {0});
+  }
+  std::vector<int32_t> tokens(int n) {
+    std::uniform_int_distribution<int32_t> tok(3, cfg.n_vocab - 1);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = tok(rng);
+    return t;
+  }
+};
+
+TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
+  TinyMla t(512, 512, 1 + 4 + 32 + 32, 7);
+  Model* model = t.model.get();
+  const std::vector<int32_t> b = t.tokens(512);
+  const int32_t a_next = t.a_next;
+  const std::vector<float>& a_alone = t.a_alone;
+  const auto n = static_cast<size_t>(t.cfg.n_vocab);
+
   // b alone (blocks 37..): the reference for b's last row.
   BatchInfo b_batch;
   add_seq(b_batch, b, 0, 37);
@@ -115,29 +137,15 @@ TEST(MlaForms, AStepWithCachedKeysAndALongWholePromptRunsBoth) {
 }
 
 TEST(MlaForms, AChunkAfterCachedKeysExpandsFromTheCache) {
-  auto backend = create_backend("cpu", {{"threads", "2"}});
-  ThreadPool pool(2);
-  const ModelConfig cfg = dummy_config("tiny-deepseek3", 1024);
-  auto src = make_dummy_source(cfg, DummySpec{"tiny-deepseek3", DType::F32, 1}, pool);
-  auto model = Model::from_source(cfg, *src, *backend);
-  model->set_context_length(1024);
-  backend->allocate_kv_cache(model->kv_cache_spec(kBlock, 1 + 4 + 35 + 35, DType::F32));
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> tok(3, cfg.n_vocab - 1);
-  std::vector<int32_t> a(40), b(552);
-  for (auto& t : a) t = tok(rng);
-  for (auto& t : b) t = tok(rng);
-  const int32_t a_next = tok(rng);
-  const auto n = static_cast<size_t>(cfg.n_vocab);
+  TinyMla t(1024, 1024, 1 + 4 + 35 + 35, 11);
+  Model* model = t.model.get();
+  const std::vector<int32_t> b = t.tokens(552);
+  const int32_t a_next = t.a_next;
+  const std::vector<float>& a_alone = t.a_alone;
+  const auto n = static_cast<size_t>(t.cfg.n_vocab);
   const std::vector<int32_t> head(b.begin(), b.begin() + 40), chunk(b.begin() + 40, b.end());
 
-  // The references: a's next token after its prompt; b whole in one step (blocks 5..39).
-  BatchInfo prompt;
-  add_seq(prompt, a, 0, 1);
-  logits_of(*model, prompt, {});
-  BatchInfo decode;
-  add_seq(decode, {a_next}, 40, 1);
-  const std::vector<float> a_alone = logits_of(*model, decode, {0});
+  // The reference: b whole in one step (blocks 5..39).
   BatchInfo whole;
   add_seq(whole, b, 0, 5);
   const std::vector<float> b_whole = logits_of(*model, whole, {551});
