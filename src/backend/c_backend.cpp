@@ -387,7 +387,7 @@ class CBackend final : public Backend {
   pglb_attention_params attention_params(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) {
     return {sizeof(pglb_attention_params), layer, h(q), h(out), cfg.n_head, cfg.n_head_kv, cfg.head_dim,
             cfg.scale, cfg.sliding_window, cfg.softcap, h(cfg.sinks), cfg.non_causal ? 1 : 0,
-            0, cfg.kv_seqs.empty() ? nullptr : cfg.kv_seqs.data()};
+            /* skip_whole: kv_seqs says it */ 0, cfg.kv_seqs.empty() ? nullptr : cfg.kv_seqs.data()};
   }
   void attention(int layer, const Buffer& q, Buffer& out, const AttentionConfig& cfg) override {
     pglb_attention_params p = attention_params(layer, q, out, cfg);
