@@ -575,7 +575,7 @@ std::vector<Model::BufferShape> Model::buffer_shapes() const {
 }
 
 size_t Model::activation_bytes(int64_t n, int64_t m) const {
-  int64_t values = mla_context_cap() * (cfg_.is_mla() ? mla_context_row_values() : 0);
+  int64_t values = mla_context_cap() * mla_context_row_values();  // 0 without MLA
   for (const BufferShape& b : buffer_shapes()) values += b.values * (b.per_token ? n : m);
   return static_cast<size_t>(values) * sizeof(float);  // I32 ids are as large
 }
@@ -596,13 +596,7 @@ void Model::ensure_buffers(int64_t n, int64_t m) {
     p.reset();  // the old one goes first: device memory is tight
     p = backend_.alloc(b.type, static_cast<size_t>(b.values * (b.per_token ? n : m)));
   }
-  if (grow_tokens && buf_.mla_heads) {
-    // Row t of the per-head products' routes is 0 .. n_head - 1: head h's slot uses head h's matrices.
-    std::vector<int32_t> heads(static_cast<size_t>(n * geo_.n_head));
-    for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(geo_.n_head));
-    backend_.copy_from_host(heads.data(), *buf_.mla_heads, 0, heads.size() * sizeof(int32_t));
-    backend_.synchronize();
-  }
+  if (grow_tokens && buf_.mla_heads) fill_head_routes(*buf_.mla_heads, n);
   if (grow_tokens) buf_.cap_tokens = n;
   if (grow_rows) buf_.cap_logits = m;
 }
@@ -750,11 +744,16 @@ void Model::ensure_mla_context_buffers() {
   buf_.mla_ctx = backend_.alloc(DType::F32, static_cast<size_t>(cap * m.latent_dim()));
   buf_.mla_ctx_kv = backend_.alloc(DType::F32, static_cast<size_t>(cap * heads * (m.q_head_dim() + m.v_head_dim)));
   buf_.mla_ctx_heads = backend_.alloc(DType::I32, static_cast<size_t>(cap * heads));
-  std::vector<int32_t> ids(static_cast<size_t>(cap * heads));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % static_cast<size_t>(heads));
-  backend_.copy_from_host(ids.data(), *buf_.mla_ctx_heads, 0, ids.size() * sizeof(int32_t));
-  backend_.synchronize();
+  fill_head_routes(*buf_.mla_ctx_heads, cap);
   buf_.cap_context = cap;
+}
+
+// Row t of the per-head products' routes is 0 .. n_head - 1: head h's slot uses head h's matrices.
+void Model::fill_head_routes(Buffer& ids, int64_t rows) {
+  std::vector<int32_t> heads(static_cast<size_t>(rows * geo_.n_head));
+  for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(geo_.n_head));
+  backend_.copy_from_host(heads.data(), ids, 0, heads.size() * sizeof(int32_t));
+  backend_.synchronize();
 }
 
 void Model::embed() {

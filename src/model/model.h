@@ -163,6 +163,7 @@ class Model {
   int64_t mla_context_cap() const;        // rows of the expanded form's context buffers (0: none)
   int64_t mla_context_row_values() const;
   void ensure_mla_context_buffers();
+  void fill_head_routes(Buffer& ids, int64_t rows);
   using Buffers = ActivationBuffers;
   struct BufferShape {
     std::unique_ptr<Buffer> Buffers::*member;

@@ -435,6 +435,11 @@ class CpuBackend : public Backend {
   void attention_kv(const Buffer& q, const Buffer& kv, const KvRowLayout& rows, Buffer& out,
                     const AttentionConfig& cfg) override;
   void gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out) override;
+  // AttentionConfig::kv_seqs: none, or one flag per sequence of the batch.
+  void check_seq_flags(std::span<const uint8_t> flags, const char* op) const {
+    PAGELLM_CHECK(flags.empty() || flags.size() == batch_->seqs.size(), "{}: {} sequence flags for {} sequences", op,
+                  flags.size(), batch_->seqs.size());
+  }
 
   void glu(const Buffer& gate_b, const Buffer& up_b, int64_t n, Activation act, Buffer& out_b) override {
     Timer t(this, kOther, "glu");
@@ -923,8 +928,7 @@ void CpuBackend::attention(int layer, const Buffer& q_buf, Buffer& out_buf, cons
   PAGELLM_CHECK(kv_cfg_.block_size <= cpu::kAttnMaxBlock, "attention kernel limits: block size {} (<= {})",
                 kv_cfg_.block_size, cpu::kAttnMaxBlock);
   const int heads_per_block = block_heads(slot, cfg.head_dim);
-  PAGELLM_CHECK(cfg.kv_seqs.empty() || cfg.kv_seqs.size() == batch_->seqs.size(),
-                "attention: {} sequence flags for {} sequences", cfg.kv_seqs.size(), batch_->seqs.size());
+  check_seq_flags(cfg.kv_seqs, "attention");
   const auto take = [&](int32_t si) { return cfg.kv_seqs.empty() || !cfg.kv_seqs[static_cast<size_t>(si)]; };
   attend_units(cfg, q, out, cfg.head_dim, take, [&](const AttnUnit& w) {
     return cpu::AttnKV{k_cache_[slot],      v_cache(slot), kv_elem_, k_scale(slot),
@@ -943,8 +947,7 @@ void CpuBackend::attention_kv(const Buffer& q_buf, const Buffer& kv_buf, const K
                 "attention_kv: {} heads of {} on {} KV heads, values [{}, {}) of rows of {}", cfg.n_head,
                 cfg.head_dim, cfg.n_head_kv, rows.v_offset, rows.v_offset + rows.v_dim, rows.row);
   const auto& seqs = batch_->seqs;
-  PAGELLM_CHECK(cfg.kv_seqs.empty() || cfg.kv_seqs.size() == seqs.size(),
-                "attention_kv: {} sequence flags for {} sequences", cfg.kv_seqs.size(), seqs.size());
+  check_seq_flags(cfg.kv_seqs, "attention_kv");
   const auto take = [&](int32_t si) {
     return cfg.kv_seqs.empty() ? seqs[static_cast<size_t>(si)].ctx_len == seqs[static_cast<size_t>(si)].q_len
                                : cfg.kv_seqs[static_cast<size_t>(si)] != 0;
@@ -1017,11 +1020,8 @@ void CpuBackend::gather_kv(int layer, std::span<const uint8_t> seqs, Buffer& out
             for (int t = 0; t < n; ++t) {
               float* o = out + (pc.row + t) * row + static_cast<int64_t>(g) * hd;
               const uint8_t* src = k + static_cast<size_t>((at + t) * hd) * esize;
-              if (kv_elem_ == cpu::KVElem::F32) {
-                std::memcpy(o, src, static_cast<size_t>(hd) * sizeof(float));
-              } else if (kv_elem_ == cpu::KVElem::F16) {
-                const auto* h = reinterpret_cast<const uint16_t*>(src);
-                for (int d = 0; d < hd; ++d) o[d] = fp16_to_fp32(h[d]);
+              if (kv_elem_ != cpu::KVElem::I8) {
+                cpu::dequantize_row_ref(kv_cfg_.dtype, src, o, hd);
               } else {
                 const auto* c = reinterpret_cast<const int8_t*>(src);
                 const float sc = scales[at + t];
