@@ -1124,17 +1124,29 @@ void CpuBackend::attend_units(const AttentionConfig& cfg, const float* q, float*
   std::atomic<int64_t> next{0};
   const int64_t n_units = static_cast<int64_t>(units_.size());
   pool_.run_dynamic([&](int, int) {
-    for (;;) {
-      const int64_t u = next.fetch_add(1, std::memory_order_relaxed);
-      if (u >= n_units) break;
+    // Each thread claims its next unit before running this one, so the
+    // kernel can fetch that unit's first keys while it finishes this one.
+    int64_t u = next.fetch_add(1, std::memory_order_relaxed);
+    while (u < n_units) {
+      const int64_t un = next.fetch_add(1, std::memory_order_relaxed);
       const AttnUnit& w = units_[u];
       const cpu::AttnKV kv = kv_of(w);
       cpu::AttnTile tile{q + static_cast<int64_t>(w.row) * q_stride + static_cast<int64_t>(w.g) * G * D,
                          q_stride, w.n_tokens, G, w.pos0, w.j0, w.j1, cfg.sliding_window, cfg.scale, cfg.softcap,
                          ahead};
+      cpu::AttnKV next_kv;
+      if (un < n_units) {
+        const AttnUnit& wn = units_[un];
+        next_kv = kv_of(wn);
+        tile.next_kv = &next_kv;
+        tile.next_g = wn.g;
+        tile.next_j0 = wn.j0;
+        tile.next_j1 = wn.j1;
+      }
       float* p = partials_.data() + u * unit_floats;
       const size_t rows = static_cast<size_t>(w.n_tokens) * G;
       ops_->attend(tile, kv, w.g, cpu::AttnPartial{p, p + rows, p + 2 * rows});
+      u = un;
     }
   });
 

@@ -23,6 +23,8 @@ struct AttnPartial {
 // A tile of query rows of one sequence that share KV head g: n_tokens
 // consecutive tokens (positions pos0, pos0 + 1, ...) x `group` heads. Row
 // r = t * group + h reads q + t * q_stride + h * head_dim.
+struct AttnKV;
+
 struct AttnTile {
   const float* q;
   int64_t q_stride;     // floats between consecutive tokens' q
@@ -34,6 +36,12 @@ struct AttnTile {
   // Keys after a row's position it also sees: j <= p + ahead. 0: causal;
   // window - 1: a symmetric window (bidirectional sliding layers).
   int ahead = 0;
+  // The unit the calling thread runs next (a hint; null: none). Its first
+  // keys are fetched during this unit's last span: at decode the cache is
+  // cold, and a unit's first span otherwise waits on memory.
+  const AttnKV* next_kv = nullptr;
+  int next_g = 0;
+  int64_t next_j0 = 0, next_j1 = 0;
 };
 
 // The attention kernels' limits. 576: an MLA latent (DeepSeek's 512 + 64);

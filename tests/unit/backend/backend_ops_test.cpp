@@ -720,10 +720,12 @@ TEST_P(BackendOps, AttentionRowsDoNotDependOnTheirTile) {
   struct Shape {
     int n_head, n_kv, D;
     bool f16;
+    int window = 0;
   };
   uint32_t seed = 900;
   for (const Shape& sh : {Shape{8, 4, 8, true}, Shape{8, 2, 64, false}, Shape{4, 1, 256, true}, Shape{4, 4, 128, true},
-                          Shape{12, 1, 64, false}, Shape{6, 2, 40, true}}) {
+                          Shape{12, 1, 64, false}, Shape{6, 2, 40, true}, Shape{8, 2, 64, true, 20},
+                          Shape{4, 4, 32, false, 35}}) {
     SCOPED_TRACE(sh.D);
     const int ctx = 45, m = 6, B = 16, D = sh.D;
     be_->allocate_kv_cache(cache_spec(1, sh.n_kv, D, 8, sh.f16 ? DType::F16 : DType::F32));
@@ -742,6 +744,9 @@ TEST_P(BackendOps, AttentionRowsDoNotDependOnTheirTile) {
     a.n_head_kv = sh.n_kv;
     a.head_dim = D;
     a.scale = 0.3f;
+    // A window makes a tile's first key (its first row's) differ from a lone
+    // row's, within and across the kernel's key spans.
+    a.sliding_window = sh.window;
     auto run = [&](int first, int n) {  // rows first .. first + n - 1 of the last m positions
       BatchInfo b;
       SeqInfo si;
