@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -297,6 +299,8 @@ struct Plan {
   DType act = DType::F32;
   size_t block_stride = 0, side_stride = 0;
   uint8_t* scratch = nullptr;  // [n][block_stride] blocks, then [n][side_stride] extras
+  uint8_t* tiles = nullptr;    // whole tiles of 8 tokens (ActRows::tiles), or null
+  size_t tile_stride = 0;
   int64_t chunk = 0, run = 0, runs = 0, items = 0, first_item = 0;
   int vnni_groups = 0;  // row groups per avx512::gemm_groups call (0: the AVX2 kernels)
 };
@@ -308,20 +312,39 @@ struct alignas(64) Segment {
   int64_t end = 0;
 };
 
+// Token t's quantized blocks and side values into lane t % 8 of its tile.
+void copy_to_tile(const Plan& p, int64_t t, const uint8_t* blocks, const uint8_t* side) {
+  const int64_t nb = p.w->cols() / dtype_block_size(p.act);
+  const size_t block_bytes = p.act == DType::Q8_1 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
+  const size_t qs_at = p.act == DType::Q8_1 ? offsetof(BlockQ8_1, qs) : offsetof(BlockQ8_0, qs);
+  const int lane = static_cast<int>(t % kActTileTokens);
+  uint8_t* tile = p.tiles + static_cast<size_t>(t / kActTileTokens) * p.tile_stride;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* dst = tile + b * kActTileBlockBytes;
+    const uint8_t* qs = blocks + b * block_bytes + qs_at;
+    for (int i = 0; i < 8; ++i) std::memcpy(dst + i * 32 + lane * 4, qs + 4 * i, 4);
+    std::memcpy(dst + 256 + lane * 8, side + b * 8, 8);
+  }
+}
+
 void quantize_plan(const Plan& p, int64_t t0, int64_t t1) {
   const int64_t cols = p.w->cols();
   const int offset = zero_point(p.w->type(), p.vnni_groups > 0);
   uint8_t* side = p.scratch + static_cast<size_t>(p.n) * p.block_stride;
-  for (int64_t t = t0; t < t1; ++t)
-    avx2::quantize_act_row(p.act, offset, p.x + t * cols, cols, p.scratch + t * p.block_stride,
-                           side + t * p.side_stride);
+  const int64_t tiled = p.tiles ? p.n / kActTileTokens * kActTileTokens : 0;
+  for (int64_t t = t0; t < t1; ++t) {
+    uint8_t* row = p.scratch + t * p.block_stride;
+    avx2::quantize_act_row(p.act, offset, p.x + t * cols, cols, row, side + t * p.side_stride);
+    if (t < tiled) copy_to_tile(p, t, row, side + t * p.side_stride);
+  }
 }
 
 void run_item(const Plan& p, int64_t item) {
   const PreparedWeight& w = *p.w;
   const int64_t rows = w.rows(), groups = w.groups();
   const int64_t nb = w.cols() / dtype_block_size(w.type());
-  const ActRows a{p.scratch, p.block_stride, p.scratch + static_cast<size_t>(p.n) * p.block_stride, p.side_stride};
+  const ActRows a{p.scratch, p.block_stride, p.scratch + static_cast<size_t>(p.n) * p.block_stride, p.side_stride,
+                  p.tiles, p.tile_stride};
   const int64_t t0 = (item / p.runs) * p.chunk, nt = std::min(p.chunk, p.n - t0);
   const int64_t g0 = (item % p.runs) * p.run, g1 = std::min(groups, g0 + p.run);
   int64_t g = g0;
@@ -458,6 +481,10 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     p.block_stride = round_up64(dtype_row_bytes(p.act, w.cols()));
     p.side_stride = round_up64(static_cast<size_t>(act_blocks) * side_bytes_per_block(p.act));
     scratch_bytes += static_cast<size_t>(p.n) * (p.block_stride + p.side_stride);
+    if (p.vnni_groups > 0 && p.n >= kActTileTokens && avx512::gemm_reads_act_tiles(w.type())) {
+      p.tile_stride = static_cast<size_t>(act_blocks) * kActTileBlockBytes;
+      scratch_bytes += static_cast<size_t>(p.n / kActTileTokens) * p.tile_stride;
+    }
     total_values += p.n * w.cols();
     plans.push_back(p);
   }
@@ -466,6 +493,10 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
   for (Plan& p : plans) {
     p.scratch = scratch;
     scratch += static_cast<size_t>(p.n) * (p.block_stride + p.side_stride);
+    if (p.tile_stride > 0) {
+      p.tiles = scratch;
+      scratch += static_cast<size_t>(p.n / kActTileTokens) * p.tile_stride;
+    }
   }
   // Quantize every problem's activations first, in parallel over all their
   // tokens when there are many (plans[i].first_item holds the first token here).
@@ -503,7 +534,7 @@ void matmul_many(ThreadPool& pool, const MatmulProblem* problems, size_t count) 
     // short last chunk would stream the weights again for few tokens.
     const int64_t max_chunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (p.block_stride + p.side_stride)));
     const int64_t chunks = (p.n + max_chunk - 1) / max_chunk;
-    constexpr int64_t kTile = 8;
+    constexpr int64_t kTile = kActTileTokens;
     p.chunk = std::max<int64_t>(kTile, ((p.n + chunks - 1) / chunks + kTile - 1) / kTile * kTile);
     p.run = std::max<int64_t>(1, static_cast<int64_t>(kRunBytes / p.w->group_bytes()));
     p.run = std::min(p.run, std::max<int64_t>(1, total_groups / (4 * pool.size())));  // enough items to balance

@@ -102,7 +102,34 @@ struct TileActs {
       s[t] = reinterpret_cast<const Side*>(rows.side + (t0 + t) * rows.side_stride);
     }
   }
+  // Token t's 4 activation bytes at qs[k] of block b, and its side values.
+  const int8_t* quad(int t, int64_t b, int k) const { return a[t][b].qs + k; }
+  const Side& side(int t, int64_t b) const { return s[t][b]; }
 };
+
+// The same tile read from ActRows::tiles (tokens [t0, t0 + 8), t0 a multiple of 8).
+template <typename Side>
+struct TiledActs {
+  static_assert(sizeof(Side) == 8, "kActTileBlockBytes holds 8-byte sides");
+  const uint8_t* base;
+  TiledActs(const ActRows& rows, int64_t t0) : base(rows.tiles + (t0 / kActTileTokens) * rows.tile_stride) {}
+  const int8_t* quad(int t, int64_t b, int k) const {
+    return reinterpret_cast<const int8_t*>(base + b * kActTileBlockBytes + (k / 4) * 32 + t * 4);
+  }
+  const Side& side(int t, int64_t b) const {
+    return *reinterpret_cast<const Side*>(base + b * kActTileBlockBytes + 256 + t * 8);
+  }
+};
+
+// Runs body on the tile's activations: from ActRows::tiles for whole tiles
+// when there are any, else a pointer per token.
+template <int T, typename ABlock, typename Side, typename Body>
+[[gnu::always_inline]] inline void with_acts(const ActRows& rows, int64_t t0, Body&& body) {
+  if constexpr (T == kActTileTokens) {
+    if (rows.tiles) return body(TiledActs<Side>(rows, t0));
+  }
+  body(TileActs<T, ABlock, Side>(rows, t0));
+}
 
 template <int T>
 inline void store_tile(const __m512 (&acc)[T], float* y, int64_t ldy, int nrows) {
@@ -126,14 +153,14 @@ inline void group_blocks(const uint8_t* w, int64_t gbytes, const Block* (&out)[G
 
 // One int32 sum per (pair, token) and block, offset by c (the weights' zero
 // point times the activation sum), times both scales into the accumulator.
-template <int P, int T, typename Block>
-inline void epilogue_q8_0(const Block* const* w, int64_t b, const TileActs<T, BlockQ8_0, ActSideQ8_0>& in,
-                          const __m512i (&sum)[P][T], __m512 (&acc)[P][T]) {
+template <int P, int T, typename Block, typename Acts>
+inline void epilogue_q8_0(const Block* const* w, int64_t b, const Acts& in, const __m512i (&sum)[P][T],
+                          __m512 (&acc)[P][T]) {
   __m512 dw[P];
   for (int p = 0; p < P; ++p) dw[p] = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
   for (int t = 0; t < T; ++t) {
-    const __m512i c = _mm512_set1_epi32(in.s[t][b].c);
-    const __m512 da = _mm512_set1_ps(in.s[t][b].d);
+    const __m512i c = _mm512_set1_epi32(in.side(t, b).c);
+    const __m512 da = _mm512_set1_ps(in.side(t, b).d);
     for (int p = 0; p < P; ++p)
       fmadd(acc[p][t], _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[p][t], c)), _mm512_mul_ps(dw[p], da));
   }
@@ -152,7 +179,7 @@ struct KernelQ4_0 {
                                             int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const BlockQ4_0x8* w[2 * P];
     group_blocks(wp, gbytes, w);
-    const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
+    with_acts<T, BlockQ8_0, ActSideQ8_0>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[P][T];
     for (int p = 0; p < P; ++p)
@@ -170,7 +197,7 @@ struct KernelQ4_0 {
           hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         }
         for (int t = 0; t < T; ++t) {
-          const __m512i a_lo = bcast32(in.a[t][b].qs + 4 * i), a_hi = bcast32(in.a[t][b].qs + 16 + 4 * i);
+          const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
           for (int p = 0; p < P; ++p) {
             dpbusd(sum[p][t], lo[p], a_lo);
             dpbusd(sum[p][t], hi[p], a_hi);
@@ -180,6 +207,7 @@ struct KernelQ4_0 {
       epilogue_q8_0<P, T>(w, b, in, sum, acc);
     }
     store_tiles<P, T>(acc, y, ldy, nrows);
+    });
   }
 };
 
@@ -190,7 +218,7 @@ struct KernelQ8_0 {
                                             int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const BlockQ8_0x8* w[2 * P];
     group_blocks(wp, gbytes, w);
-    const TileActs<T, BlockQ8_0, ActSideQ8_0> in(rows, t0);
+    with_acts<T, BlockQ8_0, ActSideQ8_0>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 acc[P][T];
     for (int p = 0; p < P; ++p)
@@ -205,13 +233,14 @@ struct KernelQ8_0 {
         for (int p = 0; p < P; ++p)  // w + 128
           q[p] = _mm512_xor_si512(load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i), flip);
         for (int t = 0; t < T; ++t) {
-          const __m512i a = bcast32(in.a[t][b].qs + 4 * i);
+          const __m512i a = bcast32(in.quad(t, b, 4 * i));
           for (int p = 0; p < P; ++p) dpbusd(sum[p][t], q[p], a);
         }
       }
       epilogue_q8_0<P, T>(w, b, in, sum, acc);
     }
     store_tiles<P, T>(acc, y, ldy, nrows);
+    });
   }
 };
 
@@ -251,8 +280,8 @@ struct KernelQ45K {
             lo = _mm512_or_si512(lo, _mm512_and_si512(h_lo, m10));
             hi = _mm512_or_si512(hi, _mm512_and_si512(h_hi, m10));
           }
-          for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 64 * c + 4 * i));
-          for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 64 * c + 32 + 4 * i));
+          for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.quad(t, b, 64 * c + 4 * i)));
+          for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.quad(t, b, 64 * c + 32 + 4 * i)));
         }
         // Scales of sub-blocks 2c, 2c + 1 as int16 pairs per row.
         const __m512i s = _mm512_cvtepu8_epi16(load_pair128(w0[b].scales + 16 * c, w1[b].scales + 16 * c));
@@ -305,7 +334,7 @@ struct KernelQ6K {
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       const __m512i v = levels<K>(w0, w1, h, i);
-      for (int t = 0; t < T; ++t) dpbusd(i < 4 ? first[t] : second[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * K + 4 * i));
+      for (int t = 0; t < T; ++t) dpbusd(i < 4 ? first[t] : second[t], v, bcast32(in.quad(t, b, 128 * h + 32 * K + 4 * i)));
     }
     const __m512i s = _mm512_cvtepi8_epi16(load_pair128(w0.scales + 16 * pair, w1.scales + 16 * pair));
     const __m512i s_first = even16<true>(s), s_second = odd16<true>(s);
@@ -357,7 +386,7 @@ struct KernelQ4Q5 {
                                             int64_t t0, float* y, int64_t ldy, int nrows, bool cold) {
     const WBlock* w[2 * P];
     group_blocks(wp, gbytes, w);
-    const TileActs<T, ABlock, Side> in(rows, t0);
+    with_acts<T, ABlock, Side>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     __m512 acc[P][T];
     for (int p = 0; p < P; ++p)
@@ -384,7 +413,7 @@ struct KernelQ4Q5 {
           }
         }
         for (int t = 0; t < T; ++t) {
-          const __m512i a_lo = bcast32(in.a[t][b].qs + 4 * i), a_hi = bcast32(in.a[t][b].qs + 16 + 4 * i);
+          const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
           for (int p = 0; p < P; ++p) {
             dpbusd(sum[p][t], lo[p], a_lo);
             dpbusd(sum[p][t], hi[p], a_hi);
@@ -396,8 +425,8 @@ struct KernelQ4Q5 {
           const __m512 dw = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
           const __m512 mw = load_halves16(w[2 * p][b].m, w[2 * p + 1][b].m);
           for (int t = 0; t < T; ++t) {
-            fmadd(acc[p][t], _mm512_cvtepi32_ps(sum[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.s[t][b].d)));
-            fmadd(acc[p][t], mw, _mm512_set1_ps(in.s[t][b].s));
+            fmadd(acc[p][t], _mm512_cvtepi32_ps(sum[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.side(t, b).d)));
+            fmadd(acc[p][t], mw, _mm512_set1_ps(in.side(t, b).s));
           }
         }
       } else {
@@ -405,6 +434,7 @@ struct KernelQ4Q5 {
       }
     }
     store_tiles<P, T>(acc, y, ldy, nrows);
+    });
   }
 };
 
@@ -456,8 +486,8 @@ struct KernelLut4 {
         const __m512i q = load_pair(w0[b].qs + 32 * i, w1[b].qs + 32 * i);
         const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(q, m4));
         const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.a[t][b].qs + 4 * i));
-        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.a[t][b].qs + 16 + 4 * i));
+        for (int t = 0; t < T; ++t) dpbusd(lo_sum[t], lo, bcast32(in.quad(t, b, 4 * i)));
+        for (int t = 0; t < T; ++t) dpbusd(hi_sum[t], hi, bcast32(in.quad(t, b, 16 + 4 * i)));
       }
       const __m512 dw = scales(w0[b], w1[b]);
       for (int t = 0; t < T; ++t) {
@@ -546,7 +576,7 @@ struct KernelQ2K {
             const __m512i q = load_pair(w0[b].qs + (h * 8 + i) * 32, w1[b].qs + (h * 8 + i) * 32);
             const __m512i v = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m2);
             for (int t = 0; t < T; ++t)
-              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.quad(t, b, 128 * h + 32 * k + 4 * i)));
           }
           const int j = 8 * h + 2 * k;
           const __m512i s0 = _mm512_and_si512(scale_bytes(w0[b], w1[b], j), m4);
@@ -611,7 +641,7 @@ struct KernelQ3K {
             const __m512i hb = bit >= 2 ? _mm512_srl_epi16(hm, down) : _mm512_sll_epi16(hm, up);
             const __m512i v = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m2), _mm512_and_si512(hb, m04));
             for (int t = 0; t < T; ++t)
-              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.a[t][b].qs + 128 * h + 32 * k + 4 * i));
+              dpbusd(i < 4 ? p0[t] : p1[t], v, bcast32(in.quad(t, b, 128 * h + 32 * k + 4 * i)));
           }
           const int j = 8 * h + 2 * k;
           const __m512i s0 = scales(w0[b], w1[b], j), s1 = scales(w0[b], w1[b], j + 1);
@@ -640,6 +670,7 @@ struct KernelQ3K {
 // in registers (the float sums spill, touched once per block). bench ops,
 // n = 512, one core: Q8_0 435 -> ~600 GOP/s against P = 1 x 6 tokens.
 constexpr int kWideTileTokens = 8;
+static_assert(kWideTileTokens == kActTileTokens, "whole wide tiles read ActRows::tiles");
 // Pairs of groups per call of the wide kernels.
 constexpr int kWidePairs = 2;
 
@@ -695,6 +726,18 @@ int gemm_group_count(DType type) {
     case DType::IQ4_XS:
     case DType::MXFP4: return 2;
     default: return 0;
+  }
+}
+
+// The run_wide kernels: their 8-token tiles read ActRows::tiles.
+bool gemm_reads_act_tiles(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0: return true;
+    default: return false;
   }
 }
 

@@ -15,7 +15,19 @@ struct ActRows {
   size_t block_stride = 0;
   const uint8_t* side = nullptr;
   size_t side_stride = 0;
+  // Whole tiles of kActTileTokens tokens for the AVX-512 wide kernels (Q8_0 /
+  // Q8_1 activations; null: none): tile j holds tokens [8j, 8j + 8), per
+  // block their quads interleaved ([quad][token], 4 bytes each), then their
+  // 8 side values. A tile's broadcasts then come from one pointer: with a
+  // pointer per token the kernels ran out of registers.
+  const uint8_t* tiles = nullptr;
+  size_t tile_stride = 0;  // bytes per tile
 };
+
+// Tokens per activation tile, and bytes per block in one (8 x 32 quads'
+// bytes, then 8 sides of 8 bytes).
+constexpr int kActTileTokens = 8;
+constexpr size_t kActTileBlockBytes = kActTileTokens * 32 + kActTileTokens * 8;
 
 namespace avx2 {
 
@@ -52,6 +64,9 @@ int gemm_group_count(DType type);
 // for those).
 void gemm_groups(DType type, const uint8_t* w, int64_t group_bytes, int groups, int64_t nb, const ActRows& a,
                  int64_t t0, int64_t nt, float* y, int64_t ldy, int nrows);
+
+// True if gemm_groups reads ActRows::tiles (when given) for the type.
+bool gemm_reads_act_tiles(DType type);
 
 // True if gemv_x8 has a kernel for the type (the others run avx2::gemm_x8).
 bool has_gemv_x8(DType type);
