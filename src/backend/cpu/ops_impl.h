@@ -461,15 +461,16 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
   constexpr bool kScaled = std::is_same_v<T, int8_t>;
   // Keys go in spans of S, cut at multiples of S in absolute position (and at
   // the unit's ends), whatever the cache block size: each row's softmax then
-  // updates once per span (per 16-key block it cost as much as the scores),
-  // and a row sees the same spans in a decode as in a prefill tile. A span's
-  // keys are gathered by element offset (off[k]). bench ops, one core: 32
-  // keys make prefill 512 ~17% faster than 16 and leave cold decode as it
-  // was; 64 gain ~20% but cold decode loses ~6% (its prefetches come in
-  // bursts too large for the miss queues).
-  constexpr int S = 32;
-  static_assert(S <= kMaxBlock);
+  // updates once per span (per 16-key block it cost as much as the scores at
+  // 64 dimensions), and a row sees the same spans in a decode as in a prefill
+  // tile. A span's keys are gathered by element offset (off[k]). 32 keys
+  // where a key is at most 128 bytes, else 16: bench ops, one core, 64-dim
+  // f16 heads: prefill 512 ~15% faster at 32 keys, cold decode as at 16; at
+  // 128 and 256 dimensions 32 keys made cold decode 5-15% slower (the next
+  // span's prefetches, 256+ lines, overflow the miss queues) for 9-10% on
+  // prefill.
   const int64_t key_bytes = D * static_cast<int64_t>(sizeof(T)), value_bytes = Dv * static_cast<int64_t>(sizeof(T));
+  const int S = key_bytes <= 128 ? 32 : 16;
   const auto span_end = [&](int64_t j_at, int64_t j_last) { return min64(j_last, (j_at / S + 1) * S); };
   // off[k] for the keys [j_at, e) of x's KV head gx, a cache block (or dense
   // chunk) at a time.
@@ -484,7 +485,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       p += seg;
     }
   };
-  int64_t offs[2][S];  // this span's key offsets and the next one's
+  int64_t offs[2][kMaxBlock];  // this span's key offsets and the next one's
   int cur = 0;
   // At decode the cache comes from memory (a whole step of weights passed
   // since it was written), one block's head slice at a time, and the slices
@@ -501,7 +502,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       prefetch_lines(vc + offs[0][k], value_bytes);
     }
   }
-  alignas(32) float kscales[S], vscales[S];  // int8 caches: the span's scales
+  alignas(32) float kscales[kMaxBlock], vscales[kMaxBlock];  // int8 caches: the span's scales
   for (int64_t j = a.j0; j < a.j1;) {
     const int64_t e = span_end(j, a.j1);
     const int cnt = static_cast<int>(e - j);
