@@ -180,33 +180,33 @@ struct KernelQ4_0 {
     const BlockQ4_0x8* w[2 * P];
     group_blocks(wp, gbytes, w);
     with_acts<T, BlockQ8_0, ActSideQ8_0>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[P][T];
-    for (int p = 0; p < P; ++p)
-      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
-      __m512i sum[P][T];  // one chain each: the dpbusd latency is not the limit
-      for (int p = 0; p < P; ++p) zero(sum[p]);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512i lo[P], hi[P];
-        for (int p = 0; p < P; ++p) {
-          const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
-          lo[p] = _mm512_and_si512(q, m4);
-          hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        }
-        for (int t = 0; t < T; ++t) {
-          const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      __m512 acc[P][T];
+      for (int p = 0; p < P; ++p)
+        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+        __m512i sum[P][T];  // one chain each: the dpbusd latency is not the limit
+        for (int p = 0; p < P; ++p) zero(sum[p]);
+  #pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            dpbusd(sum[p][t], lo[p], a_lo);
-            dpbusd(sum[p][t], hi[p], a_hi);
+            const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
+            lo[p] = _mm512_and_si512(q, m4);
+            hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+          }
+          for (int t = 0; t < T; ++t) {
+            const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
+            for (int p = 0; p < P; ++p) {
+              dpbusd(sum[p][t], lo[p], a_lo);
+              dpbusd(sum[p][t], hi[p], a_hi);
+            }
           }
         }
+        epilogue_q8_0<P, T>(w, b, in, sum, acc);
       }
-      epilogue_q8_0<P, T>(w, b, in, sum, acc);
-    }
-    store_tiles<P, T>(acc, y, ldy, nrows);
+      store_tiles<P, T>(acc, y, ldy, nrows);
     });
   }
 };
@@ -219,27 +219,27 @@ struct KernelQ8_0 {
     const BlockQ8_0x8* w[2 * P];
     group_blocks(wp, gbytes, w);
     with_acts<T, BlockQ8_0, ActSideQ8_0>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512 acc[P][T];
-    for (int p = 0; p < P; ++p)
-      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
-      __m512i sum[P][T];
-      for (int p = 0; p < P; ++p) zero(sum[p]);
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        __m512i q[P];
-        for (int p = 0; p < P; ++p)  // w + 128
-          q[p] = _mm512_xor_si512(load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i), flip);
-        for (int t = 0; t < T; ++t) {
-          const __m512i a = bcast32(in.quad(t, b, 4 * i));
-          for (int p = 0; p < P; ++p) dpbusd(sum[p][t], q[p], a);
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      __m512 acc[P][T];
+      for (int p = 0; p < P; ++p)
+        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+        __m512i sum[P][T];
+        for (int p = 0; p < P; ++p) zero(sum[p]);
+  #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          __m512i q[P];
+          for (int p = 0; p < P; ++p)  // w + 128
+            q[p] = _mm512_xor_si512(load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i), flip);
+          for (int t = 0; t < T; ++t) {
+            const __m512i a = bcast32(in.quad(t, b, 4 * i));
+            for (int p = 0; p < P; ++p) dpbusd(sum[p][t], q[p], a);
+          }
         }
+        epilogue_q8_0<P, T>(w, b, in, sum, acc);
       }
-      epilogue_q8_0<P, T>(w, b, in, sum, acc);
-    }
-    store_tiles<P, T>(acc, y, ldy, nrows);
+      store_tiles<P, T>(acc, y, ldy, nrows);
     });
   }
 };
@@ -387,53 +387,53 @@ struct KernelQ4Q5 {
     const WBlock* w[2 * P];
     group_blocks(wp, gbytes, w);
     with_acts<T, ABlock, Side>(rows, t0, [&](const auto& in) __attribute__((always_inline)) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-    __m512 acc[P][T];
-    for (int p = 0; p < P; ++p)
-      for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
-      __m512i sum[P][T];  // low and high nibbles' products in one chain each
-      __m512i qh[P];
-      for (int p = 0; p < P; ++p) {
-        zero(sum[p]);
-        qh[p] = _mm512_setzero_si512();
-        if constexpr (Fifth) qh[p] = load_pair(w[2 * p][b].qh, w[2 * p + 1][b].qh);
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512i lo[P], hi[P];
+      const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+      __m512 acc[P][T];
+      for (int p = 0; p < P; ++p)
+        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int p = 0; p < P; ++p) prefetch_ahead(cold, w[2 * p], w[2 * p + 1], b);
+        __m512i sum[P][T];  // low and high nibbles' products in one chain each
+        __m512i qh[P];
         for (int p = 0; p < P; ++p) {
-          const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
-          lo[p] = _mm512_and_si512(q, m4);
-          hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-          if constexpr (Fifth) {  // bit i to bit 4 (low nibbles), bit i + 4 to bit 4 (high)
-            lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(i < 4 ? _mm512_slli_epi16(qh[p], 4 - i) : qh[p], m10));
-            hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(i == 0 ? qh[p] : _mm512_srli_epi16(qh[p], i), m10));
-          }
+          zero(sum[p]);
+          qh[p] = _mm512_setzero_si512();
+          if constexpr (Fifth) qh[p] = load_pair(w[2 * p][b].qh, w[2 * p + 1][b].qh);
         }
-        for (int t = 0; t < T; ++t) {
-          const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
+  #pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            dpbusd(sum[p][t], lo[p], a_lo);
-            dpbusd(sum[p][t], hi[p], a_hi);
+            const __m512i q = load_pair(w[2 * p][b].qs + 32 * i, w[2 * p + 1][b].qs + 32 * i);
+            lo[p] = _mm512_and_si512(q, m4);
+            hi[p] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            if constexpr (Fifth) {  // bit i to bit 4 (low nibbles), bit i + 4 to bit 4 (high)
+              lo[p] = _mm512_or_si512(lo[p], _mm512_and_si512(i < 4 ? _mm512_slli_epi16(qh[p], 4 - i) : qh[p], m10));
+              hi[p] = _mm512_or_si512(hi[p], _mm512_and_si512(i == 0 ? qh[p] : _mm512_srli_epi16(qh[p], i), m10));
+            }
           }
-        }
-      }
-      if constexpr (HasMin) {
-        for (int p = 0; p < P; ++p) {
-          const __m512 dw = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
-          const __m512 mw = load_halves16(w[2 * p][b].m, w[2 * p + 1][b].m);
           for (int t = 0; t < T; ++t) {
-            fmadd(acc[p][t], _mm512_cvtepi32_ps(sum[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.side(t, b).d)));
-            fmadd(acc[p][t], mw, _mm512_set1_ps(in.side(t, b).s));
+            const __m512i a_lo = bcast32(in.quad(t, b, 4 * i)), a_hi = bcast32(in.quad(t, b, 16 + 4 * i));
+            for (int p = 0; p < P; ++p) {
+              dpbusd(sum[p][t], lo[p], a_lo);
+              dpbusd(sum[p][t], hi[p], a_hi);
+            }
           }
         }
-      } else {
-        epilogue_q8_0<P, T>(w, b, in, sum, acc);
+        if constexpr (HasMin) {
+          for (int p = 0; p < P; ++p) {
+            const __m512 dw = load_halves16(w[2 * p][b].d, w[2 * p + 1][b].d);
+            const __m512 mw = load_halves16(w[2 * p][b].m, w[2 * p + 1][b].m);
+            for (int t = 0; t < T; ++t) {
+              fmadd(acc[p][t], _mm512_cvtepi32_ps(sum[p][t]), _mm512_mul_ps(dw, _mm512_set1_ps(in.side(t, b).d)));
+              fmadd(acc[p][t], mw, _mm512_set1_ps(in.side(t, b).s));
+            }
+          }
+        } else {
+          epilogue_q8_0<P, T>(w, b, in, sum, acc);
+        }
       }
-    }
-    store_tiles<P, T>(acc, y, ldy, nrows);
+      store_tiles<P, T>(acc, y, ldy, nrows);
     });
   }
 };
