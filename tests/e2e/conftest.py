@@ -7,6 +7,7 @@ build/default-model.txt)."""
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -174,6 +175,22 @@ def model_name(server):
 
 
 # Fixtures for the CLI tests (tests/e2e/test_cli_*.py).
+@pytest.fixture(scope="session", autouse=True)
+def child_tmpdir():
+    """TMPDIR of every process the tests start: a folder removed after the run.
+    mpirun leaves its session folder (~8 MB) behind when a test stops a server,
+    and those had piled up in /tmp over many runs."""
+    folder = tempfile.mkdtemp(prefix="pagellm-e2e-children-")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    yield folder
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pagellm_bin():
     if not BIN.exists():
