@@ -174,7 +174,6 @@ def model_name(server):
     return requests.get(server.url("/v1/models"), timeout=10).json()["data"][0]["id"]
 
 
-# Fixtures for the CLI tests (tests/e2e/test_cli_*.py).
 @pytest.fixture(scope="session", autouse=True)
 def child_tmpdir():
     """TMPDIR of every process the tests start: a folder removed after the run.
@@ -191,6 +190,7 @@ def child_tmpdir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# Fixtures for the CLI tests (tests/e2e/test_cli_*.py).
 @pytest.fixture(scope="session")
 def pagellm_bin():
     if not BIN.exists():

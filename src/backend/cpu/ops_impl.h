@@ -432,7 +432,7 @@ static inline void score_rows(const float* q0, int D, const float* kt, int ld, i
     }
 }
 
-// One span of up to kMaxBlock keys at a time: K is transposed into kt[d][key]
+// One span of keys (16 or 32, below) at a time: K is transposed into kt[d][key]
 // so that 4 rows x 8 keys of scores build up in registers; V is converted to
 // float once and reused by every row; each row's output accumulates in
 // registers over the span, 64 dimensions at a time.
@@ -521,13 +521,13 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       next_kc = static_cast<const T*>(a.next_kv->k);
       next_vc = static_cast<const T*>(a.next_kv->v);
     }
-    // The next span's keys [k0, k1) and values, spread over this span's
-    // conversions (a span's lines at once overflow the miss queues).
-    const auto prefetch_keys = [&](int k0, int k1) __attribute__((always_inline)) {
-      for (int k = k0; k < k1 && k < next_cnt; ++k) prefetch_lines(next_kc + next_off[k], key_bytes);
-    };
-    const auto prefetch_values = [&](int k0, int k1) __attribute__((always_inline)) {
-      for (int k = k0; k < k1 && k < next_cnt; ++k) prefetch_lines(next_vc + next_off[k], value_bytes);
+    // The next span's keys [k0, k1) with their values, spread over this
+    // span's work (a span's lines at once overflow the miss queues).
+    const auto prefetch_next = [&](int k0, int k1) __attribute__((always_inline)) {
+      for (int k = k0; k < k1 && k < next_cnt; ++k) {
+        prefetch_lines(next_kc + next_off[k], key_bytes);
+        prefetch_lines(next_vc + next_off[k], value_bytes);
+      }
     };
     if constexpr (kScaled) {
       for (int k = 0; k < cnt; ++k) {
@@ -539,8 +539,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     const bool direct = R < kDirectScoreRows;
     // Many rows share each value: convert the span once. Few rows read the cache directly.
     for (int k = 0; k < cnt && !direct; ++k) {
-      prefetch_keys(k, k + 1);
-      prefetch_values(k, k + 1);
+      prefetch_next(k, k + 1);
       const T* vr = vc + off[k];
       for (int d = 0; d < Dv; d += 8) _mm256_store_ps(vb + k * Dv + d, load8(vr + d));
     }
@@ -550,11 +549,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       // the span would cost more than the rows' products.
       for (int r = 0; r < R; ++r)
         for (int k0 = 0; k0 < cnt8; k0 += 8) {
-          if (r == 0) {
-            const int k1 = k0 + 8 < cnt8 ? k0 + 8 : next_cnt;
-            prefetch_keys(k0, k1);
-            prefetch_values(k0, k1);
-          }
+          if (r == 0) prefetch_next(k0, k0 + 8 < cnt8 ? k0 + 8 : next_cnt);
           __m256 acc[8];
           for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
           const int kn = static_cast<int>(min64(8, cnt - k0));
@@ -578,8 +573,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
       // 8 keys x 8 dimensions at a time, transposed in registers (keys past
       // cnt are zeros): scalar stores of every element cost more than the
       // scores themselves at decode.
-      prefetch_keys(cnt, next_cnt);
-      prefetch_values(cnt, next_cnt);
+      prefetch_next(cnt, next_cnt);
       for (int k0 = 0; k0 < cnt8; k0 += 8) {
         const int kn = static_cast<int>(min64(8, cnt - k0));
         for (int d = 0; d < D; d += 8) {
@@ -602,9 +596,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 8) {
       const int rn = static_cast<int>(min64(8, R - r0));
       int k0 = 0;
-      for (; k0 + 16 <= cnt8; k0 += 16) {
-        score_rows16(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
-      }
+      for (; k0 + 16 <= cnt8; k0 += 16) score_rows16(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
       for (int r1 = r0; k0 < cnt8 && r1 < r0 + rn; r1 += 4)
         score_rows<1>(qs + r1 * D, D, kt + k0, cnt8, static_cast<int>(min64(4, r0 + rn - r1)), sc + r1 * kMaxBlock + k0);
     }
@@ -612,9 +604,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     for (int r0 = 0; r0 < R && R >= kDirectScoreRows; r0 += 4) {
       const int rn = static_cast<int>(min64(4, R - r0));
       int k0 = 0;
-      for (; k0 + 16 <= cnt8; k0 += 16) {
-        score_rows<2>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
-      }
+      for (; k0 + 16 <= cnt8; k0 += 16) score_rows<2>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
       if (k0 < cnt8) score_rows<1>(qs + r0 * D, D, kt + k0, cnt8, rn, sc + r0 * kMaxBlock + k0);
     }
 #endif
@@ -695,7 +685,7 @@ static void attend_tile_t(const AttnTile& a, const AttnKV& kv, int g, AttnPartia
     };
     int r = 0;
 #if defined(OPS_AVX512)
-    // Many rows over the converted block: rows in pairs, each value load
+    // Many rows over the converted span: rows in pairs, each value load
     // feeding both (the same sums per row).
     for (; !direct && Dv % 16 == 0 && r + 1 < R; r += 2) {
       if (corrs[r] < 0.0f || corrs[r + 1] < 0.0f) {
